@@ -1,0 +1,54 @@
+# bbrlab: every target installs what it needs (through `setup`), so each works alone on a
+# fresh Debian 12 machine. Run as root: the testbed needs namespaces, taps, QEMU and SCHED_DEADLINE.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-done
+DATA ?= data
+OUT ?= build/figures
+
+.PHONY: help setup test test-unit test-system demo figures bench lint clean
+
+help:
+	@echo "make demo     run the demo campaign on the local testbed and render the figures"
+	@echo "make test     unit and real-system tests (boots the local testbed)"
+	@echo "make figures  execute every notebook on DATA=$(DATA) into OUT=$(OUT)"
+	@echo "make bench    benchmarks, printed as numbers and ratios"
+	@echo "make lint     ruff, and notebooks committed without outputs"
+	@echo "make setup    Debian packages + virtual environment (.venv) + Jupyter kernel"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile scripts/install-system-packages
+	scripts/install-system-packages
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name bbrlab --display-name "bbrlab (.venv)" > /dev/null
+	touch $@
+
+test: setup
+	$(BIN)/pytest tests
+
+test-unit: setup
+	$(BIN)/pytest tests -m "not system"
+
+test-system: setup
+	$(BIN)/pytest tests -m system
+
+demo: setup
+	$(BIN)/bbrlab demo
+
+figures: setup
+	$(BIN)/bbrlab figures --data $(DATA) --out $(OUT)
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+lint: setup
+	$(BIN)/ruff check bbrlab tests benchmarks
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+
+clean:
+	rm -rf build .pytest_cache

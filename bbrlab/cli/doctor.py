@@ -1,0 +1,33 @@
+"""``bbrlab doctor``: an honest report of what this machine can do for the toolkit."""
+
+from __future__ import annotations
+
+import json
+
+SYMBOL = {"ok": "ok  ", "missing": "MISS", "warn": "warn", "info": "info"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="report what this machine can do (root, SCHED_DEADLINE, qdiscs, KVM, tools)",
+                       description="Checks this machine for everything bbrlab uses and says how to get what is missing. "
+                                   "Exit status 1 when something required is missing.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--probe-kvm", action="store_true",
+                   help="boot the guest kernel under KVM once to see whether KVM really works (needs the guest image)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..doctor import run_checks
+
+    checks = run_checks(probe_kvm=args.probe_kvm)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in checks], indent=2))
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            line = f"[{SYMBOL[c.status]}] {c.name:<{width}}  {c.detail}"
+            if c.fix:
+                line += f"\n       {'':<{width}}  fix: {c.fix}"
+            print(line)
+    return 1 if any(c.status == "missing" for c in checks) else 0

@@ -1,0 +1,65 @@
+"""Entry point of the ``bbrlab`` command: finds the subcommand modules and dispatches."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from .. import __version__
+from ..errors import BbrlabError
+
+DESCRIPTION = """\
+bbrlab measures TCP congestion control (cubic, bbr, patched bbr) from a sender VM whose
+vCPU threads run under SCHED_DEADLINE, through an emulated bottleneck (netem + token bucket),
+and turns the run records into the figures of the 2BRobust paper.
+
+Typical session on one machine (root):
+  bbrlab doctor                      what this machine can do
+  bbrlab testbed up                  build the guest image (once) and boot the local testbed
+  bbrlab campaign run specs/demo.yaml --out runs/demo
+  bbrlab ingest runs/demo            tidy parquet tables for the notebooks
+  bbrlab testbed down
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bbrlab", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"bbrlab {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from .. import cli as pkg
+
+    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if mod.name in ("main",) or mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except BbrlabError as e:
+        if args.verbose:
+            raise
+        print(f"bbrlab: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bbrlab: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Exceptions shared by every bbrlab module.
+
+Every error a researcher can cause by input is a :class:`ValidationError` that names the
+field, the value given and what is allowed, and is raised before anything on the testbed
+changes.
+"""
+
+from __future__ import annotations
+
+
+class BbrlabError(Exception):
+    """Base class: something bbrlab cannot do, with a message meant for a person."""
+
+
+class ValidationError(BbrlabError, ValueError):
+    """A parameter is out of range or malformed.
+
+    ``field`` is the dotted name of the parameter (``link.rtt_ms``, ``ccas[2]``), ``allowed``
+    describes the accepted range or form.
+    """
+
+    def __init__(self, field: str, value: object, allowed: str, hint: str = ""):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        msg = f"{field} = {value!r} is not allowed: {allowed}"
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class TestbedError(BbrlabError):
+    """The testbed is missing, not reachable, or not in the state an operation needs."""

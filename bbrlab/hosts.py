@@ -1,0 +1,245 @@
+"""Running commands on a host: this machine, a network namespace on it, or an SSH host.
+
+Commands are always argument lists. For SSH (and for invoke, which goes through a shell)
+the list is joined with :func:`shlex.join`, so a value such as ``bbr; touch /tmp/x`` arrives
+as one literal argument and is never interpreted by a shell.
+
+``LocalHost`` uses invoke's ``Context``; ``SSHHost`` uses fabric's ``Connection`` with the
+host key pinned from a known_hosts file (a host whose key is not there is refused).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BbrlabError
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one command did."""
+
+    host: str
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class CommandError(BbrlabError):
+    """A command exited non-zero (or timed out) where success was required."""
+
+    def __init__(self, result: Result, note: str = ""):
+        self.result = result
+        tail = (result.stderr.strip() or result.stdout.strip())[-800:]
+        what = note or f"exit code {result.exit_code}"
+        super().__init__(f"[{result.host}] {shlex.join(result.argv)} failed ({what}): {tail}")
+
+
+class CommandTimeout(CommandError):
+    """A command did not finish within its timeout."""
+
+
+def _argv(argv: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(argv, str):
+        raise TypeError("commands are argument lists, not strings (use ['ip', 'link'], not 'ip link')")
+    out = tuple(str(a) for a in argv)
+    if not out:
+        raise ValueError("empty command")
+    return out
+
+
+@dataclass
+class Host:
+    """Something that runs commands. Subclasses implement :meth:`_execute`."""
+
+    name: str
+
+    is_local: bool = field(default=False, init=False)
+
+    # -- the verbs -------------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = 60,
+        check: bool = True,
+        sudo: bool = False,
+        stdin: str | None = None,
+    ) -> Result:
+        """Run ``argv`` to completion. ``check`` raises :class:`CommandError` on failure."""
+        args = _argv(argv)
+        if sudo and not self._is_root():
+            args = ("sudo", "-n", *args)
+        t0 = time.monotonic()
+        code, out, err, timed_out = self._execute(args, timeout=timeout, stdin=stdin)
+        res = Result(self.name, args, code, out, err, time.monotonic() - t0)
+        if timed_out:
+            raise CommandTimeout(res, f"timed out after {timeout} s")
+        if check and not res.ok:
+            raise CommandError(res)
+        return res
+
+    def output(self, argv: Sequence[str], **kw) -> str:
+        """Run and return stdout, stripped."""
+        return self.run(argv, **kw).stdout.strip()
+
+    def spawn(self, argv: Sequence[str], log_path: str, *, sudo: bool = False) -> int:
+        """Start ``argv`` in the background, detached, output to ``log_path``; return its pid."""
+        cmd = shlex.join(_argv(argv))
+        script = f"nohup setsid {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!"
+        return int(self.output(["sh", "-c", script], sudo=sudo, timeout=30))
+
+    def read_text(self, path: str, *, sudo: bool = False) -> str:
+        return self.run(["cat", path], sudo=sudo).stdout
+
+    def write_text(self, path: str, text: str, *, sudo: bool = False) -> None:
+        self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=text, sudo=sudo)
+
+    def exists(self, path: str) -> bool:
+        return self.run(["test", "-e", path], check=False).ok
+
+    def sysctl(self, key: str) -> str:
+        return self.output(["sysctl", "-n", key])
+
+    # -- to implement ----------------------------------------------------------------------
+    def _execute(self, argv: tuple[str, ...], *, timeout, stdin) -> tuple[int, str, str, bool]:
+        raise NotImplementedError
+
+    def _is_root(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections (no-op for local hosts)."""
+
+
+@dataclass
+class LocalHost(Host):
+    """This machine, through invoke's ``Context``. ``prefix`` wraps every command (e.g. netns)."""
+
+    name: str = "localhost"
+    prefix: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        self.is_local = True
+
+    def _execute(self, argv, *, timeout, stdin):
+        from invoke import Context
+        from invoke.exceptions import CommandTimedOut
+
+        cmd = shlex.join((*self.prefix, *argv))
+        kw = dict(hide=True, warn=True, in_stream=False, pty=False)
+        if stdin is not None:
+            import io
+
+            kw["in_stream"] = io.StringIO(stdin)
+        try:
+            r = Context().run(cmd, timeout=timeout, **kw)
+        except CommandTimedOut as e:
+            return -1, e.result.stdout, e.result.stderr, True
+        return r.exited, r.stdout, r.stderr, False
+
+    def _is_root(self) -> bool:
+        return os.geteuid() == 0
+
+    def put(self, local_path: str | Path, remote_path: str) -> None:
+        shutil.copyfile(local_path, remote_path)
+
+    def get(self, remote_path: str, local_path: str | Path) -> None:
+        shutil.copyfile(remote_path, local_path)
+
+
+@dataclass
+class NetnsHost(LocalHost):
+    """A network namespace on this machine (``ip netns exec NS``): a receiver without a VM."""
+
+    netns: str = ""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.netns:
+            raise ValueError("NetnsHost needs a netns name")
+        self.prefix = ("ip", "netns", "exec", self.netns)
+
+
+@dataclass
+class SSHHost(Host):
+    """A host reached over SSH with fabric. The host key must be in ``known_hosts``."""
+
+    address: str = ""
+    user: str = "root"
+    port: int = 22
+    key_path: str | None = None
+    known_hosts: str | None = None
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self):
+        self._conn = None
+
+    def _connection(self):
+        if self._conn is None:
+            import paramiko
+            from fabric import Config, Connection
+
+            kwargs = {"look_for_keys": False, "allow_agent": self.key_path is None}
+            if self.key_path:
+                kwargs["key_filename"] = [self.key_path]
+            config = Config(overrides={"load_ssh_configs": False})
+            conn = Connection(
+                host=self.address, user=self.user, port=self.port, config=config,
+                connect_timeout=self.connect_timeout_s, connect_kwargs=kwargs,
+            )
+            client = conn.client
+            # Pin host keys: only what the testbed recorded is trusted, nothing is added silently.
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            if self.known_hosts:
+                client.load_host_keys(os.path.expanduser(self.known_hosts))
+            else:
+                client.load_system_host_keys()
+            self._conn = conn
+        return self._conn
+
+    def _execute(self, argv, *, timeout, stdin):
+        from invoke.exceptions import CommandTimedOut
+
+        kw = dict(hide=True, warn=True, in_stream=False, pty=False)
+        if stdin is not None:
+            import io
+
+            kw["in_stream"] = io.StringIO(stdin)
+        try:
+            r = self._connection().run(shlex.join(argv), timeout=timeout, **kw)
+        except CommandTimedOut as e:
+            return -1, e.result.stdout, e.result.stderr, True
+        return r.exited, r.stdout, r.stderr, False
+
+    def _is_root(self) -> bool:
+        return self.user == "root"
+
+    def put(self, local_path: str | Path, remote_path: str) -> None:
+        self._connection().put(str(local_path), remote_path)
+
+    def get(self, remote_path: str, local_path: str | Path) -> None:
+        self._connection().get(remote_path, str(local_path))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def local_user() -> str:
+    return getpass.getuser()
+

@@ -1,0 +1,235 @@
+"""Typed parameters of one run: the link, the CPU contention, the flow.
+
+All values carry their unit in their name. Every constructor validates, so a ``Scenario``
+that exists is one the testbed can run; errors name the field and the allowed range.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from .errors import ValidationError
+
+#: Linux's TCP_CA_NAME_MAX is 16 including the NUL; names are lowercase identifiers.
+CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
+
+# Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).
+DEADLINE_PERIOD_MIN_US = 100
+DEADLINE_PERIOD_MAX_US = 4_194_304
+DEADLINE_RUNTIME_MIN_NS = 1024
+
+LossModel = Literal["none", "uniform", "gemodel"]
+DelaySplit = Literal["symmetric", "forward"]
+
+
+def _check_range(field_name: str, value, lo, hi, *, lo_open=False, hi_open=False, unit=""):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_name, value, f"a number{(' in ' + unit) if unit else ''}")
+    lo_ok = value > lo if lo_open else value >= lo
+    hi_ok = value < hi if hi_open else value <= hi
+    if not (lo_ok and hi_ok):
+        lo_s = "<" if lo_open else "<="
+        hi_s = "<" if hi_open else "<="
+        name = field_name.rsplit(".", 1)[-1]
+        raise ValidationError(field_name, value, f"{lo} {lo_s} {name} {hi_s} {hi}{(' ' + unit) if unit else ''}")
+
+
+def check_cca(name: object, field_name: str = "cca") -> str:
+    """A congestion control name: lowercase identifier of at most 15 characters."""
+    if not isinstance(name, str) or not CCA_NAME.fullmatch(name):
+        raise ValidationError(field_name, name, "a congestion control name: [a-z][a-z0-9_]{0,14}, e.g. cubic, bbr, bbr2b")
+    return name
+
+
+@dataclass(frozen=True)
+class Link:
+    """The emulated bottleneck: delay, rate, buffer and loss, as set on the emulator.
+
+    ``buffer_bdp`` sizes the token bucket's queue in bandwidth-delay products (the paper uses 1);
+    ``buffer_bytes`` gives it directly instead. ``delay_split``: ``symmetric`` puts RTT/2 on each
+    direction, ``forward`` puts the whole RTT on the data direction.
+    Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
+    as netem's ``loss gemodel p r 1-h 1-k``.
+    """
+
+    rtt_ms: float
+    rate_mbit: float
+    buffer_bdp: float | None = 1.0
+    buffer_bytes: int | None = None
+    loss_model: LossModel = "none"
+    loss_pct: float = 0.0
+    ge_p_pct: float = 0.0
+    ge_r_pct: float = 100.0
+    ge_h_pct: float = 0.0
+    ge_k_pct: float = 100.0
+    loss_seed: int | None = None
+    jitter_ms: float = 0.0
+    delay_split: DelaySplit = "symmetric"
+    mtu_bytes: int = 1500
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
+        _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
+        if (self.buffer_bdp is None) == (self.buffer_bytes is None):
+            raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
+                                  "exactly one of buffer_bdp or buffer_bytes")
+        if self.buffer_bdp is not None:
+            _check_range("link.buffer_bdp", self.buffer_bdp, 0, 1000, lo_open=True, unit="BDP")
+        if self.buffer_bytes is not None:
+            _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
+        if self.loss_model not in ("none", "uniform", "gemodel"):
+            raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
+        _check_range("link.loss_pct", self.loss_pct, 0, 100, unit="%")
+        if self.loss_model == "none" and self.loss_pct:
+            raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
+        for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
+            _check_range(f"link.{name}", getattr(self, name), 0, 100, unit="%")
+        if self.loss_seed is not None:
+            _check_range("link.loss_seed", self.loss_seed, 0, 2**63 - 1)
+        _check_range("link.jitter_ms", self.jitter_ms, 0, 10_000, unit="ms")
+        if self.jitter_ms > self.one_way_delays_ms()[0] and self.jitter_ms:
+            raise ValidationError("link.jitter_ms", self.jitter_ms, "at most the per-direction delay")
+        if self.delay_split not in ("symmetric", "forward"):
+            raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
+        _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
+
+    # -- derived quantities ----------------------------------------------------------------
+    @property
+    def bdp_bytes(self) -> int:
+        """Bandwidth-delay product of the configured link in bytes."""
+        return int(round(self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1e3))
+
+    @property
+    def queue_limit_bytes(self) -> int:
+        """Bottleneck queue in bytes; never below two full packets so the link can work at all."""
+        if self.buffer_bytes is not None:
+            q = self.buffer_bytes
+        else:
+            q = int(round(self.buffer_bdp * self.bdp_bytes))
+        return max(q, 2 * self.mtu_bytes)
+
+    def one_way_delays_ms(self) -> tuple[float, float]:
+        """(data direction, ack direction) delay in ms."""
+        if self.delay_split == "forward":
+            return float(self.rtt_ms), 0.0
+        return self.rtt_ms / 2, self.rtt_ms / 2
+
+    @property
+    def effective_loss_pct(self) -> float:
+        return self.loss_pct if self.loss_model == "uniform" else 0.0
+
+
+@dataclass(frozen=True)
+class Contention:
+    """SCHED_DEADLINE on the sender's vCPU threads: runtime = deadline = timeslice,
+    period = timeslice / share. A share of 100 % means no policy (the thread runs as usual)."""
+
+    timeslice_ms: float
+    cpu_share_pct: float
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
+        _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
+        if self.unlimited:
+            return
+        if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
+            raise ValidationError("contention.timeslice_ms", self.timeslice_ms,
+                                  f"a runtime of at least {DEADLINE_RUNTIME_MIN_NS} ns (the kernel's minimum)")
+        period_us = self.period_ns / 1000
+        if not DEADLINE_PERIOD_MIN_US <= period_us <= DEADLINE_PERIOD_MAX_US:
+            raise ValidationError(
+                "contention.cpu_share_pct", self.cpu_share_pct,
+                f"a period (timeslice / share) between {DEADLINE_PERIOD_MIN_US} us and "
+                f"{DEADLINE_PERIOD_MAX_US} us; {self.timeslice_ms} ms / {self.cpu_share_pct} % "
+                f"gives {period_us:.0f} us",
+            )
+
+    @property
+    def unlimited(self) -> bool:
+        return self.cpu_share_pct >= 100
+
+    @property
+    def runtime_ns(self) -> int:
+        return int(round(self.timeslice_ms * 1e6))
+
+    @property
+    def deadline_ns(self) -> int:
+        return self.runtime_ns
+
+    @property
+    def period_ns(self) -> int:
+        return int(round(self.timeslice_ms * 1e6 * 100.0 / self.cpu_share_pct))
+
+    @property
+    def bandwidth(self) -> float:
+        """runtime / period as a fraction (what admission control counts)."""
+        return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The iperf3 transfer from the (contended) sender to the receiver."""
+
+    cca: str
+    duration_s: float = 20.0
+    streams: int = 1
+    sample_ss_ms: int | None = None
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        check_cca(self.cca, "flow.cca")
+        _check_range("flow.duration_s", self.duration_s, 1, 3600, unit="s")
+        if not isinstance(self.streams, int) or isinstance(self.streams, bool):
+            raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
+        _check_range("flow.streams", self.streams, 1, 128)
+        if self.sample_ss_ms is not None:
+            _check_range("flow.sample_ss_ms", self.sample_ss_ms, 1, 10_000, unit="ms")
+
+
+SCENARIO_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run: link x contention x flow x repetition index."""
+
+    link: Link
+    contention: Contention
+    flow: Flow
+    repetition: int = 0
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCENARIO_SCHEMA_VERSION,
+            "link": asdict(self.link),
+            "contention": asdict(self.contention),
+            "flow": asdict(self.flow),
+            "repetition": self.repetition,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scenario:
+        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow(**d["flow"]), d.get("repetition", 0))
+
+    @property
+    def run_id(self) -> str:
+        """Stable id: readable prefix + hash of every parameter and the repetition."""
+        d = self.to_dict()
+        digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
+        c, li, f = self.contention, self.link, self.flow
+        share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
+        return (f"{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+                f"{li.rate_mbit:g}mbit-r{self.repetition:02d}-{digest}")

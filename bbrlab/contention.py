@@ -1,0 +1,562 @@
+"""CPU contention for the sender VM: SCHED_DEADLINE on its vCPU threads, as in the paper (section 4.2).
+
+Every vCPU thread gets runtime = deadline = timeslice and period = timeslice / share, so the vCPU
+runs at most ``timeslice`` out of every ``period``. A share of 100 % means no policy at all.
+
+The usual way in is the context manager::
+
+    with contended(hypervisor_host, vcpu_tids, Contention(timeslice_ms=1, cpu_share_pct=25)) as c:
+        run_iperf(...)
+    record["contention"] = c.record()      # requested, applied (read back), evidence it held
+
+What it does, in order:
+
+1. check everything it can *before* changing anything: the thread ids, the contention against the
+   target host's live limits (``sched_deadline_period_{min,max}_us``, ``sched_rt_runtime_us`` x CPUs),
+   and each thread's current policy (read and kept for restoring);
+2. apply the policy thread by thread and read it back from the kernel; if the kernel refuses one
+   (admission control, permissions, a thread that vanished) the threads already changed are restored
+   and the refusal is explained;
+3. while the body runs, optionally check the policy every ``watch_interval_s``; at the end read the
+   policy back again and the CPU time each thread used (``/proc/<tid>/schedstat``) against wall time;
+4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT) and on SIGTERM.
+
+Where the VM runs on this machine the syscalls are used directly (:mod:`bbrlab.sched`); on another
+hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.hosts.Host` (``method="chrt"``).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from .errors import BbrlabError, TestbedError, ValidationError
+from .hosts import Host
+from .scenario import Contention
+from .sched import (
+    DeadlineAdmissionError,
+    SchedError,
+    SchedPolicy,
+    ThreadGoneError,
+    explain_refusal,
+)
+from .threadstat import ThreadUsage, read_proc_files, sample_threads, usage_between
+from .vcpu import explicit_vcpu_threads
+
+Method = Literal["auto", "syscall", "chrt"]
+METHODS = ("auto", "syscall", "chrt")
+
+
+class ContentionRestoreError(BbrlabError):
+    """Restoring the previous policy failed on at least one thread (the message lists them)."""
+
+
+# -- the target host's limits ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """What the hypervisor host's kernel accepts for SCHED_DEADLINE, read live from /proc and /sys."""
+
+    period_min_us: int
+    period_max_us: int
+    rt_runtime_us: int
+    rt_period_us: int
+    online_cpus: int
+    kernel_release: str
+
+    @property
+    def capacity_cpus(self) -> float | None:
+        """Total deadline bandwidth admission control allows, in CPUs (None: no limit, rt_runtime = -1).
+
+        Admission control counts per root domain; with no exclusive cpusets that is all online CPUs.
+        """
+        if self.rt_runtime_us < 0:
+            return None
+        return self.online_cpus * self.rt_runtime_us / self.rt_period_us
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["capacity_cpus"] = self.capacity_cpus
+        return d
+
+
+_LIMIT_FILES = {
+    "period_min_us": "/proc/sys/kernel/sched_deadline_period_min_us",
+    "period_max_us": "/proc/sys/kernel/sched_deadline_period_max_us",
+    "rt_runtime_us": "/proc/sys/kernel/sched_rt_runtime_us",
+    "rt_period_us": "/proc/sys/kernel/sched_rt_period_us",
+}
+_CPUS_ONLINE = "/sys/devices/system/cpu/online"
+_OSRELEASE = "/proc/sys/kernel/osrelease"
+
+
+def count_cpu_list(text: str) -> int:
+    """Number of CPUs in a kernel CPU list such as ``0-3,6,8-9``."""
+    n = 0
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def read_kernel_limits(host: Host) -> KernelLimits:
+    """The live SCHED_DEADLINE limits of ``host``."""
+    paths = [*_LIMIT_FILES.values(), _CPUS_ONLINE, _OSRELEASE]
+    files = read_proc_files(host, paths)
+    missing = [p for p in paths if p not in files]
+    if missing:
+        raise TestbedError(f"{host.name}: cannot read {', '.join(missing)} (is this a Linux host?)")
+    values = {k: int(files[p]) for k, p in _LIMIT_FILES.items()}
+    return KernelLimits(**values, online_cpus=count_cpu_list(files[_CPUS_ONLINE]),
+                        kernel_release=files[_OSRELEASE].strip())
+
+
+def check_fits(contention: Contention, limits: KernelLimits, n_threads: int) -> None:
+    """Raise :class:`ValidationError` if the host can never admit ``contention`` on ``n_threads``.
+
+    Other deadline tasks (and, since Linux 6.12, the fair server's reserve) take bandwidth too, so
+    passing this check does not guarantee admission; the kernel's answer is explained when it refuses.
+    """
+    if contention.unlimited:
+        return
+    period_us = contention.period_ns / 1000
+    if not limits.period_min_us <= period_us <= limits.period_max_us:
+        raise ValidationError(
+            "contention.cpu_share_pct", contention.cpu_share_pct,
+            f"a period (timeslice / share) within this host's sched_deadline_period_min_us.."
+            f"sched_deadline_period_max_us = {limits.period_min_us}..{limits.period_max_us} us; "
+            f"{contention.timeslice_ms} ms / {contention.cpu_share_pct} % gives {period_us:.0f} us")
+    capacity = limits.capacity_cpus
+    if capacity is not None and n_threads * contention.bandwidth > capacity + 1e-9:
+        raise ValidationError(
+            "contention.cpu_share_pct", contention.cpu_share_pct,
+            f"at most {100 * capacity / n_threads:.1f} % per thread for {n_threads} thread(s) on "
+            f"{limits.online_cpus} CPU(s) with sched_rt_runtime_us = {limits.rt_runtime_us} per "
+            f"sched_rt_period_us = {limits.rt_period_us}")
+
+
+# -- two ways to talk to the scheduler ---------------------------------------------------------------
+
+class SyscallScheduler:
+    """sched_getattr / sched_setattr on this machine."""
+
+    name = "syscall"
+
+    def get(self, tid: int) -> SchedPolicy:
+        from .sched import sched_getattr
+
+        return sched_getattr(tid)
+
+    def set(self, tid: int, policy: SchedPolicy) -> None:
+        from .sched import sched_setattr
+
+        sched_setattr(tid, policy)
+
+
+_CHRT_FLAGS = {"SCHED_OTHER": "-o", "SCHED_BATCH": "-b", "SCHED_IDLE": "-i", "SCHED_FIFO": "-f",
+               "SCHED_RR": "-r", "SCHED_DEADLINE": "-d"}
+_ERRNO_BY_TEXT = {
+    "Device or resource busy": 16, "Operation not permitted": 1, "No such process": 3, "Invalid argument": 22,
+}
+
+
+def chrt_set_argv(tid: int, policy: SchedPolicy) -> list[str]:
+    """The ``chrt`` command giving thread ``tid`` the ``policy`` (nice is not chrt's business)."""
+    if policy.policy not in _CHRT_FLAGS:
+        raise BbrlabError(f"chrt cannot set {policy.policy}")
+    argv = ["chrt", _CHRT_FLAGS[policy.policy]]
+    if policy.reset_on_fork:
+        argv.append("-R")
+    if policy.is_deadline:
+        argv += ["-T", str(policy.runtime_ns), "-D", str(policy.deadline_ns), "-P", str(policy.period_ns)]
+    prio = policy.priority if policy.policy in ("SCHED_FIFO", "SCHED_RR") else 0
+    return argv + ["-p", str(prio), str(tid)]
+
+
+def parse_chrt_show(text: str, nice: int) -> SchedPolicy:
+    """A :class:`SchedPolicy` from what ``chrt -p TID`` prints (``nice`` comes from /proc)."""
+    m = re.search(r"scheduling policy: (\S+)", text)
+    if not m:
+        raise BbrlabError(f"cannot read chrt output: {text!r}")
+    names = m.group(1).split("|")
+    prio = re.search(r"scheduling priority: (\d+)", text)
+    dl = re.search(r"runtime/deadline/period parameters: (\d+)/(\d+)/(\d+)", text)
+    runtime_ns, deadline_ns, period_ns = (int(x) for x in dl.groups()) if dl else (0, 0, 0)
+    return SchedPolicy(policy=names[0], nice=nice, priority=int(prio.group(1)) if prio else 0,
+                       runtime_ns=runtime_ns, deadline_ns=deadline_ns, period_ns=period_ns,
+                       reset_on_fork="SCHED_RESET_ON_FORK" in names)
+
+
+class ChrtScheduler:
+    """The same operations through ``chrt`` (and ``renice``) on a :class:`Host`, local or remote."""
+
+    name = "chrt"
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def _refusal(self, res, tid: int, asked: SchedPolicy | None) -> SchedError:
+        for text, err in _ERRNO_BY_TEXT.items():
+            if text in res.stderr:
+                return explain_refusal(err, tid, asked)
+        return SchedError(f"[{self.host.name}] {' '.join(res.argv)} failed: {res.stderr.strip()}", tid=tid, err=0)
+
+    def _nice(self, tid: int) -> int:
+        stat = read_proc_files(self.host, [f"/proc/{tid}/stat"]).get(f"/proc/{tid}/stat")
+        if stat is None:
+            raise explain_refusal(3, tid, None)
+        return int(stat[stat.rindex(")") + 2:].split()[19 - 3])
+
+    def get(self, tid: int) -> SchedPolicy:
+        res = self.host.run(["chrt", "-p", str(tid)], check=False)
+        if not res.ok:
+            raise self._refusal(res, tid, None)
+        return parse_chrt_show(res.stdout, self._nice(tid))
+
+    def set(self, tid: int, policy: SchedPolicy) -> None:
+        res = self.host.run(chrt_set_argv(tid, policy), check=False, sudo=True)
+        if not res.ok:
+            raise self._refusal(res, tid, policy)
+        if policy.policy in ("SCHED_OTHER", "SCHED_BATCH") and self._nice(tid) != policy.nice:
+            self.host.run(["renice", "-n", str(policy.nice), "-p", str(tid)], sudo=True)
+
+
+def scheduler_for(host: Host, method: Method = "auto") -> SyscallScheduler | ChrtScheduler:
+    """``auto``: syscalls when ``host`` is this machine, chrt otherwise."""
+    if method not in METHODS:
+        raise ValidationError("contention.method", method, f"one of {', '.join(METHODS)}")
+    if method == "syscall" and not host.is_local:
+        raise ValidationError("contention.method", method, "chrt (or auto) for a remote hypervisor host")
+    if method == "chrt" or (method == "auto" and not host.is_local):
+        return ChrtScheduler(host)
+    return SyscallScheduler()
+
+
+def deadline_threads(host: Host) -> list[int]:
+    """Every thread on ``host`` currently under SCHED_DEADLINE (policy 6 in /proc/<tid>/sched)."""
+    script = "grep -lsE '^policy +: +6$' /proc/[0-9]*/task/[0-9]*/sched"
+    res = host.run(["sh", "-c", script], check=False)
+    return sorted(int(m) for m in re.findall(r"/task/(\d+)/sched", res.stdout))
+
+
+# -- one application of contention ------------------------------------------------------------------
+
+def _validate_thread_ids(thread_ids: Sequence[object]) -> list[int]:
+    tids = explicit_vcpu_threads(list(thread_ids), field="thread_ids")
+    if len(set(tids)) != len(tids):
+        raise ValidationError("thread_ids", tids, "distinct thread ids (each listed once)")
+    return tids
+
+
+@dataclass
+class ContentionSession:
+    """Contention applied to some threads of one host; knows how to prove it held and how to undo it.
+
+    Use :func:`contended` rather than calling the steps yourself, unless the policy is meant to
+    outlive the Python process (``bbrlab contention set``).
+    """
+
+    host: Host
+    thread_ids: list[int]
+    contention: Contention
+    method: Method = "auto"
+    limits: KernelLimits | None = None
+    previous: dict[int, SchedPolicy] = field(default_factory=dict)
+    applied: dict[int, SchedPolicy] = field(default_factory=dict)
+    evidence: dict | None = None
+    _changed: list[int] = field(default_factory=list)
+    _start: dict = field(default_factory=dict)
+    _watch: PolicyWatch | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.contention, Contention):
+            raise ValidationError("contention", self.contention, "a bbrlab.scenario.Contention")
+        self.thread_ids = _validate_thread_ids(self.thread_ids)
+        self.scheduler = scheduler_for(self.host, self.method)
+
+    @property
+    def wanted(self) -> SchedPolicy:
+        c = self.contention
+        return SchedPolicy.deadline(c.runtime_ns, c.deadline_ns, c.period_ns)
+
+    def prepare(self) -> None:
+        """Read limits and current policies and check everything; changes nothing."""
+        self.limits = read_kernel_limits(self.host)
+        check_fits(self.contention, self.limits, len(self.thread_ids))
+        self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
+        if self.contention.unlimited:
+            leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
+            if leftover:
+                raise TestbedError(
+                    f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
+                    f"`bbrlab contention set`?), so a 100 % share run would not be uncontended; "
+                    f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
+
+    def apply(self) -> None:
+        """Apply to every thread and read back; on any failure restore what changed and re-raise."""
+        if self.limits is None:
+            self.prepare()
+        try:
+            if not self.contention.unlimited:
+                for tid in self.thread_ids:
+                    self._apply_one(tid)
+            self.applied = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
+        except DeadlineAdmissionError as e:
+            context = self._admission_context(e.tid)
+            self._restore_after(e)
+            raise explain_refusal(e.errno, e.tid, self.wanted, context) from e
+        except BaseException as e:
+            self._restore_after(e)
+            raise
+        self._start = sample_threads(self.host, self.thread_ids)
+
+    def _restore_after(self, error: BaseException) -> None:
+        """Restore after a failed apply without hiding the failure that caused it."""
+        try:
+            self.restore()
+        except ContentionRestoreError as e:
+            error.add_note(str(e))
+
+    def _apply_one(self, tid: int) -> None:
+        # Noted as changed before the call, so a signal arriving during it still restores this thread.
+        self._changed.append(tid)
+        self.scheduler.set(tid, self.wanted)
+        got = self.scheduler.get(tid)
+        if not got.same_policy_as(self.wanted):
+            raise TestbedError(f"{self.host.name}: thread {tid} reads back {got.describe()} "
+                               f"after setting {self.wanted.describe()}")
+
+    def _admission_context(self, refused_tid: int) -> str:
+        """The admission arithmetic, measured on the host, for an EBUSY on ``refused_tid``."""
+        asked = self.contention.bandwidth
+        done = [t for t in self._changed if t != refused_tid]
+        others = [t for t in deadline_threads(self.host) if t not in self.thread_ids]
+        other_bw = 0.0
+        for tid in others:
+            try:
+                other_bw += self.scheduler.get(tid).bandwidth
+            except SchedError:
+                pass
+        lim = self.limits
+        cap = lim.capacity_cpus
+        cap_text = ("no limit (sched_rt_runtime_us = -1)" if cap is None else
+                    f"{100 * cap:.0f} % = {lim.online_cpus} CPU(s) x sched_rt_runtime_us {lim.rt_runtime_us} / "
+                    f"sched_rt_period_us {lim.rt_period_us}")
+        return (f"Asked {100 * asked:.1f} % per thread for {len(self.thread_ids)} thread(s) "
+                f"({100 * asked * len(self.thread_ids):.1f} % in all; {len(done)} already admitted when "
+                f"thread {refused_tid} was refused). The host allows {cap_text}. Other SCHED_DEADLINE "
+                f"threads hold {100 * other_bw:.1f} % ({len(others)} thread(s): {others[:8]}). Linux >= 6.12 "
+                f"(this host: {lim.kernel_release}) also reserves the fair server's bandwidth, by default "
+                f"5 % per CPU. The threads changed so far were restored")
+
+    def start_watch(self, interval_s: float | None) -> None:
+        """Check the policy of every thread every ``interval_s`` until :meth:`finish` (None: don't)."""
+        if interval_s is None or self.contention.unlimited:
+            return
+        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s)
+        self._watch.start()
+
+    def finish(self) -> dict:
+        """Read the policy back and the CPU each thread used since :meth:`apply`; store and return it."""
+        watch = None
+        if self._watch is not None:
+            watch = self._watch.stop()
+            self._watch = None
+        end = sample_threads(self.host, self.thread_ids)
+        threads = []
+        for tid in self.thread_ids:
+            entry: dict = {"tid": tid}
+            try:
+                after = self.scheduler.get(tid)
+                entry["policy_after"] = after.to_dict()
+                entry["held"] = after.same_policy_as(self.applied.get(tid, after))
+            except ThreadGoneError:
+                entry.update(policy_after=None, held=False, gone=True)
+            if tid in self._start and tid in end:
+                usage = usage_between(self._start[tid], end[tid])
+                entry.update(usage.to_dict())
+                entry["held"] = entry["held"] and usage.same_thread
+            threads.append(entry)
+        held = all(t["held"] for t in threads) and not (watch and watch["deviations"])
+        self.evidence = {"method": self.scheduler.name, "policy_held": held,
+                         "configured_share_pct": 100.0 if self.contention.unlimited else
+                         self.contention.cpu_share_pct, "threads": threads, "watch": watch}
+        return self.evidence
+
+    def restore(self) -> None:
+        """Give every changed thread its previous policy back. Safe to call more than once."""
+        problems = []
+        while self._changed:
+            tid = self._changed.pop()
+            try:
+                self.scheduler.set(tid, self.previous[tid])
+                got = self.scheduler.get(tid)
+                if not got.same_policy_as(self.previous[tid]):
+                    problems.append(f"thread {tid} reads back {got.describe()}")
+            except ThreadGoneError:
+                continue  # nothing left to restore
+            except SchedError as e:
+                problems.append(str(e))
+        if problems:
+            raise ContentionRestoreError(f"{self.host.name}: could not restore the previous policy: "
+                                         + "; ".join(problems))
+
+    def record(self) -> dict:
+        """The ``metadata.contention`` part of a run record (docs/run-record.md)."""
+        def rows(policies: dict[int, SchedPolicy]) -> list[dict]:
+            return [{"tid": tid, **p.to_dict()} for tid, p in policies.items()]
+
+        return {
+            "requested": asdict(self.contention),
+            "host": self.host.name,
+            "method": self.scheduler.name,
+            "kernel_limits": self.limits.to_dict() if self.limits else None,
+            "previous": rows(self.previous),
+            "applied": rows(self.applied),
+            "evidence": self.evidence,
+        }
+
+
+class PolicyWatch(threading.Thread):
+    """Background check that each thread keeps its applied policy; notes every deviation seen."""
+
+    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float):
+        super().__init__(name="bbrlab-policy-watch", daemon=True)
+        self.scheduler, self.expected, self.interval_s = scheduler, expected, interval_s
+        self.checks = 0
+        self.deviations: list[dict] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.check_once()
+
+    def check_once(self) -> None:
+        self.checks += 1
+        for tid, want in self.expected.items():
+            try:
+                got = self.scheduler.get(tid)
+                seen = got.describe() if not got.same_policy_as(want) else None
+            except BbrlabError as e:
+                seen = f"error: {e}"
+            if seen and len(self.deviations) < 20:
+                self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
+
+    def stop(self) -> dict:
+        self._stop_event.set()
+        self.join()
+        self.check_once()
+        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations}
+
+
+# -- restoring on signals ----------------------------------------------------------------------------
+
+@contextmanager
+def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
+    """While active, SIGTERM and SIGINT first call ``restore`` and then act as before.
+
+    After restoring, a previous Python handler is called; otherwise SIGINT raises
+    ``KeyboardInterrupt`` and SIGTERM raises ``SystemExit(143)``, so ``finally`` blocks and outer
+    context managers still run. An ignored signal stays ignored. Signals can only be handled in the
+    main thread; elsewhere this does nothing (the ``finally`` of :func:`contended` still restores
+    on exceptions).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+    busy = threading.Lock()
+
+    def handler(signum, frame):
+        if not busy.acquire(blocking=False):
+            return  # a second signal while restoring: let the first one finish the job
+        try:
+            restore()
+        finally:
+            busy.release()
+        prev = previous[signum]
+        if callable(prev):
+            prev(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        prev = signal.getsignal(sig)
+        if prev in (signal.SIG_IGN, None):
+            continue
+        previous[sig] = prev
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)
+
+
+@contextmanager
+def contended(
+    host: Host,
+    thread_ids: Sequence[int],
+    contention: Contention,
+    *,
+    method: Method = "auto",
+    handle_signals: bool = True,
+    watch_interval_s: float | None = 1.0,
+) -> Iterator[ContentionSession]:
+    """Run the ``with`` body with ``contention`` on ``thread_ids`` of ``host``; restore afterwards.
+
+    Raises before changing anything if the input or the host's limits rule the request out.
+    The yielded :class:`ContentionSession` has ``applied`` (read back) during the body, and after
+    it ``evidence`` and :meth:`~ContentionSession.record` for the run record.
+    """
+    session = ContentionSession(host, list(thread_ids), contention, method=method)
+    session.prepare()
+    with restore_on_signals(session.restore) if handle_signals else nullcontext():
+        session.apply()
+        try:
+            session.start_watch(watch_interval_s)
+            yield session
+        finally:
+            try:
+                session.finish()
+            except BbrlabError as e:
+                session.evidence = {"error": f"could not collect evidence: {e}"}
+            finally:
+                session.restore()
+
+
+# -- one-shot operations (the CLI) -------------------------------------------------------------------
+
+def show_policies(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> dict[int, SchedPolicy]:
+    """Current policy of each thread."""
+    scheduler = scheduler_for(host, method)
+    return {tid: scheduler.get(tid) for tid in _validate_thread_ids(thread_ids)}
+
+
+def clear_deadline(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> list[int]:
+    """Put every listed thread that is under SCHED_DEADLINE back to SCHED_OTHER; return those changed."""
+    scheduler = scheduler_for(host, method)
+    cleared = []
+    for tid in _validate_thread_ids(thread_ids):
+        current = scheduler.get(tid)
+        if current.is_deadline:
+            scheduler.set(tid, SchedPolicy("SCHED_OTHER", nice=current.nice))
+            cleared.append(tid)
+    return cleared
+
+
+def measure_usage(host: Host, thread_ids: Sequence[int], duration_s: float) -> list[ThreadUsage]:
+    """CPU each thread used over the next ``duration_s`` (a measurement interval, not a wait for readiness)."""
+    tids = _validate_thread_ids(thread_ids)
+    first = sample_threads(host, tids)
+    time.sleep(duration_s)
+    last = sample_threads(host, tids)
+    return [usage_between(first[t], last[t]) for t in tids if t in first and t in last]

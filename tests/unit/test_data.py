@@ -1,0 +1,132 @@
+"""Campaign directories -> tidy tables, on the real host-netns fixture campaign (tests/netns_campaign.py)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bbrlab import data
+from bbrlab.errors import BbrlabError
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign"
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "c")
+    return tmp_path / "c"
+
+
+def iperf(run_dir):
+    return json.loads((run_dir / "iperf.json").read_text())
+
+
+def test_runs_table_matches_each_record_and_iperf_report(campaign):
+    t = data.read_campaign(campaign)
+    assert t.counts() == {"runs": 8, "ok": 8, "intervals": 32, "ss": 75}
+    assert list(t.runs.columns) == list(data.RUN_COLUMNS)
+    for run_dir in (campaign / "runs").iterdir():
+        record, report = json.loads((run_dir / "record.json").read_text()), iperf(run_dir)
+        row = t.runs.set_index("run_id").loc[run_dir.name]
+        sc = record["scenario"]
+        assert row["cca"] == sc["flow"]["cca"] and row["cpu_share_pct"] == sc["contention"]["cpu_share_pct"]
+        assert row["timeslice_ms"] == sc["contention"]["timeslice_ms"] and row["rate_mbit"] == 100
+        assert row["throughput_mbit"] == pytest.approx(report["end"]["sum_received"]["bits_per_second"] / 1e6)
+        assert row["retransmits"] == report["end"]["sum_sent"]["retransmits"]
+        assert row["cpu_sender_pct"] == pytest.approx(report["end"]["cpu_utilization_percent"]["host_total"])
+        assert row["link_utilisation"] == pytest.approx(row["throughput_mbit"] / 100)
+        assert row["source"] == "bbrlab" and row["testbed_kind"] == "host-netns"
+
+
+def test_intervals_sum_streams_per_interval(campaign):
+    t = data.read_campaign(campaign)
+    run_dir = next((campaign / "runs").iterdir())
+    rows = t.intervals[t.intervals["run_id"] == run_dir.name].sort_values("t_start_s")
+    sums = [i["sum"] for i in iperf(run_dir)["intervals"]]
+    assert list(rows["throughput_mbit"]) == pytest.approx([s["bits_per_second"] / 1e6 for s in sums])
+    assert list(rows["t_end_s"]) == pytest.approx([s["end"] for s in sums])
+
+
+def test_ss_rows_only_for_iperf_data_ports_with_inflight_in_bdp(campaign):
+    t = data.read_campaign(campaign)
+    ports = {}
+    for run_dir in (campaign / "runs").iterdir():
+        ports[run_dir.name] = {c["local_port"] for c in iperf(run_dir)["start"]["connected"]}
+    assert all(int(r.port) in ports[r.run_id] for r in t.ss.itertuples())
+    bbr = t.ss[t.ss["cca"] == "bbr"].dropna(subset=["bdp_bytes"])
+    assert len(bbr) > 0
+    assert list(bbr["bdp_bytes"]) == pytest.approx(list(bbr["bw_mbit"] * 1e6 / 8 * bbr["mrtt_ms"] / 1e3))
+    assert list(bbr["inflight_bdp"]) == pytest.approx(list(bbr["inflight_bytes"] / bbr["bdp_bytes"]))
+    assert t.ss["t_s"].min() >= 0
+
+
+def test_cache_is_reused_when_unchanged_and_only_changed_runs_are_reread(campaign):
+    first = data.ingest(campaign)
+    assert (first.read, first.reused, first.cached) == (8, 0, False)
+    assert {p.name for p in (campaign / "tables").iterdir()} == {
+        "runs.parquet", "intervals.parquet", "ss.parquet", "manifest.json"}
+    again = data.ingest(campaign)
+    assert again.cached and again.read == 0
+    pd.testing.assert_frame_equal(again.tables.runs, first.tables.runs)
+    # change one run's record: only that run is read again, and the change shows
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    record = json.loads((run_dir / "record.json").read_text())
+    record["campaign"] = "renamed"
+    (run_dir / "record.json").write_text(json.dumps(record))
+    third = data.ingest(campaign)
+    assert (third.read, third.reused, third.cached) == (1, 7, False)
+    assert third.tables.counts() == first.tables.counts()
+    assert third.tables.runs.set_index("run_id").loc[run_dir.name, "campaign"] == "renamed"
+    assert data.ingest(campaign, force=True).read == 8
+
+
+def test_failed_runs_are_kept_flagged_and_tmp_is_ignored(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    failed = campaign / "failed" / f"{run_dir.name}.a1"
+    shutil.copytree(run_dir, failed)
+    record = json.loads((failed / "record.json").read_text())
+    record.update(status="failed", reason="iperf3 exited 1")
+    (failed / "record.json").write_text(json.dumps(record))
+    shutil.copytree(run_dir, campaign / ".tmp" / "half-written")
+    t = data.read_campaign(campaign)
+    assert t.counts()["runs"] == 9 and t.counts()["ok"] == 8
+    bad = t.runs[t.runs["status"] == "failed"].iloc[0]
+    assert bad["reason"] == "iperf3 exited 1" and bad["path"].startswith("failed/")
+    assert len(t.intervals) == 32  # the failed attempt adds no intervals next to its successful retry
+
+
+def test_unreadable_run_is_noted_not_fatal(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    (run_dir / "record.json").write_text("{not json")
+    t = data.read_campaign(campaign)
+    assert t.counts()["runs"] == 7 and any("unreadable run" in n for n in t.notes)
+
+
+def test_process_pool_gives_the_same_tables(campaign, monkeypatch):
+    monkeypatch.setattr(data, "PARALLEL_MIN_RUNS", 1)
+    pooled = data.read_campaign(campaign, cache=False, workers=2)
+    serial = data.read_campaign(campaign, cache=False, workers=1)
+    key = ["run_id"]
+    pd.testing.assert_frame_equal(pooled.runs.sort_values(key).reset_index(drop=True),
+                                  serial.runs.sort_values(key).reset_index(drop=True))
+
+
+def test_filters_and_summaries(campaign):
+    t = data.read_campaign(campaign)
+    bbr = data.apply_filters(t, {"cca": "bbr", "cpu_share_pct": [25]})
+    assert set(bbr.runs["cca"]) == {"bbr"} and len(bbr.runs) == 2
+    assert set(bbr.intervals["run_id"]) == set(bbr.runs["run_id"])
+    with pytest.raises(BbrlabError, match="unknown column 'colour'"):
+        data.apply_filters(t, {"colour": "red"})
+    s = data.summarise(t.runs, ["cca", "cpu_share_pct"])
+    row = s[(s["cca"] == "bbr") & (s["cpu_share_pct"] == 25)].iloc[0]
+    assert row["n"] == 2 and row["median"] == pytest.approx(bbr.runs["throughput_mbit"].median())
+
+
+def test_missing_directory_and_empty_data_dir(tmp_path):
+    with pytest.raises(BbrlabError, match="no such campaign"):
+        data.read_campaign(tmp_path / "nope")
+    assert data.load(tmp_path).counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0}
+

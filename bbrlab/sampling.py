@@ -1,0 +1,397 @@
+"""Sampling TCP socket state with ``ss -tin`` during a run, and parsing what ss printed.
+
+The sampler runs INSIDE the sender (the contended VM): a small bash loop that, every
+``interval_ms``, writes ``# t=<unix seconds>`` and then what ``ss -tinH state established FILTER``
+prints for the flow's data connections. It costs CPU on the very machine whose CPU is scarce, which
+is why the paper samples in separate runs; the loop is built to cost as little as possible:
+
+- one fork per sample (``ss`` itself): time comes from bash's ``$EPOCHREALTIME``, and the pause is
+  ``read -t`` on a pipe nobody writes to, not a ``sleep`` process;
+- it keeps a fixed schedule (``t0 + k * interval``) and skips ticks it missed instead of drifting;
+- it stops when a stop file appears (so the last sample is never cut in half) or after a deadline
+  (so a lost connection cannot leave it running);
+- at exit it writes ``# end samples=N ticks=utime,stime,cutime,cstime hz=H``: its own CPU cost,
+  read from ``/proc/self/stat``, which the benchmarks and the run record report.
+
+Parsing: :func:`parse_ss_log` turns a log into one row per (sample, connection), :func:`parse_ss_line`
+parses one connection. Units are normalised: rates in Mbit/s, times in ms, sizes in bytes.
+
+Inflight. The paper defines inflight as ``bytes_sent - bytes_acked``. ``bytes_sent`` counts every
+retransmitted byte again, so over a run with losses that difference grows by the cumulative
+retransmissions and stops describing what is in the network (recorded on this host: 2.3 MB against
+a real 40 KB after 3 s of bbr through a 64 KB buffer). We therefore report
+
+- ``inflight_bytes = bytes_sent - bytes_retrans - bytes_acked``: the unique bytes sent and not yet
+  cumulatively acknowledged (snd_nxt - snd_una); it equals ``unacked * mss`` to within one byte in
+  every recorded sample (see tests/fixtures/ss/README.md), and is what ``inflight_bdp`` uses;
+- ``sent_minus_acked_bytes``: the paper's literal formula, kept for comparison;
+- ``unacked_bytes = unacked * mss`` and ``pipe_bytes = (unacked - sacked - lost + retrans_out) * mss``
+  (the kernel's tcp_packets_in_flight(): what it believes is in the network).
+
+BBR's own BDP is ``bdp_bytes = bw x mrtt`` from ``bbr:(bw:..., mrtt:...)``, so ``inflight_bdp`` is
+"in BDP as seen by BBR", as in the paper's figures 9 and 11.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from .errors import BbrlabError, ValidationError
+
+#: iperf3's default server port: the data and control connections go there.
+IPERF_PORT = 5201
+
+
+class SsFieldsMissing(BbrlabError):
+    """ss printed a connection without the TCP_INFO fields the analyses need."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The sampler (runs on the sender)
+# ---------------------------------------------------------------------------------------------
+
+#: bash program of the sampler. Arguments: interval_us, stop_after_s, stop_file, then ss's filter words.
+SAMPLER_BASH = r"""
+set -u
+interval_us=$1; stop_after_s=$2; stop_file=$3; shift 3
+exec {pause_fd}<> <(:)
+now_us() { local t=$EPOCHREALTIME; printf -v "$1" '%s' "${t/[.,]/}"; }
+now_us start; next=$start; end=$(( start + stop_after_s * 1000000 )); samples=0
+while [[ ! -e $stop_file ]]; do
+    now_us now
+    (( now >= end )) && break
+    t=$EPOCHREALTIME
+    printf '# t=%s\n' "${t/,/.}"
+    ss -tinH state established "$@"
+    samples=$(( samples + 1 ))
+    next=$(( next + interval_us ))
+    now_us now
+    if (( next <= now )); then next=$(( next + ((now - next) / interval_us + 1) * interval_us )); fi
+    wait_us=$(( next - now ))
+    printf -v pause '%d.%06d' $(( wait_us / 1000000 )) $(( wait_us % 1000000 ))
+    read -r -t "$pause" -u "$pause_fd" _ || :
+done
+read -r -a stat < /proc/$$/stat
+printf '# end samples=%d ticks=%s,%s,%s,%s hz=%s\n' "$samples" "${stat[13]}" "${stat[14]}" "${stat[15]}" \
+    "${stat[16]}" "$(getconf CLK_TCK)"
+"""
+
+
+def _check_port(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValidationError(field, value, "a TCP port number from 1 to 65535")
+    return value
+
+
+def ss_filter(data_ports: Sequence[int] | None = None, server_port: int = IPERF_PORT) -> list[str]:
+    """ss filter words selecting the flow's connections.
+
+    With ``data_ports`` (the iperf3 client's local ports, known in advance when the client binds them
+    with ``--cport``) only the data streams match; without, every connection to ``server_port`` does,
+    including iperf3's control connection, which the parser can drop by port afterwards.
+    """
+    _check_port(server_port, "server_port")
+    words = ["(", "dport", "=", f":{server_port}"]
+    if data_ports:
+        ports = [_check_port(p, f"data_ports[{i}]") for i, p in enumerate(data_ports)]
+        words += ["and", "("]
+        for i, port in enumerate(sorted(ports)):
+            words += (["or"] if i else []) + ["sport", "=", f":{port}"]
+        words.append(")")
+    words.append(")")
+    return words
+
+
+def sampler_argv(interval_ms: float, stop_after_s: float, stop_file: str,
+                 data_ports: Sequence[int] | None = None, server_port: int = IPERF_PORT) -> list[str]:
+    """The command that runs the sampler on the sender (an argument list: nothing is shell-joined)."""
+    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or not 1 <= interval_ms <= 10_000:
+        raise ValidationError("sample_ss_ms", interval_ms, "1 <= sample_ss_ms <= 10000 ms")
+    if not 1 <= stop_after_s <= 86_400:
+        raise ValidationError("stop_after_s", stop_after_s, "1 <= stop_after_s <= 86400 s")
+    if not stop_file.startswith("/") or "\n" in stop_file:
+        raise ValidationError("stop_file", stop_file, "an absolute path without newlines")
+    return ["bash", "-c", SAMPLER_BASH, "bbrlab-ss-sampler", str(int(round(interval_ms * 1000))),
+            str(int(stop_after_s)), stop_file, *ss_filter(data_ports, server_port)]
+
+
+def parse_sampler_footer(text: str) -> dict | None:
+    """The sampler's ``# end`` line as numbers: samples, cpu_s (own + children: ss) and cpu_per_sample_ms."""
+    m = re.search(r"^# end samples=(\d+) ticks=(\d+),(\d+),(\d+),(\d+) hz=(\d+)\s*$", text, re.M)
+    if not m:
+        return None
+    samples = int(m.group(1))
+    hz = int(m.group(6))
+    self_s = (int(m.group(2)) + int(m.group(3))) / hz
+    children_s = (int(m.group(4)) + int(m.group(5))) / hz
+    cpu_s = self_s + children_s
+    return {
+        "samples": samples,
+        "cpu_self_s": self_s,
+        "cpu_children_s": children_s,
+        "cpu_s": cpu_s,
+        "cpu_per_sample_ms": cpu_s * 1000 / samples if samples else None,
+    }
+
+
+def sample_times(text: str) -> list[float]:
+    """The ``# t=`` times of a log, in seconds."""
+    return [float(m.group(1)) for m in re.finditer(r"^# t=([0-9.]+)\s*$", text, re.M)]
+
+
+def achieved_interval_ms(text: str) -> dict | None:
+    """Median, mean and 95th percentile of the gaps between samples, in ms (None with < 2 samples)."""
+    times = sample_times(text)
+    gaps = sorted((b - a) * 1000 for a, b in zip(times, times[1:], strict=False))
+    if not gaps:
+        return None
+    return {
+        "median_ms": gaps[len(gaps) // 2],
+        "mean_ms": sum(gaps) / len(gaps),
+        "p95_ms": gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))],
+        "samples": len(times),
+    }
+
+
+def filter_log_by_ports(text: str, local_ports: Iterable[int]) -> str:
+    """Keep the ``#`` lines and only the connections whose local port is in ``local_ports``.
+
+    Lines are kept byte for byte; whole connections (address line + info lines) are dropped. Used to
+    remove iperf3's control connection when the sampler could not filter by port.
+    """
+    keep_ports = set(local_ports)
+    out: list[str] = []
+    keep = True
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#"):
+            keep = True
+            out.append(line)
+        elif line[:1].isspace():
+            if keep:
+                out.append(line)
+        elif line.strip():
+            addresses = _address_tokens(line.split()[:6])
+            keep = bool(addresses) and _port(addresses[0]) in keep_ports
+            if keep:
+                out.append(line)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+# ---------------------------------------------------------------------------------------------
+
+_RATE = re.compile(r"([0-9.]+(?:[eE][+-]?\d+)?)([KMGT]?)bps")
+_RATE_SCALE_BPS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_ADDRESS = re.compile(r"^(?:\[[^\]]*\]|[^\s\[\]]*):(\d+|\*)$")
+
+#: Words ss prints without a value (TCP options, flags); everything else bare is the CCA name.
+_FLAGS = {"ts", "sack", "ecn", "ecnseen", "fastopen", "app_limited", "ecn_low", "tcp-ulp-tls", "tcp-ulp-mptcp"}
+#: Words followed by a value in the next token.
+_SPACED = {"send", "pacing_rate", "delivery_rate"}
+_INT_FIELDS = {
+    "mss", "pmtu", "rcvmss", "advmss", "cwnd", "ssthresh", "bytes_sent", "bytes_retrans", "bytes_acked",
+    "bytes_received", "segs_out", "segs_in", "data_segs_out", "data_segs_in", "lastsnd", "lastrcv",
+    "lastack", "delivered", "delivered_ce", "unacked", "lost", "sacked", "fackets", "reordering",
+    "reord_seen", "rcv_space", "rcv_ssthresh", "notsent", "snd_wnd", "rcv_wnd", "dsack_dups", "backoff",
+}
+#: Fields every connection must have when ss got TCP_INFO through inet_diag.
+REQUIRED = ("cca", "rtt_ms", "mss", "cwnd")
+#: Extra fields a BBR connection must have.
+REQUIRED_BBR = ("bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain")
+
+
+def parse_rate_mbit(text: str) -> float:
+    """An ss rate (``772266616bps``, ``61.4Mbps``, ``9.2Gbps``, ``X/Y`` = rate/max) -> Mbit/s."""
+    m = _RATE.fullmatch(text.split("/", 1)[0])
+    if not m:
+        raise ValueError(f"not an ss rate: {text!r}")
+    return float(m.group(1)) * _RATE_SCALE_BPS[m.group(2)] / 1e6
+
+
+def _number(text: str) -> float | int | str:
+    """An ss value as int, float, Mbit/s (rates) or, failing all, the text itself."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d*(?:[eE][+-]?\d+)?", text):
+        return float(text)
+    if _RATE.fullmatch(text.split("/", 1)[0]):
+        return parse_rate_mbit(text)
+    return text
+
+
+def _parse_bbr(inner: str, row: dict) -> None:
+    """``bw:772266616bps,mrtt:0.012,pacing_gain:2.88672,cwnd_gain:2.88672[,more]`` into row."""
+    extra: dict = {}
+    for part in inner.split(","):
+        key, _, value = part.partition(":")
+        key = key.strip()
+        if key == "bw":
+            row["bw_mbit"] = parse_rate_mbit(value)
+        elif key == "mrtt":
+            row["mrtt_ms"] = float(value)
+        elif key in ("pacing_gain", "cwnd_gain"):
+            row[key] = float(value)
+        elif key:
+            extra[key] = _number(value)  # bbr3 and patched kernels add fields: keep them, typed
+    row["bbr_extra"] = extra or None
+
+
+def _tokens(info: str) -> list[str]:
+    """Split on whitespace, keeping ``bbr:(...)`` (which has no spaces in ss's output) as one token."""
+    return info.split()
+
+
+def _address_tokens(tokens: list[str]) -> list[str]:
+    return [t for t in tokens if _ADDRESS.match(t)]
+
+
+def _port(address: str) -> int | None:
+    tail = address.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _parse_info(tokens: list[str], row: dict) -> None:
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in _SPACED and i + 1 < len(tokens):
+            row[f"{tok}_mbit"] = parse_rate_mbit(tokens[i + 1])
+            i += 2
+            continue
+        i += 1
+        if tok.startswith("bbr:(") and tok.endswith(")"):
+            _parse_bbr(tok[5:-1], row)
+        elif ":" in tok:
+            key, _, value = tok.partition(":")
+            if key == "rtt":
+                rtt, _, var = value.partition("/")
+                row["rtt_ms"], row["rttvar_ms"] = float(rtt), float(var) if var else None
+            elif key == "retrans":
+                cur, _, total = value.partition("/")
+                row["retrans_out"], row["retrans_total"] = int(cur), int(total or cur)
+            elif key in ("minrtt", "rcv_rtt", "ato", "rto"):
+                row[f"{key}_ms"] = float(value)
+            elif key in ("busy", "rwnd_limited", "sndbuf_limited"):
+                row[f"{key}_ms"] = float(value.split("ms", 1)[0].split("(", 1)[0])
+            elif key in _INT_FIELDS and value.isdigit():
+                row[key] = int(value)
+            else:
+                row.setdefault("other", {})[key] = _number(value)
+        elif tok == "app_limited":
+            row["app_limited"] = True
+        elif tok in _FLAGS:
+            row.setdefault("flags", []).append(tok)
+        elif re.fullmatch(r"[a-z][a-z0-9_]{0,14}", tok) and "cca" not in row:
+            row["cca"] = tok
+        else:
+            row.setdefault("unparsed", []).append(tok)
+
+
+def _derive(row: dict) -> None:
+    """Fill the absent counters with 0 (ss omits zero counters) and compute inflight and BDP."""
+    for key in ("bytes_sent", "bytes_acked", "bytes_retrans", "unacked", "lost", "sacked", "retrans_out",
+                "notsent"):
+        row.setdefault(key, 0)
+    row.setdefault("app_limited", False)
+    for key in ("bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain", "pacing_rate_mbit", "delivery_rate_mbit",
+                "send_mbit", "ssthresh", "minrtt_ms", "bbr_extra"):
+        row.setdefault(key, None)
+    mss = row.get("mss") or 0
+    row["sent_minus_acked_bytes"] = row["bytes_sent"] - row["bytes_acked"]
+    row["inflight_bytes"] = max(0, row["bytes_sent"] - row["bytes_retrans"] - row["bytes_acked"])
+    row["unacked_bytes"] = row["unacked"] * mss
+    row["pipe_bytes"] = max(0, row["unacked"] - row["sacked"] - row["lost"] + row["retrans_out"]) * mss
+    if row["bw_mbit"] is not None and row["mrtt_ms"] is not None:
+        row["bdp_bytes"] = row["bw_mbit"] * 1e6 / 8 * row["mrtt_ms"] / 1e3
+        row["inflight_bdp"] = row["inflight_bytes"] / row["bdp_bytes"] if row["bdp_bytes"] > 0 else None
+    else:
+        row["bdp_bytes"] = None
+        row["inflight_bdp"] = None
+
+
+def _check_fields(row: dict, text: str) -> None:
+    missing = [k for k in REQUIRED if row.get(k) is None]
+    if row.get("cca", "").startswith("bbr"):
+        missing += [k for k in REQUIRED_BBR if row.get(k) is None]
+    if missing:
+        raise SsFieldsMissing(
+            f"ss printed a connection without {', '.join(missing)}: {text.strip()[:300]!r}. "
+            "ss falls back to /proc/net/tcp (rto, cwnd, ssthresh only) when the inet_diag and tcp_diag "
+            "modules are not loaded on that host: load them (modprobe tcp_diag) before sampling."
+        )
+
+
+def parse_ss_line(text: str, *, check: bool = True) -> dict:
+    """Parse one connection as ``ss -tin`` prints it: the address line and its info line(s).
+
+    Returns a dict with ``local``, ``peer``, ``port`` (local), ``recv_q``, ``send_q``, the normalised
+    fields (``cca``, ``rtt_ms``, ``bw_mbit``, ``pacing_rate_mbit``, ``bytes_sent`` ...) and the derived
+    ``inflight_bytes``, ``bdp_bytes``, ``inflight_bdp`` (see the module docstring). Unknown ``key:value``
+    fields land in ``other``, unknown bbr fields in ``bbr_extra``. With ``check`` a connection that lacks
+    the TCP_INFO fields raises :class:`SsFieldsMissing`.
+    """
+    tokens = _tokens(text)
+    addresses = _address_tokens(tokens[:6]) if text[:1].strip() else []  # the address line comes first
+    row: dict = {"local": None, "peer": None, "port": None, "recv_q": None, "send_q": None}
+    info = tokens
+    if len(addresses) >= 2:
+        a = tokens.index(addresses[0])
+        row["local"], row["peer"] = addresses[0], addresses[1]
+        row["port"] = _port(addresses[0])
+        queues = [t for t in tokens[:a] if t.isdigit()]
+        if len(queues) >= 2:
+            row["recv_q"], row["send_q"] = int(queues[-2]), int(queues[-1])
+        info = tokens[tokens.index(addresses[1], a + 1) + 1:]
+    _parse_info(info, row)
+    _derive(row)
+    if check:
+        _check_fields(row, text)
+    return row
+
+
+def _connections(lines: list[str]) -> list[str]:
+    """Group a sample's lines into connections: an address line and the indented lines after it."""
+    groups: list[list[str]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        if line[:1].isspace() and groups:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return ["\n".join(g) for g in groups]
+
+
+def parse_ss_log(text: str, *, ports: Iterable[int] | None = None, t0_unix_s: float | None = None,
+                 check: bool = True) -> list[dict]:
+    """One row per (sample, connection) of a sampler log (``# t=`` lines, then ss output).
+
+    ``ports`` keeps only connections whose local port is listed (iperf3's data streams). Each row has
+    ``t_unix_s`` and ``t_s`` (seconds since ``t0_unix_s``, by default the first sample). Lines ss
+    printed before the first ``# t=`` and the sampler's ``# end`` footer are not samples.
+    """
+    keep = set(ports) if ports is not None else None
+    rows: list[dict] = []
+    samples: list[tuple[float, list[str]]] = []
+    for line in text.splitlines():
+        m = re.match(r"^# t=([0-9.]+)\s*$", line)
+        if m:
+            samples.append((float(m.group(1)), []))
+        elif line.startswith("#"):
+            continue
+        elif samples:
+            samples[-1][1].append(line)
+    if not samples:
+        return rows
+    t0 = samples[0][0] if t0_unix_s is None else t0_unix_s
+    for index, (t_unix_s, lines) in enumerate(samples):
+        for conn in _connections(lines):
+            row = parse_ss_line(conn, check=False)
+            if keep is not None and row["port"] not in keep:
+                continue
+            if check:
+                _check_fields(row, conn)
+            rows.append({"sample": index, "t_unix_s": t_unix_s, "t_s": t_unix_s - t0, **row})
+    return rows

@@ -1,0 +1,164 @@
+"""``bbrlab contention set|show|clear``: SCHED_DEADLINE on a VM's vCPU threads by hand.
+
+Campaigns apply contention per run and restore it themselves; these commands are for trying a
+setting out, looking at what a VM's threads run under, and cleaning up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+from ..errors import BbrlabError, ValidationError
+from ..hosts import Host, LocalHost
+
+SET_EPILOG = """\
+`set` leaves the policy in place after the command exits: it stays until `bbrlab contention clear`
+(or until the VM stops). Inside Python, use bbrlab.contention.contended(), which restores the
+previous policy on exit, exceptions, Ctrl-C and SIGTERM.
+
+examples:
+  bbrlab contention set --timeslice 1ms --share 25% --qmp /run/bbrlab/sender.qmp
+  bbrlab contention show --qmp /run/bbrlab/sender.qmp --measure 3
+  bbrlab contention clear --qmp /run/bbrlab/sender.qmp
+"""
+
+VCPU_THREAD_NAME = re.compile(r"CPU \d+/\w+")
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--pid", type=int, metavar="QEMU_PID",
+                   help="a local QEMU started with -name NAME,debug-threads=on (vCPU threads are named 'CPU N/...')")
+    g.add_argument("--qmp", metavar="SOCKET", help="a local QEMU's QMP unix socket (asks query-cpus-fast)")
+    g.add_argument("--threads", metavar="TID,TID", help="explicit thread ids (any hypervisor, e.g. VirtualBox)")
+    g.add_argument("--testbed", metavar="FILE", help="a testbed file: the sender VM's vCPU threads on its hypervisor")
+    p.add_argument("--method", choices=("auto", "syscall", "chrt"), default="auto",
+                   help="sched_setattr(2) directly (this machine) or chrt on the host; auto picks (default)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("contention", help="SCHED_DEADLINE on a VM's vCPU threads: set, show, clear",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    s = verbs.add_parser("set", help="apply runtime = deadline = timeslice, period = timeslice / share (stays until clear)",
+                         description="Apply SCHED_DEADLINE to every vCPU thread and read it back.",
+                         epilog=SET_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--timeslice", required=True, help="runtime = deadline, e.g. 1ms, 10ms, 500us")
+    s.add_argument("--share", required=True, help="CPU share, e.g. 25%% (100%% = no policy)")
+    _target_args(s)
+    s.set_defaults(func=run_set)
+
+    sh = verbs.add_parser("show", help="the threads' current policy (and, with --measure, the CPU they use)")
+    _target_args(sh)
+    sh.add_argument("--measure", type=float, metavar="SECONDS",
+                    help="also measure the CPU share each thread uses over SECONDS (from /proc/<tid>/schedstat)")
+    sh.add_argument("--json", action="store_true", help="machine-readable output")
+    sh.set_defaults(func=run_show)
+
+    c = verbs.add_parser("clear", help="put threads under SCHED_DEADLINE back to SCHED_OTHER")
+    _target_args(c)
+    c.set_defaults(func=run_clear)
+
+
+# -- finding the threads --------------------------------------------------------------------------
+
+def threads_by_name(pid: int) -> list[int]:
+    """vCPU thread ids of a local QEMU by QEMU's own thread names (needs ``debug-threads=on``)."""
+    task_dir = f"/proc/{pid}/task"
+    if not os.path.isdir(task_dir):
+        raise ValidationError("--pid", pid, "the pid of a running process on this machine")
+    found = []
+    for tid in sorted(os.listdir(task_dir), key=int):
+        try:
+            with open(f"{task_dir}/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if VCPU_THREAD_NAME.fullmatch(name):
+            found.append((int(name.split()[1].split("/")[0]), int(tid)))
+    if not found:
+        raise ValidationError("--pid", pid, "a QEMU started with -name NAME,debug-threads=on "
+                              "(no thread named 'CPU N/...'); or use --qmp SOCKET")
+    return [tid for _index, tid in sorted(found)]
+
+
+def parse_thread_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValidationError("--threads", text, "comma-separated thread ids, e.g. 1234,1235") from None
+
+
+def resolve_target(args) -> tuple[Host, list[int]]:
+    """(hypervisor host, vCPU thread ids) named by the target options."""
+    from ..vcpu import explicit_vcpu_threads, qmp_vcpu_threads
+
+    if args.pid is not None:
+        return LocalHost(), threads_by_name(args.pid)
+    if args.qmp:
+        return LocalHost(), qmp_vcpu_threads(args.qmp)
+    if args.threads:
+        return LocalHost(), explicit_vcpu_threads(parse_thread_list(args.threads), "--threads")
+    try:
+        from ..testbed.file import load_file
+        from ..testbed.roles import from_spec
+    except ImportError as e:
+        raise BbrlabError(f"--testbed needs bbrlab.testbed, which is not available here: {e}") from e
+    tb = from_spec(load_file(args.testbed))
+    return tb.sender.hypervisor, tb.sender.vcpu_threads()
+
+
+# -- the verbs --------------------------------------------------------------------------------------
+
+def run_set(args) -> int:
+    from ..contention import ContentionSession
+    from ..scenario import Contention
+    from ..units import parse_percent, parse_time_ms
+
+    contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
+                            cpu_share_pct=parse_percent(args.share, "--share"))
+    host, tids = resolve_target(args)
+    session = ContentionSession(host, tids, contention, method=args.method)
+    session.prepare()
+    session.apply()
+    if contention.unlimited:
+        print(f"share 100 %: no policy applied to {len(tids)} thread(s)")
+    for tid, policy in session.applied.items():
+        print(f"{host.name} thread {tid}: {policy.describe()}")
+    if not contention.unlimited:
+        print("the policy stays until `bbrlab contention clear`")
+    return 0
+
+
+def run_show(args) -> int:
+    from ..contention import measure_usage, show_policies
+
+    host, tids = resolve_target(args)
+    policies = show_policies(host, tids, args.method)
+    usage = {u.tid: u for u in measure_usage(host, tids, args.measure)} if args.measure else {}
+    if args.json:
+        rows = [{"tid": tid, **p.to_dict(), **({"usage": usage[tid].to_dict()} if tid in usage else {})}
+                for tid, p in policies.items()]
+        print(json.dumps({"host": host.name, "threads": rows}, indent=2))
+        return 0
+    for tid, policy in policies.items():
+        line = f"{host.name} thread {tid}: {policy.describe()}"
+        if tid in usage:
+            u = usage[tid]
+            line += f"; used {u.cpu_share_pct:.1f} % of a CPU over {u.wall_s:.1f} s"
+        print(line)
+    return 0
+
+
+def run_clear(args) -> int:
+    from ..contention import clear_deadline
+
+    host, tids = resolve_target(args)
+    cleared = clear_deadline(host, tids, args.method)
+    print(f"{host.name}: {len(cleared)} thread(s) back to SCHED_OTHER: {cleared}" if cleared
+          else f"{host.name}: no thread was under SCHED_DEADLINE")
+    return 0

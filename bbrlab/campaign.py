@@ -1,0 +1,426 @@
+"""Campaigns: a YAML spec -> a validated grid of scenarios -> an ordered plan -> runs that survive crashes.
+
+Spec keys (see specs/*.yaml)::
+
+    name: fig4-100mbit          # [A-Za-z0-9._-], used in paths
+    testbed: local              # 'local' or a testbed file
+    ccas: [cubic, bbr, bbr2b]
+    timeslices_ms: [1, 10, 20]
+    cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
+    rtts_ms: [10, 20, 40]
+    rates_mbit: [100]
+    buffers_bdp: [1]
+    losses_pct: [0]             # > 0 means uniform random loss
+    streams: [1]
+    repetitions: 30
+    duration_s: 20
+    sample_ss_ms: null          # e.g. 10 for the sampled runs of figures 5, 6, 9, 11
+    order: blocked-random       # or sequential, random
+    seed: 1
+    max_attempts: 3             # a failing run is tried at most this often
+    delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
+
+Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
+
+Crash safety: the campaign directory holds ``spec.yaml`` and ``plan.json`` (the execution order). A
+run counts once its directory is renamed into ``runs/`` (:mod:`bbrlab.record`); resuming skips those,
+clears ``.tmp/`` and retries failed runs until ``max_attempts``. A ``.lock`` file (flock) keeps two
+processes from working on the same directory; the kernel releases it when a process dies, even by
+SIGKILL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from . import record as rec
+from .errors import BbrlabError, ValidationError
+from .scenario import Contention, Flow, Link, Scenario, check_cca
+
+PLAN_SCHEMA = "bbrlab.plan/1"
+ORDERS = ("blocked-random", "sequential", "random")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
+ESTIMATED_OVERHEAD_S = 2.0
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """A validated campaign spec. Build with :func:`load_spec` / :meth:`from_dict`."""
+
+    name: str
+    ccas: tuple[str, ...]
+    timeslices_ms: tuple[float, ...]
+    cpu_shares_pct: tuple[float, ...]
+    rtts_ms: tuple[float, ...]
+    rates_mbit: tuple[float, ...]
+    testbed: str = "local"
+    buffers_bdp: tuple[float, ...] = (1.0,)
+    losses_pct: tuple[float, ...] = (0.0,)
+    streams: tuple[int, ...] = (1,)
+    repetitions: int = 30
+    duration_s: float = 20.0
+    sample_ss_ms: int | None = None
+    order: str = "blocked-random"
+    seed: int = 1
+    max_attempts: int = 3
+    delay_split: str = "symmetric"
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, data: object) -> CampaignSpec:
+        return _validate(data)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    # -- the grid ----------------------------------------------------------------------------
+    def grid(self) -> list[Scenario]:
+        """Every parameter combination, repetition 0, in a fixed nested order."""
+        points = itertools.product(self.ccas, self.timeslices_ms, self.cpu_shares_pct, self.rtts_ms,
+                                   self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
+        return [self._scenario(*p, repetition=0) for p in points]
+
+    def _scenario(self, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
+        link = Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
+                    loss_pct=loss, delay_split=self.delay_split)
+        flow = Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ss_ms=self.sample_ss_ms)
+        return Scenario(link, Contention(ts, share), flow, repetition)
+
+    def plan(self) -> list[Scenario]:
+        """All runs (grid x repetitions) in execution order, reproducible from ``seed``."""
+        grid = self.grid()
+        with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
+        rng = random.Random(self.seed)
+        if self.order == "sequential":
+            return [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
+        if self.order == "random":
+            runs = [s for block in with_rep for s in block]
+            rng.shuffle(runs)
+            return runs
+        out: list[Scenario] = []
+        for block in with_rep:  # blocked-random: each repetition block is its own permutation
+            block = list(block)
+            rng.shuffle(block)
+            out.extend(block)
+        return out
+
+    def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
+        return len(self.grid()) * self.repetitions * (self.duration_s + overhead_s)
+
+
+def _with_repetition(s: Scenario, r: int) -> Scenario:
+    return Scenario(s.link, s.contention, s.flow, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
+          "streams")
+_REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
+
+
+def _number(key: str, value: object, *, integer: bool = False) -> float | int:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValidationError(key, value, "a whole number" if integer else "a number")
+    return value
+
+
+def _list(data: dict, key: str) -> list:
+    value = data[key]
+    if not isinstance(value, list) or not value:
+        raise ValidationError(key, value, "a non-empty list, e.g. [1, 10, 20]")
+    if len(value) > 1000:
+        raise ValidationError(key, f"{len(value)} values", "at most 1000 values")
+    return value
+
+
+def _rename_field(e: ValidationError, key: str) -> ValidationError:
+    return ValidationError(key, e.value, e.allowed)
+
+
+def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tuple:
+    """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
+    out = []
+    for i, v in enumerate(values):
+        if key != "ccas":
+            _number(f"{key}[{i}]", v, integer=key == "streams")
+        try:
+            probe(v)
+        except ValidationError as e:
+            raise _rename_field(e, f"{key}[{i}]") from None
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise ValidationError(key, values, "distinct values (a value listed twice would run twice)")
+    return tuple(out)
+
+
+def _validate(data: object) -> CampaignSpec:
+    if not isinstance(data, dict):
+        raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
+    known = {f.name for f in fields(CampaignSpec)}
+    for key in data:
+        if key not in known:
+            raise ValidationError(str(key), data[key], f"a known key: {', '.join(sorted(known))}")
+    for key in _REQUIRED:
+        if key not in data:
+            raise ValidationError(key, None, "required")
+    d = dict(data)
+    name = d["name"]
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
+    testbed = d.get("testbed", "local")
+    if not isinstance(testbed, str) or not testbed or any(c in testbed for c in "\n\r\0"):
+        raise ValidationError("testbed", testbed, "'local' or the path of a testbed file")
+    lists = {key: _list(d, key) for key in _LISTS if key in d}
+    checked = {
+        "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
+        "timeslices_ms": _check_each("timeslices_ms", lists["timeslices_ms"], lambda v: Contention(v, 100)),
+        "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], lambda v: Contention(1, v)),
+        "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], lambda v: Link(rtt_ms=v, rate_mbit=100)),
+        "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"], lambda v: Link(rtt_ms=10, rate_mbit=v)),
+    }
+    if "buffers_bdp" in lists:
+        checked["buffers_bdp"] = _check_each(
+            "buffers_bdp", lists["buffers_bdp"], lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v))
+    if "losses_pct" in lists:
+        checked["losses_pct"] = _check_each(
+            "losses_pct", lists["losses_pct"],
+            lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
+    if "streams" in lists:
+        checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    scalars = _check_scalars(d)
+    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
+    _check_combinations(spec)
+    return spec
+
+
+def _check_scalars(d: dict) -> dict:
+    out: dict = {}
+    if "repetitions" in d:
+        out["repetitions"] = _number("repetitions", d["repetitions"], integer=True)
+        if not 1 <= out["repetitions"] <= 1000:
+            raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")
+    if "duration_s" in d:
+        out["duration_s"] = _number("duration_s", d["duration_s"])
+        try:
+            Flow("cubic", duration_s=out["duration_s"])
+        except ValidationError as e:
+            raise _rename_field(e, "duration_s") from None
+    if d.get("sample_ss_ms") is not None:
+        out["sample_ss_ms"] = _number("sample_ss_ms", d["sample_ss_ms"], integer=True)
+        try:
+            Flow("cubic", sample_ss_ms=out["sample_ss_ms"])
+        except ValidationError as e:
+            raise _rename_field(e, "sample_ss_ms") from None
+    if "order" in d:
+        if d["order"] not in ORDERS:
+            raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")
+        out["order"] = d["order"]
+    if "seed" in d:
+        out["seed"] = _number("seed", d["seed"], integer=True)
+        if not 0 <= out["seed"] < 2**63:
+            raise ValidationError("seed", out["seed"], "0 <= seed < 2**63")
+    if "max_attempts" in d:
+        out["max_attempts"] = _number("max_attempts", d["max_attempts"], integer=True)
+        if not 1 <= out["max_attempts"] <= 10:
+            raise ValidationError("max_attempts", out["max_attempts"], "1 <= max_attempts <= 10")
+    if "delay_split" in d:
+        if d["delay_split"] not in ("symmetric", "forward"):
+            raise ValidationError("delay_split", d["delay_split"], "symmetric or forward")
+        out["delay_split"] = d["delay_split"]
+    if "description" in d:
+        if not isinstance(d["description"], str):
+            raise ValidationError("description", d["description"], "text")
+        out["description"] = d["description"]
+    return out
+
+
+def _check_combinations(spec: CampaignSpec) -> None:
+    """Pairs that are invalid together (a deadline period out of the kernel's range)."""
+    for i, ts in enumerate(spec.timeslices_ms):
+        for j, share in enumerate(spec.cpu_shares_pct):
+            try:
+                Contention(ts, share)
+            except ValidationError as e:
+                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Read and validate a YAML spec file."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise BbrlabError(f"cannot read campaign spec {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValidationError("spec", str(path), f"valid YAML ({e})") from None
+    return CampaignSpec.from_dict(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# The campaign directory
+# ---------------------------------------------------------------------------------------------
+
+def plan_dict(spec: CampaignSpec) -> dict:
+    return {
+        "schema": PLAN_SCHEMA,
+        "campaign": spec.name,
+        "seed": spec.seed,
+        "runs": [{"run_id": s.run_id, "scenario": s.to_dict()} for s in spec.plan()],
+    }
+
+
+def prepare(spec: CampaignSpec, out_dir: str | Path) -> dict:
+    """Create (or re-open) the campaign directory; return the plan.
+
+    A directory that already holds a different campaign's spec is refused (no silent mixing).
+    """
+    import yaml
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path, plan_path = out / "spec.yaml", out / "plan.json"
+    wanted = plan_dict(spec)
+    if plan_path.exists():
+        existing = json.loads(plan_path.read_text())
+        old_spec = yaml.safe_load(spec_path.read_text()) if spec_path.exists() else None
+        if old_spec != spec.to_dict() or existing.get("runs") != wanted["runs"]:
+            raise BbrlabError(f"{out} holds a different campaign (spec.yaml differs from this spec); "
+                              "use another --out directory")
+        return existing
+    rec.write_file(out / ".spec.yaml.tmp", yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    os.replace(out / ".spec.yaml.tmp", spec_path)
+    rec.write_json_atomic(plan_path, wanted)
+    return wanted
+
+
+def load_plan(out_dir: str | Path) -> dict:
+    path = Path(out_dir) / "plan.json"
+    if not path.is_file():
+        raise BbrlabError(f"{out_dir} is not a campaign directory (no plan.json)")
+    return json.loads(path.read_text())
+
+
+def _max_attempts(out_dir: Path) -> int:
+    import yaml
+
+    spec_path = out_dir / "spec.yaml"
+    data = yaml.safe_load(spec_path.read_text()) if spec_path.exists() else {}
+    return int((data or {}).get("max_attempts", 3))
+
+
+def status(out_dir: str | Path) -> dict:
+    """Counts for a campaign directory: planned, done, failed (attempts exhausted), failed_attempts,
+    running (being written by a live process), remaining (still to run)."""
+    out = Path(out_dir)
+    plan = load_plan(out)
+    max_attempts = _max_attempts(out)
+    run_ids = [r["run_id"] for r in plan["runs"]]
+    done = sum(rec.is_complete(out, r) for r in run_ids)
+    attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
+    given_up = sum(1 for r in run_ids if not rec.is_complete(out, r) and len(attempts[r]) >= max_attempts)
+    running = [r for r in rec.in_progress(out) if r in set(run_ids)]
+    return {
+        "campaign": plan["campaign"],
+        "planned": len(run_ids),
+        "done": done,
+        "failed": given_up,
+        "failed_attempts": sum(len(a) for a in attempts.values()),
+        "running": len(running),
+        "remaining": len(run_ids) - done - given_up,
+    }
+
+
+@contextmanager
+def directory_lock(out_dir: Path) -> Iterator[None]:
+    """Exclusive lock on the campaign directory; refused at once if another process holds it."""
+    fd = os.open(Path(out_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BbrlabError(f"another bbrlab process is running the campaign in {out_dir}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+#: A run function: (scenario, staging directory, run_id, attempt) -> record dict (status ok or failed).
+RunFunction = Callable[..., dict]
+
+
+def _failure_record(spec: CampaignSpec, scenario: Scenario, attempt: int, started_at: str, error: BaseException) -> dict:
+    return rec.build_record(
+        run_id=scenario.run_id, campaign=spec.name, status="failed",
+        reason=f"{type(error).__name__}: {error}", attempt=attempt, started_at=started_at,
+        ended_at=rec.now_iso(), scenario=scenario.to_dict(), metadata={},
+    )
+
+
+def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction) -> dict:
+    """Run one planned scenario until it succeeds or its attempts are used up; return the last record."""
+    attempt = len(rec.failed_attempts(out, scenario.run_id))
+    record: dict = {}
+    while attempt < spec.max_attempts:
+        attempt += 1
+        staging = rec.staging_dir(out, scenario.run_id)
+        started = rec.now_iso()
+        try:
+            record = run_fn(scenario, staging, run_id=scenario.run_id, campaign=spec.name, attempt=attempt)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
+            record = _failure_record(spec, scenario, attempt, started, e)
+        rec.commit(staging, out, record)
+        if record["status"] == "ok":
+            break
+    return record
+
+
+def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
+                 on_run: Callable[[dict], None] | None = None) -> dict:
+    """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with directory_lock(out):
+        plan = prepare(spec, out)
+        rec.clear_tmp(out)
+        todo = [Scenario.from_dict(r["scenario"]) for r in plan["runs"] if not rec.is_complete(out, r["run_id"])]
+        todo = [s for s in todo if len(rec.failed_attempts(out, s.run_id)) < spec.max_attempts]
+        total = len(plan["runs"])
+        bar = _progress_bar(total, total - len(todo), spec, enabled=progress)
+        try:
+            for scenario in todo:
+                t0 = time.monotonic()
+                record = execute_run(spec, out, scenario, run_fn)
+                bar.set_postfix_str(f"{scenario.run_id} {record['status']} {time.monotonic() - t0:.1f}s")
+                bar.update(1)
+                if on_run:
+                    on_run(record)
+        finally:
+            bar.close()
+    return status(out)
+
+
+def _progress_bar(total: int, initial: int, spec: CampaignSpec, *, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=spec.name, unit="run", disable=not enabled, dynamic_ncols=True)

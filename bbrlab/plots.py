@@ -1,0 +1,386 @@
+"""The paper's figures from bbrlab's tables, in one publication style.
+
+Every figure function takes tables (see :mod:`bbrlab.data`) and returns ``(figure, table)``: the
+matplotlib Figure and the DataFrame it plotted (medians with 25th/75th percentiles over repetitions,
+or the raw rows for time series), so a notebook can show, save or check both. :func:`save` writes PDF
+(for papers) and PNG (for a quick look) plus ``<name>.points.json``, the coordinates read back from the
+figure's lines, so anyone can verify a figure against the table without parsing an image.
+
+Facet dimensions that the data lacks never raise: an empty selection gives a figure that says what is
+missing, and a column with no values collapses to a single facet labelled "not recorded".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .data import summarise  # noqa: E402
+
+STYLE = {
+    "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "font.size": 8, "axes.titlesize": 8,
+    "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.2,
+    "lines.markersize": 3.5, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+    "axes.spines.right": False, "pdf.fonttype": 42, "ps.fonttype": 42, "legend.frameon": False,
+}
+#: Fixed colours so a CCA looks the same in every figure.
+CCA_COLOURS = {"cubic": "#4d4d4d", "reno": "#999999", "bbr": "#1f77b4", "bbr1": "#1f77b4", "bbr2": "#2ca02c",
+               "bbr3": "#d62728", "bbrv3": "#d62728", "bbr2b": "#ff7f0e"}
+FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
+          "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
+          "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]"}
+#: Short names for facet titles ("RTT 10 ms", "share 25 %").
+FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]",
+               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel"}
+UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
+NOT_RECORDED = "not recorded"
+PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 2.3, 1.8
+
+
+@contextmanager
+def style():
+    """Apply the publication style for the figures made inside the block."""
+    with plt.rc_context(STYLE):
+        yield
+
+
+def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
+    """Write ``name.pdf`` / ``name.png`` and ``name.points.json`` (what the lines show) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out / f"{name}.{fmt}"
+        fig.savefig(path, bbox_inches="tight", dpi=STYLE["savefig.dpi"])
+        paths.append(path)
+    points = out / f"{name}.points.json"
+    points.write_text(json.dumps(plotted_points(fig), indent=1))
+    paths.append(points)
+    return paths
+
+
+def plotted_points(fig) -> list[dict]:
+    """Per axes: its title and every labelled line's x/y, read from the figure's artists."""
+    out = []
+    for ax in fig.axes:
+        lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata())}
+                 for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        out.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": lines})
+    return out
+
+
+def _plain(values) -> list:
+    return [None if isinstance(v, float) and math.isnan(v) else v for v in np.asarray(values, dtype=float).tolist()]
+
+
+# -- labels, levels and colours ----------------------------------------------------------------
+
+def level_label(col: str, value) -> str:
+    """``rtt_ms``, 10 -> ``"RTT 10 ms"``; a missing value -> ``"<name> not recorded"``."""
+    name = FACET_NAMES.get(col, col)
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return f"{name} {NOT_RECORDED}"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    unit = UNITS.get(col, "")
+    if col == "streams":
+        return f"{value:g} flow{'s' if value != 1 else ''}" if isinstance(value, int | float) else str(value)
+    return f"{name} {value}{(' ' + unit) if unit else ''}".strip()
+
+
+def levels(df: pd.DataFrame, col: str | None) -> list:
+    """Sorted distinct values of a facet column (NaN kept as one level); [None] for no facet."""
+    if col is None or col not in df.columns or df.empty:
+        return [None]
+    values = df[col].drop_duplicates().tolist()
+    present = sorted(v for v in values if not _missing(v))
+    return present + ([float("nan")] if any(_missing(v) for v in values) else [])
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _select(df: pd.DataFrame, col: str | None, value) -> pd.DataFrame:
+    if col is None or col not in df.columns:
+        return df
+    return df[df[col].isna()] if _missing(value) else df[df[col] == value]
+
+
+def colour(key, index: int) -> str:
+    return CCA_COLOURS.get(str(key).lower(), FALLBACK[index % len(FALLBACK)])
+
+
+def _grid(n_rows: int, n_cols: int, sharey: bool = True):
+    fig, axes = plt.subplots(n_rows, n_cols, squeeze=False, sharex=True, sharey=sharey,
+                             figsize=(PANEL_WIDTH_IN * n_cols + 0.6, PANEL_HEIGHT_IN * n_rows + 0.4))
+    return fig, axes
+
+
+def empty_figure(message: str):
+    """A figure that states what is missing instead of failing."""
+    with style():
+        fig, ax = plt.subplots(figsize=(4, 1.6))
+        ax.axis("off")
+        ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=9)
+    return fig
+
+
+def missing_columns(df: pd.DataFrame, needed: Sequence[str]) -> list[str]:
+    """Columns absent or without a single value."""
+    return [c for c in needed if c not in df.columns or df[c].isna().all()]
+
+
+# -- full-share runs belong to every timeslice --------------------------------------------------
+
+def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.DataFrame:
+    """Runs without a policy (100 % share) whose timeslice is unknown appear in every timeslice facet."""
+    if facet not in runs.columns or runs.empty:
+        return runs
+    loose = runs[(runs["cpu_share_pct"] >= 100) & runs[facet].isna()]
+    slices = sorted(runs[facet].dropna().unique())
+    if loose.empty or not slices:
+        return runs
+    copies = [loose.assign(**{facet: s}) for s in slices]
+    return pd.concat([runs.drop(loose.index), *copies], ignore_index=True)
+
+
+# -- the median-with-spread line figure all summary plots share ------------------------------------
+
+def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
+                stat: str = "median", band: bool = True, logy: bool = False, ylabel: str | None = None,
+                title: str | None = None, hue_label=None):
+    """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
+
+    ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    Returns (figure, summary table).
+    """
+    needed = [x, value]
+    lacking = missing_columns(runs, needed)
+    if runs.empty or lacking:
+        why = "no runs match the selection" if runs.empty else f"the data has no {', '.join(lacking)}"
+        return empty_figure(f"Nothing to plot: {why}."), summarise(runs.iloc[0:0], [x], value)
+    by = [c for c in (row, col, hue, x) if c is not None]
+    table = summarise(runs, by, value)
+    rows, cols, hues = levels(table, row), levels(table, col), levels(table, hue)
+    with style():
+        fig, axes = _grid(len(rows), len(cols))
+        for i, rv in enumerate(rows):
+            for j, cv in enumerate(cols):
+                ax = axes[i][j]
+                cell = _select(_select(table, row, rv), col, cv)
+                for k, hv in enumerate(hues):
+                    _draw_line(ax, _select(cell, hue, hv).sort_values(x), x, stat, band,
+                               (hue_label or _hue_text)(hv), colour(hv, k))
+                ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
+                if logy:
+                    ax.set_yscale("log")
+                if i == len(rows) - 1:
+                    ax.set_xlabel(LABELS.get(x, x))
+                if j == 0:
+                    ax.set_ylabel(ylabel or LABELS.get(value, value))
+        _legend(fig, axes, title)
+    return fig, table
+
+
+def _hue_text(value) -> str:
+    return NOT_RECORDED if _missing(value) else str(value)
+
+
+def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str, color: str) -> None:
+    if part.empty:
+        return
+    ax.plot(part[x], part[stat], marker="o", label=label, color=color)
+    if band and stat == "median":
+        ax.fill_between(part[x], part["q25"], part["q75"], color=color, alpha=0.18, linewidth=0)
+
+
+def _legend(fig, axes, title: str | None = None) -> None:
+    """One legend for the whole figure, above the panels (with the figure's title, if any)."""
+    handles, labels = {}, []
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=False):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    fig.tight_layout()
+    if handles or title:
+        fig.legend([handles[lab] for lab in labels], labels, loc="lower center", ncols=max(1, min(len(labels), 3 if any(len(x) > 24 for x in labels) else 5)),
+                   bbox_to_anchor=(0.5, 1.0), title=title)
+
+
+# -- the paper's figures --------------------------------------------------------------------------
+
+def throughput_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        hue: str = "cca", value: str = "throughput_mbit", logy: bool = False, title=None):
+    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA."""
+    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
+                       logy=logy, title=title)
+
+
+def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca", col: str | None = "timeslice_ms",
+          logy: bool = True, value: str = "throughput_mbit", title=None):
+    """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value."""
+    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
+                       logy=logy, title=title, hue_label=lambda v: level_label(over, v))
+
+
+def std_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                 hue: str = "cca", title=None):
+    """Figure 12: standard deviation of the per-run throughputs vs CPU share."""
+    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
+                       col=col, stat="std", band=False, ylabel=LABELS["std"], title=title)
+
+
+def with_variant(runs: pd.DataFrame) -> pd.DataFrame:
+    """Add ``variant``: ``"<cca> (patched)"`` or ``"<cca> (original)"``."""
+    tag = np.where(runs["patched"].fillna(False).astype(bool), "patched", "original")
+    return runs.assign(variant=runs["cca"].astype(str) + " (" + tag + ")")
+
+
+def patched_vs_original(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        title=None):
+    """Figures 10/15: medians of patched and original BBR side by side."""
+    if runs.empty:
+        return facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="cca", row=row, col=col)
+    return facet_lines(spread_full_share(with_variant(runs)), x="cpu_share_pct", value="throughput_mbit",
+                       hue="variant", row=row, col=col, title=title)
+
+
+def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "cca",
+               col: str | None = "timeslice_ms", alpha: float = 0.5, title=None):
+    """Figure 5: throughput over time, one thin line per run, facets CCA x timeslice."""
+    keep = [c for c in ("run_id", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
+    table = intervals.merge(runs[keep], on="run_id", how="inner") if len(intervals) else intervals
+    if table.empty:
+        return empty_figure("Nothing to plot: no iperf3 intervals for the selected runs."), table
+    rows, cols = levels(table, row), levels(table, col)
+    with style():
+        fig, axes = _grid(len(rows), len(cols))
+        for i, rv in enumerate(rows):
+            for j, cv in enumerate(cols):
+                ax = axes[i][j]
+                cell = _select(_select(table, row, rv), col, cv)
+                for k, (run_id, part) in enumerate(cell.groupby("run_id", sort=True)):
+                    part = part.sort_values("t_end_s")
+                    ax.plot(part["t_end_s"], part["throughput_mbit"], alpha=alpha, linewidth=0.8,
+                            color=colour(part["cca"].iloc[0], k), label=str(run_id))
+                ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
+                if i == len(rows) - 1:
+                    ax.set_xlabel(LABELS["t_s"])
+                if j == 0:
+                    ax.set_ylabel(LABELS["throughput_mbit"])
+        fig.tight_layout()  # lines are labelled with their run ids (see points.json), too many for a legend
+        if title:
+            fig.suptitle(title, y=1.02)
+    return fig, table
+
+
+SS_PANELS = {
+    "rates": (("pacing_rate_mbit", "pacing rate"), ("delivery_rate_mbit", "delivery rate"),
+              ("bw_mbit", "BBR bw estimate")),
+    "inflight": (("inflight_bdp", "inflight [BDP]"),),
+    "gains": (("pacing_gain", "pacing_gain"), ("cwnd_gain", "cwnd_gain")),
+}
+SS_YLABELS = {"rates": "rate [Mbit/s]", "inflight": "inflight [BBR BDP]", "gains": "gain"}
+
+
+def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timeslice_ms", "cpu_share_pct"),
+                        have: Sequence[str] | None = None) -> list[str]:
+    """One run per group: the run whose throughput is closest to its group's median (a typical sample)."""
+    pool = runs if have is None else runs[runs["run_id"].isin(have)]
+    if pool.empty:
+        return []
+    cols = [c for c in by if c in pool.columns]
+    chosen = []
+    for _, g in pool.groupby(cols, dropna=False, sort=True):
+        distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
+        chosen.append(g.loc[distance.idxmin(), "run_id"])
+    return chosen
+
+
+def socket_state(ss: pd.DataFrame, runs: pd.DataFrame, *, run_ids: Sequence[str] | None = None,
+                 panels: Sequence[str] = ("rates",), max_runs: int = 6, title=None):
+    """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains): one column per
+    sampled run, one row per panel kind. Default runs: a representative one per CCA x timeslice x share."""
+    unknown = set(panels) - set(SS_PANELS)
+    if unknown:
+        raise ValueError(f"panels must be among {', '.join(SS_PANELS)}; got {', '.join(sorted(unknown))}")
+    sampled = set(ss["run_id"]) if len(ss) else set()
+    ids = list(run_ids) if run_ids is not None else representative_runs(runs, have=sampled)[:max_runs]
+    table = ss[ss["run_id"].isin(ids)] if len(ss) else ss
+    if table.empty:
+        return empty_figure("Nothing to plot: no ss samples for the selected runs (sample with flow.sample_ss_ms)."), \
+            table
+    ids = [i for i in ids if i in set(table["run_id"])]
+    info = runs.set_index("run_id")
+    with style():
+        fig, axes = _grid(len(panels), len(ids), sharey=False)
+        for j, run_id in enumerate(ids):
+            part = table[table["run_id"] == run_id].sort_values("t_s")
+            for i, panel in enumerate(panels):
+                _ss_panel(axes[i][j], part, panel)
+                if j == 0:
+                    axes[i][j].set_ylabel(SS_YLABELS[panel])
+            axes[0][j].set_title(_run_title(info, run_id))
+            axes[-1][j].set_xlabel(LABELS["t_s"])
+        _legend(fig, axes, title)
+    return fig, table
+
+
+def _ss_panel(ax, part: pd.DataFrame, panel: str) -> None:
+    drawn = 0
+    for k, (col, label) in enumerate(SS_PANELS[panel]):
+        if col in part and part[col].notna().any():
+            ax.plot(part["t_s"], part[col], label=label, color=FALLBACK[(k + 3 * list(SS_PANELS).index(panel))
+                                                                        % len(FALLBACK)])
+            drawn += 1
+    if not drawn:
+        ax.text(0.5, 0.5, "not in the samples\n(no BBR state for this CCA)", ha="center", va="center",
+                transform=ax.transAxes, fontsize=7, color="gray")
+        return
+    if panel == "inflight":
+        ax.axhline(1.0, color="green", linewidth=0.8, linestyle="--", label="_1 BDP")
+
+
+def _run_title(info: pd.DataFrame, run_id: str) -> str:
+    if run_id not in info.index:
+        return str(run_id)
+    r = info.loc[run_id]
+    if isinstance(r, pd.DataFrame):
+        r = r.iloc[0]
+    return f"{r['cca']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n{level_label('cpu_share_pct', r['cpu_share_pct'])}"
+
+
+def link_utilisation(runs: pd.DataFrame, *, x: str = "rate_mbit", hue: str = "kernel_cca",
+                     row: str | None = "streams", col: str | None = "hypervisor", title=None):
+    """Poster figure 2: link utilisation (median, IQR band, and every run as a dot) per hypervisor x
+    flows, a line per kernel + CCA, over the bandwidth."""
+    if runs.empty:
+        return facet_lines(runs, x=x, value="link_utilisation", hue="cca", row=row, col=col)
+    kernel = runs["sender_kernel"].astype("string").fillna(NOT_RECORDED)
+    data = runs.assign(kernel_cca=kernel + " / " + runs["cca"].astype("string"))
+    fig, table = facet_lines(data, x=x, value="link_utilisation", hue=hue, row=row, col=col, title=title)
+    _add_run_dots(fig, data, x=x, row=row, col=col, table=table)
+    return fig, table
+
+
+def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFrame) -> None:
+    """Every run's value as a faint unlabelled dot behind the medians (the spread the poster shows)."""
+    if table.empty or not fig.axes:
+        return
+    rows, cols = levels(table, row), levels(table, col)
+    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
+        cell = _select(_select(data, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
+        ax.scatter(cell[x], cell["link_utilisation"], s=4, color="black", alpha=0.25, label="_runs", zorder=1)

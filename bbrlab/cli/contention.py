@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+from pathlib import Path
 
 from ..errors import BbrlabError, ValidationError
 from ..hosts import Host, LocalHost
@@ -34,7 +35,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                    help="a local QEMU started with -name NAME,debug-threads=on (vCPU threads are named 'CPU N/...')")
     g.add_argument("--qmp", metavar="SOCKET", help="a local QEMU's QMP unix socket (asks query-cpus-fast)")
     g.add_argument("--threads", metavar="TID,TID", help="explicit thread ids (any hypervisor, e.g. VirtualBox)")
-    g.add_argument("--testbed", metavar="FILE", help="a testbed file: the sender VM's vCPU threads on its hypervisor")
+    g.add_argument("--testbed", metavar="NAME|FILE",
+                   help="a local testbed's name or a testbed file: the sender VM's vCPU threads on its hypervisor")
     p.add_argument("--method", choices=("auto", "syscall", "chrt"), default="auto",
                    help="sched_setattr(2) directly (this machine) or chrt on the host; auto picks (default)")
 
@@ -103,12 +105,25 @@ def resolve_target(args) -> tuple[Host, list[int]]:
         return LocalHost(), qmp_vcpu_threads(args.qmp)
     if args.threads:
         return LocalHost(), explicit_vcpu_threads(parse_thread_list(args.threads), "--threads")
+    return testbed_target(args.testbed)
+
+
+def testbed_target(name_or_file: str) -> tuple[Host, list[int]]:
+    """The sender's hypervisor and vCPU threads from a testbed file, or from a local testbed's name."""
     try:
         from ..testbed.file import load_file
         from ..testbed.roles import from_spec
     except ImportError as e:
         raise BbrlabError(f"--testbed needs bbrlab.testbed, which is not available here: {e}") from e
-    tb = from_spec(load_file(args.testbed))
+    path = Path(name_or_file)
+    if not path.is_file():
+        from ..testbed.local.lifecycle import testbed_file
+
+        path = testbed_file(name_or_file)
+        if not path.is_file():
+            raise ValidationError("--testbed", name_or_file,
+                                  f"a testbed file, or the name of a local testbed that is up ({path} is missing)")
+    tb = from_spec(load_file(path))
     return tb.sender.hypervisor, tb.sender.vcpu_threads()
 
 

@@ -1,0 +1,136 @@
+"""``bbrlab kernel build|load|status|set``: the patched congestion-control module (bbr2b by default)."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import BbrlabError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kernel", help="build, load and inspect patched congestion-control modules (bbr2b)",
+                       description="Builds a patched tcp_bbr.c (default: the inflight-deficit patch, CA name "
+                                   "bbr2b) as an out-of-tree module from the target kernel's own source, "
+                                   "loads it beside stock bbr, and reports its identity and parameters.")
+    verbs = p.add_subparsers(dest="kernel_verb", required=True)
+
+    b = verbs.add_parser("build", help="patch and build the module (cached by input hash)")
+    _build_args(b)
+    b.add_argument("--headers", help="kernel build headers (default: newest /usr/src/linux-headers-*)")
+    b.add_argument("--out", help="write the .ko here instead of the cache")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b.set_defaults(func=run_build)
+
+    load = verbs.add_parser("load", help="build for the target's kernel if needed, copy, insmod, verify")
+    _build_args(load)
+    _target_args(load)
+    load.set_defaults(func=run_load)
+
+    st = verbs.add_parser("status", help="available congestion controls; identity and parameters of the module")
+    st.add_argument("--name", default="bbr2b", help="module / congestion-control name (default bbr2b)")
+    _target_args(st)
+    st.set_defaults(func=run_status)
+
+    s = verbs.add_parser("set", help="change module parameters, e.g. deficit_gain=1000 deficit_enable=0")
+    s.add_argument("assignments", nargs="+", metavar="PARAM=VALUE")
+    s.add_argument("--name", default="bbr2b", help="module name (default bbr2b)")
+    _target_args(s)
+    s.set_defaults(func=run_set)
+
+
+def _build_args(p) -> None:
+    from ..kernel import DEFAULT_PATCH, DEFAULT_SOURCE
+
+    p.add_argument("--patch", default=str(DEFAULT_PATCH), help=f"unified diff of net/ipv4/tcp_bbr.c "
+                   f"(default {DEFAULT_PATCH.relative_to(DEFAULT_PATCH.parents[2])})")
+    p.add_argument("--source", default=str(DEFAULT_SOURCE),
+                   help="tcp_bbr.c, a kernel tree or a source tarball (default %(default)s)")
+    p.add_argument("--sha256", help="SHA-256 of the pristine tcp_bbr.c (default: SOURCE.sha256 beside the patch)")
+
+
+def _target_args(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--testbed", default="local",
+                   help="sender of this testbed: a local testbed name or a testbed file (default local)")
+    g.add_argument("--this-host", action="store_true", help="this machine (needs module loading)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _target(args):
+    from ..hosts import LocalHost
+
+    if args.this_host:
+        return LocalHost()
+    from .. import testbed
+
+    return testbed.load(args.testbed).sender.host
+
+
+def _print(data: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return
+    for key, value in data.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for k, v in value.items():
+                print(f"  {k} = {v}")
+        else:
+            print(f"{key}: {value}")
+
+
+def run_build(args) -> int:
+    from ..kernel import build_module
+
+    built = build_module(args.patch, args.headers, args.out, source=args.source, expected_sha256=args.sha256)
+    _print(built.to_dict(), args.json)
+    return 0
+
+
+def run_load(args) -> int:
+    from ..kernel import ensure_module
+
+    host = _target(args)
+    try:
+        identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
+    finally:
+        host.close()
+    _print(identity, args.json)
+    return 0
+
+
+def run_status(args) -> int:
+    from ..kernel import available_ccas, loaded_srcversion, module_identity
+
+    host = _target(args)
+    try:
+        data = {"host": host.name, "kernel": host.output(["uname", "-r"]), "available": " ".join(available_ccas(host))}
+        data["module"] = module_identity(host, args.name) if loaded_srcversion(host, args.name) else "not loaded"
+    finally:
+        host.close()
+    _print(data, args.json)
+    return 0
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``; a malformed item is a user error."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise BbrlabError(f"parameter assignment {item!r} is not allowed: the form is NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def run_set(args) -> int:
+    from ..kernel import set_params
+
+    params = parse_assignments(args.assignments)
+    host = _target(args)
+    try:
+        after = set_params(host, args.name, **params)
+    finally:
+        host.close()
+    _print({"params": after}, args.json)
+    return 0

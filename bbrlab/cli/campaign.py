@@ -1,0 +1,99 @@
+"""``bbrlab campaign``: run, resume, inspect and plan measurement campaigns.
+
+    bbrlab campaign plan specs/demo.yaml              how many runs, how long (nothing runs)
+    bbrlab campaign run specs/demo.yaml --out runs/demo   run; run again to resume after a crash
+    bbrlab campaign status runs/demo [--json]         planned / done / failed / running / remaining
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
+                       description="Campaigns: a grid of scenarios x repetitions, run in a seeded order. A killed "
+                                   "campaign resumes where it stopped when run again with the same --out.")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
+    run.add_argument("spec", help="campaign spec (YAML)")
+    run.add_argument("--out", required=True, help="campaign directory (created; an existing one is resumed)")
+    run.add_argument("--testbed", help="testbed name or file (default: the spec's 'testbed')")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
+    run.set_defaults(func=cmd_run)
+
+    st = verbs.add_parser("status", help="counts for a campaign directory")
+    st.add_argument("dir")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=cmd_status)
+
+    plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
+    plan.add_argument("spec")
+    plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
+    plan.set_defaults(func=cmd_plan)
+
+
+def _hms(seconds: float) -> str:
+    return str(dt.timedelta(seconds=int(round(seconds))))
+
+
+def cmd_plan(args) -> int:
+    from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
+
+    spec = load_spec(args.spec)
+    runs = spec.plan()
+    info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
+            "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
+            "expected_duration_s": spec.expected_duration_s(), "order": spec.order, "seed": spec.seed}
+    if args.json:
+        print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
+        return 0
+    print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
+          f"of {spec.duration_s:g} s, order {spec.order} (seed {spec.seed})")
+    print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
+          "per run)")
+    for s in runs[:5]:
+        print(f"  {s.run_id}")
+    if len(runs) > 5:
+        print(f"  ... {len(runs) - 5} more")
+    return 0
+
+
+def cmd_status(args) -> int:
+    from ..campaign import status
+
+    st = status(args.dir)
+    if args.json:
+        print(json.dumps(st))
+    else:
+        print(f"{st['campaign']}: {st['done']}/{st['planned']} done, {st['failed']} failed "
+              f"({st['failed_attempts']} failed attempts), {st['running']} running, {st['remaining']} remaining")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .. import testbed as testbed_mod
+    from ..campaign import load_spec, run_campaign
+    from ..runner import Runner
+
+    spec = load_spec(args.spec)  # every value checked before anything is touched
+    target = args.testbed or spec.testbed
+    with testbed_mod.testbed_lock():
+        tb = testbed_mod.load(target)
+        runner = Runner(tb)
+        try:
+            st = run_campaign(spec, args.out, runner, progress=not args.no_progress)
+        finally:
+            if not args.keep_link:
+                try:
+                    runner.close()
+                except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
+                    print(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}", file=sys.stderr)
+            tb.close()
+    print(json.dumps(st))
+    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1

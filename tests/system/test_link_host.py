@@ -1,0 +1,174 @@
+"""The link's qdiscs for real on this machine's kernel, in a throw-away network namespace.
+
+This host's kernel has tbf but no netem, so the token bucket is built and read back here with both
+renderers, and asking for netem must fail loudly (naming netem and the emulator VM) with nothing left
+behind. Where a kernel does have netem the same tests check that it was really built.
+"""
+
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from bbrlab import link as linkmod
+from bbrlab import errors
+from bbrlab.hosts import LocalHost, NetnsHost
+from bbrlab.qdisc import (
+    PortTree,
+    QdiscApplyError,
+    QdiscNode,
+    Tbf,
+    apply_pyroute2,
+    build_tree,
+    clear_pyroute2,
+    to_tc_argv,
+)
+from bbrlab.scenario import Link
+
+pytestmark = pytest.mark.system
+
+PORTS = ("vsnd", "vrcv")  # sender side, receiver side of a veth pair
+
+
+def tc_json(ns: str, ifname: str) -> list[dict]:
+    """Read back independently of bbrlab: tc's JSON, straight from a subprocess."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-raw", "-j", "qdisc", "show", "dev", ifname],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def roots(ns: str) -> dict[str, tuple[str, str]]:
+    out = {}
+    for ifname in PORTS:
+        root = next(q for q in tc_json(ns, ifname) if q.get("root"))
+        out[ifname] = (root["kind"], root["handle"])
+    return out
+
+
+def kernel_has_netem() -> bool:
+    """Independent of bbrlab: try netem on loopback in a fresh namespace."""
+    p = subprocess.run(["unshare", "-n", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                       capture_output=True, text=True)
+    return p.returncode == 0
+
+
+@pytest.fixture
+def ns():
+    name = f"bbrlab-lt-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "add", "name", PORTS[0], "type", "veth", "peer", "name", PORTS[1]],
+                       check=True)
+        for ifname in PORTS:
+            subprocess.run(["ip", "-n", name, "link", "set", "dev", ifname, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+@pytest.fixture
+def host(ns):
+    return NetnsHost(name="emulator-netns", netns=ns)
+
+
+def test_pyroute2_builds_the_token_bucket_and_tc_reads_it_back(ns):
+    link = Link(rtt_ms=0, rate_mbit=50, buffer_bdp=None, buffer_bytes=125_000)
+    tree = build_tree(link, PORTS)
+    apply_pyroute2(tree.data, netns=ns)
+    (tbf,) = tc_json(ns, "vrcv")
+    assert (tbf["kind"], tbf["handle"], tbf.get("root")) == ("tbf", "bb:", True)
+    assert tbf["options"]["rate"] == 6_250_000  # bytes/s = 50 Mbit/s
+    assert tbf["options"]["limit"] == 125_000
+    assert abs(tbf["options"]["burst"] - tree.data.nodes[0].qdisc.burst_bytes) <= 16  # stored as a time
+    clear_pyroute2("vrcv", netns=ns)
+    assert [q["kind"] for q in tc_json(ns, "vrcv")] == ["noqueue"]
+
+
+def test_both_renderers_give_the_kernel_the_same_qdisc(ns, host):
+    tree = build_tree(Link(rtt_ms=0, rate_mbit=200, buffer_bdp=None, buffer_bytes=400_000), PORTS)
+    apply_pyroute2(tree.data, netns=ns)
+    by_netlink = tc_json(ns, "vrcv")
+    clear_pyroute2("vrcv", netns=ns)
+    for argv in to_tc_argv(tree.data):
+        host.run(argv)
+    by_tc = tc_json(ns, "vrcv")
+    assert [q["options"] for q in by_netlink] == [q["options"] for q in by_tc]
+    linkmod.check_readback(tree, {"vsnd": tc_json(ns, "vsnd"), "vrcv": by_tc})
+
+
+def test_set_show_clear_leave_the_ports_as_they_were(ns, host):
+    before = roots(ns)
+    link = Link(rtt_ms=0, rate_mbit=100, buffer_bdp=None, buffer_bytes=250_000)
+    readbacks = linkmod.set(host, PORTS, link)
+    assert [q["kind"] for q in readbacks["vrcv"]] == ["tbf"] and readbacks["vrcv"][0]["options"]["limit"] == 250_000
+    assert linkmod.show(host, PORTS)["vrcv"][0]["options"] == readbacks["vrcv"][0]["options"]
+    # Setting again replaces bbrlab's own tree instead of refusing it.
+    linkmod.set(host, PORTS, Link(rtt_ms=0, rate_mbit=20, buffer_bdp=None, buffer_bytes=50_000))
+    assert tc_json(ns, "vrcv")[0]["options"]["rate"] == 2_500_000
+    linkmod.clear(host, PORTS)
+    assert roots(ns) == before
+
+
+def test_asking_for_netem_where_the_kernel_has_none_fails_before_any_change(ns, host):
+    before = {i: tc_json(ns, i) for i in PORTS}
+    link = Link(rtt_ms=20, rate_mbit=50)
+    if kernel_has_netem():  # a distribution kernel: netem is really built and read back
+        readbacks = linkmod.set(host, PORTS, link)
+        assert readbacks["vrcv"][0]["kind"] == "netem" and readbacks["vrcv"][1]["kind"] == "tbf"
+        linkmod.clear(host, PORTS)
+    else:
+        with pytest.raises(errors.TestbedError) as e:
+            linkmod.set(host, PORTS, link)
+        assert "no netem" in str(e.value) and "emulator VM" in str(e.value)
+    assert {i: tc_json(ns, i) for i in PORTS} == before
+
+
+def test_pyroute2_renderer_removes_what_it_built_when_the_kernel_refuses_a_later_qdisc(ns):
+    tbf = Tbf(rate_bit=10_000_000, burst_bytes=15_140, limit_bytes=30_000)
+    # The second node hangs under a class that does not exist: the kernel refuses it after the first went in.
+    broken = PortTree("vrcv", "data", (QdiscNode("bb:", "root", tbf), QdiscNode("bb1:", "cc:1", tbf)))
+    with pytest.raises(QdiscApplyError, match="put back to its default"):
+        apply_pyroute2(broken, netns=ns)
+    assert [q["kind"] for q in tc_json(ns, "vrcv")] == ["noqueue"]
+
+
+def test_pyroute2_names_netem_and_the_emulator_vm_when_the_kernel_lacks_it(ns):
+    tree = build_tree(Link(rtt_ms=20, rate_mbit=50), PORTS)
+    # A tree that puts a token bucket in first and netem second: the bucket must not stay behind.
+    tbf_first = PortTree("vrcv", "data", (QdiscNode("bb:", "root", tree.data.nodes[1].qdisc),
+                                          QdiscNode("bb1:", "bb:1", tree.data.nodes[0].qdisc)))
+    if kernel_has_netem():
+        apply_pyroute2(tbf_first, netns=ns)
+        assert [q["kind"] for q in tc_json(ns, "vrcv")] == ["tbf", "netem"]
+        return
+    with pytest.raises(QdiscApplyError) as e:
+        apply_pyroute2(tbf_first, netns=ns)
+    assert "sch_netem" in str(e.value) and "emulator VM" in str(e.value)
+    assert [q["kind"] for q in tc_json(ns, "vrcv")] == ["noqueue"]
+
+
+def test_a_root_qdisc_bbrlab_did_not_set_is_left_alone(ns, host):
+    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "vrcv", "root", "handle", "5:",
+                    "tbf", "rate", "1mbit", "burst", "5000", "limit", "10000"], check=True)
+    with pytest.raises(errors.TestbedError, match="did not set"):
+        linkmod.set(host, PORTS, Link(rtt_ms=0, rate_mbit=50))
+    assert tc_json(ns, "vrcv")[0]["handle"] == "5:"
+    linkmod.clear(host, ["vsnd"])  # clear only removes bbrlab's own qdiscs
+    with pytest.raises(errors.TestbedError, match="still carry"):
+        linkmod.clear(host, PORTS)
+    assert tc_json(ns, "vrcv")[0]["handle"] == "5:"
+
+
+def test_a_missing_port_fails_before_any_change(ns, host):
+    with pytest.raises(errors.TestbedError, match="vnone"):
+        linkmod.set(host, ("vsnd", "vnone"), Link(rtt_ms=0, rate_mbit=50))
+    assert roots(ns)["vsnd"] == ("noqueue", "0:")
+
+
+def test_host_supports_tries_the_kernel_for_real():
+    local = LocalHost()
+    assert linkmod.host_supports(local, "tbf") is True
+    assert linkmod.host_supports(local, "netem") is kernel_has_netem()
+    if not kernel_has_netem():
+        assert linkmod.host_supports(local, "netem-seed") is False

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from bbrlab import link as linkmod
 from bbrlab import errors
+from bbrlab import link as linkmod
 from bbrlab.hosts import LocalHost, NetnsHost
 from bbrlab.qdisc import (
     PortTree,

@@ -478,3 +478,36 @@ def summarise(runs: pd.DataFrame, by: list[str], value: str = "throughput_mbit")
     out = pd.DataFrame({"n": g.count(), "median": g.median(), "q25": g.quantile(0.25), "q75": g.quantile(0.75),
                         "mean": g.mean(), "std": g.std()})
     return out.reset_index()
+
+
+def select(runs: pd.DataFrame, **wanted) -> tuple[pd.DataFrame, list[str]]:
+    """Keep runs whose column equals the wanted value (or is in the wanted list), one column at a time.
+
+    When the data has none of the wanted values for a column, that column is left unfiltered and a
+    note says what was asked and what the data has, so a figure still renders what exists.
+    """
+    notes = []
+    for col, want in wanted.items():
+        if want is None:
+            continue
+        values = list(want) if isinstance(want, list | tuple | set) else [want]
+        if col not in runs.columns or runs[col].isna().all():
+            notes.append(f"the data does not record {col}; wanted {values}, using every run")
+            continue
+        hit = runs[runs[col].isin(values)]
+        if hit.empty:
+            have = sorted(runs[col].dropna().unique().tolist())
+            notes.append(f"no runs with {col} in {values} (the data has {have}); using every value")
+            continue
+        runs = hit
+    return runs, notes
+
+
+def missing_dimensions(runs: pd.DataFrame, needs: Mapping[str, int]) -> list[str]:
+    """Notes for each column that has fewer distinct values than a figure needs (e.g. a sweep)."""
+    notes = []
+    for col, at_least in needs.items():
+        have = sorted(runs[col].dropna().unique().tolist()) if col in runs.columns else []
+        if len(have) < at_least:
+            notes.append(f"{col}: the figure varies it over {at_least}+ values, the data has {have or 'none'}")
+    return notes

@@ -18,14 +18,11 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from .data import summarise  # noqa: E402
+from .data import summarise
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "font.size": 8, "axes.titlesize": 8,
@@ -68,6 +65,16 @@ def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "
     points.write_text(json.dumps(plotted_points(fig), indent=1))
     paths.append(points)
     return paths
+
+
+def show(fig) -> None:
+    """Display a figure once in a notebook (then close it to free its memory)."""
+    try:
+        from IPython.display import display
+
+        display(fig)
+    finally:
+        plt.close(fig)
 
 
 def plotted_points(fig) -> list[dict]:

@@ -1,0 +1,40 @@
+"""``bbrlab ingest DIR``: read run directories into parquet tables next to them (reused when unchanged)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BbrlabError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ingest", help="read a campaign's runs into tidy tables (DIR/tables/*.parquet)",
+                       description="Reads every run of a campaign directory (or of each campaign in a folder, or "
+                                   "the paper authors' logs/ layout) into the runs, intervals and ss tables and "
+                                   "writes them as parquet under DIR/tables/. Unchanged runs are reused.")
+    p.add_argument("dir", type=Path, help="a campaign directory, a folder of campaigns, or an authors' dataset")
+    p.add_argument("--force", action="store_true", help="re-read every run even when the cache is current")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import authors, data
+
+    sources = data.find_sources(args.dir)
+    if not sources:
+        raise BbrlabError(f"{args.dir}: no campaign (runs/, failed/ or plan.json) and no authors' layout "
+                          "(logs/<timestamp>/meta.json) here or in its subfolders")
+    for kind, path in sources:
+        if kind == "bbrlab":
+            result = data.ingest(path, force=args.force)
+            tables = result.tables
+            how = "all reused from tables/" if result.cached else f"{result.read} read, {result.reused} reused"
+        else:
+            tables = authors.read_authors(path)
+            how = "authors' layout (not cached)"
+        c = tables.counts()
+        print(f"{path}: {c['runs']} runs ({c['ok']} ok, {c['runs'] - c['ok']} failed), "
+              f"{c['intervals']} intervals, {c['ss']} ss samples; {how}")
+        for note in tables.notes:
+            print(f"  note: {note}")
+    return 0

@@ -142,3 +142,17 @@ def test_parse_assignments():
         "deficit_gain": "1000", "deficit_enable": "0"}
     with pytest.raises(BbrlabError, match="NAME=VALUE"):
         parse_assignments(["deficit_gain"])
+
+
+V3_PATCH = DEFAULT_PATCH.parents[1] / "bbr3" / "inflight-deficit.patch"
+
+
+def test_v3_patch_shape_and_defaults():
+    text = V3_PATCH.read_text()
+    assert patch_targets(text) == ["net/ipv4/tcp_bbr.c"]
+    assert '+\t.name\t\t= "bbr2b",' in text
+    declared = dict(re.findall(r"^\+BBR2B_PARAM\((\w+), ([^,]+), \d+,", text, re.M))
+    assert declared["deficit_gain"] == "BBR_UNIT * 277 / 100 + 1"  # 2.77, v3's high gain
+    assert declared["deficit_bdp_gain"] == "BBR_UNIT * 84 / 100"  # threshold min(0.84 BDP, inflight_lo)
+    assert set(declared) == set(DEFICIT_PARAMS) | {"deficit_bdp_gain"}
+    assert "bbr->inflight_lo);" in text

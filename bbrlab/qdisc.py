@@ -20,8 +20,9 @@ default child, which netem replaces, so the bytes that queue for the rate and th
 merely "on the wire" (delayed) end up in one netem queue, whose limit is in packets. A buffer of
 1 BDP could not be expressed, and the delayed bytes would count against it.
 
-netem's own ``limit`` (packets) must never drop: with netem first it holds everything sent during
-one one-way delay, which is bounded by the senders' windows. Slow start can overshoot to about
+netem's own ``limit`` (packets) must never drop. With netem first it holds everything sent during
+one one-way delay, and in current kernels (6.1.y stable included) its packet count also includes what
+its child holds, i.e. the tbf queue. Both are bounded by the senders' windows. Slow start can overshoot to about
 twice what the path holds (BDP + buffer) before the first loss is noticed, so the limit is
 :data:`NETEM_LIMIT_HEADROOM` times (BDP + buffer) in full-size packets, and never below netem's
 default of 1000. ACKs are smaller but never more numerous than the data packets they acknowledge,

@@ -1,0 +1,112 @@
+"""``bbrlab testbed up|down|status|shell``: the local testbed, or a lab's testbed file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+
+from ..errors import BbrlabError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("testbed", help="bring the local testbed up/down, show status, run commands on a role",
+                       description="With no testbed file, 'up' builds (once) and boots the local testbed: a sender "
+                                   "VM and an emulator VM (QEMU) and a receiver network namespace on this machine.")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    up = verbs.add_parser("up", help="build the guest image if needed and boot the local testbed (idempotent)")
+    up.add_argument("--name", default="local", help="testbed name (default: local)")
+    up.add_argument("--sender-vcpus", type=int, default=1, help="vCPUs of the sender VM (default: 1)")
+    up.add_argument("--quiet", action="store_true", help="no progress lines")
+    up.set_defaults(func=run_up)
+
+    down = verbs.add_parser("down", help="stop the VMs and remove every namespace, tap and bridge of the testbed")
+    down.add_argument("--name", default="local")
+    down.set_defaults(func=run_down)
+
+    st = verbs.add_parser("status", help="each role: reachable, kernel, CCAs, qdiscs; sender QEMU pid, vCPU threads")
+    st.add_argument("--testbed", default="local", help="a local testbed's name or a testbed file (default: local)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=run_status)
+
+    sh = verbs.add_parser("shell", help="run COMMAND on a role (or an interactive shell on it)")
+    sh.add_argument("role", choices=["sender", "emulator", "receiver", "hypervisor"])
+    sh.add_argument("command", nargs="*", help="the command, after --  (e.g. -- uname -r)")
+    sh.add_argument("--testbed", default="local", help="a local testbed's name or a testbed file")
+    sh.set_defaults(func=run_shell)
+
+
+def run_up(args) -> int:
+    from .. import testbed
+
+    tb = testbed.up(args.name, sender_vcpus=args.sender_vcpus, progress=not args.quiet)
+    print(f"testbed '{tb.name}' is up ({tb.accelerator}); sender {tb.sender.experiment_ip} -> "
+          f"receiver {tb.receiver.experiment_ip} through the emulator ({', '.join(tb.emulator.ports)})")
+    return 0
+
+
+def run_down(args) -> int:
+    from .. import testbed
+
+    removed = testbed.down(args.name)
+    print(f"testbed '{args.name}' is down: stopped {len(removed['qemu_pids'])} QEMU process(es), removed "
+          f"{len(removed['netns'])} namespace(s)")
+    return 0
+
+
+def run_status(args) -> int:
+    from .. import testbed
+
+    st = testbed.status(args.testbed)
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
+    print(f"testbed {st['name']}: accelerator {st['accelerator']}"
+          + (f", QEMU {st['qemu_version']}" if st.get("qemu_version") else ""))
+    for name, r in st["roles"].items():
+        if not r.get("reachable"):
+            print(f"  {name:<9} UNREACHABLE ({r['host']}): {r.get('error', '')}")
+            continue
+        qd = " ".join(f"{q}:{how}" for q, how in r.get("qdiscs", {}).items())
+        print(f"  {name:<9} {r['host']:<28} kernel {r['kernel']}  ip {r.get('experiment_ip') or '-'}")
+        print(f"  {'':<9} cca: {' '.join(r.get('congestion_controls', []))}   qdiscs: {qd}")
+        if name == "sender":
+            print(f"  {'':<9} QEMU pid {r.get('qemu_pid')}  vCPU threads {r.get('vcpu_threads')}"
+                  + (f"  ({r['vcpu_error']})" if r.get("vcpu_error") else ""))
+    return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
+
+
+def run_shell(args) -> int:
+    from .. import testbed
+
+    tb = testbed.load(args.testbed)
+    host = tb.sender.hypervisor if args.role == "hypervisor" else tb.roles[args.role].host
+    if args.command:
+        res = host.run(args.command, check=False, timeout=None)
+        sys.stdout.write(res.stdout)
+        sys.stderr.write(res.stderr)
+        return res.exit_code
+    return _interactive(host)
+
+
+def _interactive(host) -> int:
+    """An interactive shell: ssh(1) with the testbed's key and pinned known_hosts, or the netns."""
+    if getattr(host, "netns", ""):
+        argv = ["ip", "netns", "exec", host.netns, os.environ.get("SHELL", "/bin/bash")]
+    elif getattr(host, "address", ""):
+        argv = ["ssh", "-p", str(host.port), "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
+        if host.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={host.known_hosts}"]
+        if host.key_path:
+            argv += ["-i", host.key_path]
+        argv.append(f"{host.user}@{host.address}")
+    elif host.is_local:
+        argv = [os.environ.get("SHELL", "/bin/bash")]
+    else:
+        raise BbrlabError(f"no interactive shell for {host.name}")
+    print(f"$ {shlex.join(argv)}", file=sys.stderr)
+    os.execvp(argv[0], argv)
+    return 0  # not reached

@@ -1,0 +1,67 @@
+"""The testbed: a sender VM (and the hypervisor host running it), an emulator, a receiver.
+
+One API for the local testbed on this machine and for a real lab described by a testbed file::
+
+    import bbrlab.testbed as testbed
+    tb = testbed.up()                        # local: build/boot (or reuse) and return a Testbed
+    tb.sender.host.run(["uname", "-r"])
+    tb.sender.vcpu_threads()                 # for SCHED_DEADLINE, from QMP
+    testbed.status(tb)                       # reachability, kernels, CCAs, qdiscs, QEMU pid, accel
+    testbed.down()                           # stop VMs, remove namespaces/taps/bridges
+    tb = testbed.load("lab.yaml")            # a lab (or a running local testbed by name)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import TestbedError
+from .file import TestbedSpec, load_file
+from .lock import LOCK_PATH, testbed_lock
+from .roles import EmulatorRole, Role, SenderRole, Testbed, from_spec
+
+__all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
+           "load_file", "testbed_lock", "LOCK_PATH"]
+
+
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Testbed:
+    """Bring the local testbed ``name`` up (idempotent: a running one is reused) and return it."""
+    from .local import lifecycle
+
+    with testbed_lock():
+        lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress)
+    return load(name)
+
+
+def down(name: str = "local", progress: bool = True) -> dict:
+    """Stop and remove everything the local testbed ``name`` created (idempotent)."""
+    from .local import lifecycle
+
+    with testbed_lock():
+        return lifecycle.down(name, progress=progress)
+
+
+def load(name_or_file: str | Path = "local") -> Testbed:
+    """Attach to a running local testbed by name, or read a lab's testbed file (a path)."""
+    from .local import lifecycle
+    from .local.state import State
+
+    text = str(name_or_file)
+    if "/" in text or text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        return from_spec(load_file(text))
+    path = lifecycle.testbed_file(text)
+    state = State.load(text)
+    if not path.is_file() or state is None or state.phase != "up":
+        raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
+                           f"{'' if text == 'local' else ' --name ' + text})")
+    extra = {k: state.data.get(k) for k in ("qemu_version", "image", "guest_kernel", "sender_vcpus",
+                                           "boot_to_ssh_s")}
+    extra["kind"] = "local"
+    return from_spec(load_file(path), extra=extra)
+
+
+def status(tb: Testbed | str | Path = "local") -> dict:
+    """Each role measured now: reachable, kernel, congestion controls, qdiscs; sender's QEMU."""
+    from .status import testbed_status
+
+    return testbed_status(tb if isinstance(tb, Testbed) else load(tb))

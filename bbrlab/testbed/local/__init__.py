@@ -1,0 +1,1 @@
+"""The local testbed on this machine: guest image, QEMU VMs, host plumbing, state."""

@@ -1,0 +1,95 @@
+"""KVM or TCG: decided by booting the guest kernel for real, with a deadline.
+
+``/dev/kvm`` existing does not mean a guest boots under it (on this project's machines a stock
+Debian guest hangs under KVM). :func:`probe_kvm` boots the cached guest image under KVM with no
+network and watches the serial console for the init script's ``bbrlab-init ready`` line. The
+answer is cached per host kernel and QEMU version, so the cost is paid once per machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .image import cache_dir, cached_image, ensure_image
+from .qemu import VmSpec, make_overlay, qemu_version, start_vm, stop_vm
+
+READY_LINE = "bbrlab-init ready"
+PROBE_DEADLINE_S = 30.0
+
+
+@dataclass(frozen=True)
+class AccelProbe:
+    """The result of one probe boot: ``usable`` is True only when the guest reached its init."""
+
+    usable: bool
+    detail: str
+    host_kernel: str = ""
+    qemu_version: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _cache_file() -> Path:
+    key = f"{platform.release()}-qemu-{qemu_version()}".replace("/", "_").replace(" ", "_")
+    return cache_dir() / "accel" / f"{key}.json"
+
+
+def cached_kvm_probe() -> AccelProbe | None:
+    """The cached answer for this host kernel and QEMU, or None when never probed."""
+    path = _cache_file()
+    if not path.is_file():
+        return None
+    return AccelProbe(**json.loads(path.read_text()))
+
+
+def _save(result: AccelProbe) -> None:
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def probe_kvm(deadline_s: float = PROBE_DEADLINE_S) -> AccelProbe:
+    """Boot the guest under KVM (bounded by ``deadline_s``), cache and return the answer."""
+    host, qver = platform.release(), qemu_version()
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        result = AccelProbe(False, "/dev/kvm missing or not accessible", host, qver)
+        _save(result)
+        return result
+    image = cached_image() or ensure_image()
+    with tempfile.TemporaryDirectory(prefix="bbrlab-kvm-probe-") as tmp:
+        spec = VmSpec(vm_name=f"bbrlab-kvmprobe-{os.getpid()}", hostname="kvmprobe", folder=Path(tmp),
+                      accelerator="kvm")
+        make_overlay(image, spec.overlay)
+        t0 = time.monotonic()
+        pid = start_vm(spec, image)
+        try:
+            result = _watch(spec, pid, t0, deadline_s, host, qver)
+        finally:
+            stop_vm(pid, spec.vm_name)
+    _save(result)
+    return result
+
+
+def _watch(spec: VmSpec, pid: int, t0: float, deadline_s: float, host: str, qver: str) -> AccelProbe:
+    from .qemu import console_tail, is_our_qemu
+
+    while time.monotonic() - t0 < deadline_s:
+        if READY_LINE in console_tail(spec, chars=1_000_000):
+            return AccelProbe(True, f"guest init ready after {time.monotonic() - t0:.1f} s", host, qver)
+        if not is_our_qemu(pid, spec.vm_name):
+            log = (spec.folder / f"{spec.hostname}.qemu.log").read_text(errors="replace")[-300:]
+            return AccelProbe(False, f"QEMU exited during the KVM boot: {log.strip() or 'no message'}",
+                              host, qver)
+        time.sleep(0.2)
+    last = console_tail(spec, chars=200).strip().splitlines()
+    return AccelProbe(False, f"guest not ready within {deadline_s:.0f} s under KVM (last console line: "
+                      f"{last[-1] if last else 'none'})", host, qver)

@@ -1,0 +1,257 @@
+"""The guest image of the local testbed: recipe, build, cache.
+
+The recipe is a Debian bookworm ``debootstrap --variant=minbase`` with the paper's guest kernel
+(Debian's 6.1, pinned to the same ABI as this machine's installed ``linux-headers-*-amd64`` so a
+module built here loads in the guest), the tools the experiments run, and bbrlab's own init script.
+The folder becomes an ext4 image with ``mke2fs -d`` (no loop mount); kernel and initrd are copied
+out of its ``/boot`` for QEMU's ``-kernel``/``-initrd``.
+
+Everything that shapes the image is hashed (:func:`recipe`); the image lives in
+``${XDG_CACHE_HOME:-~/.cache}/bbrlab/images/<hash>/`` and is rebuilt only when the hash changes.
+A build happens in a temporary folder next to it and is renamed into place when complete, so a
+crash never leaves a half image that looks finished.
+
+The guest's SSH host key (ed25519) is generated at build time; its public half is stored next to
+the image (``host_key.pub``) so the testbed's ``known_hosts`` pins it.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ...errors import TestbedError
+
+IMAGE_VERSION = 1  # bump when the build steps change in a way the recipe below does not show
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+IMAGE_SIZE_MB = 2048
+INIT_PATH = "/usr/local/sbin/bbrlab-init"
+GUEST_TOOLS = (
+    "iperf3", "iproute2", "openssh-server", "ethtool", "kmod", "python3-minimal",
+    "iputils-ping", "procps", "initramfs-tools", "busybox", "linux-base",
+)
+# Modules Debian's initramfs must carry to find the root disk (no udev coldplug in minbase).
+INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "ext4")
+
+
+def cache_dir() -> Path:
+    """Where bbrlab caches built things: ``${XDG_CACHE_HOME:-~/.cache}/bbrlab``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "bbrlab"
+
+
+def host_kernel_abi() -> str:
+    """The ABI of the installed amd64 headers (``6.1.0-56-amd64``): the guest kernel must match."""
+    found = sorted(glob.glob("/usr/src/linux-headers-*-amd64"))
+    if not found:
+        raise TestbedError("no /usr/src/linux-headers-*-amd64: install linux-headers-amd64 (make setup)")
+    return found[-1].removeprefix("/usr/src/linux-headers-")
+
+
+def guest_kernel_package() -> tuple[str, str]:
+    """``(linux-image-<abi>, version)``: the kernel of the same build as the installed headers.
+
+    Debian publishes point releases of the kernel through bookworm-security, which debootstrap
+    does not read; so the package is fetched with this machine's apt (``apt-get download``) and
+    installed into the folder with ``dpkg -i``.
+    """
+    abi = host_kernel_abi()
+    p = subprocess.run(["dpkg-query", "-W", "-f=${Version}", f"linux-headers-{abi}"],
+                       capture_output=True, text=True)
+    if p.returncode != 0 or not p.stdout.strip():
+        raise TestbedError(f"cannot read the version of linux-headers-{abi}: {p.stderr.strip()}")
+    return f"linux-image-{abi}", p.stdout.strip()
+
+
+def _init_script() -> str:
+    return resources.files("bbrlab.testbed.local").joinpath("guest/bbrlab-init").read_text()
+
+
+def recipe() -> dict:
+    """Everything that determines the image; its hash names the cache entry."""
+    kernel_pkg, kernel_version = guest_kernel_package()
+    return {
+        "image_version": IMAGE_VERSION,
+        "suite": SUITE,
+        "mirror": MIRROR,
+        "size_mb": IMAGE_SIZE_MB,
+        "packages": sorted(GUEST_TOOLS),
+        "kernel": f"{kernel_pkg}={kernel_version}",
+        "initramfs_modules": list(INITRAMFS_MODULES),
+        "init_sha256": hashlib.sha256(_init_script().encode()).hexdigest(),
+    }
+
+
+def recipe_hash(r: dict | None = None) -> str:
+    blob = json.dumps(r or recipe(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """A finished image: root disk (raw ext4), kernel, initrd and the pinned host key."""
+
+    folder: Path
+
+    @property
+    def disk(self) -> Path:
+        return self.folder / "root.raw"
+
+    @property
+    def kernel(self) -> Path:
+        return self.folder / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.folder / "initrd.img"
+
+    @property
+    def host_key_pub(self) -> str:
+        """The guest's SSH host public key, ``ssh-ed25519 AAAA...``."""
+        return (self.folder / "host_key.pub").read_text().split("\n")[0].strip()
+
+    @property
+    def info(self) -> dict:
+        return json.loads((self.folder / "image.json").read_text())
+
+    @property
+    def kernel_release(self) -> str:
+        return self.info["kernel_release"]
+
+
+def cached_image() -> GuestImage | None:
+    """The image for the current recipe if it is built, else None."""
+    folder = cache_dir() / "images" / recipe_hash()
+    if (folder / "image.json").is_file():
+        return GuestImage(folder)
+    return None
+
+
+def ensure_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage:
+    """The cached image, built first when the recipe changed or it was never built."""
+    img = cached_image()
+    if img is not None:
+        return img
+    return build_image(progress)
+
+
+def _step(name: str, argv: list[str], progress: Callable[[str], None], timeout_s: float = 1800) -> str:
+    """Run one build step; fail loudly naming the step and the tail of its output."""
+    progress(f"image: {name}")
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise TestbedError(f"guest image build step '{name}' timed out after {timeout_s:.0f} s") from e
+    except OSError as e:
+        raise TestbedError(f"guest image build step '{name}' could not start {argv[0]}: {e}") from e
+    if p.returncode != 0:
+        tail = (p.stderr.strip() or p.stdout.strip())[-1500:]
+        raise TestbedError(f"guest image build step '{name}' failed (exit {p.returncode}): {tail}")
+    return p.stdout
+
+
+def build_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage:
+    """Build the image for the current recipe into the cache (see the module docstring)."""
+    r = recipe()
+    final = cache_dir() / "images" / recipe_hash(r)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
+    try:
+        root = work / "rootfs"
+        _debootstrap(r, root, progress)
+        _configure(root, progress)
+        _install_kernel(r["kernel"], root, progress)  # its postinst builds the initramfs
+        release = _export_boot_files(root, work)
+        _make_disk(root, work / "root.raw", r["size_mb"], progress)
+        shutil.rmtree(root)
+        info = {"recipe": r, "kernel_release": release, "build_s": round(time.monotonic() - t0, 1),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (work / "image.json").write_text(json.dumps(info, indent=2) + "\n")
+        if final.exists():  # another build finished first; keep theirs
+            shutil.rmtree(work)
+        else:
+            os.rename(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    progress(f"image: built in {time.monotonic() - t0:.0f} s -> {final}")
+    return GuestImage(final)
+
+
+def _debootstrap(r: dict, root: Path, progress: Callable[[str], None]) -> None:
+    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(r['packages'])}",
+            r["suite"], str(root), r["mirror"]]
+    _step("debootstrap (a few minutes)", argv, progress)
+
+
+def _install_kernel(package: str, root: Path, progress: Callable[[str], None]) -> None:
+    debs = root / "tmp/kernel-debs"
+    debs.mkdir(parents=True)
+    progress(f"image: apt-get download {package}")
+    try:
+        p = subprocess.run(["apt-get", "download", package], cwd=debs, capture_output=True, text=True,
+                           timeout=600)
+    except subprocess.TimeoutExpired as e:
+        raise TestbedError(f"guest image build step 'download {package}' timed out") from e
+    if p.returncode != 0:
+        raise TestbedError(f"guest image build step 'download {package}' failed: {p.stderr.strip()[-800:]}")
+    names = [f"/tmp/kernel-debs/{d.name}" for d in debs.glob("*.deb")]
+    _step(f"install {package}", ["chroot", str(root), "dpkg", "-i", *names], progress, timeout_s=900)
+    shutil.rmtree(debs)
+
+
+def _configure(root: Path, progress: Callable[[str], None]) -> None:
+    """Init script, host key, initramfs modules, sshd settings (before the kernel is installed)."""
+    progress("image: configure")
+    init = root / INIT_PATH.lstrip("/")
+    init.write_text(_init_script())
+    init.chmod(0o755)
+    ssh_dir = root / "etc/ssh"
+    for old in ssh_dir.glob("ssh_host_*"):
+        old.unlink()
+    _step("generate SSH host key", ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bbrlab-guest",
+                                    "-f", str(ssh_dir / "ssh_host_ed25519_key")], progress)
+    shutil.copyfile(ssh_dir / "ssh_host_ed25519_key.pub", root.parent / "host_key.pub")
+    (ssh_dir / "sshd_config.d").mkdir(exist_ok=True)
+    (ssh_dir / "sshd_config.d/bbrlab.conf").write_text(
+        "# bbrlab: key-only root login, one host key, no DNS lookups of clients\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nUseDNS no\nUsePAM no\n"
+    )
+    with open(root / "etc/initramfs-tools/modules", "a") as f:
+        f.write("".join(f"{m}\n" for m in INITRAMFS_MODULES))
+    (root / "etc/hostname").write_text("bbrlab-guest\n")
+
+
+def _export_boot_files(root: Path, out: Path) -> str:
+    kernels = sorted((root / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise TestbedError("guest image build step 'export kernel' failed: no /boot/vmlinuz-* in the rootfs")
+    release = kernels[-1].name.removeprefix("vmlinuz-")
+    initrd = root / "boot" / f"initrd.img-{release}"
+    if not initrd.is_file():
+        raise TestbedError(f"guest image build step 'export initrd' failed: no {initrd}")
+    if not re.match(r"6\.1\.", release):
+        raise TestbedError(f"guest image has kernel {release}, expected Debian's 6.1")
+    shutil.copyfile(kernels[-1], out / "vmlinuz")
+    shutil.copyfile(initrd, out / "initrd.img")
+    return release
+
+
+def _make_disk(root: Path, disk: Path, size_mb: int, progress: Callable[[str], None]) -> None:
+    _step("mke2fs -d (ext4 image from the folder)",
+          ["mke2fs", "-q", "-t", "ext4", "-L", "bbrlab-root", "-d", str(root), str(disk), f"{size_mb}M"],
+          progress, timeout_s=600)

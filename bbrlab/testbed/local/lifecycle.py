@@ -1,0 +1,322 @@
+"""Bringing the local testbed up and down.
+
+``up`` builds (or reuses) the guest image, decides KVM or TCG, creates the namespaces and taps,
+boots the sender and emulator VMs in parallel, waits until both answer SSH and the receiver
+namespace can ping the sender through the emulator's bridge, and writes ``testbed.yaml`` in the
+state directory (the same form as a lab's testbed file). Every resource is recorded in
+``state.json`` before it is created; any failure calls :func:`down`, which removes all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ...errors import TestbedError, ValidationError
+from ...hosts import SSHHost
+from ..file import RoleSpec, SSHSpec, TestbedSpec, write_file
+from . import accel, image, plumbing, qemu
+from .state import State, check_name
+
+SUBNET_PREFIX = 24
+SENDER_IP = "10.77.0.1"
+RECEIVER_IP = "10.77.0.2"
+EMULATOR_PORTS = ("eth1", "eth2")
+SSH_DEADLINE_S = 300.0
+PING_DEADLINE_S = 60.0
+MAX_SENDER_VCPUS = 8
+
+SENDER_SETUP = f"""\
+ip link set eth1 up
+ip addr add {SENDER_IP}/{SUBNET_PREFIX} dev eth1
+ethtool -K eth1 tso on gso on || echo "bbrlab-init: could not turn TSO on for eth1"
+"""
+EMULATOR_SETUP = """\
+ip link add br0 type bridge stp_state 0 forward_delay 0
+for port in eth1 eth2; do ip link set "$port" master br0; ip link set "$port" up; done
+ip link set br0 up
+"""
+
+
+class Progress:
+    """Prints ``[  12.3 s] message`` lines to stderr when enabled."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.t0 = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"[{time.monotonic() - self.t0:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def vm_name(testbed: str, role: str) -> str:
+    return f"bbrlab-{testbed}-{role}"
+
+
+def testbed_file(name: str) -> Path:
+    return State(name).dir / "testbed.yaml"
+
+
+def check_vcpus(sender_vcpus: object) -> int:
+    if isinstance(sender_vcpus, bool) or not isinstance(sender_vcpus, int) or not (
+            1 <= sender_vcpus <= MAX_SENDER_VCPUS):
+        raise ValidationError("sender_vcpus", sender_vcpus, f"an integer 1-{MAX_SENDER_VCPUS}")
+    return sender_vcpus
+
+
+# -- is it running? -------------------------------------------------------------------------------
+def running(state: State | None) -> bool:
+    """True when the recorded VMs are alive and the namespaces exist (SSH not checked)."""
+    if state is None or state.phase != "up":
+        return False
+    vms = state.vms
+    if set(vms) != {"sender", "emulator"}:
+        return False
+    alive = all(qemu.is_our_qemu(v.get("pid", 0), v["vm_name"]) for v in vms.values())
+    return alive and all(plumbing.netns_exists(ns) for ns in state.netns)
+
+
+def sshd_banner(port: int, timeout_s: float = 3.0) -> bool:
+    """Does something on 127.0.0.1:port speak SSH? (QEMU's forward accepts and then resets until
+    the guest's sshd listens; asking for the banner first keeps paramiko from logging each reset.)"""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            return s.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def ssh_ready(port: int, key: Path, known_hosts: Path, timeout_s: float = 10.0) -> bool:
+    """One attempt: does ``ssh root@127.0.0.1:port true`` succeed with the pinned host key?"""
+    return sshd_banner(port, timeout_s) and _ssh_true(port, key, known_hosts, timeout_s)
+
+
+def _ssh_true(port: int, key: Path, known_hosts: Path, timeout_s: float) -> bool:
+    host = SSHHost(name=f"127.0.0.1:{port}", address="127.0.0.1", port=port, key_path=str(key),
+                   known_hosts=str(known_hosts), connect_timeout_s=timeout_s)
+    try:
+        return host.run(["true"], timeout=timeout_s, check=False).ok
+    except Exception:  # noqa: BLE001 - not up yet: refused, reset, banner timeout, auth not ready
+        return False
+    finally:
+        host.close()
+
+
+# -- up -------------------------------------------------------------------------------------------
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Path:
+    """Bring the local testbed up (or find it running); return the path of its testbed file."""
+    check_name(name)
+    check_vcpus(sender_vcpus)
+    say = Progress(progress)
+    state = State.load(name)
+    if running(state) and state.data.get("sender_vcpus") == sender_vcpus and _all_ssh_ready(state):
+        say(f"testbed '{name}' already up (accelerator {state.data.get('accelerator')}): reusing it")
+        return testbed_file(name)
+    if state is not None:
+        say(f"testbed '{name}' partly present or configured differently: cleaning up first")
+        down(name, progress=progress)
+    state = State(name)
+    try:
+        _bring_up(state, sender_vcpus, say)
+    except BaseException:
+        say("up failed: removing what it created")
+        down(name, progress=progress)
+        raise
+    return testbed_file(name)
+
+
+def _all_ssh_ready(state: State) -> bool:
+    d = state.dir
+    return all(ssh_ready(v["ssh_port"], d / "id_ed25519", d / "known_hosts") for v in state.vms.values())
+
+
+def _bring_up(state: State, sender_vcpus: int, say: Progress) -> None:
+    t_start = time.monotonic()
+    state.data.update(phase="starting", sender_vcpus=sender_vcpus)
+    state.save()
+    img = image.ensure_image(say)
+    accelerator = _choose_accelerator(say)
+    state.data.update(accelerator=accelerator, image=str(img.folder), guest_kernel=img.kernel_release,
+                      qemu_version=qemu.qemu_version())
+    state.save()
+    key = _ensure_ssh_key(state.dir)
+    link_ns, rx_ns = plumbing.link_netns(state.name), plumbing.receiver_netns(state.name)
+    for ns in (link_ns, rx_ns):
+        state.add_netns(ns)
+        plumbing.create_netns(ns)
+    fds = {"s": plumbing.open_tap(link_ns, "tap-s"), "ea": plumbing.open_tap(link_ns, "tap-ea"),
+           "eb": plumbing.open_tap(rx_ns, "rx0")}
+    try:
+        plumbing.make_bridge(link_ns, "br-a", ["tap-s", "tap-ea"])
+        plumbing.set_address(rx_ns, "rx0", RECEIVER_IP, SUBNET_PREFIX)
+        specs = _vm_specs(state, img, sender_vcpus, accelerator, key, fds)
+        for role, spec in specs.items():
+            _launch(state, role, spec, img, say)
+    finally:
+        for fd in fds.values():
+            os.close(fd)  # QEMU holds its own copies; the taps live as long as QEMU does
+    _write_known_hosts(state, img)
+    _write_testbed_file(state, key)
+    boot = _wait_ssh(state, specs, say)
+    _wait_ping(rx_ns, SENDER_IP, say)
+    state.data.update(phase="up", boot_to_ssh_s=boot, up_s=round(time.monotonic() - t_start, 1))
+    state.save()
+    say(f"testbed '{state.name}' up in {time.monotonic() - t_start:.1f} s ({accelerator}; boot to SSH: "
+        + ", ".join(f"{r} {s:.1f} s" for r, s in boot.items()) + ")")
+
+
+def _choose_accelerator(say: Progress) -> str:
+    result = accel.cached_kvm_probe()
+    if result is None:
+        say(f"probing KVM with a real guest boot (at most {accel.PROBE_DEADLINE_S:.0f} s, once per machine)")
+        result = accel.probe_kvm()
+    chosen = "kvm" if result.usable else "tcg"
+    say(f"accelerator: {chosen} ({result.detail})")
+    return chosen
+
+
+def _ensure_ssh_key(folder: Path) -> Path:
+    """The testbed's own ed25519 key pair (mode 0600), made once."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = folder / "id_ed25519"
+    if not key.is_file():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"bbrlab-{folder.name}",
+                        "-f", str(key)], check=True, capture_output=True, timeout=30)
+    key.chmod(0o600)
+    return key
+
+
+def _vm_specs(state: State, img: image.GuestImage, sender_vcpus: int, accelerator: str, key: Path,
+              fds: dict[str, int]) -> dict[str, qemu.VmSpec]:
+    scripts = {"sender": SENDER_SETUP, "emulator": EMULATOR_SETUP}
+    for role, text in scripts.items():
+        (state.dir / f"{role}-setup.sh").write_text(text)
+    common = dict(folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"))
+    return {
+        "sender": qemu.VmSpec(vm_name=vm_name(state.name, "sender"), hostname="sender", vcpus=sender_vcpus,
+                              setup_script=state.dir / "sender-setup.sh", tap_fds=[fds["s"]], mac_tag=1,
+                              ssh_port=qemu.free_local_port(), **common),
+        "emulator": qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
+                                setup_script=state.dir / "emulator-setup.sh", tap_fds=[fds["ea"], fds["eb"]],
+                                mac_tag=2, ssh_port=qemu.free_local_port(), **common),
+    }
+
+
+def _launch(state: State, role: str, spec: qemu.VmSpec, img: image.GuestImage, say: Progress) -> None:
+    qemu.make_overlay(img, spec.overlay)
+    state.set_vm(role, vm_name=spec.vm_name, ssh_port=spec.ssh_port, qmp_socket=str(spec.qmp_socket),
+                 overlay=str(spec.overlay), console_log=str(spec.console_log), vcpus=spec.vcpus)
+    pid = qemu.start_vm(spec, img)
+    state.set_vm(role, pid=pid, started_monotonic=time.monotonic())
+    say(f"{role}: QEMU pid {pid}, {spec.vcpus} vCPU, {spec.accelerator}, ssh 127.0.0.1:{spec.ssh_port}")
+
+
+def _write_known_hosts(state: State, img: image.GuestImage) -> None:
+    lines = [f"[127.0.0.1]:{v['ssh_port']} {img.host_key_pub}\n" for v in state.vms.values()]
+    (state.dir / "known_hosts").write_text("".join(lines))
+
+
+def _write_testbed_file(state: State, key: Path) -> None:
+    def ssh(role: str) -> SSHSpec:
+        return SSHSpec(address="127.0.0.1", port=state.vms[role]["ssh_port"], user="root", key=str(key),
+                       known_hosts=str(state.dir / "known_hosts"))
+
+    spec = TestbedSpec(name=state.name, accelerator=state.data["accelerator"], roles={
+        "sender": RoleSpec("sender", ssh("sender"), experiment_ip=SENDER_IP,
+                           vcpu={"qmp_socket": state.vms["sender"]["qmp_socket"]}),
+        "emulator": RoleSpec("emulator", ssh("emulator"), ports=EMULATOR_PORTS),
+        "receiver": RoleSpec("receiver", None, netns=plumbing.receiver_netns(state.name),
+                             experiment_ip=RECEIVER_IP),
+    })
+    write_file(spec, testbed_file(state.name))
+
+
+def _wait_ssh(state: State, specs: dict[str, qemu.VmSpec], say: Progress) -> dict[str, float]:
+    """Poll SSH on every VM until it answers (deadline ``SSH_DEADLINE_S``); seconds from QEMU start."""
+    waiting = dict(state.vms)
+    boot: dict[str, float] = {}
+    deadline = time.monotonic() + SSH_DEADLINE_S
+    key, known = state.dir / "id_ed25519", state.dir / "known_hosts"
+    while waiting:
+        for role, vm in list(waiting.items()):
+            if not qemu.is_our_qemu(vm["pid"], vm["vm_name"]):
+                log = (state.dir / f"{role}.qemu.log").read_text(errors="replace")[-500:]
+                raise TestbedError(f"{role} VM exited while booting: {log.strip()}\nconsole:\n"
+                                   f"{qemu.console_tail(specs[role])}")
+            if ssh_ready(vm["ssh_port"], key, known, timeout_s=5):
+                boot[role] = round(time.monotonic() - vm["started_monotonic"], 1)
+                say(f"{role}: SSH ready after {boot[role]:.1f} s")
+                del waiting[role]
+        if waiting and time.monotonic() > deadline:
+            role = next(iter(waiting))
+            raise TestbedError(f"{role} VM did not answer SSH within {SSH_DEADLINE_S:.0f} s; console:\n"
+                               f"{qemu.console_tail(specs[role])}")
+        if waiting:
+            time.sleep(0.5)
+    return boot
+
+
+def _wait_ping(rx_ns: str, address: str, say: Progress) -> None:
+    """The receiver reaches the sender through the emulator's bridge (ARP + ICMP, real packets)."""
+    deadline = time.monotonic() + PING_DEADLINE_S
+    while True:
+        p = subprocess.run(["ip", "netns", "exec", rx_ns, "ping", "-c", "1", "-W", "1", address],
+                           capture_output=True, text=True, timeout=10)
+        if p.returncode == 0:
+            say(f"receiver reaches the sender ({address}) through the emulator")
+            return
+        if time.monotonic() > deadline:
+            raise TestbedError(f"receiver namespace {rx_ns} cannot ping the sender {address} through the "
+                               f"emulator within {PING_DEADLINE_S:.0f} s: {p.stdout.strip()[-300:]}")
+
+
+# -- down -----------------------------------------------------------------------------------------
+def down(name: str = "local", progress: bool = True) -> dict:
+    """Stop the VMs and remove the namespaces (with their taps and bridge) of testbed ``name``.
+
+    Works from the recorded state and, as a second net, from the names bbrlab gives its QEMU
+    processes and namespaces; idempotent. Returns what was removed.
+    """
+    check_name(name)
+    say = Progress(progress)
+    state = State.load(name)
+    removed: dict[str, list] = {"qemu_pids": [], "netns": [], "files": []}
+    vms = state.vms if state else {}
+    for role, vm in vms.items():
+        if vm.get("pid") and qemu.stop_vm(vm["pid"], vm["vm_name"]):
+            removed["qemu_pids"].append(vm["pid"])
+            say(f"{role}: stopped QEMU pid {vm['pid']}")
+    for role in ("sender", "emulator"):
+        for pid in _qemu_pids_named(vm_name(name, role)):
+            qemu.stop_vm(pid, vm_name(name, role))
+            removed["qemu_pids"].append(pid)
+            say(f"{role}: stopped unrecorded QEMU pid {pid}")
+    names = (state.netns if state else []) + [plumbing.link_netns(name), plumbing.receiver_netns(name)]
+    for ns in dict.fromkeys(names):
+        if plumbing.remove_netns(ns):
+            removed["netns"].append(ns)
+            say(f"removed namespace {ns}")
+    for vm in vms.values():
+        for key in ("overlay", "qmp_socket"):
+            path = Path(vm.get(key, ""))
+            if vm.get(key) and path.exists():
+                path.unlink()
+                removed["files"].append(str(path))
+    if state is not None:
+        state.data.update(phase="down", vms={}, netns=[])
+        state.save()
+        testbed_file(name).unlink(missing_ok=True)
+    return removed
+
+
+def _qemu_pids_named(name: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and qemu.is_our_qemu(int(entry), name):
+            out.append(int(entry))
+    return out

@@ -1,0 +1,165 @@
+"""Launching and stopping the local testbed's QEMU VMs.
+
+Each VM boots the cached guest image's kernel directly (``-kernel/-initrd``) with bbrlab's init
+script as PID 1, on a qcow2 overlay of the raw base image (the base stays clean). Management is
+QEMU user-mode networking restricted to a host forward ``127.0.0.1:<port> -> :22``, so a guest is
+reachable only from this machine; experiment NICs are tap descriptors opened by
+:mod:`.plumbing`. The role's SSH key, hostname and setup script reach the guest through fw_cfg.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import TestbedError
+from .image import INIT_PATH, GuestImage
+
+MEMORY_MB = 1024
+
+
+@dataclass
+class VmSpec:
+    """What one VM needs; ``tap_fds`` become its experiment NICs eth1, eth2, ... in order."""
+
+    vm_name: str  # QEMU -name, also how down() recognises the process
+    hostname: str
+    folder: Path  # the testbed's state dir: overlay, QMP socket, console log live here
+    vcpus: int = 1
+    accelerator: str = "tcg"
+    ssh_port: int = 0
+    authorized_key_file: Path | None = None
+    setup_script: Path | None = None
+    tap_fds: list[int] = field(default_factory=list)
+    mac_tag: int = 1  # distinct per VM of a testbed: experiment MACs are 52:54:00:77:<tag>:1<n>
+
+    @property
+    def overlay(self) -> Path:
+        return self.folder / f"{self.hostname}.qcow2"
+
+    @property
+    def qmp_socket(self) -> Path:
+        return self.folder / f"{self.hostname}.qmp"
+
+    @property
+    def console_log(self) -> Path:
+        return self.folder / f"{self.hostname}.console.log"
+
+
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_overlay(image: GuestImage, overlay: Path) -> None:
+    """A fresh qcow2 overlay on the raw base image (replacing an old one)."""
+    overlay.unlink(missing_ok=True)
+    p = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
+                        str(overlay)], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise TestbedError(f"qemu-img create {overlay} failed: {p.stderr.strip()}")
+
+
+def kernel_cmdline() -> str:
+    return f"root=/dev/vda rw console=ttyS0 init={INIT_PATH} net.ifnames=0 quiet panic=1"
+
+
+def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
+    """The full QEMU command line for ``spec``."""
+    if spec.accelerator == "kvm":
+        accel = ["-accel", "kvm", "-cpu", "host"]
+    else:
+        accel = ["-accel", "tcg,thread=multi"]
+    argv = [
+        "qemu-system-x86_64", "-name", f"{spec.vm_name},debug-threads=on", *accel,
+        "-smp", str(spec.vcpus), "-m", str(MEMORY_MB),
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-serial", f"file:{spec.console_log}",
+        "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", kernel_cmdline(),
+        "-drive", f"file={spec.overlay},if=virtio,format=qcow2,cache=unsafe",
+        "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
+        "-fw_cfg", f"name=opt/bbrlab/hostname,string={spec.hostname}",
+    ]
+    if spec.ssh_port:
+        argv += ["-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
+                 "-device", "virtio-net-pci,netdev=mgmt,addr=0x3"]
+    for i, fd in enumerate(spec.tap_fds):
+        argv += ["-netdev", f"tap,id=exp{i + 1},fd={fd}",
+                 "-device", f"virtio-net-pci,netdev=exp{i + 1},mac=52:54:00:77:{spec.mac_tag:02x}:{0x10 + i:02x}"
+                 f",addr={0x4 + i:#x}"]
+    if spec.authorized_key_file:
+        argv += ["-fw_cfg", f"name=opt/bbrlab/authorized_keys,file={spec.authorized_key_file}"]
+    if spec.setup_script:
+        argv += ["-fw_cfg", f"name=opt/bbrlab/setup,file={spec.setup_script}"]
+    return argv
+
+
+def start_vm(spec: VmSpec, image: GuestImage) -> int:
+    """Start QEMU detached (own session, survives this process); return its pid."""
+    for stale in (spec.qmp_socket, spec.console_log):
+        stale.unlink(missing_ok=True)
+    log = open(spec.folder / f"{spec.hostname}.qemu.log", "w")
+    try:
+        proc = subprocess.Popen(qemu_argv(spec, image), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                pass_fds=spec.tap_fds, start_new_session=True)
+    finally:
+        log.close()
+    return proc.pid
+
+
+def is_our_qemu(pid: int, vm_name: str) -> bool:
+    """True when ``pid`` is a live QEMU started with ``-name vm_name,...`` (never trust a bare pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if not argv or b"qemu-system" not in argv[0]:
+        return False
+    return f"{vm_name},debug-threads=on".encode() in argv
+
+
+def stop_vm(pid: int, vm_name: str, timeout_s: float = 10.0) -> bool:
+    """Kill the VM's QEMU if it is still ours; wait until it is gone. False when nothing ran."""
+    if not is_our_qemu(pid, vm_name):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_our_qemu(pid, vm_name):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    while is_our_qemu(pid, vm_name):
+        _reap(pid)
+        time.sleep(0.1)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when QEMU is our own child (else it lingers as a zombie)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def console_tail(spec_or_path: VmSpec | Path, chars: int = 1500) -> str:
+    path = spec_or_path.console_log if isinstance(spec_or_path, VmSpec) else spec_or_path
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def qemu_version() -> str:
+    p = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, timeout=10)
+    first = p.stdout.splitlines()[0] if p.stdout else ""
+    return first.removeprefix("QEMU emulator version ").strip()

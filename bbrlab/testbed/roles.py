@@ -1,0 +1,129 @@
+"""The roles of a testbed as objects: each role is a host to run commands on, plus what it is for.
+
+Built from a validated :class:`~bbrlab.testbed.file.TestbedSpec`, so the local testbed and a real
+lab are driven by the same code::
+
+    tb.sender.host.run(["uname", "-r"])         # an SSHHost (fabric), or a NetnsHost locally
+    tb.sender.vcpu_threads()                    # vCPU thread ids, from QMP / libvirt / the file
+    tb.emulator.ports                           # ("eth1", "eth2"): sender side, receiver side
+    tb.receiver.experiment_ip                   # where iperf3 connects
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+
+from ..errors import TestbedError
+from ..hosts import Host, LocalHost, NetnsHost, SSHHost
+from ..vcpu import explicit_vcpu_threads, libvirt_vcpu_threads, qmp_vcpu_threads, qmp_vcpu_threads_remote
+from .file import RoleSpec, SSHSpec, TestbedSpec
+
+
+def ssh_host(name: str, spec: SSHSpec) -> SSHHost:
+    return SSHHost(name=name, address=spec.address, user=spec.user, port=spec.port, key_path=spec.key,
+                   known_hosts=spec.known_hosts)
+
+
+def role_host(spec: RoleSpec) -> Host:
+    if spec.ssh is None:
+        return NetnsHost(name=spec.role, netns=spec.netns or "")
+    return ssh_host(spec.role, spec.ssh)
+
+
+@dataclass
+class Role:
+    """One role: ``name`` (sender/emulator/receiver), ``host`` to run commands on."""
+
+    name: str
+    host: Host
+    experiment_ip: str | None = None
+    spec: RoleSpec | None = field(default=None, repr=False)
+
+    def kernel_release(self) -> str:
+        return self.host.output(["uname", "-r"], timeout=20)
+
+
+@dataclass
+class SenderRole(Role):
+    """The sender VM; ``hypervisor`` is the host its QEMU runs on (contention is applied there)."""
+
+    hypervisor: Host = field(default_factory=LocalHost)
+    vcpu: dict = field(default_factory=dict)
+
+    def vcpu_threads(self) -> list[int]:
+        """The VM's vCPU thread ids on the hypervisor host, sorted by vCPU index (never guessed)."""
+        if "qmp_socket" in self.vcpu:
+            if self.hypervisor.is_local:
+                return qmp_vcpu_threads(self.vcpu["qmp_socket"])
+            return qmp_vcpu_threads_remote(self.hypervisor, self.vcpu["qmp_socket"])
+        if "libvirt_domain" in self.vcpu:
+            return libvirt_vcpu_threads(self.hypervisor, self.vcpu["libvirt_domain"])
+        if "thread_ids" in self.vcpu:
+            return explicit_vcpu_threads(self.vcpu["thread_ids"], "roles.sender.vcpu.thread_ids")
+        raise TestbedError("the testbed file gives no roles.sender.vcpu (qmp_socket, libvirt_domain or "
+                           "thread_ids): cannot find the sender's vCPU threads")
+
+    def qemu_pid(self) -> int | None:
+        """The pid of the sender's QEMU on a local hypervisor (owner of the vCPU threads), else None."""
+        if not self.hypervisor.is_local:
+            return None
+        threads = self.vcpu_threads()
+        try:
+            with open(f"/proc/{threads[0]}/status") as f:
+                for line in f:
+                    if line.startswith("Tgid:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+
+@dataclass
+class EmulatorRole(Role):
+    """The emulator: bridges sender and receiver; netem + token bucket go on ``ports``' egress."""
+
+    ports: tuple[str, str] = ("eth1", "eth2")
+
+
+@dataclass
+class Testbed:
+    """Three roles and how the testbed runs (``accelerator``: kvm, tcg or unknown)."""
+
+    name: str
+    sender: SenderRole
+    emulator: EmulatorRole
+    receiver: Role
+    accelerator: str = "unknown"
+    spec: TestbedSpec | None = field(default=None, repr=False)
+    extra: dict = field(default_factory=dict)  # local testbed: qemu version, image, pids
+
+    @property
+    def roles(self) -> dict[str, Role]:
+        return {"sender": self.sender, "emulator": self.emulator, "receiver": self.receiver}
+
+    def describe(self) -> dict:
+        """What a run record needs to know about the testbed, measured now."""
+        out = {"name": self.name, "accelerator": self.accelerator, "host_kernel": platform.release(),
+               **self.extra}
+        for name, role in self.roles.items():
+            try:
+                out[f"{name}_kernel"] = role.kernel_release()
+            except Exception as e:  # noqa: BLE001 - an unreachable role is recorded, not fatal here
+                out[f"{name}_kernel"] = f"unreachable: {e}"
+        return out
+
+    def close(self) -> None:
+        for role in self.roles.values():
+            role.host.close()
+        self.sender.hypervisor.close()
+
+
+def from_spec(spec: TestbedSpec, extra: dict | None = None) -> Testbed:
+    """Role objects for a validated testbed file."""
+    s, e, r = spec.roles["sender"], spec.roles["emulator"], spec.roles["receiver"]
+    hypervisor: Host = ssh_host("sender-hypervisor", s.hypervisor) if s.hypervisor else LocalHost()
+    sender = SenderRole("sender", role_host(s), s.experiment_ip, s, hypervisor=hypervisor, vcpu=dict(s.vcpu))
+    emulator = EmulatorRole("emulator", role_host(e), e.experiment_ip, e, ports=e.ports)
+    receiver = Role("receiver", role_host(r), r.experiment_ip, r)
+    return Testbed(spec.name, sender, emulator, receiver, spec.accelerator, spec, dict(extra or {}))

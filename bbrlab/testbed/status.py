@@ -1,0 +1,53 @@
+"""What each role of a testbed can do, measured now (``bbrlab testbed status``)."""
+
+from __future__ import annotations
+
+from .roles import Role, Testbed
+
+QDISCS = ("netem", "tbf", "fq", "htb")
+# For each qdisc: loaded, built in, or loadable as a module? Runs on the role, reads only.
+QDISC_PROBE = r"""
+for q in "$@"; do
+  if [ -d /sys/module/sch_$q ]; then echo "$q loaded"
+  elif grep -qs "/sch_$q.ko" /lib/modules/$(uname -r)/modules.builtin; then echo "$q builtin"
+  elif modprobe -n -q sch_$q 2>/dev/null; then echo "$q module"
+  else echo "$q missing"; fi
+done
+"""
+
+
+def role_status(role: Role) -> dict:
+    out: dict = {"role": role.name, "host": _where(role), "experiment_ip": role.experiment_ip}
+    try:
+        out["kernel"] = role.kernel_release()
+    except Exception as e:  # noqa: BLE001 - status reports, it does not fail
+        out.update(reachable=False, error=str(e).splitlines()[0][:300])
+        return out
+    out["reachable"] = True
+    h = role.host
+    out["congestion_controls"] = h.output(["cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"],
+                                          check=False).split()
+    probe = h.output(["sh", "-c", QDISC_PROBE, "sh", *QDISCS], check=False)
+    out["qdiscs"] = dict(line.split(" ", 1) for line in probe.splitlines() if " " in line)
+    return out
+
+
+def _where(role: Role) -> str:
+    h = role.host
+    if getattr(h, "netns", ""):
+        return f"netns {h.netns}"
+    if hasattr(h, "address"):
+        return f"{h.user}@{h.address}:{h.port}"
+    return h.name
+
+
+def testbed_status(tb: Testbed) -> dict:
+    roles = {name: role_status(role) for name, role in tb.roles.items()}
+    sender = roles["sender"]
+    try:
+        sender["vcpu_threads"] = tb.sender.vcpu_threads()
+        sender["qemu_pid"] = tb.sender.qemu_pid()
+    except Exception as e:  # noqa: BLE001
+        sender["vcpu_error"] = str(e)[:300]
+    return {"name": tb.name, "accelerator": tb.accelerator, **{k: v for k, v in tb.extra.items() if v},
+            "roles": roles}

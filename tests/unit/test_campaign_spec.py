@@ -214,3 +214,44 @@ def test_commit_refuses_duplicates(tmp_path):
     record.commit(record.staging_dir(tmp_path, s.run_id), tmp_path, rec)
     with pytest.raises(BbrlabError, match="already exists"):
         record.commit(record.staging_dir(tmp_path, s.run_id), tmp_path, rec)
+
+
+# -- hostile values through the CLI --------------------------------------------------------
+
+def _spec_file(tmp_path, **over) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **over}))
+    return path
+
+
+@pytest.mark.parametrize("verb", ["plan", "run"])
+def test_cli_refuses_hostile_cca_before_anything_runs(tmp_path, capsys, verb):
+    from bbrlab.cli.main import main
+
+    marker = tmp_path / "pwned"
+    spec_path = _spec_file(tmp_path, ccas=["cubic", f"bbr; touch {marker}"])
+    argv = ["campaign", verb, str(spec_path)] + (["--out", str(tmp_path / "out")] if verb == "run" else [])
+    assert main(argv) == 1
+    assert "ccas[1]" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_cli_passes_hostile_testbed_name_literally(tmp_path, capsys):
+    """A testbed value with shell syntax is a (missing) testbed name, never a command."""
+    from bbrlab.cli.main import main
+
+    marker = tmp_path / "pwned"
+    spec_path = _spec_file(tmp_path, testbed=f"$(touch {marker})")
+    assert main(["campaign", "run", str(spec_path), "--out", str(tmp_path / "out")]) == 1
+    assert "pwned" in capsys.readouterr().err  # the error quotes the name it could not find
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_status_json(tmp_path, capsys):
+    from bbrlab.cli.main import main
+
+    campaign.run_campaign(spec(repetitions=1), tmp_path, _writer(set(), []), progress=False)
+    assert main(["campaign", "status", str(tmp_path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["planned"] == 8 and st["done"] == 8 and st["running"] == 0

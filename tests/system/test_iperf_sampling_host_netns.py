@@ -1,0 +1,104 @@
+"""Real iperf3 and the real ss sampler between two network namespaces on this host.
+
+No VM and no netem here (the host kernel has none): this checks the iperf and sampling modules
+themselves (server readiness, client ports, JSON, the sampler loop, its stop file and footer, the
+parser on live output); the full runner is tested on the local testbed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from bbrlab import iperf, sampling
+from bbrlab.hosts import NetnsHost
+
+pytestmark = pytest.mark.system
+
+SENDER_IP, RECEIVER_IP = "10.213.0.1", "10.213.0.2"
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def pair():
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"bbt6a-{tag}", f"bbt6b-{tag}"
+    va, vb = f"v6a{tag}", f"v6b{tag}"
+    _ip("netns", "add", a)
+    try:
+        _ip("netns", "add", b)
+        _ip("link", "add", va, "type", "veth", "peer", "name", vb)
+        _ip("link", "set", va, "netns", a)
+        _ip("link", "set", vb, "netns", b)
+        _ip("-n", a, "addr", "add", f"{SENDER_IP}/24", "dev", va)
+        _ip("-n", b, "addr", "add", f"{RECEIVER_IP}/24", "dev", vb)
+        for ns, dev in ((a, va), (b, vb)):
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        subprocess.run(["ip", "netns", "exec", a, "tc", "qdisc", "add", "dev", va, "root", "tbf", "rate", "200mbit",
+                        "burst", "32kb", "limit", "128kb"], check=True, capture_output=True)
+        yield NetnsHost(name="sender", netns=a), NetnsHost(name="receiver", netns=b)
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_server_client_and_sampler(pair, tmp_path):
+    sender, receiver = pair
+    server_log = str(tmp_path / "server.log")
+    stop_file = str(tmp_path / "stop")
+    pid = iperf.start_server(receiver, server_log, lifetime_s=60)
+    try:
+        assert iperf.listening(receiver, iperf.DEFAULT_PORT)
+        with pytest.raises(iperf.IperfError, match="already in use"):
+            iperf.start_server(receiver, str(tmp_path / "second.log"), lifetime_s=60)
+        ports = [24000, 24001]
+        sampler_pid = sender.spawn(sampling.sampler_argv(10, 60, stop_file, data_ports=ports),
+                                   str(tmp_path / "ss.log"))
+        result = sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, streams=2, cport=24000),
+                            timeout=60)
+        sender.run(["touch", stop_file])
+        sampler_done = sender.run(["sh", "-c", 'while kill -0 "$1" 2>/dev/null; do sleep 0.05; done', "sh",
+                                   str(sampler_pid)], timeout=20)
+        assert sampler_done.ok
+    finally:
+        iperf.stop(receiver, pid)
+    assert not iperf.alive(receiver, pid)
+
+    parsed = iperf.parse_result(result.stdout)
+    assert parsed.sender_tcp_congestion == "cubic"
+    assert list(parsed.data_ports) == ports
+    assert 10 < parsed.receiver_mbit <= 205
+    assert len(parsed.intervals) >= 2
+
+    text = (tmp_path / "ss.log").read_text()
+    footer = sampling.parse_sampler_footer(text)
+    assert footer is not None and footer["samples"] >= 10 and footer["cpu_s"] >= 0
+    rows = sampling.parse_ss_log(text)
+    assert rows, "the sampler recorded no data connection"
+    assert {r["port"] for r in rows} == set(ports)  # the control connection was filtered out by ss
+    assert {r["cca"] for r in rows} == {"cubic"}
+    assert max(r["bytes_acked"] for r in rows) > 1_000_000
+    gaps = sampling.achieved_interval_ms(text)
+    assert gaps["median_ms"] >= 9.0
+
+
+def test_hostile_values_passed_literally_or_refused(pair, tmp_path):
+    sender, _ = pair
+    marker = tmp_path / "pwned"
+    with pytest.raises(ValueError, match="flow.cca"):
+        iperf.client_argv(RECEIVER_IP, cca=f"bbr; touch {marker}", duration_s=2)
+    with pytest.raises(ValueError, match="server_ip"):
+        iperf.client_argv(f"{RECEIVER_IP}\ntouch {marker}", cca="bbr", duration_s=2)
+    # A stop-file path with shell syntax is passed to the sampler as one literal argument: the sampler
+    # stops at its deadline (1 s) without ever running what the path spells.
+    weird = str(tmp_path / f"$(touch {marker}); `touch {marker}`")
+    sender.run(sampling.sampler_argv(50, 1, weird), timeout=30)
+    assert not marker.exists()
+    assert not os.path.exists(weird)

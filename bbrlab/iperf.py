@@ -16,6 +16,7 @@ Data flows from the client to the server, so the client runs on the sender VM, a
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -114,6 +115,29 @@ def stop(host: Host, pid: int, *, timeout_s: float = 10.0, poll_s: float = 0.05)
             host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
             break
         time.sleep(poll_s)
+
+
+def port_users(host: Host, port: int, *, listening: bool) -> list[int]:
+    """Pids of iperf3 processes with a TCP socket on ``port`` in ``host``'s network namespace.
+
+    ``listening``: servers listening on ``port``; otherwise clients connected to ``port``. Found with
+    ``ss -p``, so on a shared machine only the processes of that namespace's sockets are seen.
+    """
+    _port(port, "port")
+    if listening:
+        argv = ["ss", "-ltnpH", "(", "sport", "=", f":{port}", ")"]
+    else:
+        argv = ["ss", "-tnpH", "(", "dport", "=", f":{port}", ")"]
+    out = host.run(argv, check=False, timeout=20).stdout
+    return sorted({int(m.group(1)) for m in re.finditer(r'"iperf3",pid=(\d+)', out)})
+
+
+def kill_port_users(host: Host, port: int, *, listening: bool) -> list[int]:
+    """Kill (SIGKILL) the iperf3 processes :func:`port_users` finds; return their pids."""
+    pids = port_users(host, port, listening=listening)
+    for pid in pids:
+        host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
+    return pids
 
 
 @dataclass(frozen=True)

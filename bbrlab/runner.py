@@ -127,6 +127,7 @@ class Runner:
     ready_timeout_s: float = 15.0
     current_link: Link | None = None
     _static: dict | None = field(default=None, repr=False)
+    _recovered: dict | None = field(default=None, repr=False)
     last_timing: dict = field(default_factory=dict)
 
     # -- campaign interface --------------------------------------------------------------------
@@ -180,6 +181,25 @@ class Runner:
                                 started_at=started, ended_at=rec.now_iso(), scenario=scenario.to_dict(),
                                 metadata=meta)
 
+    def recover(self) -> dict:
+        """Clear what a killed predecessor (SIGKILL, power loss) may have left; called before the first run.
+
+        - SCHED_DEADLINE still on the sender's vCPU threads (its context manager never got to restore);
+        - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network
+          namespace (found with ``ss -p``, so nothing else on a shared host is touched);
+        - ss samplers still running on the sender (asked to stop through their stop files).
+        """
+        from . import contention
+
+        tb = self.testbed
+        cleared = contention.clear_deadline(tb.sender.hypervisor, tb.sender.vcpu_threads())
+        killed = {"sender": iperf_mod.kill_port_users(tb.sender.host, iperf_mod.DEFAULT_PORT, listening=False),
+                  "receiver": iperf_mod.kill_port_users(tb.receiver.host, iperf_mod.DEFAULT_PORT, listening=True)}
+        tb.sender.host.run(["sh", "-c", 'for f in /tmp/bbrlab-ss-*.log; do [ -e "$f" ] && touch "${f%.log}.stop"; '
+                                        "done; exit 0"], timeout=20, check=False)
+        self._recovered = {"deadline_cleared_tids": cleared, "iperf3_killed": killed}
+        return self._recovered
+
     def _forget_link(self) -> None:
         """After a failure the emulator's state is unknown: clear it, and let the next run set it again."""
         self.current_link = None
@@ -197,6 +217,8 @@ class Runner:
         meta["timing"] = timing
         static = self.static_metadata()
         meta["testbed"] = static["testbed"]
+        if self._recovered is None:
+            meta["recovered"] = self.recover()
 
         t = time.monotonic()
         probe = probe_sender(sender.host)

@@ -1,0 +1,96 @@
+"""Per-run overhead and the ss sampler's cost, on the local testbed (holds the testbed lock).
+
+Printed:
+
+- wall time per run / iperf3 duration for 20 s runs through the campaign engine (probe, link when
+  changed, server, contention, client, verify, atomic record), goal <= 1.10;
+- the ss sampler inside the sender VM asked for 10 ms: CPU per sample (its own /proc/self/stat ticks,
+  ss included) and the achieved interval (median, mean, p95), without and with a 25 % CPU share.
+
+``BBRLAB_BENCH_RUNS`` (default 3) sets how many overhead runs; ``BBRLAB_TESTBED`` the testbed name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+DURATION_S = 20
+GOAL_RATIO = 1.10
+
+
+def _overhead(tb, n_runs: int) -> list[float]:
+    from bbrlab.campaign import CampaignSpec, run_campaign
+    from bbrlab.runner import Runner
+
+    spec = CampaignSpec.from_dict({
+        "name": "bench-overhead", "testbed": tb.name, "ccas": ["cubic"], "timeslices_ms": [10],
+        "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [100], "repetitions": n_runs,
+        "duration_s": DURATION_S, "order": "sequential", "max_attempts": 1,
+    })
+    walls: list[float] = []
+    runner = Runner(tb)
+    with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
+        last = [time.monotonic()]
+
+        def on_run(record: dict) -> None:
+            now = time.monotonic()
+            walls.append(now - last[0])
+            last[0] = now
+            phases = record["metadata"].get("timing", {})
+            print(f"  run {len(walls)}: {record['status']:6s} wall {walls[-1]:6.2f} s  ratio "
+                  f"{walls[-1] / DURATION_S:.3f}  phases {phases}", flush=True)
+
+        try:
+            run_campaign(spec, Path(out), runner, progress=False, on_run=on_run)
+        finally:
+            runner.close()
+    return walls
+
+
+def _sampler(tb, share_pct: float) -> dict:
+    from bbrlab.runner import Runner
+    from bbrlab.scenario import Contention, Flow, Link, Scenario
+
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
+                        Flow("cubic", duration_s=10, sample_ss_ms=10))
+    runner = Runner(tb)
+    with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
+        try:
+            record = runner.run(scenario, Path(out))
+        finally:
+            runner.close()
+    if record["status"] != "ok":
+        raise RuntimeError(f"sampled run failed: {record['reason']}")
+    return record["metadata"]["sampling"] | {"throughput_mbit": record["metadata"]["iperf"]["receiver_mbit"]}
+
+
+def main() -> None:
+    import bbrlab.testbed as tbmod
+
+    name = os.environ.get("BBRLAB_TESTBED", "local")
+    n_runs = int(os.environ.get("BBRLAB_BENCH_RUNS", "3"))
+    with tbmod.testbed_lock():
+        tb = tbmod.up(name, progress=False)
+        try:
+            print(f"per-run overhead: {n_runs} x {DURATION_S} s cubic runs, testbed {name} "
+                  f"({tb.accelerator}), same link for all (set once)")
+            walls = _overhead(tb, n_runs)
+            steady = walls[1:] or walls
+            print(f"wall/duration: first run {walls[0] / DURATION_S:.3f} (sets the link), "
+                  f"following runs mean {sum(steady) / len(steady) / DURATION_S:.3f} (goal <= {GOAL_RATIO})")
+            for share in (100, 25):
+                s = _sampler(tb, share)
+                f, iv = s["footer"], s["interval"]
+                print(f"ss sampler asked 10 ms, cpu share {share} %: {f['samples']} samples, "
+                      f"CPU {f['cpu_per_sample_ms']:.2f} ms per sample ({f['cpu_s']:.2f} s in all), achieved "
+                      f"interval median {iv['median_ms']:.1f} ms, mean {iv['mean_ms']:.1f} ms, p95 "
+                      f"{iv['p95_ms']:.1f} ms; throughput {s['throughput_mbit']:.1f} Mbit/s")
+        finally:
+            tb.close()
+
+
+if __name__ == "__main__":
+    main()

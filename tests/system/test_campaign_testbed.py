@@ -1,0 +1,123 @@
+"""The campaign engine on the local testbed: killed with SIGKILL mid-way, resumed, nothing lost or doubled.
+
+A 2 x 2 x 2 grid (cubic/bbr x 25/100 % CPU share x 1/10 ms timeslice) of 5 s runs is started with the
+``bbrlab campaign run`` command as a subprocess, killed with SIGKILL once three runs are complete (a
+fourth is then usually half-way, with its deadline policy applied), and run again. The end state must
+be exactly 8 complete run records whose metadata show the requested CCA, the deadline policy read back
+on the sender's vCPU thread and the emulator's qdiscs as the kernel reported them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bbrlab import campaign, link
+from bbrlab.contention import show_policies
+
+pytestmark = [pytest.mark.system, pytest.mark.testbed]
+
+BBRLAB = str(Path(sys.executable).with_name("bbrlab"))
+
+
+def _spec(testbed_name: str, **over) -> dict:
+    return {
+        "name": "resume-2x2x2", "testbed": testbed_name, "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10],
+        "cpu_shares_pct": [25, 100], "rtts_ms": [20], "rates_mbit": [100], "buffers_bdp": [1],
+        "repetitions": 1, "duration_s": 5, "seed": 1, "max_attempts": 2, **over,
+    }
+
+
+def _complete(out: Path) -> int:
+    return len(list((out / "runs").glob("*/record.json")))
+
+
+def test_bad_spec_refused_before_anything_runs(testbed, tmp_path):
+    emulator = testbed.emulator
+    qdiscs_before = link.show(emulator.host, emulator.ports)
+    threads = testbed.sender.vcpu_threads()
+    policies_before = show_policies(testbed.sender.hypervisor, threads)
+    spec_path = tmp_path / "bad.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec(testbed.name, cpu_shares_pct=[25, 0])))
+    out = tmp_path / "out"
+    res = subprocess.run([BBRLAB, "campaign", "run", str(spec_path), "--out", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1
+    assert "cpu_shares_pct[1]" in res.stderr
+    assert not out.exists()
+    assert link.show(emulator.host, emulator.ports) == qdiscs_before
+    assert show_policies(testbed.sender.hypervisor, threads) == policies_before
+
+
+def test_campaign_killed_and_resumed(testbed, tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec(testbed.name)))
+    out = tmp_path / "campaign"
+    argv = [BBRLAB, "campaign", "run", str(spec_path), "--out", str(out), "--no-progress"]
+
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    try:
+        while _complete(out) < 3:  # poll the run directories, the real readiness condition
+            assert first.poll() is None, f"campaign ended early: {first.communicate()}"
+            assert time.monotonic() < deadline, "3 runs did not complete in 900 s"
+            time.sleep(0.2)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    killed_at = _complete(out)
+    assert 3 <= killed_at < 8
+
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+    assert second.returncode == 0, second.stderr[-3000:]
+
+    st = campaign.status(out)
+    assert st["planned"] == 8 and st["done"] == 8 and st["failed"] == 0 and st["remaining"] == 0
+    assert st["running"] == 0
+    plan = json.loads((out / "plan.json").read_text())
+    run_dirs = sorted(p.name for p in (out / "runs").iterdir())
+    assert run_dirs == sorted(r["run_id"] for r in plan["runs"])  # exactly the plan: none lost, none twice
+    leftovers = list((out / ".tmp").iterdir()) if (out / ".tmp").exists() else []
+    assert leftovers == []  # the half-written run of the killed process was cleared, not counted
+
+    for run_id in run_dirs:
+        _check_record(out / "runs" / run_id, testbed)
+
+
+def _check_record(run_dir: Path, testbed) -> None:
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["schema"] == "bbrlab.run/1" and record["status"] == "ok" and record["reason"] is None
+    iperf = json.loads((run_dir / "iperf.json").read_text())
+    scenario, meta = record["scenario"], record["metadata"]
+    cca = scenario["flow"]["cca"]
+    assert meta["cca"]["requested"] == cca == meta["cca"]["iperf_sender"] == iperf["end"]["sender_tcp_congestion"]
+    assert cca in meta["cca"]["available"]
+    assert meta["testbed"]["accelerator"] in ("kvm", "tcg")
+
+    share, ts = scenario["contention"]["cpu_share_pct"], scenario["contention"]["timeslice_ms"]
+    contention = meta["contention"]
+    assert contention["evidence"]["policy_held"] is True
+    for applied, after in zip(contention["applied"], contention["evidence"]["threads"], strict=True):
+        if share < 100:
+            assert applied["policy"] == "SCHED_DEADLINE"
+            assert applied["runtime_ns"] == ts * 1_000_000
+            assert applied["period_ns"] == ts * 1_000_000 * 100 // share
+            assert after["policy_after"]["policy"] == "SCHED_DEADLINE"
+        else:
+            assert applied["policy"] != "SCHED_DEADLINE"
+            assert after["policy_after"]["policy"] != "SCHED_DEADLINE"
+
+    qdiscs = meta["qdiscs"]
+    assert set(qdiscs) == set(testbed.emulator.ports)
+    configured = link.configured_from_readback(qdiscs, testbed.emulator.ports)
+    assert configured["rtt_ms"] == pytest.approx(20, abs=0.01)
+    assert configured["rate_mbit"] == pytest.approx(100, rel=0.01)
+    assert 0 < meta["iperf"]["receiver_mbit"] <= 101

@@ -120,15 +120,15 @@ def stop(host: Host, pid: int, *, timeout_s: float = 10.0, poll_s: float = 0.05)
 def port_users(host: Host, port: int, *, listening: bool) -> list[int]:
     """Pids of iperf3 processes with a TCP socket on ``port`` in ``host``'s network namespace.
 
-    ``listening``: servers listening on ``port``; otherwise clients connected to ``port``. Found with
+    ``listening``: servers (listening on ``port`` or serving a test there); otherwise clients connected to it. Found with
     ``ss -p``, so on a shared machine only the processes of that namespace's sockets are seen.
     """
     _port(port, "port")
-    if listening:
-        argv = ["ss", "-ltnpH", "(", "sport", "=", f":{port}", ")"]
+    if listening:  # servers: listening, or serving a test on the port
+        argvs = [["ss", "-ltnpH", "(", "sport", "=", f":{port}", ")"], ["ss", "-tnpH", "(", "sport", "=", f":{port}", ")"]]
     else:
-        argv = ["ss", "-tnpH", "(", "dport", "=", f":{port}", ")"]
-    out = host.run(argv, check=False, timeout=20).stdout
+        argvs = [["ss", "-tnpH", "(", "dport", "=", f":{port}", ")"]]
+    out = "".join(host.run(argv, check=False, timeout=20).stdout for argv in argvs)
     return sorted({int(m.group(1)) for m in re.finditer(r'"iperf3",pid=(\d+)', out)})
 
 

@@ -144,7 +144,8 @@ class Runner:
 
     # -- one run -------------------------------------------------------------------------------
     def static_metadata(self) -> dict:
-        """What does not change during a campaign: the testbed's description, versions (measured once)."""
+        """What does not change during a campaign (measured once per Runner): the testbed's description,
+        versions, the sender's offloads."""
         if self._static is None:
             tb = self.testbed
             describe = tb.describe()
@@ -152,6 +153,7 @@ class Runner:
                 "testbed": {"name": tb.name, "kind": describe.get("kind", "lab"), **describe},
                 "versions": {"qemu": describe.get("qemu_version"), "bbrlab": __version__,
                              "bbrlab_git": git_commit()},
+                "offloads_sender": offloads(tb.sender.host, tb.receiver.experiment_ip),
             }
         return self._static
 
@@ -229,7 +231,7 @@ class Runner:
         if flow.cca not in probe["available"]:
             raise RunFailed(f"the sender offers {probe['available']}, not {flow.cca!r}")
         meta["module"] = self._module_identity(flow.cca)
-        meta["offloads"] = {"sender": offloads(sender.host, receiver.experiment_ip)}
+        meta["offloads"] = {"sender": static["offloads_sender"]}
         timing["probe_s"] = round(time.monotonic() - t, 3)
 
         t = time.monotonic()

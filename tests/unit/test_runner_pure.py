@@ -1,0 +1,35 @@
+"""Pure parts of the runner: client ports, and the iperf3 argument lists (no testbed needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bbrlab import iperf
+from bbrlab.runner import client_port
+
+
+def test_client_ports_below_the_ephemeral_range_and_vary():
+    ports = {client_port(f"run-{i}", 1) for i in range(200)}
+    assert all(20_000 <= p and p + 127 < 32_768 for p in ports)
+    assert len(ports) > 50
+    assert len({client_port("x", attempt) for attempt in range(1, 6)}) > 1  # a retry moves to other ports
+
+
+def test_client_argv_is_a_literal_argument_list():
+    argv = iperf.client_argv("10.0.0.2", cca="bbr2b", duration_s=20, streams=4, cport=20_000)
+    assert argv[:3] == ["timeout", "--kill-after=5", "35"]
+    i = argv.index("iperf3")
+    assert argv[i:] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-t", "20", "-P", "4", "-C", "bbr2b", "-J",
+                        "--get-server-output", "--cport", "20000"]
+
+
+@pytest.mark.parametrize("kw", [{"streams": 0}, {"streams": 129}, {"cport": 65_535, "streams": 2}, {"port": 0}])
+def test_client_argv_refuses_out_of_range(kw):
+    args = {"cca": "bbr", "duration_s": 5, **kw}
+    with pytest.raises(ValueError):
+        iperf.client_argv("10.0.0.2", **args)
+
+
+def test_server_argv_has_a_lifetime():
+    assert iperf.server_argv(5201, lifetime_s=80) == ["timeout", "--kill-after=5", "80", "iperf3", "-s", "-1", "-J",
+                                                      "-p", "5201"]

@@ -163,7 +163,7 @@ def _bring_up(state: State, sender_vcpus: int, say: Progress) -> None:
     _write_known_hosts(state, img)
     _write_testbed_file(state, key)
     boot = _wait_ssh(state, specs, say)
-    _wait_ping(rx_ns, SENDER_IP, say)
+    _wait_ping(state, RECEIVER_IP, say)
     state.data.update(phase="up", boot_to_ssh_s=boot, up_s=round(time.monotonic() - t_start, 1))
     state.save()
     say(f"testbed '{state.name}' up in {time.monotonic() - t_start:.1f} s ({accelerator}; boot to SSH: "
@@ -261,18 +261,25 @@ def _wait_ssh(state: State, specs: dict[str, qemu.VmSpec], say: Progress) -> dic
     return boot
 
 
-def _wait_ping(rx_ns: str, address: str, say: Progress) -> None:
-    """The receiver reaches the sender through the emulator's bridge (ARP + ICMP, real packets)."""
+def _wait_ping(state: State, address: str, say: Progress) -> None:
+    """The sender reaches the receiver through the emulator's bridge (ARP + ICMP, real packets).
+
+    The ping runs in the sender guest (the image has ping; this host need not)."""
+    d = state.dir
+    sender = SSHHost(name="sender", address="127.0.0.1", port=state.vms["sender"]["ssh_port"],
+                     key_path=str(d / "id_ed25519"), known_hosts=str(d / "known_hosts"))
     deadline = time.monotonic() + PING_DEADLINE_S
-    while True:
-        p = subprocess.run(["ip", "netns", "exec", rx_ns, "ping", "-c", "1", "-W", "1", address],
-                           capture_output=True, text=True, timeout=10)
-        if p.returncode == 0:
-            say(f"receiver reaches the sender ({address}) through the emulator")
-            return
-        if time.monotonic() > deadline:
-            raise TestbedError(f"receiver namespace {rx_ns} cannot ping the sender {address} through the "
-                               f"emulator within {PING_DEADLINE_S:.0f} s: {p.stdout.strip()[-300:]}")
+    try:
+        while True:
+            res = sender.run(["ping", "-c", "1", "-W", "1", address], check=False, timeout=10)
+            if res.ok:
+                say(f"sender reaches the receiver ({address}) through the emulator")
+                return
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the sender cannot ping the receiver {address} through the emulator "
+                                   f"within {PING_DEADLINE_S:.0f} s: {(res.stdout + res.stderr).strip()[-300:]}")
+    finally:
+        sender.close()
 
 
 # -- down -----------------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""The claim checks decide from the numbers they are given: each verdict flips when the data does."""
+
+import pandas as pd
+
+from bbrlab import fidelity
+
+
+def _runs(points):
+    """points: (cca, timeslice_ms, share, utilisation) -> a runs table of 100 Mbit/s runs (2 reps each)."""
+    rows = []
+    for i, (cca, ts, share, util) in enumerate(points):
+        for rep in range(2):
+            rows.append(dict(run_id=f"r{i}-{rep}", status="ok", cca=cca, timeslice_ms=ts, cpu_share_pct=share,
+                             rtt_ms=20, rate_mbit=100, link_utilisation=util, throughput_mbit=util * 100,
+                             accelerator="tcg", sender_kernel="6.1.0-56-amd64", testbed_kind="local"))
+    return pd.DataFrame(rows)
+
+
+PAPER_LIKE = [
+    *[("cubic", ts, s, 0.95) for ts in (1, 10) for s in (10, 25, 50, 100)],
+    ("bbr", 1, 10, 0.05), ("bbr", 1, 25, 0.08), ("bbr", 1, 50, 0.9), ("bbr", 1, 100, 0.95),
+    ("bbr", 10, 10, 0.03), ("bbr", 10, 25, 0.04), ("bbr", 10, 50, 0.3), ("bbr", 10, 70, 0.85), ("bbr", 10, 100, 0.95),
+    ("bbr2b", 1, 10, 0.2), ("bbr2b", 1, 25, 0.85), ("bbr2b", 1, 50, 0.95), ("bbr2b", 1, 100, 0.95),
+    ("bbr2b", 10, 10, 0.1), ("bbr2b", 10, 25, 0.3), ("bbr2b", 10, 50, 0.9), ("bbr2b", 10, 70, 0.9),
+    ("bbr2b", 10, 100, 0.95),
+]
+
+
+def test_paper_like_numbers_reproduce():
+    med = fidelity.medians(_runs(PAPER_LIKE))
+    assert fidelity.claim_cubic_robust(med).verdict == "reproduced"
+    assert fidelity.claim_bbr_capped(med).verdict == "reproduced"
+    rec = fidelity.claim_recovery_thresholds(med)
+    assert rec.evidence["recovery_share_pct"] == {"1.0": 50.0, "10.0": 70.0}
+    assert rec.verdict == "reproduced"
+    assert fidelity.claim_patch_lowers_threshold(med).verdict == "reproduced"
+
+
+def test_verdicts_flip_when_the_data_disagrees():
+    flat = [(c, ts, s, 0.95) for c in ("cubic", "bbr", "bbr2b") for ts in (1, 10) for s in (10, 25, 50, 100)]
+    med = fidelity.medians(_runs(flat))
+    assert fidelity.claim_bbr_capped(med).verdict == "not reproduced"
+    assert fidelity.claim_patch_lowers_threshold(med).verdict == "not reproduced"
+    starved = [(c, ts, s, 0.95 if s == 100 else 0.02) for c in ("cubic", "bbr") for ts in (1, 10)
+               for s in (10, 25, 50, 100)]
+    assert fidelity.claim_cubic_robust(fidelity.medians(_runs(starved))).verdict == "not reproduced"
+
+
+def test_recovery_share_needs_every_higher_share():
+    assert fidelity.recovery_share(pd.Series({10: 0.9, 25: 0.2, 50: 0.9, 100: 0.95})) == 50
+    assert fidelity.recovery_share(pd.Series({10: 0.1, 100: 0.95})) is None
+
+
+def test_missing_dimensions_say_no_data():
+    only_cubic = fidelity.medians(_runs([("cubic", 1, 100, 0.95)]))
+    assert fidelity.claim_bbr_capped(only_cubic).verdict == "no data"
+    assert fidelity.claim_patch_lowers_threshold(only_cubic).verdict == "no data"
+    empty_ss = pd.DataFrame()
+    assert fidelity.claim_inflight_deficit(empty_ss, _runs(PAPER_LIKE)).verdict == "no data"
+
+
+def test_inflight_and_gain_claims_from_samples():
+    runs = _runs([("bbr", 1, 25, 0.1), ("bbr", 1, 100, 0.95), ("bbr2b", 1, 25, 0.8)])
+    ss = pd.DataFrame(
+        [dict(run_id="r0-0", inflight_bdp=0.5, pacing_gain=1.0, app_limited=False)] * 8
+        + [dict(run_id="r1-0", inflight_bdp=1.5, pacing_gain=1.0, app_limited=False)] * 8
+        + [dict(run_id="r2-0", inflight_bdp=0.7, pacing_gain=2.89, app_limited=False)] * 8
+    )
+    assert fidelity.claim_inflight_deficit(ss, runs).verdict == "reproduced"
+    assert fidelity.claim_patched_gain(ss, runs).verdict == "reproduced"
+    ss.loc[ss["run_id"] == "r2-0", "pacing_gain"] = 1.0
+    assert fidelity.claim_patched_gain(ss, runs).verdict == "not reproduced"

@@ -5,6 +5,8 @@ attached to ONCE per pytest session. The session holds the machine-wide testbed 
 (/tmp/bbrlab-testbed.lock) from the first test that asks for it until the end, so two sessions
 never boot or tear down the shared testbed under each other. At the end it is brought down,
 unless ``BBRLAB_KEEP_TESTBED=1`` (then the next session attaches to it in seconds).
+``BBRLAB_TESTBED`` names another local testbed, or a lab's testbed file (then nothing is
+brought up or down: the lab is used as it is).
 
 Tests that use it are marked ``system`` and ``testbed``::
 
@@ -28,6 +30,11 @@ def testbed():
     import bbrlab.testbed as tbmod
 
     name = os.environ.get("BBRLAB_TESTBED", "local")
+    if os.path.isfile(name):
+        tb = tbmod.load(name)
+        yield tb
+        tb.close()
+        return
     with contextlib.ExitStack() as stack:
         stack.enter_context(tbmod.testbed_lock())
         tb = tbmod.up(name, progress=True)

@@ -34,8 +34,9 @@ def register(sub) -> None:
 
     sh = verbs.add_parser("shell", help="run COMMAND on a role (or an interactive shell on it)")
     sh.add_argument("role", choices=["sender", "emulator", "receiver", "hypervisor"])
-    sh.add_argument("command", nargs="*", help="the command, after --  (e.g. -- uname -r)")
-    sh.add_argument("--testbed", default="local", help="a local testbed's name or a testbed file")
+    sh.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --  (e.g. -- uname -r)")
+    sh.add_argument("--testbed", default="local",
+                    help="a local testbed's name or a testbed file (give it before ROLE)")
     sh.set_defaults(func=run_shell)
 
 
@@ -84,8 +85,8 @@ def run_shell(args) -> int:
 
     tb = testbed.load(args.testbed)
     host = tb.sender.hypervisor if args.role == "hypervisor" else tb.roles[args.role].host
-    if args.command:
-        res = host.run(args.command, check=False, timeout=None)
+    if args.argv:
+        res = host.run(args.argv, check=False, timeout=None)
         sys.stdout.write(res.stdout)
         sys.stderr.write(res.stderr)
         return res.exit_code

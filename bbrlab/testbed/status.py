@@ -5,12 +5,14 @@ from __future__ import annotations
 from .roles import Role, Testbed
 
 QDISCS = ("netem", "tbf", "fq", "htb")
-# For each qdisc: loaded, built in, or loadable as a module? Runs on the role, reads only.
+# For each qdisc: loaded, built in, or loadable as a module? Runs on the role, reads only. A kernel
+# without a module tree (a custom host kernel) cannot be asked this way: "unknown".
 QDISC_PROBE = r"""
 for q in "$@"; do
   if [ -d /sys/module/sch_$q ]; then echo "$q loaded"
   elif grep -qs "/sch_$q.ko" /lib/modules/$(uname -r)/modules.builtin; then echo "$q builtin"
   elif modprobe -n -q sch_$q 2>/dev/null; then echo "$q module"
+  elif [ ! -d /lib/modules/$(uname -r) ]; then echo "$q unknown"
   else echo "$q missing"; fi
 done
 """

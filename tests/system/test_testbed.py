@@ -1,0 +1,180 @@
+"""The local testbed for real: QEMU guests, namespaces, taps, SSH through fabric, iperf3 traffic.
+
+Most tests share the session's ``testbed`` fixture. Two bring up testbeds of their own names to
+check the lifecycle end to end: a fresh ``up`` + ``down`` that must leave nothing behind, and an
+``up`` killed halfway whose recorded state lets ``down`` remove everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import bbrlab.testbed as tbmod
+from bbrlab.errors import ValidationError
+from bbrlab.testbed.local import lifecycle, plumbing, qemu
+from bbrlab.testbed.local.state import State, state_dir
+
+pytestmark = [pytest.mark.system, pytest.mark.testbed]
+
+IPERF_PORT = 5290
+
+
+def _root_ns_ifnames() -> set[str]:
+    return set(os.listdir("/sys/class/net"))
+
+
+def _our_qemu_pids(name: str) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and any(
+        qemu.is_our_qemu(int(p), lifecycle.vm_name(name, role)) for role in ("sender", "emulator"))]
+
+
+def _assert_nothing_left(name: str) -> None:
+    assert _our_qemu_pids(name) == []
+    assert not plumbing.netns_exists(plumbing.link_netns(name))
+    assert not plumbing.netns_exists(plumbing.receiver_netns(name))
+    assert not {"tap-s", "tap-ea", "rx0", "br-a"} & _root_ns_ifnames()
+    state = State.load(name)
+    assert state is None or (state.phase == "down" and state.vms == {} and state.netns == [])
+
+
+def _counters(tb, ifname: str) -> dict[str, int]:
+    out = {}
+    for what in ("rx_bytes", "tx_bytes"):
+        out[what] = int(tb.emulator.host.output(["cat", f"/sys/class/net/{ifname}/statistics/{what}"]))
+    return out
+
+
+def test_roles_answer_through_fabric_with_the_papers_kernel(testbed):
+    guest = testbed.sender.host.output(["uname", "-r"])
+    assert guest.startswith("6.1.")
+    assert testbed.emulator.host.output(["uname", "-r"]) == guest
+    assert testbed.receiver.host.output(["uname", "-r"]) == os.uname().release  # a namespace of this host
+    assert testbed.sender.host.output(["hostname"]) == "sender"
+    assert testbed.emulator.host.output(["hostname"]) == "emulator"
+
+
+def test_iperf3_sender_to_receiver_goes_through_the_emulator(testbed, tmp_path):
+    rx = testbed.receiver
+    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(tmp_path / "iperf3-server.log"))
+    deadline = time.monotonic() + 30
+    while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
+        assert time.monotonic() < deadline, "iperf3 server did not listen"
+        time.sleep(0.2)
+    a, b = testbed.emulator.ports
+    before = {a: _counters(testbed, a), b: _counters(testbed, b)}
+    res = testbed.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", "5", "-J"],
+                                  timeout=60)
+    report = json.loads(res.stdout)
+    sent_bytes = report["end"]["sum_sent"]["bytes"]
+    rate_mbit = report["end"]["sum_received"]["bits_per_second"] / 1e6
+    print(f"\niperf3 sender -> receiver through the emulator, unshaped, "
+          f"{testbed.accelerator}: {rate_mbit:.0f} Mbit/s")
+    assert sent_bytes > 0 and rate_mbit > 0
+    assert report["end"]["sender_tcp_congestion"] in ("cubic", "bbr")
+    # The data entered the emulator on its sender side and left on its receiver side.
+    assert _counters(testbed, a)["rx_bytes"] - before[a]["rx_bytes"] >= sent_bytes
+    assert _counters(testbed, b)["tx_bytes"] - before[b]["tx_bytes"] >= sent_bytes
+
+
+def test_guests_have_the_papers_sysctls_and_tso(testbed):
+    h = testbed.sender.host
+    for key in ("net.core.rmem_max", "net.core.wmem_max"):
+        assert h.sysctl(key) == "2147483647"
+    assert h.sysctl("net.ipv4.tcp_wmem").split()[-1] == "2147483647"
+    assert h.sysctl("net.ipv4.tcp_rmem").split()[-1] == "2147483647"
+    assert h.sysctl("net.ipv4.tcp_no_metrics_save") == "1"
+    offloads = h.output(["ethtool", "-k", "eth1"])
+    assert "tcp-segmentation-offload: on" in offloads
+
+
+def test_status_reports_each_role_and_the_senders_vcpu_threads(testbed):
+    st = tbmod.status(testbed)
+    assert st["accelerator"] in ("kvm", "tcg")
+    roles = st["roles"]
+    assert all(r["reachable"] for r in roles.values())
+    assert {"cubic", "bbr"} <= set(roles["sender"]["congestion_controls"])
+    assert roles["emulator"]["qdiscs"]["netem"] in ("loaded", "module", "builtin")
+    assert roles["emulator"]["qdiscs"]["tbf"] in ("loaded", "module", "builtin")
+    threads = roles["sender"]["vcpu_threads"]
+    pid = roles["sender"]["qemu_pid"]
+    assert len(threads) == testbed.extra["sender_vcpus"]
+    assert qemu.is_our_qemu(pid, lifecycle.vm_name(testbed.name, "sender"))
+    for i, tid in enumerate(threads):
+        assert os.path.isdir(f"/proc/{pid}/task/{tid}")
+        assert open(f"/proc/{pid}/task/{tid}/comm").read().strip() == f"CPU {i}/{st['accelerator'].upper()}"
+    described = testbed.describe()
+    assert described["sender_kernel"].startswith("6.1.") and described["qemu_version"]
+
+
+def test_experiment_plumbing_stays_out_of_the_root_namespace(testbed):
+    assert not {"tap-s", "tap-ea", "rx0", "br-a"} & _root_ns_ifnames()
+    assert {"tap-s", "tap-ea", "br-a"} <= set(plumbing.interface_names(plumbing.link_netns(testbed.name)))
+    assert "rx0" in plumbing.interface_names(plumbing.receiver_netns(testbed.name))
+
+
+def test_second_up_reuses_the_running_testbed(testbed):
+    before = State.load(testbed.name).vms
+    again = tbmod.up(testbed.name, sender_vcpus=testbed.extra["sender_vcpus"], progress=False)
+    assert State.load(testbed.name).vms == before
+    assert again.sender.vcpu_threads() == testbed.sender.vcpu_threads()
+
+
+def test_shell_runs_a_command_on_a_role(testbed, capfd):
+    from bbrlab.cli.main import main
+
+    assert main(["testbed", "shell", "--testbed", testbed.name, "emulator", "--", "ip", "-br", "link",
+                 "show", "br0"]) == 0
+    assert "br0" in capfd.readouterr().out
+
+
+def test_bad_input_changes_nothing():
+    for kwargs, field in (({"name": "Bad_Name"}, "testbed.name"), ({"name": "zz-bad", "sender_vcpus": 0},
+                                                                     "sender_vcpus")):
+        with pytest.raises(ValidationError, match=field):
+            tbmod.up(progress=False, **kwargs)
+    assert not state_dir("zz-bad").exists()
+    assert not plumbing.netns_exists(plumbing.link_netns("zz-bad"))
+
+
+def test_fresh_up_then_down_leaves_nothing():
+    name = "tbcheck"
+    with tbmod.testbed_lock():
+        tbmod.down(name, progress=False)
+        tb = tbmod.up(name, progress=False)
+        try:
+            assert tb.sender.host.output(["uname", "-r"]).startswith("6.1.")
+            assert len(_our_qemu_pids(name)) == 2
+        finally:
+            tb.close()
+            removed = tbmod.down(name, progress=False)
+        assert len(removed["qemu_pids"]) == 2
+        _assert_nothing_left(name)
+        assert tbmod.down(name, progress=False) == {"qemu_pids": [], "netns": [], "files": []}
+
+
+def test_down_cleans_up_after_up_was_killed_halfway():
+    name = "tbcrash"
+    with tbmod.testbed_lock():
+        tbmod.down(name, progress=False)
+        proc = subprocess.Popen([sys.executable, "-m", "bbrlab.cli.main", "testbed", "up", "--name", name,
+                                 "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 600
+            while not (State.load(name) and State.load(name).vms.get("emulator", {}).get("pid")):
+                assert proc.poll() is None, "up ended before it started the VMs"
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        assert len(_our_qemu_pids(name)) == 2  # QEMU outlives the killed up
+        assert plumbing.netns_exists(plumbing.link_netns(name))
+        tbmod.down(name, progress=False)
+        _assert_nothing_left(name)

@@ -86,8 +86,9 @@ def _watch(spec: VmSpec, pid: int, t0: float, deadline_s: float, host: str, qver
         if READY_LINE in console_tail(spec, chars=1_000_000):
             return AccelProbe(True, f"guest init ready after {time.monotonic() - t0:.1f} s", host, qver)
         if not is_our_qemu(pid, spec.vm_name):
-            log = (spec.folder / f"{spec.hostname}.qemu.log").read_text(errors="replace")[-300:]
-            return AccelProbe(False, f"QEMU exited during the KVM boot: {log.strip() or 'no message'}",
+            log = (spec.folder / f"{spec.hostname}.qemu.log").read_text(errors="replace")
+            first = log.strip().splitlines()[0][:200] if log.strip() else "no message"
+            return AccelProbe(False, f"QEMU exited during the KVM boot: {first}",
                               host, qver)
         time.sleep(0.2)
     last = console_tail(spec, chars=200).strip().splitlines()

@@ -319,3 +319,22 @@ def test_ten_percent_share_sends_less_than_no_contention(testbed):
     assert contended_mbit < free_mbit
     after = show_policies(hypervisor, threads)
     assert all(p.same_policy_as(c.previous[t]) for t, p in after.items())
+
+
+@pytest.mark.testbed
+def test_remote_chrt_path_over_ssh_inside_the_sender_vm(testbed):
+    # The sender VM is a real SSH host: its own threads take SCHED_DEADLINE through chrt over fabric,
+    # exactly as a lab's hypervisor host would.
+    guest = testbed.sender.host
+    pid = guest.spawn(["sleep", "600"], "/tmp/bbrlab-contention-test.log")
+    try:
+        with contended(guest, [pid], Contention(10, 50)) as c:
+            assert c.scheduler.name == "chrt"
+            assert "runtime/deadline/period parameters: 10000000/10000000/20000000" in guest.output(
+                ["chrt", "-p", str(pid)])
+        assert "SCHED_OTHER" in guest.output(["chrt", "-p", str(pid)])
+        assert c.evidence["policy_held"] is True and c.record()["kernel_limits"]["online_cpus"] >= 1
+        with pytest.raises(ThreadGoneError):
+            show_policies(guest, [999_999])
+    finally:
+        guest.run(["kill", str(pid)], check=False)

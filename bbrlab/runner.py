@@ -49,15 +49,35 @@ SYSCTLS = (
 STOCK_CCAS = {"reno", "cubic", "bbr", "htcp", "vegas", "westwood", "dctcp", "bic", "illinois", "hybla",
               "highspeed", "scalable", "lp", "veno", "yeah", "nv", "cdg"}
 
-#: The sender probe: fixed text, values only as positional arguments ("$@" = sysctl keys).
+#: The sender probe (bash): fixed text, values only as positional arguments ("$@" = sysctl keys). It reads /proc
+#: with bash's ``read`` (dash reads byte by byte, which /proc/sys files answer with the first byte only): every
+#: fork costs tens of milliseconds in a TCG guest, so the only one is ``ip tcp_metrics``.
 _PROBE = r"""
-sysctl -qw net.ipv4.tcp_no_metrics_save=1 >/dev/null 2>&1
+echo 1 > /proc/sys/net/ipv4/tcp_no_metrics_save
 ip tcp_metrics flush all >/dev/null 2>&1
-echo "kernel=$(uname -r)"
-echo "available=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+read -r v < /proc/sys/kernel/osrelease; echo "kernel=$v"
+read -r v < /proc/sys/net/ipv4/tcp_available_congestion_control; echo "available=$v"
+for key in "$@"; do
+    path=/proc/sys/${key//.//}
+    v=; [[ -r $path ]] && read -r v < "$path"; echo "sysctl:$key=$v"
+done
+"""
+_VERSIONS = r"""
 echo "ss=$(ss -V 2>/dev/null)"
 echo "iperf3=$(iperf3 --version 2>/dev/null | head -n 1)"
-for key in "$@"; do echo "sysctl:$key=$(sysctl -n "$key" 2>/dev/null | tr '\t' ' ')"; done
+"""
+
+
+#: Stop the sampler: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0).
+_STOP_SAMPLER = r"""
+touch "$1"
+i=0
+while kill -0 "$2" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
+status=0
+if [ "$4" = 1 ]; then cat "$3" || status=1; fi
+rm -f "$1" "$3"
+exit $status
 """
 
 
@@ -65,18 +85,28 @@ class RunFailed(BbrlabError):
     """Something that must hold for a valid measurement did not; the message is the record's reason."""
 
 
-def probe_sender(host) -> dict:
-    """One command on the sender: kernel, CCAs, tool versions, sysctls (after fixing metrics caching)."""
-    out = host.output(["sh", "-c", _PROBE, "bbrlab-probe", *SYSCTLS], timeout=60)
+def _key_values(text: str) -> dict:
     info: dict = {"sysctls": {}}
-    for line in out.splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition("=")
         if key.startswith("sysctl:"):
-            info["sysctls"][key[len("sysctl:"):]] = value.strip()
+            info["sysctls"][key[len("sysctl:"):]] = " ".join(value.split())
         elif key:
             info[key] = value.strip()
+    return info
+
+
+def probe_sender(host) -> dict:
+    """One command on the sender: kernel, CCAs and sysctls, after turning TCP metrics caching off."""
+    info = _key_values(host.output(["bash", "-c", _PROBE, "bbrlab-probe", *SYSCTLS], timeout=60))
     info["available"] = info.get("available", "").split()
     return info
+
+
+def tool_versions(host) -> dict:
+    """``ss -V`` and ``iperf3 --version`` on ``host``, in one command."""
+    info = _key_values(host.output(["sh", "-c", _VERSIONS], timeout=60))
+    return {"ss": info.get("ss"), "iperf3": info.get("iperf3")}
 
 
 def offloads(host, ip: str) -> dict:
@@ -152,7 +182,7 @@ class Runner:
             self._static = {
                 "testbed": {"name": tb.name, "kind": describe.get("kind", "lab"), **describe},
                 "versions": {"qemu": describe.get("qemu_version"), "bbrlab": __version__,
-                             "bbrlab_git": git_commit()},
+                             "bbrlab_git": git_commit(), **tool_versions(tb.sender.host)},
                 "offloads_sender": offloads(tb.sender.host, tb.receiver.experiment_ip),
             }
         return self._static
@@ -227,7 +257,8 @@ class Runner:
         meta["cca"] = {"requested": flow.cca, "available": probe["available"], "iperf_sender": None,
                        "ss_seen": None}
         meta["sysctls"] = {"sender": probe["sysctls"]}
-        meta["versions"] = {**static["versions"], "iperf3": probe.get("iperf3"), "ss": probe.get("ss")}
+        meta["versions"] = dict(static["versions"])
+        meta["testbed"] = {**static["testbed"], "sender_kernel": probe.get("kernel")}
         if flow.cca not in probe["available"]:
             raise RunFailed(f"the sender offers {probe['available']}, not {flow.cca!r}")
         meta["module"] = self._module_identity(flow.cca)
@@ -270,8 +301,7 @@ class Runner:
         finally:
             if sampler:
                 self._stop_sampler(sender.host, sampler, fetch=False)
-            iperf_mod.stop(receiver.host, server_pid)
-            receiver.host.run(["rm", "-f", server_log], check=False, timeout=20)
+            iperf_mod.stop(receiver.host, server_pid, remove=[server_log])
 
         rec.write_file(out_dir / "iperf.json", result.stdout)
         qdiscs = link.show(emulator.host, emulator.ports)
@@ -304,16 +334,13 @@ class Runner:
         return {"pid": pid, "log": f"{base}.log", "stop": f"{base}.stop"}
 
     def _stop_sampler(self, host, sampler: dict, *, fetch: bool = True) -> str | None:
-        """Ask the sampler to stop (stop file), wait until it has exited, fetch and remove its log."""
-        host.run(["touch", sampler["stop"]], timeout=20, check=False)
-        deadline = time.monotonic() + 10
-        while iperf_mod.alive(host, sampler["pid"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if iperf_mod.alive(host, sampler["pid"]):
-            iperf_mod.stop(host, sampler["pid"])
-        text = host.read_text(sampler["log"]) if fetch else None
-        host.run(["rm", "-f", sampler["log"], sampler["stop"]], timeout=20, check=False)
-        return text
+        """Ask the sampler to stop (stop file), wait until it has exited (killed after 10 s), print and
+        remove its log: one command, because every round trip to a contended TCG guest is slow."""
+        res = host.run(["sh", "-c", _STOP_SAMPLER, "bbrlab-stop", sampler["stop"], str(sampler["pid"]),
+                        sampler["log"], "1" if fetch else "0"], timeout=60, check=False)
+        if fetch and not res.ok:
+            raise RunFailed(f"could not fetch the ss samples: {res.stderr.strip()[:300]}")
+        return res.stdout if fetch else None
 
     def _check_client(self, result, meta: dict) -> iperf_mod.IperfResult:
         if not result.stdout.strip():

@@ -117,7 +117,7 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Pat
     if running(state) and state.data.get("sender_vcpus") == sender_vcpus and _all_ssh_ready(state):
         say(f"testbed '{name}' already up (accelerator {state.data.get('accelerator')}): reusing it")
         return testbed_file(name)
-    if state is not None:
+    if state is not None and (state.phase != "down" or state.vms or state.netns):
         say(f"testbed '{name}' partly present or configured differently: cleaning up first")
         down(name, progress=progress)
     state = State(name)

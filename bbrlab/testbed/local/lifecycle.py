@@ -119,7 +119,7 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Pat
         return testbed_file(name)
     if state is not None and (state.phase != "down" or state.vms or state.netns):
         say(f"testbed '{name}' partly present or configured differently: cleaning up first")
-        down(name, progress=progress)
+    down(name, progress=progress)  # also catches a stray QEMU or namespace of this name
     state = State(name)
     try:
         _bring_up(state, sender_vcpus, say)

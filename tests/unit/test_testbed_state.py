@@ -1,0 +1,61 @@
+"""Local testbed bookkeeping: crash-safe state, the re-entrant lock, the QEMU command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bbrlab.testbed import lock
+from bbrlab.testbed.local import qemu
+from bbrlab.testbed.local.image import GuestImage
+from bbrlab.testbed.local.state import State
+
+
+def test_state_is_written_at_every_record_and_reads_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    s = State("unit")
+    s.add_netns("bbrlab-unit-link")
+    on_disk = json.loads((tmp_path / "bbrlab/testbeds/unit/state.json").read_text())
+    assert on_disk["netns"] == ["bbrlab-unit-link"]
+    s.set_vm("sender", vm_name="bbrlab-unit-sender", ssh_port=2222)
+    s.set_vm("sender", pid=1234)
+    again = State.load("unit")
+    assert again.vms["sender"] == {"vm_name": "bbrlab-unit-sender", "ssh_port": 2222, "pid": 1234}
+    assert not list((tmp_path / "bbrlab/testbeds/unit").glob("*.tmp"))
+    assert State.load("other") is None
+
+
+def test_lock_is_reentrant_in_our_process_tree(tmp_path):
+    path = str(tmp_path / "tb.lock")
+    with lock.testbed_lock(path=path):
+        assert os.getpid() in lock.lock_holders(path)
+        assert lock.held_by_us(path)
+        with lock.testbed_lock(path=path, timeout_s=1):  # would time out if it waited for itself
+            pass
+        # A child process is under our lock too; it must not wait either.
+        code = ("import sys; from bbrlab.testbed import lock; "
+                f"sys.exit(0 if lock.held_by_us({path!r}) else 3)")
+        assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    assert lock.lock_holders(path) == set()
+
+
+def test_qemu_command_line_keeps_management_local_and_names_threads(tmp_path):
+    spec = qemu.VmSpec(vm_name="bbrlab-unit-sender", hostname="sender", folder=tmp_path, vcpus=2,
+                       ssh_port=40022, tap_fds=[7], authorized_key_file=tmp_path / "k.pub")
+    argv = qemu.qemu_argv(spec, GuestImage(Path("/img")))
+    joined = " ".join(argv)
+    assert "bbrlab-unit-sender,debug-threads=on" in argv
+    assert "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22" in argv
+    assert "tap,id=exp1,fd=7" in argv
+    assert argv[argv.index("-smp") + 1] == "2"
+    assert "-cpu host" not in joined and "tcg" in joined
+    assert f"name=opt/bbrlab/authorized_keys,file={tmp_path / 'k.pub'}" in argv
+    assert "net.ifnames=0" in argv[argv.index("-append") + 1]
+
+
+def test_is_our_qemu_refuses_other_processes():
+    assert not qemu.is_our_qemu(os.getpid(), "bbrlab-unit-sender")
+    assert not qemu.is_our_qemu(2 ** 22 + 12345, "bbrlab-unit-sender")

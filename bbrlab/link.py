@@ -44,12 +44,15 @@ DELAY_TOLERANCE_US = 2.0
 BURST_TOLERANCE_US = 2.0
 PCT_TOLERANCE = 1e-6
 
-#: Probes for :func:`host_supports`: tc batch lines run inside a throw-away network namespace.
+#: Probes for :func:`host_supports`: the qdisc (tc arguments after ``root handle 1:``) tried on the
+#: loopback device of a throw-away network namespace.
 _PROBES = {
-    "tbf": "qdisc add dev lo root handle 1: tbf rate 1mbit burst 5000 limit 10000",
-    "netem": "qdisc add dev lo root handle 1: netem delay 1ms",
-    "netem-seed": "qdisc add dev lo root handle 1: netem loss random 1% seed 7",
+    "tbf": ["tbf", "rate", "1mbit", "burst", "5000", "limit", "10000"],
+    "netem": ["netem", "delay", "1ms"],
+    "netem-seed": ["netem", "loss", "random", "1%", "seed", "7"],
 }
+#: A constant script: the probe's arguments arrive as "$@", never pasted into the script text.
+_PROBE_SCRIPT = 'tc qdisc add dev lo root handle 1: "$@" && exec tc -raw -j qdisc show dev lo'
 
 
 class LinkMismatch(TestbedError):
@@ -94,8 +97,8 @@ def host_supports(host: Host, kind: str) -> bool:
     """
     if kind not in _PROBES:
         raise ValidationError("kind", kind, f"one of {', '.join(sorted(_PROBES))}")
-    script = f"{_PROBES[kind]}\nqdisc show dev lo\n"
-    res = host.run(["unshare", "-n", "tc", "-raw", "-j", "-b", "-"], stdin=script, check=False, timeout=30)
+    argv = ["unshare", "-n", "sh", "-c", _PROBE_SCRIPT, "probe", *_PROBES[kind]]
+    res = host.run(argv, check=False, timeout=30)
     if not res.ok:
         return False
     if kind != "netem-seed":

@@ -28,6 +28,7 @@ import json
 import shlex
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -283,6 +284,7 @@ class Runner:
         server_pid = iperf_mod.start_server(receiver.host, server_log, lifetime_s=limit_s + 60,
                                             ready_timeout_s=self.ready_timeout_s)
         sampler = None
+        cleaned_up = False
         try:
             if flow.sample_ss_ms:
                 sampler = self._start_sampler(sender.host, run_id, flow.sample_ss_ms, limit_s + 30, ports)
@@ -296,15 +298,15 @@ class Runner:
             timing["client_s"] = round(time.monotonic() - t, 3)
             meta["contention"] = session.record()
             t = time.monotonic()
-            ss_text = self._stop_sampler(sender.host, sampler) if sampler else None
-            sampler = None
+            ss_text, qdiscs = self._after_client(sampler, server_pid, server_log)
+            cleaned_up = True
         finally:
-            if sampler:
-                self._stop_sampler(sender.host, sampler, fetch=False)
-            iperf_mod.stop(receiver.host, server_pid, remove=[server_log])
+            if not cleaned_up:  # the client or the contention failed: stop what runs, best effort
+                if sampler:
+                    self._stop_sampler(sender.host, sampler, fetch=False)
+                iperf_mod.stop(receiver.host, server_pid, remove=[server_log])
 
         rec.write_file(out_dir / "iperf.json", result.stdout)
-        qdiscs = link.show(emulator.host, emulator.ports)
         meta["qdiscs"] = qdiscs
         parsed = self._check_client(result, meta)
         if ss_text is not None:
@@ -316,6 +318,19 @@ class Runner:
         timing["verify_s"] = round(time.monotonic() - t, 3)
 
     # -- pieces ----------------------------------------------------------------------------------
+    def _after_client(self, sampler: dict | None, server_pid: int, server_log: str) -> tuple[str | None, dict]:
+        """In parallel (three different hosts, each a round trip or more): stop and fetch the sampler on
+        the sender, stop the server on the receiver, read the qdiscs back on the emulator."""
+        from . import link
+
+        tb = self.testbed
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="bbrlab-after") as pool:
+            server = pool.submit(iperf_mod.stop, tb.receiver.host, server_pid, remove=[server_log])
+            qdiscs = pool.submit(link.show, tb.emulator.host, tb.emulator.ports)
+            samples = pool.submit(self._stop_sampler, tb.sender.host, sampler) if sampler else None
+            server.result()
+            return (samples.result() if samples else None), qdiscs.result()
+
     def _module_identity(self, cca: str) -> dict | None:
         if cca in STOCK_CCAS:
             return None

@@ -91,7 +91,10 @@ grep -qx 'obj-m += tcp_bbr2b.o' "$MAKEFILE" || echo 'obj-m += tcp_bbr2b.o' >> "$
 echo "build-kernel-debs: prepared $DST (patch sha256 $PATCH_SHA)"
 [ "$PREPARE_ONLY" = 1 ] && exit 0
 
-# 5. configuration from Debian's
+# 5. configuration from Debian's (a full kernel build needs more than bbrlab's own packages)
+for tool in git make gcc bc bison flex rsync dpkg-buildpackage; do
+    command -v "$tool" >/dev/null || die "'$tool' is missing; install: apt-get install build-essential bc bison flex libssl-dev libelf-dev cpio kmod rsync dpkg-dev git"
+done
 if [ -z "$CONFIG" ]; then
     CONFIG=$(ls -1d /usr/src/linux-headers-*-amd64/.config 2>/dev/null | sort | tail -n 1)
 fi

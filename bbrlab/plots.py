@@ -38,7 +38,7 @@ LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share 
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
           "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
-FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]",
+FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
                "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel"}
 UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
 NOT_RECORDED = "not recorded"

@@ -1,0 +1,123 @@
+"""Figure functions on the real fixture campaign: what is drawn equals the data; gaps never raise."""
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from bbrlab import data, plots
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plots")
+    shutil.copytree(FIXTURES / "campaign", root / "campaign")
+    return data.read_campaign(root / "campaign")
+
+
+def raw_medians():
+    """(cca, share) -> median receiver throughput, straight from the fixture's JSON files."""
+    groups = {}
+    for run in (FIXTURES / "campaign" / "runs").iterdir():
+        sc = json.loads((run / "record.json").read_text())["scenario"]
+        bps = json.loads((run / "iperf.json").read_text())["end"]["sum_received"]["bits_per_second"]
+        groups.setdefault((sc["flow"]["cca"], sc["contention"]["cpu_share_pct"]), []).append(bps / 1e6)
+    return {k: statistics.median(v) for k, v in groups.items()}
+
+
+def lines_of(fig):
+    return {(ln["label"], x): y for p in plots.plotted_points(fig) for ln in p["lines"]
+            for x, y in zip(ln["x"], ln["y"], strict=True)}
+
+
+def test_throughput_vs_share_draws_the_medians_and_returns_them(tables):
+    fig, table = plots.throughput_vs_share(tables.runs)
+    drawn = lines_of(fig)
+    assert drawn.keys() == raw_medians().keys()
+    for key, median in raw_medians().items():
+        assert drawn[key] == pytest.approx(median)
+        row = table[(table["cca"] == key[0]) & (table["cpu_share_pct"] == key[1])].iloc[0]
+        assert row["median"] == pytest.approx(median) and row["q25"] <= row["median"] <= row["q75"]
+    assert [ax.get_title() for ax in fig.axes] == ["timeslice 1 ms | RTT 0 ms"]
+    plt.close(fig)
+
+
+def test_std_vs_share_draws_the_sample_standard_deviation(tables):
+    fig, table = plots.std_vs_share(tables.runs)
+    runs = tables.runs
+    bbr25 = runs[(runs["cca"] == "bbr") & (runs["cpu_share_pct"] == 25)]["throughput_mbit"]
+    assert lines_of(fig)[("bbr", 25.0)] == pytest.approx(statistics.stdev(bbr25))
+    plt.close(fig)
+
+
+def test_save_writes_pdf_png_and_points(tables, tmp_path):
+    fig, _ = plots.link_utilisation(tables.runs)
+    paths = plots.save(fig, tmp_path / "out", "lu")
+    assert sorted(p.name for p in paths) == ["lu.pdf", "lu.png", "lu.points.json"]
+    assert (tmp_path / "out/lu.pdf").read_bytes()[:4] == b"%PDF"
+    assert (tmp_path / "out/lu.png").read_bytes()[:4] == b"\x89PNG"
+    plt.close(fig)
+
+
+def test_empty_selection_gives_a_note_not_an_exception(tables):
+    for fig, table in (plots.throughput_vs_share(tables.runs.iloc[0:0]), plots.sweep(tables.runs.iloc[0:0]),
+                       plots.timeseries(tables.intervals.iloc[0:0], tables.runs),
+                       plots.socket_state(tables.ss.iloc[0:0], tables.runs),
+                       plots.patched_vs_original(tables.runs.iloc[0:0]),
+                       plots.link_utilisation(tables.runs.iloc[0:0])):
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert any(t.startswith("Nothing to plot") for t in texts) and len(table) == 0
+        plt.close(fig)
+
+
+def test_missing_dimension_collapses_to_one_labelled_facet(tables):
+    runs = tables.runs.assign(rtt_ms=float("nan"))
+    fig, _ = plots.throughput_vs_share(runs)
+    assert [ax.get_title() for ax in fig.axes] == ["timeslice 1 ms | RTT not recorded"]
+    no_column = tables.runs.drop(columns=["hypervisor"])
+    fig2, _ = plots.link_utilisation(no_column)
+    assert len(fig2.axes) == 1
+    plt.close(fig)
+    plt.close(fig2)
+
+
+def test_full_share_runs_without_timeslice_appear_in_every_timeslice_facet():
+    runs = pd.DataFrame({"cpu_share_pct": [25.0, 25.0, 100.0], "timeslice_ms": [1.0, 10.0, float("nan")],
+                         "run_id": ["a", "b", "c"]})
+    spread = plots.spread_full_share(runs)
+    assert sorted(spread[spread["run_id"] == "c"]["timeslice_ms"]) == [1.0, 10.0]
+
+
+def test_patched_runs_are_labelled_as_such(tables):
+    runs = tables.runs.copy()
+    runs.loc[runs["cca"] == "bbr", "patched"] = True
+    fig, table = plots.patched_vs_original(runs)
+    assert set(table["variant"]) == {"bbr (patched)", "cubic (original)"}
+    plt.close(fig)
+
+
+def test_socket_state_draws_the_sampled_values_and_checks_panel_names(tables):
+    run_id = tables.ss.loc[tables.ss["cca"] == "bbr", "run_id"].iloc[0]
+    fig, table = plots.socket_state(tables.ss, tables.runs, run_ids=[run_id], panels=("rates", "inflight"))
+    bw = next(ln for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"] == "BBR bw estimate")
+    expected = tables.ss[tables.ss["run_id"] == run_id].sort_values("t_s")["bw_mbit"]
+    assert bw["y"] == pytest.approx(list(expected))
+    plt.close(fig)
+    with pytest.raises(ValueError, match="panels"):
+        plots.socket_state(tables.ss, tables.runs, panels=("colours",))
+
+
+def test_representative_run_is_the_one_closest_to_its_group_median(tables):
+    chosen = plots.representative_runs(tables.runs, by=("cca", "cpu_share_pct"))
+    assert len(chosen) == 4
+    runs = tables.runs.set_index("run_id")
+    for run_id in chosen:
+        r = runs.loc[run_id]
+        group = runs[(runs["cca"] == r["cca"]) & (runs["cpu_share_pct"] == r["cpu_share_pct"])]["throughput_mbit"]
+        assert abs(r["throughput_mbit"] - group.median()) == min(abs(group - group.median()))

@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--notebooks", type=Path, default=DEFAULT_NOTEBOOKS, help="folder of .ipynb files")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these notebooks (names without .ipynb)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel (default: bbrlab if registered, else python3)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=YAML",
+                   help="extra notebook parameter, value in YAML, e.g. -p 'filters={cca: [bbr, cubic]}' or "
+                        "-p rate_mbit=50 (repeatable; a notebook without that parameter ignores it)")
     p.add_argument("--timeout", type=float, default=1800, help="per-cell timeout in seconds (default 1800)")
     p.set_defaults(func=run)
 
@@ -63,9 +66,28 @@ def check_data(data_dir: Path) -> None:
     print(f"data: {data_dir}: {c['runs']} runs ({c['ok']} ok), {c['intervals']} intervals, {c['ss']} ss samples")
 
 
+def parse_params(items: list[str]) -> dict:
+    """``NAME=YAML`` pairs -> parameters; the names data_dir and out_dir belong to --data and --out."""
+    import yaml
+
+    params = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise BbrlabError(f"--param {item!r}: expected NAME=VALUE with NAME a Python identifier")
+        if name in ("data_dir", "out_dir"):
+            raise BbrlabError(f"--param {name}: use --data / --out for it")
+        try:
+            params[name] = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise BbrlabError(f"--param {name}: not valid YAML ({e})") from e
+    return params
+
+
 def run(args) -> int:
     import papermill
 
+    extra = parse_params(args.param)
     notebooks = notebooks_in(args.notebooks, args.only)
     data_dir, out_dir = args.data.resolve(), args.out.resolve()
     check_data(data_dir)
@@ -78,7 +100,7 @@ def run(args) -> int:
         t0 = time.monotonic()
         try:
             papermill.execute_notebook(str(nb), str(executed_dir / nb.name), kernel_name=kernel,
-                                       parameters={"data_dir": str(data_dir), "out_dir": str(out_dir)},
+                                       parameters={**extra, "data_dir": str(data_dir), "out_dir": str(out_dir)},
                                        cwd=str(nb.parent), progress_bar=False, execution_timeout=args.timeout)
         except papermill.PapermillExecutionError as e:
             failed.append(nb.stem)

@@ -129,6 +129,25 @@ def offloads(host, ip: str) -> dict:
     return out
 
 
+def read_qdiscs(host, ports) -> dict[str, list[dict]]:
+    """``{ifname: [qdisc, ...]}`` like :func:`bbrlab.link.show`, in ONE ``tc`` command for all ports.
+
+    ``tc -j qdisc show`` without ``dev`` tags every qdisc with its ``dev``; grouped by it (and the tag
+    dropped) each list is what ``tc -j qdisc show dev IF`` prints. Falls back to :func:`bbrlab.link.show`
+    when a port is missing from the output.
+    """
+    from . import link
+
+    out = host.output(["tc", "-raw", "-j", "-s", "qdisc", "show"], timeout=60)
+    grouped: dict[str, list[dict]] = {}
+    for qdisc in json.loads(out) if out else []:
+        dev = qdisc.pop("dev", None)
+        grouped.setdefault(dev, []).append(qdisc)
+    if not all(p in grouped for p in ports):
+        return link.show(host, ports)
+    return {p: grouped[p] for p in ports}
+
+
 def client_port(run_id: str, attempt: int) -> int:
     """Base local port for the client's data streams, below Linux's ephemeral range (32768+).
 
@@ -159,6 +178,7 @@ class Runner:
     current_link: Link | None = None
     _static: dict | None = field(default=None, repr=False)
     _recovered: dict | None = field(default=None, repr=False)
+    _after_timing: dict = field(default_factory=dict, repr=False)
     last_timing: dict = field(default_factory=dict)
 
     # -- campaign interface --------------------------------------------------------------------
@@ -299,6 +319,7 @@ class Runner:
             meta["contention"] = session.record()
             t = time.monotonic()
             ss_text, qdiscs = self._after_client(sampler, server_pid, server_log)
+            timing.update(self._after_timing)
             cleaned_up = True
         finally:
             if not cleaned_up:  # the client or the contention failed: stop what runs, best effort
@@ -321,13 +342,23 @@ class Runner:
     def _after_client(self, sampler: dict | None, server_pid: int, server_log: str) -> tuple[str | None, dict]:
         """In parallel (three different hosts, each a round trip or more): stop and fetch the sampler on
         the sender, stop the server on the receiver, read the qdiscs back on the emulator."""
-        from . import link
 
         tb = self.testbed
+
+        def timed(name, fn, *args, **kwargs):
+            t0 = time.monotonic()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._after_timing[name] = round(time.monotonic() - t0, 3)
+
+        self._after_timing = {}
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="bbrlab-after") as pool:
-            server = pool.submit(iperf_mod.stop, tb.receiver.host, server_pid, remove=[server_log])
-            qdiscs = pool.submit(link.show, tb.emulator.host, tb.emulator.ports)
-            samples = pool.submit(self._stop_sampler, tb.sender.host, sampler) if sampler else None
+            server = pool.submit(timed, "server_stop_s", iperf_mod.stop, tb.receiver.host, server_pid,
+                                 remove=[server_log])
+            qdiscs = pool.submit(timed, "qdisc_readback_s", read_qdiscs, tb.emulator.host, tb.emulator.ports)
+            samples = pool.submit(timed, "sampler_stop_s", self._stop_sampler, tb.sender.host, sampler) \
+                if sampler else None
             server.result()
             return (samples.result() if samples else None), qdiscs.result()
 

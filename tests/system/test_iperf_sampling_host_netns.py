@@ -102,3 +102,20 @@ def test_hostile_values_passed_literally_or_refused(pair, tmp_path):
     sender.run(sampling.sampler_argv(50, 1, weird), timeout=30)
     assert not marker.exists()
     assert not os.path.exists(weird)
+
+
+def test_read_qdiscs_in_one_command_matches_link_show(pair):
+    from bbrlab import link
+    from bbrlab.runner import read_qdiscs
+
+    sender, _ = pair
+    dev = sender.output(["ip", "-o", "link", "show", "type", "veth"]).split(":")[1].strip().split("@")[0]
+    ports = [dev, "lo"]
+    keys = ("kind", "handle", "parent", "root", "options")
+
+    def setup(shown):
+        return {i: [{k: q.get(k) for k in keys} for q in qs] for i, qs in shown.items()}
+
+    once = read_qdiscs(sender, ports)
+    assert setup(once) == setup(link.show(sender, ports))
+    assert once[dev][0]["kind"] == "tbf" and "dev" not in once[dev][0]

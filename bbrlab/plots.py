@@ -21,6 +21,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.collections import LineCollection
 
 from .data import summarise
 
@@ -78,11 +79,14 @@ def show(fig) -> None:
 
 
 def plotted_points(fig) -> list[dict]:
-    """Per axes: its title and every labelled line's x/y, read from the figure's artists."""
+    """Per axes: its title and every labelled line's x/y, read from the figure's artists
+    (a collection of many run lines is listed with its ``segments``, [[x, y], ...] per run)."""
     out = []
     for ax in fig.axes:
         lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata())}
                  for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        lines += [{"label": c.get_label(), "segments": [seg.tolist() for seg in c.get_segments()]}
+                  for c in ax.collections if isinstance(c, LineCollection) and not c.get_label().startswith("_")]
         out.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": lines})
     return out
 
@@ -278,11 +282,7 @@ def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None =
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i][j]
-                cell = _select(_select(table, row, rv), col, cv)
-                for k, (run_id, part) in enumerate(cell.groupby("run_id", sort=True)):
-                    part = part.sort_values("t_end_s")
-                    ax.plot(part["t_end_s"], part["throughput_mbit"], alpha=alpha, linewidth=0.8,
-                            color=colour(part["cca"].iloc[0], k), label=str(run_id))
+                _run_lines(ax, _select(_select(table, row, rv), col, cv), alpha)
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if i == len(rows) - 1:
                     ax.set_xlabel(LABELS["t_s"])
@@ -292,6 +292,30 @@ def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None =
         if title:
             fig.suptitle(title, y=1.02)
     return fig, table
+
+
+#: Above this many runs in one panel, a panel's runs are drawn as one LineCollection per CCA (fast).
+MANY_LINES = 200
+
+
+def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
+    """One line per run (throughput at each interval's end), coloured by CCA."""
+    if cell.empty:
+        return
+    cell = cell.sort_values(["run_id", "t_end_s"], kind="stable")
+    ids = cell["run_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    xs = np.split(cell["t_end_s"].to_numpy(dtype=float), starts[1:])
+    ys = np.split(cell["throughput_mbit"].to_numpy(dtype=float), starts[1:])
+    ccas = cell["cca"].astype(str).to_numpy()[starts]
+    if len(starts) <= MANY_LINES:
+        for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
+            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(ccas[k], k), label=str(ids[starts[k]]))
+        return
+    for k, cca in enumerate(sorted(set(ccas))):
+        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, ccas, strict=True) if c == cca]
+        ax.add_collection(LineCollection(segs, colors=colour(cca, k), alpha=alpha, linewidths=0.5, label=cca))
+    ax.autoscale_view()
 
 
 SS_PANELS = {

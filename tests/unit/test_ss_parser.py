@@ -160,3 +160,29 @@ def test_iperf_json_parsed():
     assert r.sender_tcp_congestion == "bbr" and r.streams == 2 and len(r.data_ports) == 2
     assert r.retransmits == data["end"]["sum_sent"]["retransmits"]
     assert len(r.intervals) == 3 and r.cpu_sender_pct is not None
+
+
+# -- recorded in the local testbed's sender VM (Debian 6.1 guest), through the real runner ---------
+
+@pytest.mark.parametrize("cca", ["cubic", "bbr", "bbr2b"])
+def test_guest_samples(cca):
+    text = _log(f"guest-{cca}.log")
+    iperf = parse_result((FIX / "iperf" / f"guest-{cca}.json").read_text())
+    rows = parse_ss_log(text)
+    assert len(rows) > 30
+    assert {r["port"] for r in rows} == set(iperf.data_ports)  # the sampler filtered by the data ports
+    assert {r["cca"] for r in rows} == {cca} and iperf.sender_tcp_congestion == cca
+    assert all(abs(r["inflight_bytes"] - r["unacked_bytes"]) <= 1 for r in rows)
+    footer = sampling.parse_sampler_footer(text)
+    assert footer["samples"] == len(sampling.sample_times(text))
+
+
+@pytest.mark.parametrize("cca", ["bbr", "bbr2b"])
+def test_guest_bbr_sees_the_emulated_link(cca):
+    """A 20 ms RTT, 100 Mbit/s link: BBR's min RTT is ~20.5 ms and its BDP ~250 KB once it has measured."""
+    rows = parse_ss_log(_log(f"guest-{cca}.log"))
+    last = rows[-1]
+    assert 20 <= last["mrtt_ms"] <= 22
+    assert 80 <= last["bw_mbit"] <= 115
+    assert 200_000 <= last["bdp_bytes"] <= 300_000
+    assert last["inflight_bdp"] == pytest.approx(last["inflight_bytes"] / last["bdp_bytes"])

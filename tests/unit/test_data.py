@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -130,3 +132,24 @@ def test_missing_directory_and_empty_data_dir(tmp_path):
         data.read_campaign(tmp_path / "nope")
     assert data.load(tmp_path).counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0}
 
+
+
+def run_cli(*argv):
+    return subprocess.run([sys.executable, "-m", "bbrlab.cli.main", *argv], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_ingest_command_prints_counts_and_reuses_tables(campaign):
+    first = run_cli("ingest", str(campaign))
+    assert first.returncode == 0, first.stderr
+    assert "8 runs (8 ok, 0 failed), 32 intervals, 75 ss samples; 8 read, 0 reused" in first.stdout
+    again = run_cli("ingest", str(campaign))
+    assert "all reused from tables/" in again.stdout
+    assert "8 read" in run_cli("ingest", str(campaign), "--force").stdout
+
+
+def test_ingest_and_figures_refuse_a_directory_without_runs(tmp_path):
+    for argv in (("ingest", str(tmp_path)), ("figures", "--data", str(tmp_path), "--out", str(tmp_path / "o"))):
+        proc = run_cli(*argv)
+        assert proc.returncode != 0 and "no " in proc.stderr and str(tmp_path) in proc.stderr
+    assert not (tmp_path / "o").exists()  # nothing rendered, nothing created

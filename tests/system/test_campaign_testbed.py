@@ -68,19 +68,28 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
     out = tmp_path / "campaign"
     argv = [BBRLAB, "campaign", "run", str(spec_path), "--out", str(out), "--no-progress"]
 
+    threads = testbed.sender.vcpu_threads()
+    hypervisor = testbed.sender.hypervisor
+
+    def under_deadline() -> bool:
+        return any(p.is_deadline for p in show_policies(hypervisor, threads).values())
+
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 900
     try:
-        while _complete(out) < 3:  # poll the run directories, the real readiness condition
+        # Kill once 3 runs are complete AND a contended run is in flight (4 of the 8 runs are contended,
+        # so one is always still to come): the killed process leaves its deadline policy behind.
+        while _complete(out) < 3 or not under_deadline():
             assert first.poll() is None, f"campaign ended early: {first.communicate()}"
-            assert time.monotonic() < deadline, "3 runs did not complete in 900 s"
-            time.sleep(0.2)
+            assert time.monotonic() < deadline, "no contended run in flight after 3 complete runs in 900 s"
+            time.sleep(0.1)
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=60)
     assert first.returncode == -signal.SIGKILL
     killed_at = _complete(out)
     assert 3 <= killed_at < 8
+    assert under_deadline(), "the SIGKILLed run should have left SCHED_DEADLINE on the vCPU thread"
 
     second = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -96,6 +105,12 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
 
     for run_id in run_dirs:
         _check_record(out / "runs" / run_id, testbed)
+
+    # the resumed process cleared what the killed one left, before its first run, and said so
+    records = [json.loads((out / "runs" / r / "record.json").read_text()) for r in run_dirs]
+    recovered = [r["metadata"]["recovered"] for r in records if "recovered" in r["metadata"]]
+    assert any(sorted(r["deadline_cleared_tids"]) == sorted(threads) for r in recovered), recovered
+    assert not under_deadline()
 
 
 def _check_record(run_dir: Path, testbed) -> None:

@@ -434,13 +434,33 @@ def load(data_dir: str | Path, *, force: bool = False, cache: bool = True) -> Ta
     """All tables under ``data_dir`` (bbrlab campaigns and authors' datasets), concatenated."""
     from . import authors
 
-    parts = []
-    for kind, path in find_sources(data_dir):
-        parts.append(read_campaign(path, force=force, cache=cache) if kind == "bbrlab"
-                     else authors.read_authors(path))
+    sources = find_sources(data_dir)
+    parts = [read_campaign(path, force=force, cache=cache) if kind == "bbrlab" else authors.read_authors(path)
+             for kind, path in sources]
     if not parts:
         return Tables.empty()
+    if _ids_collide(parts):
+        parts = [qualify_run_ids(t, path.name) for t, (_, path) in zip(parts, sources, strict=True)]
     return concat(parts)
+
+
+def _ids_collide(parts: list[Tables]) -> bool:
+    """Run ids are hashes of the scenario, so two campaigns with the same grid share them."""
+    seen: set[str] = set()
+    for t in parts:
+        ids = set(t.runs.loc[t.runs["status"] == "ok", "run_id"].dropna())
+        if ids & seen:
+            return True
+        seen |= ids
+    return False
+
+
+def qualify_run_ids(t: Tables, prefix: str) -> Tables:
+    """Prefix every run id with ``<prefix>/`` so runs of different sources stay apart after concat."""
+    def q(df: pd.DataFrame) -> pd.DataFrame:
+        return df.assign(run_id=prefix + "/" + df["run_id"].astype("string")) if len(df) else df
+
+    return Tables(q(t.runs), q(t.intervals), q(t.ss), [*t.notes, f"run ids prefixed with {prefix}/ (shared ids)"])
 
 
 def concat(parts: list[Tables]) -> Tables:

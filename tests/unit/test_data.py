@@ -153,3 +153,13 @@ def test_ingest_and_figures_refuse_a_directory_without_runs(tmp_path):
         proc = run_cli(*argv)
         assert proc.returncode != 0 and "no " in proc.stderr and str(tmp_path) in proc.stderr
     assert not (tmp_path / "o").exists()  # nothing rendered, nothing created
+
+
+def test_two_campaigns_with_the_same_grid_keep_their_runs_apart(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "first")
+    shutil.copytree(FIXTURE, tmp_path / "second")
+    t = data.load(tmp_path)
+    assert t.runs["run_id"].is_unique and len(t.runs) == 16
+    one = t.runs["run_id"].iloc[0]
+    assert one.split("/")[0] in ("first", "second")
+    assert len(t.intervals[t.intervals["run_id"] == one]) == 4  # not 8: the other campaign's copy stays apart

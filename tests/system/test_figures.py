@@ -1,0 +1,115 @@
+"""`bbrlab figures` on a small REAL campaign: iperf3 between two network namespaces on this host.
+
+The campaign is recorded by the fixture (tests/netns_campaign.py): cubic and bbr, the iperf3 client at
+25 % CPU share (SCHED_DEADLINE 1 ms / 4 ms) and unrestricted, 2 repetitions of 2 s each, tbf 100 Mbit/s,
+ss sampled every 200 ms. Then every notebook is executed by papermill through the CLI, and the
+plotted medians are compared with medians computed here straight from the iperf3 JSON files.
+"""
+
+import fcntl
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.netns_campaign import record_campaign, small_grid
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).parents[2]
+LOCK = "/tmp/bbrlab-testbed.lock"
+
+
+def _hold_lock(deadline_s: float = 1000):
+    """The shared lock for traffic on this machine, polled with a deadline (never waits forever)."""
+    f = open(LOCK, "a")
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > end:
+                f.close()
+                pytest.fail(f"{LOCK} stayed busy for {deadline_s} s")
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("netns") / "campaign"
+    lock = _hold_lock()
+    try:
+        record_campaign(directory, small_grid(duration_s=2, repetitions=2), campaign="test-figures")
+    finally:
+        lock.close()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def rendered(campaign, tmp_path_factory):
+    out = tmp_path_factory.mktemp("figures")
+    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(campaign),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout
+
+
+def medians_from_raw_files(campaign: Path, value) -> dict:
+    """(cca, cpu_share_pct) -> median of value(report, record) over repetitions, without bbrlab.data."""
+    groups = defaultdict(list)
+    for run in (campaign / "runs").iterdir():
+        record = json.loads((run / "record.json").read_text())
+        report = json.loads((run / "iperf.json").read_text())
+        sc = record["scenario"]
+        groups[(sc["flow"]["cca"], sc["contention"]["cpu_share_pct"])].append(value(report, sc))
+    return {k: statistics.median(v) for k, v in groups.items()}
+
+
+def test_every_notebook_renders(rendered):
+    out, stdout = rendered
+    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb") if not p.name.startswith("_"))
+    assert notebooks and all(f"{name} ... ok" in stdout for name in notebooks), stdout
+    for name in notebooks:
+        executed = json.loads((out / "notebooks" / f"{name}.ipynb").read_text())
+        errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors
+    for figure in ("fig04_throughput_vs_share", "fig05_timeseries", "fig09_inflight", "poster_fig2_link_utilisation"):
+        assert (out / f"{figure}.pdf").stat().st_size > 0 and (out / f"{figure}.png").stat().st_size > 0
+
+
+def test_plotted_throughput_medians_equal_the_runs_medians(rendered, campaign):
+    out, _ = rendered
+    expected = medians_from_raw_files(campaign, lambda r, sc: r["end"]["sum_received"]["bits_per_second"] / 1e6)
+    (panel,) = json.loads((out / "fig04_throughput_vs_share.points.json").read_text())
+    plotted = {(line["label"], x): y for line in panel["lines"] for x, y in zip(line["x"], line["y"], strict=True)}
+    assert set(plotted) == set(expected)
+    for key, median in expected.items():
+        assert plotted[key] == pytest.approx(median, rel=1e-9)
+
+
+def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campaign):
+    out, _ = rendered
+    panels = json.loads((out / "poster_fig2_link_utilisation.points.json").read_text())
+    per_cca = defaultdict(list)
+    for run in (campaign / "runs").iterdir():
+        record, report = (json.loads((run / n).read_text()) for n in ("record.json", "iperf.json"))
+        per_cca[record["scenario"]["flow"]["cca"]].append(
+            report["end"]["sum_received"]["bits_per_second"] / 1e6 / record["scenario"]["link"]["rate_mbit"])
+    lines = {line["label"].split(" / ")[-1]: line["y"] for line in panels[0]["lines"]}
+    assert lines.keys() == per_cca.keys()
+    for cca, values in per_cca.items():
+        assert lines[cca] == [pytest.approx(statistics.median(values), rel=1e-9)]
+
+
+def test_socket_state_figure_shows_the_sampled_bbr_estimate(rendered, campaign):
+    out, _ = rendered
+    panels = json.loads((out / "fig06_rates.points.json").read_text())
+    bw_lines = [line for p in panels for line in p["lines"] if line["label"] == "BBR bw estimate"]
+    assert bw_lines, "a bbr run was sampled, so its bandwidth estimate must be drawn"
+    assert all(0 < y < 1000 for line in bw_lines for y in line["y"] if y is not None)

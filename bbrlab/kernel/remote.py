@@ -65,12 +65,11 @@ def _insmod(host: Host, path: str) -> None:
                               + " | ".join(dmesg))
 
 
-def _unload(host: Host, name: str) -> None:
+def _check_unused(host: Host, name: str) -> None:
     users = _refcount(host, name)
     if users:
-        raise ModuleLoadError(f"another build of {name} is loaded on {host.name} and in use "
-                              f"(refcnt {users}: sockets use it); stop those flows, then load again")
-    host.run(["rmmod", name], sudo=True)
+        raise ModuleLoadError(f"another build of {name} is loaded on {host.name} and in use (refcnt {users}: "
+                              f"sockets, or net.ipv4.tcp_congestion_control, use it); stop those, then load again")
 
 
 def load(host: Host, built: BuiltModule) -> dict:
@@ -84,10 +83,12 @@ def load(host: Host, built: BuiltModule) -> dict:
     if current != built.srcversion:
         final = f"{REMOTE_DIR}/{built.name}.ko"
         staged = f"{REMOTE_DIR}/.{built.name}.ko.new"
+        if current is not None:
+            _check_unused(host, built.name)  # before anything changes
         host.run(["mkdir", "-p", REMOTE_DIR], sudo=True)
         host.put(built.ko_path, staged)
         if current is not None:
-            _unload(host, built.name)
+            host.run(["rmmod", built.name], sudo=True)
         try:
             _insmod(host, staged)
         except ModuleLoadError:

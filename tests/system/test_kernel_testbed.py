@@ -17,8 +17,13 @@ from bbrlab.errors import ValidationError
 from bbrlab.kernel import (
     DEFAULT_PATCH,
     DEFICIT_PARAMS,
+    ModuleLoadError,
     available_ccas,
+    build_module,
+    default_headers_dir,
     ensure_bbr2b,
+    load,
+    loaded_srcversion,
     read_params,
     set_params,
 )
@@ -74,6 +79,41 @@ def test_parameters_are_changeable_and_bounded(sender):
         assert read_params(sender, "bbr2b")["deficit_gain"] == "1000"
     finally:
         set_params(sender, "bbr2b", **DEFAULTS)
+
+
+def _other_build(sender, tmp_path):
+    """bbr2b from a slightly different patch (a comment changed): same name, another srcversion."""
+    text = DEFAULT_PATCH.read_text()
+    changed = text.replace("do not call it a deficit */", "do not call it a deficit (v2) */", 1)
+    assert changed != text
+    patch = tmp_path / "variant" / "inflight-deficit.patch"
+    patch.parent.mkdir()
+    patch.write_text(changed)
+    (patch.parent / "SOURCE.sha256").write_text((DEFAULT_PATCH.parent / "SOURCE.sha256").read_text())
+    release = sender.output(["uname", "-r"])
+    return build_module(patch, default_headers_dir(release), tmp_path / "out")
+
+
+def test_another_build_replaces_an_unused_one_and_is_refused_while_in_use(sender, tmp_path):
+    original = ensure_bbr2b(sender)
+    other = _other_build(sender, tmp_path)
+    assert other.srcversion != original["srcversion"]
+    try:
+        replaced = load(sender, other)
+        assert replaced["srcversion"] == other.srcversion == loaded_srcversion(sender, "bbr2b")
+        assert replaced["patch_sha256"] == other.patch_sha256
+        # the default congestion control holds a module reference: bbr2b is "in use"
+        previous = sender.output(["sysctl", "-n", "net.ipv4.tcp_congestion_control"])
+        sender.run(["sysctl", "-w", "net.ipv4.tcp_congestion_control=bbr2b"])
+        try:
+            with pytest.raises(ModuleLoadError, match="in use"):
+                ensure_bbr2b(sender)
+            assert loaded_srcversion(sender, "bbr2b") == other.srcversion  # nothing changed
+        finally:
+            sender.run(["sysctl", "-w", f"net.ipv4.tcp_congestion_control={previous}"])
+    finally:
+        back = ensure_bbr2b(sender)
+    assert back["srcversion"] == original["srcversion"] and back["params"] == DEFAULTS
 
 
 # -- behaviour: pacing_gain at the deficit gain while inflight < BDP, under contention ---------------

@@ -8,8 +8,10 @@ modules, but it can refuse a module built for another kernel, which is tested he
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,24 @@ def test_build_cache_reuses_the_same_inputs(headers):
     first = build_module(DEFAULT_PATCH, headers)
     second = build_module(DEFAULT_PATCH, headers)
     assert first == second and first.ko_path.is_file()
+
+
+def _bbrlab(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("bbrlab")
+    return subprocess.run([str(exe), "kernel", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_cli_build_prints_the_identity(tmp_path, headers):
+    res = _bbrlab("build", "--headers", str(headers), "--out", str(tmp_path), "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["name"] == "bbr2b" and Path(data["ko_path"]).is_file() and data["source_sha256"] == EXPECTED
+
+
+def test_cli_refuses_a_wrong_source_with_the_hashes(tmp_path, pristine, headers):
+    changed = tmp_path / "tcp_bbr.c"
+    changed.write_bytes(pristine.read_bytes() + b"\n")
+    res = _bbrlab("build", "--headers", str(headers), "--source", str(changed), "--out", str(tmp_path / "out"))
+    assert res.returncode == 1
+    assert "bbrlab: error:" in res.stderr and EXPECTED in res.stderr and str(changed) in res.stderr
+    assert not (tmp_path / "out").exists()

@@ -6,48 +6,32 @@ ss sampled every 200 ms. Then every notebook is executed by papermill through th
 plotted medians are compared with medians computed here straight from the iperf3 JSON files.
 """
 
-import fcntl
 import json
 import statistics
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from tests.netns_campaign import record_campaign, small_grid
+from tests.netns_campaign import small_grid
 
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).parents[2]
 LOCK = "/tmp/bbrlab-testbed.lock"
-
-
-def _hold_lock(deadline_s: float = 1000):
-    """The shared lock for traffic on this machine, polled with a deadline (never waits forever)."""
-    f = open(LOCK, "a")
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return f
-        except BlockingIOError:
-            if time.monotonic() > end:
-                f.close()
-                pytest.fail(f"{LOCK} stayed busy for {deadline_s} s")
-            time.sleep(0.5)
+LOCK_WAIT_S = 900
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
+    """Record the runs in a child process that waits its turn for the shared traffic lock (flock -w)."""
     directory = tmp_path_factory.mktemp("netns") / "campaign"
-    lock = _hold_lock()
-    try:
-        record_campaign(directory, small_grid(duration_s=2, repetitions=2), campaign="test-figures")
-    finally:
-        lock.close()
+    proc = subprocess.run(["flock", "-w", str(LOCK_WAIT_S), LOCK, sys.executable, "-m", "tests.netns_campaign",
+                           str(directory)], capture_output=True, text=True, timeout=LOCK_WAIT_S + 300, cwd=ROOT)
+    assert proc.returncode == 0, f"recording failed (or {LOCK} stayed busy): {proc.stdout}{proc.stderr}"
+    assert len(list((directory / "runs").iterdir())) == len(small_grid())
     return directory
 
 

@@ -197,6 +197,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if logy:
                     ax.set_yscale("log")
+                else:
+                    ax.set_ylim(bottom=0)  # rates and their spread start at zero: no exaggerated zoom
                 if i == len(rows) - 1:
                     ax.set_xlabel(LABELS.get(x, x))
                 if j == 0:
@@ -283,6 +285,7 @@ def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None =
             for j, cv in enumerate(cols):
                 ax = axes[i][j]
                 _run_lines(ax, _select(_select(table, row, rv), col, cv), alpha)
+                ax.set_ylim(bottom=0)
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if i == len(rows) - 1:
                     ax.set_xlabel(LABELS["t_s"])
@@ -381,6 +384,7 @@ def _ss_panel(ax, part: pd.DataFrame, panel: str) -> None:
         ax.text(0.5, 0.5, "not in the samples\n(no BBR state for this CCA)", ha="center", va="center",
                 transform=ax.transAxes, fontsize=7, color="gray")
         return
+    ax.set_ylim(bottom=0)
     if panel == "inflight":
         ax.axhline(1.0, color="green", linewidth=0.8, linestyle="--", label="_1 BDP")
 

@@ -99,17 +99,31 @@ def start_server(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetim
     return pid
 
 
+#: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the
+#: host's init when its shell exits; until init reaps it, ``kill -0`` alone would call a zombie alive.
+RUNNING_SH = r"""
+running() {
+    kill -0 "$1" 2>/dev/null || return 1
+    state=
+    read -r _ _ state _ < "/proc/$1/stat" 2>/dev/null
+    [ "$state" != Z ]
+}
+"""
+
+
 def alive(host: Host, pid: int) -> bool:
-    return host.run(["kill", "-0", str(int(pid))], check=False, timeout=10).ok
+    """Whether ``pid`` runs on ``host`` (a zombie does not count)."""
+    script = RUNNING_SH + 'running "$1"'
+    return host.run(["sh", "-c", script, "bbrlab-alive", str(int(pid))], check=False, timeout=10).ok
 
 
 #: $1 pid; the rest: files to remove. TERM to the session (spawn uses setsid) and the pid, wait up to
 #: ``$WAIT`` tenths of a second, then KILL. One command: cheap on any host, and on a slow guest.
-_STOP = r"""
+_STOP = RUNNING_SH + r"""
 pid=$1; shift
-kill -TERM -- "-$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null
+running "$pid" && { kill -TERM -- "-$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; }
 i=0
-while kill -0 "$pid" 2>/dev/null && [ $i -lt "$WAIT" ]; do sleep 0.05; i=$((i + 1)); done
+while running "$pid" && [ $i -lt "$WAIT" ]; do sleep 0.05; i=$((i + 1)); done
 kill -KILL -- "-$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
 rm -f "$@"
 exit 0

@@ -70,10 +70,10 @@ echo "iperf3=$(iperf3 --version 2>/dev/null | head -n 1)"
 
 
 #: Stop the sampler: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0).
-_STOP_SAMPLER = r"""
+_STOP_SAMPLER = iperf_mod.RUNNING_SH + r"""
 touch "$1"
 i=0
-while kill -0 "$2" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
 status=0
 if [ "$4" = 1 ]; then cat "$3" || status=1; fi

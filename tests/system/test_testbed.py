@@ -60,27 +60,33 @@ def test_roles_answer_through_fabric_with_the_papers_kernel(testbed):
     assert testbed.emulator.host.output(["hostname"]) == "emulator"
 
 
-def test_iperf3_sender_to_receiver_goes_through_the_emulator(testbed, tmp_path):
-    rx = testbed.receiver
-    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(tmp_path / "iperf3-server.log"))
+def _iperf3_through_emulator(tb, log_dir, duration_s: int = 5) -> float:
+    """Send ``duration_s`` of iperf3 from the sender VM to the receiver; check the bytes crossed the
+    emulator (in on its sender side, out on its receiver side); return the received Mbit/s."""
+    rx = tb.receiver
+    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(log_dir / "iperf3-server.log"))
     deadline = time.monotonic() + 30
     while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
         assert time.monotonic() < deadline, "iperf3 server did not listen"
         time.sleep(0.2)
-    a, b = testbed.emulator.ports
-    before = {a: _counters(testbed, a), b: _counters(testbed, b)}
-    res = testbed.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", "5", "-J"],
-                                  timeout=60)
+    a, b = tb.emulator.ports
+    before = {a: _counters(tb, a), b: _counters(tb, b)}
+    res = tb.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", str(duration_s),
+                              "-J"], timeout=duration_s + 60)
     report = json.loads(res.stdout)
-    sent_bytes = report["end"]["sum_sent"]["bytes"]
+    received_bytes = report["end"]["sum_received"]["bytes"]  # sent bytes may still sit in the socket
     rate_mbit = report["end"]["sum_received"]["bits_per_second"] / 1e6
-    print(f"\niperf3 sender -> receiver through the emulator, unshaped, "
-          f"{testbed.accelerator}: {rate_mbit:.0f} Mbit/s")
-    assert sent_bytes > 0 and rate_mbit > 0
+    assert received_bytes > 0 and rate_mbit > 0
     assert report["end"]["sender_tcp_congestion"] in ("cubic", "bbr")
-    # The data entered the emulator on its sender side and left on its receiver side.
-    assert _counters(testbed, a)["rx_bytes"] - before[a]["rx_bytes"] >= sent_bytes
-    assert _counters(testbed, b)["tx_bytes"] - before[b]["tx_bytes"] >= sent_bytes
+    assert _counters(tb, a)["rx_bytes"] - before[a]["rx_bytes"] >= received_bytes
+    assert _counters(tb, b)["tx_bytes"] - before[b]["tx_bytes"] >= received_bytes
+    return rate_mbit
+
+
+def test_iperf3_sender_to_receiver_goes_through_the_emulator(testbed, tmp_path):
+    rate_mbit = _iperf3_through_emulator(testbed, tmp_path)
+    print(f"\niperf3 sender -> receiver through the emulator, unshaped, {testbed.accelerator}: "
+          f"{rate_mbit:.0f} Mbit/s")
 
 
 def test_guests_have_the_papers_sysctls_and_tso(testbed):
@@ -143,14 +149,17 @@ def test_bad_input_changes_nothing():
     assert not plumbing.netns_exists(plumbing.link_netns("zz-bad"))
 
 
-def test_fresh_up_then_down_leaves_nothing():
+def test_fresh_up_uname_iperf3_then_down_leaves_nothing(tmp_path):
     name = "tbcheck"
     with tbmod.testbed_lock():
         tbmod.down(name, progress=False)
         tb = tbmod.up(name, progress=False)
         try:
-            assert tb.sender.host.output(["uname", "-r"]).startswith("6.1.")
             assert len(_our_qemu_pids(name)) == 2
+            assert tb.sender.host.output(["uname", "-r"]).startswith("6.1.")
+            assert tb.emulator.host.output(["uname", "-r"]).startswith("6.1.")
+            assert tb.receiver.host.output(["uname", "-r"]) == os.uname().release
+            assert _iperf3_through_emulator(tb, tmp_path) > 0
         finally:
             tb.close()
             removed = tbmod.down(name, progress=False)

@@ -375,11 +375,17 @@ def _failure_record(spec: CampaignSpec, scenario: Scenario, attempt: int, starte
     )
 
 
-def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction) -> dict:
-    """Run one planned scenario until it succeeds or its attempts are used up; return the last record."""
+def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction, *,
+                retry_failed: bool = False) -> dict:
+    """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
+
+    Attempts are numbered across processes (``failed/<run_id>.a<N>``). ``retry_failed`` grants a run
+    whose attempts are used up ``max_attempts`` more.
+    """
     attempt = len(rec.failed_attempts(out, scenario.run_id))
+    last_attempt = attempt + spec.max_attempts if retry_failed else spec.max_attempts
     record: dict = {}
-    while attempt < spec.max_attempts:
+    while attempt < last_attempt:
         attempt += 1
         staging = rec.staging_dir(out, scenario.run_id)
         started = rec.now_iso()
@@ -395,26 +401,43 @@ def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFu
     return record
 
 
+class CampaignAborted(BbrlabError):
+    """Several runs in a row failed all their attempts: the testbed, not the scenario, is the likely cause."""
+
+
 def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
-                 on_run: Callable[[dict], None] | None = None) -> dict:
-    """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end."""
+                 on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
+                 max_consecutive_failures: int = 5) -> dict:
+    """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
+
+    Runs whose attempts are used up are skipped unless ``retry_failed``. After
+    ``max_consecutive_failures`` runs in a row fail every attempt, the campaign stops with
+    :class:`CampaignAborted` (so a testbed outage does not burn the attempts of the whole plan).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with directory_lock(out):
         plan = prepare(spec, out)
         rec.clear_tmp(out)
         todo = [Scenario.from_dict(r["scenario"]) for r in plan["runs"] if not rec.is_complete(out, r["run_id"])]
-        todo = [s for s in todo if len(rec.failed_attempts(out, s.run_id)) < spec.max_attempts]
+        if not retry_failed:
+            todo = [s for s in todo if len(rec.failed_attempts(out, s.run_id)) < spec.max_attempts]
         total = len(plan["runs"])
         bar = _progress_bar(total, total - len(todo), spec, enabled=progress)
+        failed_in_a_row = 0
         try:
             for scenario in todo:
                 t0 = time.monotonic()
-                record = execute_run(spec, out, scenario, run_fn)
+                record = execute_run(spec, out, scenario, run_fn, retry_failed=retry_failed)
                 bar.set_postfix_str(f"{scenario.run_id} {record['status']} {time.monotonic() - t0:.1f}s")
                 bar.update(1)
                 if on_run:
                     on_run(record)
+                failed_in_a_row = failed_in_a_row + 1 if record["status"] != "ok" else 0
+                if failed_in_a_row >= max_consecutive_failures:
+                    raise CampaignAborted(
+                        f"{failed_in_a_row} runs in a row failed every attempt; last: {record['reason']}. "
+                        f"Fix the cause, then run again (add --retry-failed to retry those runs)")
         finally:
             bar.close()
     return status(out)

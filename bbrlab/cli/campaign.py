@@ -25,6 +25,8 @@ def register(sub) -> None:
     run.add_argument("--testbed", help="testbed name or file (default: the spec's 'testbed')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
+    run.add_argument("--retry-failed", action="store_true",
+                     help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
     run.set_defaults(func=cmd_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
@@ -87,7 +89,8 @@ def cmd_run(args) -> int:
     with testbed_mod.testbed_lock():
         runner = Runner(tb)
         try:
-            st = run_campaign(spec, args.out, runner, progress=not args.no_progress)
+            st = run_campaign(spec, args.out, runner, progress=not args.no_progress,
+                              retry_failed=args.retry_failed)
         finally:
             if not args.keep_link:
                 try:

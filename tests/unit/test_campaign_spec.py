@@ -186,6 +186,21 @@ def test_failed_runs_recorded_and_retried_boundedly(tmp_path):
     assert again == []
 
 
+def test_consecutive_failures_abort_and_retry_failed_resumes(tmp_path):
+    s = spec(repetitions=1, max_attempts=1)
+    everything = {x.run_id for x in s.plan()}
+    calls: list = []
+    with pytest.raises(campaign.CampaignAborted, match="3 runs in a row"):
+        campaign.run_campaign(s, tmp_path, _writer(everything, calls), progress=False, max_consecutive_failures=3)
+    assert len(calls) == 3  # stopped instead of burning the attempts of all 8 runs
+    st = campaign.status(tmp_path)
+    assert st["failed"] == 3 and st["remaining"] == 5
+    again: list = []
+    st = campaign.run_campaign(s, tmp_path, _writer(set(), again), progress=False, retry_failed=True)
+    assert st["done"] == 8 and st["failed"] == 0
+    assert sorted(a for _, a in again) == [1] * 5 + [2] * 3  # the failed ones continue their numbering
+
+
 def test_half_written_runs_are_cleared_not_counted(tmp_path):
     s = spec(repetitions=1)
     campaign.prepare(s, tmp_path)

@@ -84,23 +84,28 @@ def _with_server(testbed, client_argv: list[str], port: int) -> str:
         rx.run(["rm", "-f", log], check=False)
 
 
-def _udp_received(data: dict) -> tuple[int, int, float]:
-    """(datagrams sent, datagrams lost, seconds) as the receiving server counted them."""
+def _udp_counts(data: dict) -> tuple[int, int, float]:
+    """(datagrams the client sent, datagrams the server received, seconds the server measured).
+
+    The sender's count is the denominator: a datagram lost at the very end leaves no gap in the
+    sequence numbers, so the server's own ``packets`` can be one short.
+    """
+    sent = int(data["end"]["sum_sent"]["packets"])
     rx = data["end"]["sum_received"]
-    return int(rx["packets"]), int(rx["lost_packets"]), float(rx["seconds"])
+    received = int(rx["packets"]) - int(rx["lost_packets"])
+    return sent, received, float(rx["seconds"])
 
 
 def measure_udp(testbed, link: Link, *, duration_s: float = 5.0, port: int = VALIDATE_PORT) -> dict:
     rate_bit = int(round(link.rate_mbit * 1e6))
     argv = _udp_client_argv(testbed.receiver.experiment_ip, port, rate_bit, duration_s=duration_s)
     data = iperf.parse_json(_with_server(testbed, argv, port))
-    packets, lost, seconds = _udp_received(data)
-    got = packets - lost
+    sent, got, seconds = _udp_counts(data)
     goodput = got * UDP_PAYLOAD_BYTES * 8 / seconds / 1e6
     wire = got * (UDP_PAYLOAD_BYTES + UDP_FRAME_OVERHEAD_BYTES) * 8 / seconds / 1e6
     return {"configured": link.rate_mbit, "measured": round(goodput, 3), "wire_mbit": round(wire, 3),
             "sent_mbit": round(float(data["end"]["sum_sent"]["bits_per_second"]) / 1e6, 3),
-            "lost_pct": round(100 * lost / packets, 3) if packets else None, "seconds": seconds,
+            "lost_pct": round(100 * (sent - got) / sent, 3) if sent else None, "seconds": seconds,
             "tolerance_pct": UDP_TOLERANCE_PCT, "ok": _within(goodput, link.rate_mbit, UDP_TOLERANCE_PCT)}
 
 
@@ -109,7 +114,8 @@ def measure_loss(testbed, link: Link, *, packets: int = 10_000, port: int = VALI
     rate_bit = int(round(link.rate_mbit * 1e6 / 2))
     argv = _udp_client_argv(testbed.receiver.experiment_ip, port, rate_bit, packets=packets)
     data = iperf.parse_json(_with_server(testbed, argv, port))
-    total, lost, _ = _udp_received(data)
+    total, received, _ = _udp_counts(data)
+    lost = total - received
     measured = 100 * lost / total if total else float("nan")
     # Three binomial standard deviations (and at least 0.1 point) around the configured loss.
     p = link.effective_loss_pct / 100

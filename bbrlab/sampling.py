@@ -313,8 +313,10 @@ def _derive(row: dict) -> None:
 
 def _check_fields(row: dict, text: str) -> None:
     missing = [k for k in REQUIRED if row.get(k) is None]
-    if row.get("cca", "").startswith("bbr"):
-        missing += [k for k in REQUIRED_BBR if row.get(k) is None]
+    if row.get("cca", "").startswith("bbr") and all(row.get(k) is None for k in REQUIRED_BBR):
+        # No bbr:(...) block at all. A block without some fields is normal: ss omits pacing_gain and
+        # cwnd_gain while they are still 0 (a sample taken before BBR's first ACK).
+        missing += list(REQUIRED_BBR)
     if missing:
         raise SsFieldsMissing(
             f"ss printed a connection without {', '.join(missing)}: {text.strip()[:300]!r}. "

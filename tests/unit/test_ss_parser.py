@@ -186,3 +186,13 @@ def test_guest_bbr_sees_the_emulated_link(cca):
     assert 80 <= last["bw_mbit"] <= 115
     assert 200_000 <= last["bdp_bytes"] <= 300_000
     assert last["inflight_bdp"] == pytest.approx(last["inflight_bytes"] / last["bdp_bytes"])
+
+
+def test_bbr_sample_before_first_ack_is_accepted():
+    """ss omits pacing_gain/cwnd_gain while they are 0; such a sample is kept with the gains unknown."""
+    line = ("0      0 10.77.0.1:21664 10.77.0.2:5201\n"
+            "\t bbr wscale:10,14 rto:224 rtt:21.5/1.4 mss:1448 cwnd:10 bytes_sent:1448 bytes_acked:1 "
+            "bbr:(bw:0bps,mrtt:0) unacked:1\n")
+    row = parse_ss_line(line)
+    assert row["cca"] == "bbr" and row["pacing_gain"] is None and row["cwnd_gain"] is None
+    assert row["bw_mbit"] == 0

@@ -132,12 +132,16 @@ def test_second_up_reuses_the_running_testbed(testbed):
     assert again.sender.vcpu_threads() == testbed.sender.vcpu_threads()
 
 
-def test_shell_runs_a_command_on_a_role(testbed, capfd):
+def test_cli_shell_runs_a_command_and_status_prints_json(testbed, capfd):
     from bbrlab.cli.main import main
 
     assert main(["testbed", "shell", "--testbed", testbed.name, "emulator", "--", "ip", "-br", "link",
                  "show", "br0"]) == 0
     assert "br0" in capfd.readouterr().out
+    assert main(["testbed", "status", "--testbed", testbed.name, "--json"]) == 0
+    st = json.loads(capfd.readouterr().out)
+    assert st["accelerator"] == testbed.accelerator
+    assert st["roles"]["sender"]["vcpu_threads"] == testbed.sender.vcpu_threads()
 
 
 def test_bad_input_changes_nothing():

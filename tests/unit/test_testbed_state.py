@@ -59,3 +59,15 @@ def test_qemu_command_line_keeps_management_local_and_names_threads(tmp_path):
 def test_is_our_qemu_refuses_other_processes():
     assert not qemu.is_our_qemu(os.getpid(), "bbrlab-unit-sender")
     assert not qemu.is_our_qemu(2 ** 22 + 12345, "bbrlab-unit-sender")
+
+
+def test_image_recipe_pins_the_host_headers_kernel_and_hashes_the_init_script(monkeypatch):
+    from bbrlab.testbed.local import image
+
+    r = image.recipe()
+    package, version = image.guest_kernel_package()
+    assert r["kernel"] == f"{package}={version}"
+    assert package == f"linux-image-{image.host_kernel_abi()}"
+    assert image.recipe_hash() == image.recipe_hash(r)  # stable
+    monkeypatch.setattr(image, "_init_script", lambda: "#!/bin/bash\n# changed\n")
+    assert image.recipe_hash() != image.recipe_hash(r)  # any change to the init script rebuilds

@@ -71,3 +71,21 @@ def test_image_recipe_pins_the_host_headers_kernel_and_hashes_the_init_script(mo
     assert image.recipe_hash() == image.recipe_hash(r)  # stable
     monkeypatch.setattr(image, "_init_script", lambda: "#!/bin/bash\n# changed\n")
     assert image.recipe_hash() != image.recipe_hash(r)  # any change to the init script rebuilds
+
+
+def test_prune_keeps_the_new_image_and_those_running_testbeds_use(tmp_path, monkeypatch):
+    from bbrlab.testbed.local import image
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    images = tmp_path / "cache/bbrlab/images"
+    for name in ("new", "old", "inuse", ".build-x"):
+        (images / name).mkdir(parents=True)
+        (images / name / "image.json").write_text("{}")
+    State("running", {"name": "running", "phase": "up", "netns": [], "vms": {},
+                      "image": str(images / "inuse")}).save()
+    State("stopped", {"name": "stopped", "phase": "down", "netns": [], "vms": {},
+                      "image": str(images / "old")}).save()
+    removed = image.prune_images(keep=images / "new")
+    assert removed == [images / "old"]
+    assert sorted(p.name for p in images.iterdir()) == [".build-x", "inuse", "new"]

@@ -144,7 +144,38 @@ def ensure_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage
     img = cached_image()
     if img is not None:
         return img
-    return build_image(progress)
+    img = build_image(progress)
+    for old in prune_images(keep=img.folder):
+        progress(f"image: removed the outdated image {old}")
+    return img
+
+
+def _images_in_use() -> set[str]:
+    """Image folders that a testbed not yet brought down was started from (its overlays need them)."""
+    from .state import state_root
+
+    used = set()
+    for path in state_root().glob("*/state.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("phase") != "down" and data.get("image"):
+            used.add(str(Path(data["image"]).resolve()))
+    return used
+
+
+def prune_images(keep: Path) -> list[Path]:
+    """Remove finished images of older recipes that no running testbed uses; return what went."""
+    used = _images_in_use() | {str(keep.resolve())}
+    removed = []
+    for folder in (cache_dir() / "images").iterdir():
+        if folder.name.startswith(".") or not (folder / "image.json").is_file():
+            continue  # a build in progress, or not ours
+        if str(folder.resolve()) not in used:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _step(name: str, argv: list[str], progress: Callable[[str], None], timeout_s: float = 1800) -> str:

@@ -71,7 +71,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
     failures = 0
     try:
         _say("1/5", "local testbed up")
-        tb = testbed_mod.up(name, progress=True)
+        tb = testbed_mod.up(name, progress=True, load_bbr2b=False)  # loaded next, strictly
         _say("2/5", "patched BBR (bbr2b) in the sender")
         ident = kernel.ensure_bbr2b(tb.sender.host)
         print(f"bbr2b loaded: srcversion {ident.get('srcversion')}, patch {str(ident.get('patch_sha256'))[:12]}")

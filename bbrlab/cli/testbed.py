@@ -21,6 +21,8 @@ def register(sub) -> None:
     up.add_argument("--name", default="local", help="testbed name (default: local)")
     up.add_argument("--sender-vcpus", type=int, default=1, help="vCPUs of the sender VM (default: 1)")
     up.add_argument("--quiet", action="store_true", help="no progress lines")
+    up.add_argument("--no-bbr2b", action="store_true",
+                    help="do not build and load the patched BBR (bbr2b) in the sender (loaded by default)")
     up.set_defaults(func=run_up)
 
     down = verbs.add_parser("down", help="stop the VMs and remove every namespace, tap and bridge of the testbed")
@@ -43,7 +45,8 @@ def register(sub) -> None:
 def run_up(args) -> int:
     from .. import testbed
 
-    tb = testbed.up(args.name, sender_vcpus=args.sender_vcpus, progress=not args.quiet)
+    tb = testbed.up(args.name, sender_vcpus=args.sender_vcpus, progress=not args.quiet,
+                    load_bbr2b=not args.no_bbr2b)
     print(f"testbed '{tb.name}' is up ({tb.accelerator}); sender {tb.sender.experiment_ip} -> "
           f"receiver {tb.receiver.experiment_ip} through the emulator ({', '.join(tb.emulator.ports)})")
     return 0

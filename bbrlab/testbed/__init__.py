@@ -24,13 +24,37 @@ __all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up",
            "load_file", "testbed_lock", "LOCK_PATH"]
 
 
-def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Testbed:
-    """Bring the local testbed ``name`` up (idempotent: a running one is reused) and return it."""
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True) -> Testbed:
+    """Bring the local testbed ``name`` up (idempotent: a running one is reused) and return it.
+
+    With ``load_bbr2b`` the patched BBR (``bbr2b``, see ``kernels/``) is built on this machine against the
+    guest kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be done
+    the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check.
+    """
     from .local import lifecycle
 
     with testbed_lock():
         lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress)
-    return load(name)
+    tb = load(name)
+    if load_bbr2b:
+        _load_bbr2b(tb, progress)
+    return tb
+
+
+def _load_bbr2b(tb: Testbed, progress: bool) -> None:
+    import sys
+
+    from .. import kernel
+    from ..errors import BbrlabError
+
+    try:
+        ident = kernel.ensure_bbr2b(tb.sender.host)
+    except BbrlabError as e:
+        print(f"bbrlab: warning: bbr2b not loaded in the sender: {e}", file=sys.stderr)
+        return
+    if progress:
+        print(f"bbr2b loaded in the sender (srcversion {ident.get('srcversion')}, "
+              f"patch {str(ident.get('patch_sha256'))[:12]})", flush=True)
 
 
 def down(name: str = "local", progress: bool = True) -> dict:

@@ -35,6 +35,12 @@ DEFAULTS = {name: spec.default for name, spec in DEFICIT_PARAMS.items()}
 HIGH_GAIN = 739 / 256  # what ss prints as pacing_gain:2.88672
 
 
+def test_testbed_up_loaded_bbr2b_beside_bbr(testbed):
+    """`testbed up` builds and loads the patched module by itself (runs before this file loads it)."""
+    available = testbed.sender.host.read_text("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
+    assert {"bbr", "bbr2b"} <= set(available)
+
+
 @pytest.fixture(scope="module")
 def sender(testbed):
     host = testbed.sender.host

@@ -38,7 +38,7 @@ def test_paper_link_symmetric_delay_netem_root_tbf_child():
     assert netem.qdisc.delay_us == 10_000
     assert tbf.qdisc.rate_bit == 50_000_000 and tbf.qdisc.rate_bytes_per_s == 6_250_000
     assert tbf.qdisc.limit_bytes == 125_000  # 1 BDP = 50 Mbit/s x 20 ms
-    assert tbf.qdisc.burst_bytes == 10 * 1514  # at 50 Mbit/s the packet floor is above 2 ms of rate
+    assert tbf.qdisc.burst_bytes == 25_000  # 4 ms at 50 Mbit/s
     assert tree.kinds == {"netem", "tbf"}
 
 
@@ -50,7 +50,7 @@ def test_tc_argv_for_the_paper_link():
     assert to_tc_argv(tree.data) == [
         ["tc", "qdisc", "add", "dev", "eth2", "root", "handle", "bb:", "netem", "limit", "1000", "delay", "10000us"],
         ["tc", "qdisc", "add", "dev", "eth2", "parent", "bb:1", "handle", "bb1:",
-         "tbf", "rate", "50000000bit", "burst", "15140b", "limit", "125000b"],
+         "tbf", "rate", "50000000bit", "burst", "25000b", "limit", "125000b"],
     ]
     assert clear_argv("eth2") == ["tc", "qdisc", "del", "dev", "eth2", "root"]
 
@@ -95,9 +95,10 @@ def test_seed_is_rendered_when_asked():
 
 
 def test_burst_scales_with_rate_and_never_drops_below_a_few_packets():
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000)) == 250_000  # 2 ms at 1 Gbit/s
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1)) == 10 * 1514
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000, mtu_bytes=9000)) == 250_000
+    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000)) == 500_000  # 4 ms at 1 Gbit/s
+    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1)) == 10 * 1514  # a few packets at least
+    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=20)) == 15_140
+    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000, mtu_bytes=9000)) == 500_000
     assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=50, mtu_bytes=9000)) == 10 * 9014
 
 
@@ -127,7 +128,7 @@ def test_pyroute2_arguments_from_the_same_tree():
     netem, tbf = tree.data.nodes
     assert pyroute2_kwargs(netem) == {"handle": 0xBB0000, "delay": 10_000, "jitter": 0, "limit": 1000, "loss": 1}
     assert pyroute2_kwargs(tbf) == {"handle": 0xBB10000, "parent": 0xBB0001, "rate": 6_250_000,
-                                    "burst": 15_140, "limit": 125_000}
+                                    "burst": 25_000, "limit": 125_000}
 
 
 def test_pyroute2_refuses_what_it_cannot_encode_before_touching_anything():

@@ -92,9 +92,19 @@ def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campa
         assert lines[cca] == [pytest.approx(statistics.median(values), rel=1e-9)]
 
 
-def test_socket_state_figure_shows_the_sampled_bbr_estimate(rendered, campaign):
+def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
+    """Each drawn bw line is, value for value, the bw_mbit series of one sampled bbr run's ss.log."""
+    from bbrlab.sampling import parse_ss_log
+
     out, _ = rendered
     panels = json.loads((out / "fig06_rates.points.json").read_text())
-    bw_lines = [line for p in panels for line in p["lines"] if line["label"] == "BBR bw estimate"]
-    assert bw_lines, "a bbr run was sampled, so its bandwidth estimate must be drawn"
-    assert all(0 < y < 1000 for line in bw_lines for y in line["y"] if y is not None)
+    drawn = [line["y"] for p in panels for line in p["lines"] if line["label"] == "BBR bw estimate"]
+    assert drawn, "bbr runs were sampled, so a bandwidth estimate must be drawn"
+    series = []
+    for run in (campaign / "runs").iterdir():
+        ports = [c["local_port"] for c in json.loads((run / "iperf.json").read_text())["start"]["connected"]]
+        rows = sorted(parse_ss_log((run / "ss.log").read_text(), ports=ports), key=lambda r: r["t_s"])
+        if rows and rows[0]["cca"] == "bbr":
+            series.append([r["bw_mbit"] for r in rows])
+    for y in drawn:
+        assert any(len(y) == len(s) and y == pytest.approx(s) for s in series)

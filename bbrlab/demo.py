@@ -58,7 +58,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
     from . import kernel
     from . import testbed as testbed_mod
     from .campaign import run_campaign
-    from .cli import figures as figures_cli
+    from .cli.main import main as cli_main
     from .runner import Runner
 
     plan = make_plan(spec_paths, name)
@@ -92,10 +92,8 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
             testbed_mod.down(name, progress=True)
     _say("5/5", "tables and figures")
 
-    class Args:  # the figures command's own arguments, so both paths render identically
-        data, out, notebooks, only, kernel, timeout = runs_dir, figures_dir, figures_cli.DEFAULT_NOTEBOOKS, None, None, 1800
-
-    rc = figures_cli.run(Args)
+    # Through the figures command itself, so the demo renders exactly what `bbrlab figures` does.
+    rc = cli_main(["figures", "--data", str(runs_dir), "--out", str(figures_dir)])
     elapsed_min = (time.monotonic() - t0) / 60
     print(f"\nbbrlab demo done in {elapsed_min:.1f} minutes.\n  runs:    {runs_dir}\n  figures: {figures_dir}"
           f"\n  executed notebooks: {figures_dir / 'notebooks'}", flush=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import pandas as pd
 
 #: "exceed 80 % of the bandwidth in the median" (paper, section 5.1)
@@ -118,12 +117,9 @@ def claim_recovery_thresholds(med: pd.DataFrame, cca: str = "bbr") -> Claim:
     agree = []
     for ts, share in found.items():
         want = PAPER_RECOVERY_PCT.get(ts)
-        if want is None:
-            continue
-        tested = list(curves[ts].index)
-        # consistent when the paper's threshold falls between the last failing and the first passing share
-        below = max([x for x in tested if share is not None and x < share], default=0.0)
-        agree.append(share is not None and below < want <= share)
+        if want is not None:
+            low, high = bracket(curves[ts], share)
+            agree.append(low < want <= high)
     ordered = _longer_timeslice_not_better(found)
     if not agree:
         verdict = "no data"
@@ -135,6 +131,14 @@ def claim_recovery_thresholds(med: pd.DataFrame, cca: str = "bbr") -> Claim:
         verdict = "not reproduced"
     return Claim("recovery_thresholds", paper, measured + ("" if ordered else "; longer timeslice not worse here"),
                  verdict, {"recovery_share_pct": {str(k): v for k, v in found.items()}})
+
+
+def bracket(curve: pd.Series, share: float | None) -> tuple[float, float]:
+    """What a coarse grid can say about the true recovery share: above the highest tested share that
+    fails, at most the measured recovery share (100 % when none below it recovers)."""
+    high = 100.0 if share is None else share
+    failing = [x for x in curve.index if x < high and curve[x] < RECOVERED_UTILISATION]
+    return (max(failing, default=0.0), high)
 
 
 def _longer_timeslice_not_better(found: dict[float, float | None]) -> bool:
@@ -151,23 +155,31 @@ def claim_patch_lowers_threshold(med: pd.DataFrame, original: str = "bbr", patch
     if not common:
         return Claim("patch_lowers_threshold", paper, f"no contended runs of both {original} and {patched}",
                      "no data")
-    parts, better, gains = [], [], []
+    parts, shifted = [], []
+    gains: dict[str, float] = {}
     for ts in common:
         a, b = recovery_share(orig[ts]), recovery_share(pat[ts])
         shares = sorted(set(orig[ts].index) & set(pat[ts].index) - {100.0})
-        gain = float(np.median([pat[ts][s] - orig[ts][s] for s in shares])) if shares else float("nan")
-        gains.append(gain)
-        parts.append(f"{ts:g} ms: {original} {_fmt(a)}, {patched} {_fmt(b)}, median gain in utilisation "
-                     f"{gain:+.0%} over contended shares")
-        better.append((101 if b is None else b) < (101 if a is None else a))
-    if all(better):
+        diff = {s: float(pat[ts][s] - orig[ts][s]) for s in shares}
+        best = max(diff, key=diff.get) if diff else None
+        gains[str(ts)] = diff[best] if best is not None else float("nan")
+        text = f"{ts:g} ms: recovery {original} {_fmt(a)}, {patched} {_fmt(b)}"
+        if best is not None:
+            text += (f"; largest gain at {best:g} % share: {orig[ts][best]:.0%} -> {pat[ts][best]:.0%} "
+                     "of the rate")
+        parts.append(text)
+        lower = (101 if b is None else b) < (101 if a is None else a)
+        # The paper's shift in substance: where stock BBR is capped, the patch gets most of the rate back.
+        rescued = best is not None and orig[ts][best] <= 0.2 and pat[ts][best] >= 0.7
+        shifted.append(lower or rescued)
+    if all(shifted):
         verdict = "reproduced"
-    elif any(better) or any(g > 0.05 for g in gains):
+    elif any(shifted) or any(g > 0.1 for g in gains.values()):
         verdict = "partly"
     else:
         verdict = "not reproduced"
-    return Claim("patch_lowers_threshold", paper, "; ".join(parts), verdict,
-                 {"median_utilisation_gain": dict(zip(map(str, common), gains, strict=True))})
+    parts.append("(shift = lower recovery share at 80 %, or >= 70 % of the rate where stock BBR gets <= 20 %)")
+    return Claim("patch_lowers_threshold", paper, "; ".join(parts), verdict, {"largest_utilisation_gain": gains})
 
 
 def _ss_with_runs(ss: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -70,3 +70,10 @@ def test_inflight_and_gain_claims_from_samples():
     assert fidelity.claim_patched_gain(ss, runs).verdict == "reproduced"
     ss.loc[ss["run_id"] == "r2-0", "pacing_gain"] = 1.0
     assert fidelity.claim_patched_gain(ss, runs).verdict == "not reproduced"
+
+
+def test_bracket_is_what_a_coarse_grid_can_say():
+    curve = pd.Series({10.0: 0.02, 25.0: 0.06, 50.0: 0.12, 100.0: 0.94})
+    assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (50.0, 100.0)  # paper's 65 % fits
+    curve = pd.Series({10.0: 0.02, 25.0: 0.08, 50.0: 0.89, 100.0: 0.93})
+    assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (25.0, 50.0)  # paper's 45 % fits

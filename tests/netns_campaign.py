@@ -86,6 +86,11 @@ def netns_pair(rate_mbit: float) -> Iterator[NetnsPair]:
             subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
 
 
+def read_qdiscs(pair: NetnsPair) -> dict:
+    """The sender side's qdiscs as ``tc -j`` reports them (the rate limit that really held)."""
+    return {pair.sender_if: json.loads(_run(pair.in_sender("tc", "-j", "qdisc", "show", "dev", pair.sender_if)))}
+
+
 def _wait_listening(pair: NetnsPair, port: int, deadline_s: float = 10) -> None:
     """Poll until the receiver's iperf3 server listens (a real readiness condition)."""
     end = time.monotonic() + deadline_s
@@ -183,6 +188,7 @@ def record_run(pair: NetnsPair, scenario: Scenario, campaign_dir: Path, campaign
     if flow.sample_ss_ms:
         (tmp / "ss.log").write_text(_filter_ss_blocks(samples, data_ports))
     record = _record(scenario, campaign, started, report, policy)
+    record["metadata"]["qdiscs"] = read_qdiscs(pair)
     (tmp / "record.json").write_text(json.dumps(record, indent=2))
     final = campaign_dir / "runs" / run_id
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -132,6 +132,7 @@ def point_params(meta: Mapping, deadline_unit: str = "auto") -> dict:
         "streams": 1.0 if math.isnan(streams) else streams, "timeslice_ms": timeslice, "cpu_share_pct": share,
         "loss_model": model, "loss_pct": loss_pct, "hypervisor": meta.get("hypervisor"),
         "patched": bool(meta.get("patched", False)) or str(meta.get("cca") or "").endswith("2b"),
+        "ss_sampled": False,  # the authors sampled ss in separate runs of their own layout
     }
 
 

@@ -36,13 +36,14 @@ import pandas as pd
 from .errors import BbrlabError
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/1"
+TABLES_SCHEMA = "bbrlab.tables/2"
 
 RUN_COLUMNS = (
     "run_id", "campaign", "status", "reason", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
     "buffer_bdp", "buffer_bytes", "loss_model", "loss_pct", "streams", "duration_s", "repetition",
     "throughput_mbit", "sender_throughput_mbit", "retransmits", "cpu_sender_pct", "link_utilisation",
-    "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "started_at", "source", "path",
+    "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "started_at", "source",
+    "path",
 )
 INTERVAL_COLUMNS = ("run_id", "t_start_s", "t_end_s", "throughput_mbit", "retransmits")
 SS_COLUMNS = (
@@ -161,7 +162,8 @@ def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
         "link_utilisation": thr / rate if rate else float("nan"),
         "accelerator": testbed.get("accelerator"), "hypervisor": testbed.get("hypervisor"),
         "testbed_kind": testbed.get("kind"), "sender_kernel": testbed.get("sender_kernel"),
-        "patched": _is_patched(cca, meta.get("module")), "started_at": record.get("started_at"),
+        "patched": _is_patched(cca, meta.get("module")), "ss_sampled": flow.get("sample_ss_ms") is not None,
+        "started_at": record.get("started_at"),
         "source": "bbrlab", "path": path,
     }
 
@@ -521,6 +523,20 @@ def select(runs: pd.DataFrame, **wanted) -> tuple[pd.DataFrame, list[str]]:
             continue
         runs = hit
     return runs, notes
+
+
+def unsampled(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Runs measured without ss sampling, for throughput figures: sampling costs CPU on the contended
+    sender, so (as in the paper) sampled runs are kept apart. When only sampled runs exist they are used,
+    with a note saying so."""
+    if "ss_sampled" not in runs.columns or runs.empty:
+        return runs, []
+    sampled = runs["ss_sampled"].fillna(False).astype(bool)
+    if sampled.all():
+        return runs, ["only ss-sampled runs in the data: their throughput includes the sampler's CPU cost"]
+    if sampled.any():
+        return runs[~sampled], [f"left out {int(sampled.sum())} ss-sampled runs (sampling costs the sender CPU)"]
+    return runs, []
 
 
 def missing_dimensions(runs: pd.DataFrame, needs: Mapping[str, int]) -> list[str]:

@@ -12,6 +12,7 @@ a finding about that testbed, not a failure of the toolkit.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -240,8 +241,10 @@ def testbed_note(runs: pd.DataFrame) -> str:
 
 def claims(tables) -> pd.DataFrame:
     """Every claim as a row: key, paper, measured, verdict."""
+    from .data import unsampled
+
     runs = tables.runs
-    med = medians(runs)
+    med = medians(unsampled(runs)[0])  # throughput claims: sampled runs cost the sender CPU
     rows = [
         claim_cubic_robust(med),
         claim_bbr_capped(med),
@@ -251,3 +254,21 @@ def claims(tables) -> pd.DataFrame:
         claim_patched_gain(tables.ss, runs),
     ]
     return pd.DataFrame([c.to_dict() for c in rows])
+
+
+def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
+    """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools) into ``out_dir``."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "",
+             "| claim | verdict | paper | this data |", "|---|---|---|---|"]
+    for row in table.itertuples():
+        cells = [str(x).replace("|", "/") for x in (row.key, row.verdict, row.paper, row.measured)]
+        lines.append("| " + " | ".join(cells) + " |")
+    path = out / "fidelity.md"
+    path.write_text("\n".join(lines) + "\n")
+    (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records")},
+                                                  indent=2, default=str))
+    return path

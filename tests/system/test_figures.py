@@ -28,9 +28,14 @@ LOCK_WAIT_S = int(os.environ.get("BBRLAB_LOCK_WAIT_S", "900"))  # a busy shared 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     """Record the runs in a child process that waits its turn for the shared traffic lock (flock -w)."""
+    from bbrlab.testbed import testbed_lock
+
     directory = tmp_path_factory.mktemp("netns") / "campaign"
-    proc = subprocess.run(["flock", "-w", str(LOCK_WAIT_S), LOCK, sys.executable, "-m", "tests.netns_campaign",
-                           str(directory)], capture_output=True, text=True, timeout=LOCK_WAIT_S + 300, cwd=ROOT)
+    # The Python lock is re-entrant across this process tree: inside a full session the testbed fixture
+    # already holds it (an external `flock` would wait for ourselves until it timed out).
+    with testbed_lock(timeout_s=LOCK_WAIT_S):
+        proc = subprocess.run([sys.executable, "-m", "tests.netns_campaign", str(directory)],
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, f"recording failed (or {LOCK} stayed busy): {proc.stdout}{proc.stderr}"
     assert len(list((directory / "runs").iterdir())) == len(small_grid())
     return directory

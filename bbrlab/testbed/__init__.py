@@ -86,6 +86,6 @@ def load(name_or_file: str | Path = "local") -> Testbed:
 
 def status(tb: Testbed | str | Path = "local") -> dict:
     """Each role measured now: reachable, kernel, congestion controls, qdiscs; sender's QEMU."""
-    from .status import testbed_status
+    from .report import testbed_status
 
     return testbed_status(tb if isinstance(tb, Testbed) else load(tb))

@@ -367,10 +367,23 @@ def directory_lock(out_dir: Path) -> Iterator[None]:
 RunFunction = Callable[..., dict]
 
 
+def failure_reason(error: BaseException) -> str:
+    """``Type: message (at file:line in function)``: where it was raised, since some errors (a bare
+    EOFError from an SSH channel) carry no message of their own."""
+    import traceback
+
+    text = f"{type(error).__name__}: {error}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text
+
+
 def _failure_record(spec: CampaignSpec, scenario: Scenario, attempt: int, started_at: str, error: BaseException) -> dict:
     return rec.build_record(
         run_id=scenario.run_id, campaign=spec.name, status="failed",
-        reason=f"{type(error).__name__}: {error}", attempt=attempt, started_at=started_at,
+        reason=failure_reason(error), attempt=attempt, started_at=started_at,
         ended_at=rec.now_iso(), scenario=scenario.to_dict(), metadata={},
     )
 

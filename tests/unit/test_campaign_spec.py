@@ -270,3 +270,16 @@ def test_cli_status_json(tmp_path, capsys):
     assert main(["campaign", "status", str(tmp_path), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["planned"] == 8 and st["done"] == 8 and st["running"] == 0
+
+
+def test_failure_reason_says_where_a_bare_error_came_from():
+    from bbrlab.campaign import failure_reason
+
+    def read_channel():
+        raise EOFError()
+
+    try:
+        read_channel()
+    except EOFError as e:
+        reason = failure_reason(e)
+    assert reason.startswith("EOFError: ") and "in read_channel" in reason and "test_campaign_spec.py:" in reason

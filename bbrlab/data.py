@@ -172,8 +172,7 @@ def ss_rows(run_id: str, text: str, data_ports: set[int]) -> list[dict]:
     """ss samples of one run as ``ss`` rows, parsed by :func:`bbrlab.sampling.parse_ss_log`
     (imported only when a run has a log). Only iperf3's data connections are kept; ``t_s`` counts
     from the first sample (the sampler starts with the transfer). The parser derives inflight_bytes
-    (sent - retransmitted - acked), bdp_bytes (BBR's bw x min RTT) and inflight_bdp; when a parser
-    leaves them out they are computed here the same way.
+    (sent - retransmitted - acked), bdp_bytes (BBR's bw x min RTT) and inflight_bdp.
     """
     from .sampling import parse_ss_log
 
@@ -181,21 +180,8 @@ def ss_rows(run_id: str, text: str, data_ports: set[int]) -> list[dict]:
     for s in parse_ss_log(text, ports=sorted(data_ports) or None):
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = run_id
-        _fill_inflight(row)
         out.append(row)
     return out
-
-
-def _fill_inflight(row: dict) -> None:
-    sent, acked, retrans = row.get("bytes_sent"), row.get("bytes_acked"), row.get("bytes_retrans") or 0
-    if row.get("inflight_bytes") is None and sent is not None and acked is not None:
-        row["inflight_bytes"] = max(0, sent - retrans - acked)
-    bw, mrtt = row.get("bw_mbit"), row.get("mrtt_ms")
-    if row.get("bdp_bytes") is None and bw is not None and mrtt is not None:
-        row["bdp_bytes"] = bw * 1e6 / 8 * mrtt / 1e3
-    inflight, bdp = row.get("inflight_bytes"), row.get("bdp_bytes")
-    if row.get("inflight_bdp") is None and inflight is not None and bdp:
-        row["inflight_bdp"] = inflight / bdp
 
 
 def read_run(campaign_dir: Path, rel: str) -> RunRows:

@@ -70,8 +70,21 @@ def readback(host: Host, ifname: str) -> list[dict]:
 
 
 def show(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
-    """``{ifname: [qdisc, ...]}`` for each port, as the kernel reports them."""
-    return {ifname: readback(host, ifname) for ifname in ports}
+    """``{ifname: [qdisc, ...]}`` for each port, as the kernel reports them, in ONE ``tc`` command.
+
+    ``tc -j qdisc show`` without ``dev`` tags every qdisc with its ``dev``; grouped by it (and the tag
+    dropped) each list is what :func:`readback` gives for that port. Every SSH call is slow in a TCG guest,
+    and this runs after every run. A port missing from the output is read on its own (which says clearly
+    when it does not exist).
+    """
+    try:
+        out = host.output(["tc", "-raw", "-j", "-s", "qdisc", "show"])
+    except CommandError as e:
+        raise TestbedError(f"cannot read the qdiscs on {host.name}: {e}") from e
+    grouped: dict[str, list[dict]] = {}
+    for qdisc in json.loads(out) if out else []:
+        grouped.setdefault(qdisc.pop("dev", None), []).append(qdisc)
+    return {ifname: grouped[ifname] if ifname in grouped else readback(host, ifname) for ifname in ports}
 
 
 def root_qdisc(qdiscs: list[dict]) -> dict | None:

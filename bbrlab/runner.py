@@ -129,25 +129,6 @@ def offloads(host, ip: str) -> dict:
     return out
 
 
-def read_qdiscs(host, ports) -> dict[str, list[dict]]:
-    """``{ifname: [qdisc, ...]}`` like :func:`bbrlab.link.show`, in ONE ``tc`` command for all ports.
-
-    ``tc -j qdisc show`` without ``dev`` tags every qdisc with its ``dev``; grouped by it (and the tag
-    dropped) each list is what ``tc -j qdisc show dev IF`` prints. Falls back to :func:`bbrlab.link.show`
-    when a port is missing from the output.
-    """
-    from . import link
-
-    out = host.output(["tc", "-raw", "-j", "-s", "qdisc", "show"], timeout=60)
-    grouped: dict[str, list[dict]] = {}
-    for qdisc in json.loads(out) if out else []:
-        dev = qdisc.pop("dev", None)
-        grouped.setdefault(dev, []).append(qdisc)
-    if not all(p in grouped for p in ports):
-        return link.show(host, ports)
-    return {p: grouped[p] for p in ports}
-
-
 def client_port(run_id: str, attempt: int) -> int:
     """Base local port for the client's data streams, below Linux's ephemeral range (32768+).
 
@@ -343,6 +324,8 @@ class Runner:
         """In parallel (three different hosts, each a round trip or more): stop and fetch the sampler on
         the sender, stop the server on the receiver, read the qdiscs back on the emulator."""
 
+        from . import link
+
         tb = self.testbed
 
         def timed(name, fn, *args, **kwargs):
@@ -356,7 +339,7 @@ class Runner:
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="bbrlab-after") as pool:
             server = pool.submit(timed, "server_stop_s", iperf_mod.stop, tb.receiver.host, server_pid,
                                  remove=[server_log])
-            qdiscs = pool.submit(timed, "qdisc_readback_s", read_qdiscs, tb.emulator.host, tb.emulator.ports)
+            qdiscs = pool.submit(timed, "qdisc_readback_s", link.show, tb.emulator.host, tb.emulator.ports)
             samples = pool.submit(timed, "sampler_stop_s", self._stop_sampler, tb.sender.host, sampler) \
                 if sampler else None
             server.result()

@@ -104,9 +104,8 @@ def test_hostile_values_passed_literally_or_refused(pair, tmp_path):
     assert not os.path.exists(weird)
 
 
-def test_read_qdiscs_in_one_command_matches_link_show(pair):
+def test_link_show_in_one_command_matches_per_port_readback(pair):
     from bbrlab import link
-    from bbrlab.runner import read_qdiscs
 
     sender, _ = pair
     dev = sender.output(["ip", "-o", "link", "show", "type", "veth"]).split(":")[1].strip().split("@")[0]
@@ -116,6 +115,6 @@ def test_read_qdiscs_in_one_command_matches_link_show(pair):
     def setup(shown):
         return {i: [{k: q.get(k) for k in keys} for q in qs] for i, qs in shown.items()}
 
-    once = read_qdiscs(sender, ports)
-    assert setup(once) == setup(link.show(sender, ports))
+    once = link.show(sender, ports)
+    assert setup(once) == setup({p: link.readback(sender, p) for p in ports})
     assert once[dev][0]["kind"] == "tbf" and "dev" not in once[dev][0]

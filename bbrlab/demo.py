@@ -76,7 +76,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
         ident = kernel.ensure_bbr2b(tb.sender.host)
         print(f"bbr2b loaded: srcversion {ident.get('srcversion')}, patch {str(ident.get('patch_sha256'))[:12]}")
         _say("3/5", "campaigns")
-        with testbed_mod.testbed_lock():
+        with testbed_mod.testbed_lock(name):
             runner = Runner(tb)
             try:
                 for spec in plan.specs:

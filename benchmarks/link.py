@@ -39,7 +39,7 @@ def main() -> None:
     from bbrlab import link as linkmod
     from bbrlab.scenario import Link
 
-    with tbmod.testbed_lock():
+    with tbmod.testbed_lock("local"):
         try:
             tb, started = tbmod.load("local"), False
         except Exception:  # not up: bring it up for this benchmark only

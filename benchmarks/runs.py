@@ -72,7 +72,7 @@ def main() -> None:
 
     name = os.environ.get("BBRLAB_TESTBED", "local")
     n_runs = int(os.environ.get("BBRLAB_BENCH_RUNS", "3"))
-    with tbmod.testbed_lock():
+    with tbmod.testbed_lock(name):
         tb = tbmod.up(name, progress=False)
         try:
             print(f"per-run overhead: {n_runs} x {DURATION_S} s cubic runs, testbed {name} "

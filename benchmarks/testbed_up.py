@@ -56,7 +56,7 @@ def main() -> None:
     from bbrlab.testbed.local import image
 
     results: dict = {}
-    with tbmod.testbed_lock():
+    with tbmod.testbed_lock(NAME):
         tbmod.down(NAME, progress=False)
         try:
             if os.environ.get("BBRLAB_BENCH_COLD", "1") != "0":

@@ -1,9 +1,9 @@
 """Shared pytest fixtures.
 
 ``testbed``: the local testbed (sender VM, emulator VM, receiver namespace), brought up or
-attached to ONCE per pytest session. The session holds the machine-wide testbed lock
-(/tmp/bbrlab-testbed.lock) from the first test that asks for it until the end, so two sessions
-never boot or tear down the shared testbed under each other. At the end it is brought down,
+attached to ONCE per pytest session. The session holds that testbed's lock (bbrlab.testbed.lock)
+from the first test that asks for it until the end, so two sessions never boot or tear down the
+same testbed under each other. At the end it is brought down,
 unless ``BBRLAB_KEEP_TESTBED=1`` (then the next session attaches to it in seconds).
 ``BBRLAB_TESTBED`` names another local testbed, or a lab's testbed file (then nothing is
 brought up or down: the lab is used as it is).
@@ -36,7 +36,7 @@ def testbed():
         tb.close()
         return
     with contextlib.ExitStack() as stack:
-        stack.enter_context(tbmod.testbed_lock())
+        stack.enter_context(tbmod.testbed_lock(name))
         tb = tbmod.up(name, progress=True)
         yield tb
         tb.close()

@@ -86,7 +86,7 @@ def cmd_run(args) -> int:
     spec = load_spec(args.spec)  # every value checked before anything is touched
     target = args.testbed or spec.testbed
     tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
-    with testbed_mod.testbed_lock():
+    with testbed_mod.testbed_lock(tb.name):
         runner = Runner(tb)
         try:
             st = run_campaign(spec, args.out, runner, progress=not args.no_progress,

@@ -112,12 +112,10 @@ def _testbed(name: str):
 
 
 def _lock(tb):
-    """The shared local testbed's lock (a lab's testbed is not shared through this machine's lock)."""
-    import contextlib
-
+    """The testbed's lock: no campaign or other command changes it at the same time."""
     from ..testbed.lock import testbed_lock
 
-    return testbed_lock() if tb.extra.get("kind") == "local" else contextlib.nullcontext()
+    return testbed_lock(tb.name)
 
 
 def describe(qdisc: dict) -> str:

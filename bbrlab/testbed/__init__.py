@@ -17,11 +17,11 @@ from pathlib import Path
 
 from ..errors import TestbedError
 from .file import TestbedSpec, load_file
-from .lock import LOCK_PATH, testbed_lock
+from .lock import image_lock, lock_path, testbed_lock
 from .roles import EmulatorRole, Role, SenderRole, Testbed, from_spec
 
 __all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
-           "load_file", "testbed_lock", "LOCK_PATH"]
+           "load_file", "testbed_lock", "image_lock", "lock_path"]
 
 
 def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True) -> Testbed:
@@ -33,7 +33,7 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     """
     from .local import lifecycle
 
-    with testbed_lock():
+    with testbed_lock(name):
         lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress)
     tb = load(name)
     if load_bbr2b:
@@ -61,7 +61,7 @@ def down(name: str = "local", progress: bool = True) -> dict:
     """Stop and remove everything the local testbed ``name`` created (idempotent)."""
     from .local import lifecycle
 
-    with testbed_lock():
+    with testbed_lock(name):
         return lifecycle.down(name, progress=progress)
 
 

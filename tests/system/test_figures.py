@@ -21,22 +21,19 @@ from tests.netns_campaign import small_grid
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).parents[2]
-LOCK = "/tmp/bbrlab-testbed.lock"
 LOCK_WAIT_S = int(os.environ.get("BBRLAB_LOCK_WAIT_S", "900"))  # a busy shared machine may need longer
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    """Record the runs in a child process that waits its turn for the shared traffic lock (flock -w)."""
+    """Record the runs in a child process, holding the lock of this host-namespace "testbed"."""
     from bbrlab.testbed import testbed_lock
 
     directory = tmp_path_factory.mktemp("netns") / "campaign"
-    # The Python lock is re-entrant across this process tree: inside a full session the testbed fixture
-    # already holds it (an external `flock` would wait for ourselves until it timed out).
-    with testbed_lock(timeout_s=LOCK_WAIT_S):
+    with testbed_lock("host-netns", timeout_s=LOCK_WAIT_S):
         proc = subprocess.run([sys.executable, "-m", "tests.netns_campaign", str(directory)],
                               capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, f"recording failed (or {LOCK} stayed busy): {proc.stdout}{proc.stderr}"
+    assert proc.returncode == 0, f"recording failed (or the host-netns lock stayed busy): {proc.stdout}{proc.stderr}"
     assert len(list((directory / "runs").iterdir())) == len(small_grid())
     return directory
 

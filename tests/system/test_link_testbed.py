@@ -26,7 +26,7 @@ PAPER_LINK = Link(rtt_ms=20, rate_mbit=50, buffer_bdp=1.0)
 def emulator(testbed):
     """The emulator role, with the lock held and bbrlab's qdiscs removed afterwards whatever happens."""
     emu = testbed.emulator
-    with tblock.testbed_lock():
+    with tblock.testbed_lock(testbed.name):
         try:
             yield emu
         finally:

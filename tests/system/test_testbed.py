@@ -155,7 +155,7 @@ def test_bad_input_changes_nothing():
 
 def test_fresh_up_uname_iperf3_then_down_leaves_nothing(tmp_path):
     name = "tbcheck"
-    with tbmod.testbed_lock():
+    with tbmod.testbed_lock(name):
         tbmod.down(name, progress=False)
         tb = tbmod.up(name, progress=False)
         try:
@@ -174,7 +174,7 @@ def test_fresh_up_uname_iperf3_then_down_leaves_nothing(tmp_path):
 
 def test_down_cleans_up_after_up_was_killed_halfway():
     name = "tbcrash"
-    with tbmod.testbed_lock():
+    with tbmod.testbed_lock(name):
         tbmod.down(name, progress=False)
         proc = subprocess.Popen([sys.executable, "-m", "bbrlab.cli.main", "testbed", "up", "--name", name,
                                  "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

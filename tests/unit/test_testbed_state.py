@@ -30,10 +30,10 @@ def test_state_is_written_at_every_record_and_reads_back(tmp_path, monkeypatch):
 
 def test_lock_is_reentrant_in_our_process_tree(tmp_path):
     path = str(tmp_path / "tb.lock")
-    with lock.testbed_lock(path=path):
+    with lock.hold(path):
         assert os.getpid() in lock.lock_holders(path)
         assert lock.held_by_us(path)
-        with lock.testbed_lock(path=path, timeout_s=1):  # would time out if it waited for itself
+        with lock.hold(path, timeout_s=1):  # would time out if it waited for itself
             pass
         # A child process is under our lock too; it must not wait either.
         code = ("import sys; from bbrlab.testbed import lock; "
@@ -89,3 +89,45 @@ def test_prune_keeps_the_new_image_and_those_running_testbeds_use(tmp_path, monk
     removed = image.prune_images(keep=images / "new")
     assert removed == [images / "old"]
     assert sorted(p.name for p in images.iterdir()) == [".build-x", "inuse", "new"]
+
+
+def test_lock_files_live_in_a_private_directory_and_symlinks_are_refused(tmp_path, monkeypatch):
+    import pytest
+
+    from bbrlab.errors import TestbedError
+
+    monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))
+    path = lock.lock_path("unit")
+    assert path.parent == tmp_path / "locks"
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    path.symlink_to(victim)  # planted at the lock's name: must not be followed (nor truncated, nor chmod-ed)
+    with pytest.raises(TestbedError, match="symbolic link"):
+        with lock.testbed_lock("unit", timeout_s=1):
+            pass
+    assert victim.read_text() == "keep me"
+    path.unlink()
+    with lock.testbed_lock("unit", timeout_s=1):
+        assert (path.stat().st_mode & 0o777) == 0o600
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o777)
+    open_dir.chmod(0o777)
+    monkeypatch.setenv("BBRLAB_LOCK_DIR", str(open_dir))
+    with pytest.raises(TestbedError, match="writable by others"):
+        lock.lock_path("unit")
+
+
+def test_lock_holder_says_what_it_is_doing_and_other_names_are_independent(tmp_path, monkeypatch):
+    monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path))
+    assert lock.holder("unit") is None
+    with lock.testbed_lock("unit"):
+        lock.set_activity("unit", "campaign demo", run="3/54")
+        info = lock.holder("unit")
+        assert info["pids"] == [os.getpid()] and info["activity"] == "campaign demo" and info["run"] == "3/54"
+        code = ("import sys; from bbrlab.testbed import lock; "
+                "sys.exit(0 if lock.held_by_us(lock.lock_path('other')) else 3)")
+        assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 3
+        with lock.testbed_lock("other", timeout_s=1):  # another testbed's lock is free
+            pass
+    assert lock.holder("unit") is None

@@ -141,12 +141,18 @@ def cached_image() -> GuestImage | None:
 
 def ensure_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage:
     """The cached image, built first when the recipe changed or it was never built."""
+    from ..lock import image_lock
+
     img = cached_image()
     if img is not None:
         return img
-    img = build_image(progress)
-    for old in prune_images(keep=img.folder):
-        progress(f"image: removed the outdated image {old}")
+    with image_lock():
+        img = cached_image()  # another process may have built it while we waited
+        if img is not None:
+            return img
+        img = build_image(progress)
+        for old in prune_images(keep=img.folder):
+            progress(f"image: removed the outdated image {old}")
     return img
 
 

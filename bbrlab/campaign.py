@@ -3,14 +3,15 @@
 Spec keys (see specs/*.yaml)::
 
     name: fig4-100mbit          # [A-Za-z0-9._-], used in paths
-    testbed: local              # 'local' or a testbed file
+    testbed: lab.yaml           # optional: a local testbed's name, or a testbed file (relative to
+                                # this spec's folder); default: --testbed, else the local testbed up
     ccas: [cubic, bbr, bbr2b]
     timeslices_ms: [1, 10, 20]
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
     buffers_bdp: [1]
-    losses_pct: [0]             # > 0 means uniform random loss
+    losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
     repetitions: 30
     duration_s: 20
@@ -21,6 +22,10 @@ Spec keys (see specs/*.yaml)::
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
 
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
+Values are also checked in combination: each timeslice with each share (the deadline period), each
+rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
+of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
+that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused.
 
 Crash safety: the campaign directory holds ``spec.yaml`` and ``plan.json`` (the execution order). A
 run counts once its directory is renamed into ``runs/`` (:mod:`bbrlab.record`); resuming skips those,
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import json
+import math
 import os
 import random
 import re
@@ -44,7 +49,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import record as rec
-from .errors import BbrlabError, ValidationError
+from .errors import BbrlabError, ValidationError, key_name
 from .scenario import Contention, Flow, Link, Scenario, check_cca
 
 PLAN_SCHEMA = "bbrlab.plan/1"
@@ -64,7 +69,7 @@ class CampaignSpec:
     cpu_shares_pct: tuple[float, ...]
     rtts_ms: tuple[float, ...]
     rates_mbit: tuple[float, ...]
-    testbed: str = "local"
+    testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
     buffers_bdp: tuple[float, ...] = (1.0,)
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
@@ -78,8 +83,9 @@ class CampaignSpec:
     description: str = ""
 
     @classmethod
-    def from_dict(cls, data: object) -> CampaignSpec:
-        return _validate(data)
+    def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
+        """Validate ``data`` (a loaded spec); a relative testbed file is taken from ``base``."""
+        return _validate(data, base)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -92,29 +98,42 @@ class CampaignSpec:
                                    self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
 
-    def _scenario(self, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
-        link = Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
+    def link(self, rate, rtt, buf, loss) -> Link:
+        """The link of one grid point."""
+        return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
                     loss_pct=loss, delay_split=self.delay_split)
+
+    def _scenario(self, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
+        link = self.link(rate, rtt, buf, loss)
         flow = Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ss_ms=self.sample_ss_ms)
         return Scenario(link, Contention(ts, share), flow, repetition)
 
     def plan(self) -> list[Scenario]:
-        """All runs (grid x repetitions) in execution order, reproducible from ``seed``."""
+        """All runs (grid x repetitions) in execution order, reproducible from ``seed``.
+
+        Raises :class:`ValidationError` if two runs would share a run id (see :func:`check_unique_ids`).
+        """
         grid = self.grid()
         with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
         rng = random.Random(self.seed)
         if self.order == "sequential":
-            return [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
-        if self.order == "random":
-            runs = [s for block in with_rep for s in block]
-            rng.shuffle(runs)
-            return runs
-        out: list[Scenario] = []
-        for block in with_rep:  # blocked-random: each repetition block is its own permutation
-            block = list(block)
-            rng.shuffle(block)
-            out.extend(block)
+            out = [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
+        elif self.order == "random":
+            out = [s for block in with_rep for s in block]
+            rng.shuffle(out)
+        else:
+            out = []
+            for block in with_rep:  # blocked-random: each repetition block is its own permutation
+                block = list(block)
+                rng.shuffle(block)
+                out.extend(block)
+        check_unique_ids(out)
         return out
+
+    @property
+    def runs(self) -> int:
+        """Number of runs: grid points x repetitions (without building them)."""
+        return math.prod(len(getattr(self, key)) for key in _LISTS) * self.repetitions
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         return len(self.grid()) * self.repetitions * (self.duration_s + overhead_s)
@@ -124,6 +143,21 @@ def _with_repetition(s: Scenario, r: int) -> Scenario:
     return Scenario(s.link, s.contention, s.flow, r)
 
 
+def check_unique_ids(runs: list[Scenario]) -> None:
+    """Refuse a plan in which two different runs would share a run id.
+
+    A run id ends in 40 bits of a hash of the whole scenario, so two scenarios of one campaign can
+    collide, rarely; the second would then be taken for done once the first is recorded.
+    """
+    seen: dict[str, Scenario] = {}
+    for s in runs:
+        other = seen.setdefault(s.run_id, s)
+        if other is not s:
+            raise ValidationError(
+                "plan", s.run_id, "a distinct run id for every run: two different scenarios of this grid hash "
+                f"to the same id ({other.to_dict()} and {s.to_dict()}); change one value slightly")
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +165,10 @@ def _with_repetition(s: Scenario, r: int) -> Scenario:
 _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
           "streams")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
+#: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
+MAX_RUNS = 100_000
+#: The Link fields a combination check can name, and the spec list each comes from.
+_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp"}
 
 
 def _number(key: str, value: object, *, integer: bool = False) -> float | int:
@@ -169,13 +207,39 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     return tuple(out)
 
 
-def _validate(data: object) -> CampaignSpec:
+def _share_in_range(value: object) -> None:
+    """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
+    if not 0 < value <= 100:
+        raise ValidationError("contention.cpu_share_pct", value, "0 < cpu_share_pct <= 100 %")
+
+
+def _check_testbed(value: object, base: Path | None) -> str | None:
+    """``None`` (the default testbed), a local testbed's name, or a testbed file relative to ``base``."""
+    from .testbed.local.state import NAME_RE
+
+    if value is None:
+        return None
+    allowed = ("a local testbed's name (a-z first, then a-z, 0-9 or -; at most 12) or a testbed file "
+               "(a path containing / or ending in .yaml, relative to the spec's folder)")
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+        raise ValidationError("testbed", value, allowed)
+    if "/" not in value and not value.endswith((".yaml", ".yml")):
+        if not NAME_RE.match(value):
+            raise ValidationError("testbed", value, allowed)
+        return value
+    path = Path(os.path.expanduser(value))
+    if base is not None and not path.is_absolute():
+        path = Path(base) / path
+    return os.path.normpath(path)
+
+
+def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
     known = {f.name for f in fields(CampaignSpec)}
     for key in data:
         if key not in known:
-            raise ValidationError(str(key), data[key], f"a known key: {', '.join(sorted(known))}")
+            raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
     for key in _REQUIRED:
         if key not in data:
             raise ValidationError(key, None, "required")
@@ -183,14 +247,12 @@ def _validate(data: object) -> CampaignSpec:
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
-    testbed = d.get("testbed", "local")
-    if not isinstance(testbed, str) or not testbed or any(c in testbed for c in "\n\r\0"):
-        raise ValidationError("testbed", testbed, "'local' or the path of a testbed file")
+    testbed = _check_testbed(d.get("testbed"), base)
     lists = {key: _list(d, key) for key in _LISTS if key in d}
     checked = {
         "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
         "timeslices_ms": _check_each("timeslices_ms", lists["timeslices_ms"], lambda v: Contention(v, 100)),
-        "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], lambda v: Contention(1, v)),
+        "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], _share_in_range),
         "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], lambda v: Link(rtt_ms=v, rate_mbit=100)),
         "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"], lambda v: Link(rtt_ms=10, rate_mbit=v)),
     }
@@ -251,28 +313,65 @@ def _check_scalars(d: dict) -> dict:
 
 
 def _check_combinations(spec: CampaignSpec) -> None:
-    """Pairs that are invalid together (a deadline period out of the kernel's range)."""
+    """What is invalid only together: the number of runs, a deadline period out of the kernel's range
+    (timeslice / share), a link beyond the qdiscs' kernel limits (rate x RTT x buffer)."""
+    if spec.runs > MAX_RUNS:
+        raise ValidationError("grid x repetitions", spec.runs,
+                              f"at most {MAX_RUNS} runs (the product of the list lengths x repetitions); "
+                              "split the campaign")
     for i, ts in enumerate(spec.timeslices_ms):
         for j, share in enumerate(spec.cpu_shares_pct):
             try:
                 Contention(ts, share)
             except ValidationError as e:
                 raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
+    _check_links(spec)
+
+
+def _check_links(spec: CampaignSpec) -> None:
+    """Every rate x RTT x buffer builds a :class:`Link`, which checks the kernel's limits of the qdiscs
+    (each loss was checked on its own: loss changes no size or time in the qdiscs)."""
+    indexed = [list(enumerate(getattr(spec, key))) for key in ("rates_mbit", "rtts_ms", "buffers_bdp")]
+    for (i, rate), (j, rtt), (k, buf) in itertools.product(*indexed):
+        try:
+            spec.link(rate, rtt, buf, 0)
+        except ValidationError as e:
+            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k}
+            lead = _LINK_LISTS.get(e.field, "buffers_bdp")
+            others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
+            raise ValidationError(f"{lead}[{index[lead]}] with {others}", (rate, rtt, buf), e.allowed) from None
+
+
+def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
+    """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
+    timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its
+    :class:`~bbrlab.contention.KernelLimits`, read live). Checked before a campaign starts."""
+    from .contention import check_fits
+
+    for i, ts in enumerate(spec.timeslices_ms):
+        for j, share in enumerate(spec.cpu_shares_pct):
+            try:
+                check_fits(Contention(ts, share), limits, n_threads)
+            except ValidationError as e:
+                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts),
+                                      f"{e.allowed} (the sender's hypervisor host, {n_threads} vCPU thread(s))") from None
+
+
+def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:
+    """Parse and validate a spec's YAML text; a relative testbed file is taken from ``base``."""
+    from .yamlfile import load_text
+
+    return _validate(load_text(text, source), base)
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
-    """Read and validate a YAML spec file."""
-    import yaml
-
+    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder)."""
+    path = Path(path)
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise BbrlabError(f"cannot read campaign spec {path}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValidationError("spec", str(path), f"valid YAML ({e})") from None
-    return CampaignSpec.from_dict(data)
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BbrlabError(f"cannot read campaign spec {path}: {getattr(e, 'strerror', None) or e}") from None
+    return spec_from_yaml(text, str(path), path.parent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,35 +387,60 @@ def plan_dict(spec: CampaignSpec) -> dict:
     }
 
 
-def prepare(spec: CampaignSpec, out_dir: str | Path) -> dict:
-    """Create (or re-open) the campaign directory; return the plan.
-
-    A directory that already holds a different campaign's spec is refused (no silent mixing).
-    """
+def spec_yaml(spec: CampaignSpec) -> str:
+    """The ``spec.yaml`` a campaign directory keeps (the validated spec, every key explicit)."""
     import yaml
 
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+
+
+def check_out_dir(spec: CampaignSpec, out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` may hold ``spec``'s campaign: True to resume it, False for a new one.
+
+    Reads only; raises :class:`~bbrlab.campaign_dir.OutDirError` saying why not (see
+    :mod:`bbrlab.campaign_dir`)."""
+    from .campaign_dir import check_out_dir as check
+
+    return check(out_dir, spec.to_dict(), spec_yaml(spec), plan_dict(spec))
+
+
+def prepare(spec: CampaignSpec, out_dir: str | Path) -> dict:
+    """Create (or re-open and repair) the campaign directory; return the plan.
+
+    A directory holding anything but this campaign is refused before anything is written (no silent
+    mixing, nothing of the user's overwritten); on resume, inconsistent leftovers are repaired or
+    explained (:func:`bbrlab.campaign_dir.repair`).
+    """
+    from .campaign_dir import PLAN_FILE, SPEC_FILE, repair
+    from .campaign_dir import check_out_dir as check
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spec_path, plan_path = out / "spec.yaml", out / "plan.json"
     wanted = plan_dict(spec)
-    if plan_path.exists():
-        existing = json.loads(plan_path.read_text())
-        old_spec = yaml.safe_load(spec_path.read_text()) if spec_path.exists() else None
-        if old_spec != spec.to_dict() or existing.get("runs") != wanted["runs"]:
-            raise BbrlabError(f"{out} holds a different campaign (spec.yaml differs from this spec); "
-                              "use another --out directory")
-        return existing
-    rec.write_file(out / ".spec.yaml.tmp", yaml.safe_dump(spec.to_dict(), sort_keys=False))
-    os.replace(out / ".spec.yaml.tmp", spec_path)
-    rec.write_json_atomic(plan_path, wanted)
+    text = spec_yaml(spec)
+    resuming = check(out, spec.to_dict(), text, wanted)
+    out.mkdir(parents=True, exist_ok=True)
+    if not resuming:
+        rec.write_file(out / ".spec.yaml.tmp", text)
+        os.replace(out / ".spec.yaml.tmp", out / SPEC_FILE)
+        rec.write_json_atomic(out / PLAN_FILE, wanted)
+        return wanted
+    if not (out / SPEC_FILE).exists():
+        rec.write_file(out / ".spec.yaml.tmp", text)
+        os.replace(out / ".spec.yaml.tmp", out / SPEC_FILE)
+    repair(out, [r["run_id"] for r in wanted["runs"]])
     return wanted
 
 
 def load_plan(out_dir: str | Path) -> dict:
+    from .campaign_dir import read_json
+
     path = Path(out_dir) / "plan.json"
     if not path.is_file():
         raise BbrlabError(f"{out_dir} is not a campaign directory (no plan.json)")
-    return json.loads(path.read_text())
+    plan = read_json(path)
+    if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
+        raise BbrlabError(f"{path} is not a campaign plan (no list of runs)")
+    return plan
 
 
 def _max_attempts(out_dir: Path) -> int:
@@ -347,6 +471,27 @@ def status(out_dir: str | Path) -> dict:
         "running": len(running),
         "remaining": len(run_ids) - done - given_up,
     }
+
+
+def announcing(run_fn: RunFunction, testbed_name: str, spec: CampaignSpec, out_dir: str | Path) -> RunFunction:
+    """``run_fn``, telling the testbed's lock what it is running before each attempt, so that
+    ``bbrlab testbed status`` can say "campaign demo, run 12/48 <run_id>" without touching the testbed.
+
+    Call the result while holding the testbed's lock (:func:`bbrlab.testbed.lock.set_activity`)."""
+    from .testbed.lock import set_activity
+
+    planned = spec.runs
+    already = len(list((Path(out_dir) / rec.RUNS).glob(f"*/{rec.RECORD_FILE}")))
+    started: dict[str, int] = {}
+
+    def run(scenario: Scenario, staging: Path, **kw) -> dict:
+        run_id = kw.get("run_id", scenario.run_id)
+        index = started.setdefault(run_id, already + len(started) + 1)
+        set_activity(testbed_name, "campaign run", campaign=spec.name, out=str(out_dir), run_id=run_id,
+                     attempt=kw.get("attempt"), index=index, planned=planned)
+        return run_fn(scenario, staging, **kw)
+
+    return run
 
 
 @contextmanager

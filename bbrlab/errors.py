@@ -29,5 +29,10 @@ class ValidationError(BbrlabError, ValueError):
         super().__init__(msg)
 
 
+def key_name(key: object) -> str:
+    """A mapping key as a field name: the key itself when it is plain text, else its repr (``''``, ``1``)."""
+    return key if isinstance(key, str) and key.strip() and key.isprintable() else repr(key)
+
+
 class TestbedError(BbrlabError):
     """The testbed is missing, not reachable, or not in the state an operation needs."""

@@ -126,15 +126,34 @@ def failed_attempts(campaign_dir: Path, run_id: str) -> list[int]:
     return sorted(out)
 
 
-def clear_tmp(campaign_dir: Path) -> int:
-    """Remove every half-written attempt under ``.tmp/``; return how many there were."""
-    tmp = Path(campaign_dir) / TMP
-    if not tmp.is_dir():
+def clear_tmp(campaign_dir: Path, run_ids: list[str] | None = None) -> int:
+    """Remove the half-written attempts under ``.tmp/`` that this campaign made; return how many.
+
+    Only ``.tmp/<run_id>.<pid>/`` directories of planned runs (``run_ids``, by default those of the
+    directory's ``plan.json``) are touched: anything else there is not the campaign's and stays. Call it
+    holding the campaign directory's lock (no other process is writing an attempt then).
+    """
+    campaign_dir = Path(campaign_dir)
+    tmp = campaign_dir / TMP
+    if not tmp.is_dir() or tmp.is_symlink():
         return 0
-    entries = list(tmp.iterdir())
-    for p in entries:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    return len(entries)
+    planned = set(run_ids if run_ids is not None else _planned_run_ids(campaign_dir))
+    removed = 0
+    for p in tmp.iterdir():
+        run_id, _, pid = p.name.rpartition(".")
+        if run_id not in planned or not pid.isdigit() or p.is_symlink() or not p.is_dir():
+            continue
+        shutil.rmtree(p)
+        removed += 1
+    return removed
+
+
+def _planned_run_ids(campaign_dir: Path) -> list[str]:
+    try:
+        plan = json.loads((campaign_dir / "plan.json").read_text())
+        return [r["run_id"] for r in plan["runs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # no readable plan: nothing here is known to be the campaign's
 
 
 def in_progress(campaign_dir: Path) -> list[str]:

@@ -21,6 +21,8 @@ CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
 DEADLINE_PERIOD_MIN_US = 100
 DEADLINE_PERIOD_MAX_US = 4_194_304
 DEADLINE_RUNTIME_MIN_NS = 1024
+#: Highest loss a link may have: beyond half the packets lost a transfer measures the loss, not the CCA.
+MAX_LOSS_PCT = 50
 
 LossModel = Literal["none", "uniform", "gemodel"]
 DelaySplit = Literal["symmetric", "forward"]
@@ -86,7 +88,7 @@ class Link:
             _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
         if self.loss_model not in ("none", "uniform", "gemodel"):
             raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
-        _check_range("link.loss_pct", self.loss_pct, 0, 100, unit="%")
+        _check_range("link.loss_pct", self.loss_pct, 0, MAX_LOSS_PCT, unit="%")
         if self.loss_model == "none" and self.loss_pct:
             raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
         for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
@@ -99,6 +101,9 @@ class Link:
         if self.delay_split not in ("symmetric", "forward"):
             raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
         _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
+        from .qdisc import check_kernel_limits  # here, not at the top: qdisc builds on Link
+
+        check_kernel_limits(self)
 
     # -- derived quantities ----------------------------------------------------------------
     @property
@@ -145,7 +150,7 @@ class Contention:
         if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
             raise ValidationError("contention.timeslice_ms", self.timeslice_ms,
                                   f"a runtime of at least {DEADLINE_RUNTIME_MIN_NS} ns (the kernel's minimum)")
-        period_us = self.period_ns / 1000
+        period_us = self.timeslice_ms * 1e3 * 100.0 / self.cpu_share_pct  # float: a tiny share gives inf
         if not DEADLINE_PERIOD_MIN_US <= period_us <= DEADLINE_PERIOD_MAX_US:
             raise ValidationError(
                 "contention.cpu_share_pct", self.cpu_share_pct,

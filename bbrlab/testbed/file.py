@@ -229,13 +229,15 @@ def parse(raw: object, source: str = "", base: Path | None = None) -> TestbedSpe
 
 def load_file(path: str | Path) -> TestbedSpec:
     """Read and validate a testbed file."""
+    from ..yamlfile import load_text
+
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ValidationError("testbed_file", str(path), f"a readable YAML file ({e.strerror})") from e
-    except yaml.YAMLError as e:
-        raise ValidationError("testbed_file", str(path), f"valid YAML ({e})") from e
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValidationError("testbed_file", str(path),
+                              f"a readable YAML file ({getattr(e, 'strerror', None) or e})") from e
+    raw = load_text(text, str(path), field="testbed_file")  # a key given twice is refused too
     return parse(raw, source=str(path), base=path.parent.resolve())
 
 

@@ -1,0 +1,122 @@
+"""Property: any YAML document either loads into a valid campaign spec or raises a ValidationError
+naming the field; never another exception (hypothesis generates the documents)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from bbrlab.campaign import MAX_RUNS, CampaignSpec, spec_from_yaml
+from bbrlab.errors import ValidationError, key_name
+
+KEYS = [f.name for f in dataclasses.fields(CampaignSpec)]
+#: Field names a ValidationError may give besides a key (or "key[i]", "key[i] with ...").
+OTHER_FIELDS = {"spec", "grid x repetitions", "plan"}
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+    st.sampled_from(["cubic", "bbr", "bbr2b", "local", "lab.yaml", "../x.yaml", "blocked-random", "forward"]),
+)
+anything = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    st.text(max_size=8), inner, max_size=3), max_leaves=12)
+numbers = st.one_of(st.integers(min_value=-5, max_value=2000), st.floats(min_value=-1, max_value=1e5),
+                    st.floats(allow_nan=True, allow_infinity=True))
+plausible = {
+    "name": st.sampled_from(["demo", "a.b-c_1", "x" * 65, "", "../etc", 3]),
+    "testbed": st.sampled_from([None, "local", "harden", "lab.yaml", "labs/lab1.yaml", "/abs/lab.yml", "Bad Name"]),
+    "ccas": st.lists(st.sampled_from(["cubic", "bbr", "bbr2b", "BBR", "x; id", ""]), max_size=3),
+    "timeslices_ms": st.lists(numbers, max_size=3),
+    "cpu_shares_pct": st.lists(numbers, max_size=3),
+    "rtts_ms": st.lists(numbers, max_size=3),
+    "rates_mbit": st.lists(numbers, max_size=3),
+    "buffers_bdp": st.lists(numbers, max_size=3),
+    "losses_pct": st.lists(numbers, max_size=3),
+    "streams": st.lists(st.integers(min_value=-1, max_value=200), max_size=3),
+    "repetitions": st.integers(min_value=-1, max_value=2000),
+    "duration_s": numbers,
+    "sample_ss_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
+    "order": st.sampled_from(["blocked-random", "sequential", "random", "shuffled"]),
+    "seed": st.integers(min_value=-1, max_value=2**64),
+    "max_attempts": st.integers(min_value=-1, max_value=12),
+    "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
+    "description": st.one_of(st.text(max_size=20), st.integers()),
+}
+valid = st.fixed_dictionaries({
+    "name": st.just("p"),
+    "ccas": st.lists(st.sampled_from(["cubic", "bbr", "bbr2b"]), min_size=1, max_size=3, unique=True),
+    "timeslices_ms": st.lists(st.floats(min_value=0.01, max_value=100), min_size=1, max_size=3, unique=True),
+    "cpu_shares_pct": st.lists(st.floats(min_value=0.5, max_value=100), min_size=1, max_size=3, unique=True),
+    "rtts_ms": st.lists(st.floats(min_value=0, max_value=2000), min_size=1, max_size=2, unique=True),
+    "rates_mbit": st.lists(st.floats(min_value=0.001, max_value=50_000), min_size=1, max_size=2, unique=True),
+}, optional={
+    "buffers_bdp": st.lists(st.floats(min_value=0.01, max_value=20), min_size=1, max_size=2, unique=True),
+    "losses_pct": st.lists(st.floats(min_value=0, max_value=60), min_size=1, max_size=2, unique=True),
+    "repetitions": st.integers(min_value=1, max_value=3),
+})
+
+
+@st.composite
+def documents(draw) -> str:
+    """YAML text: a plausible or valid spec with some values replaced, or any document, maybe a key twice."""
+    kind = draw(st.sampled_from(["valid", "plausible", "anything", "text"]))
+    if kind == "text":
+        return draw(st.text(max_size=200))
+    if kind == "anything":
+        return yaml.safe_dump(draw(anything))
+    doc = draw(valid) if kind == "valid" else {
+        k: draw(plausible[k]) for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=len(KEYS)))}
+    for key in draw(st.lists(st.sampled_from([*KEYS, "typo"]), max_size=2)):
+        doc[key] = draw(anything | plausible.get(key, anything))
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if draw(st.booleans()) and doc:
+        key = draw(st.sampled_from(sorted(doc)))
+        text += yaml.safe_dump({key: doc[key]})  # the same key again
+    return text
+
+
+def _check(text: str) -> None:
+    try:
+        spec = spec_from_yaml(text, "<hypothesis>")
+    except ValidationError as e:
+        assert isinstance(e.field, str) and e.field, e
+        head = e.field.split("[", 1)[0].split(" with ", 1)[0]
+        doc_keys = set()
+        try:
+            loaded = yaml.safe_load(text)
+            doc_keys = {key_name(k) for k in loaded} if isinstance(loaded, dict) else set()
+        except (yaml.YAMLError, RecursionError):
+            pass
+        assert e.field in doc_keys or head in KEYS or head in OTHER_FIELDS, e
+        assert e.allowed, e
+        return
+    assert isinstance(spec, CampaignSpec)
+    assert CampaignSpec.from_dict(spec.to_dict()) == spec  # what is kept in spec.yaml loads back the same
+    assert 1 <= spec.runs <= MAX_RUNS
+    grid = spec.grid()
+    assert len(grid) * spec.repetitions == spec.runs
+    assert all(math.isfinite(s.link.bdp_bytes) and s.contention.period_ns > 0 for s in grid)
+
+
+@SETTINGS
+@given(documents())
+@example("name: [unclosed\n")
+@example("name: a\nname: b\n")
+@example("? [a, b]\n: 1\n")
+@example("[" * 2000)
+@example("? ''\n: null\n")
+@example("'[': null\n")
+@example("name: t\nccas: [cubic]\ntimeslices_ms: [1]\ncpu_shares_pct: [1.0e-300]\nrtts_ms: [1]\nrates_mbit: [1]\n")
+def test_any_document_loads_into_a_valid_spec_or_names_the_field(text):
+    _check(text)
+
+
+@SETTINGS
+@given(valid)
+def test_plausible_specs_load_or_name_a_combination(doc):
+    _check(yaml.safe_dump(doc))

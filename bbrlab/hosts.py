@@ -6,6 +6,15 @@ as one literal argument and is never interpreted by a shell.
 
 ``LocalHost`` uses invoke's ``Context``; ``SSHHost`` uses fabric's ``Connection`` with the
 host key pinned from a known_hosts file (a host whose key is not there is refused).
+
+Both are configured explicitly (:func:`invoke_config`, :func:`fabric_config`): no configuration file
+(``/etc/invoke.yaml``, ``~/.invoke.yaml``, ``~/.fabric.yaml``, ``~/.ssh/config``, ...) and no
+environment variable changes what bbrlab runs or how it connects: no dry run, no echo, no agent
+forwarding, no gateway or proxy command.
+
+A Ctrl-C (SIGINT) during a local command stops the command (SIGINT, then SIGKILL after
+:data:`INTERRUPT_GRACE_S`) and raises ``KeyboardInterrupt`` in bbrlab; invoke alone would only pass
+``^C`` to the command's stdin and wait on.
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ import getpass
 import os
 import shlex
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +61,70 @@ class CommandError(BbrlabError):
 
 class CommandTimeout(CommandError):
     """A command did not finish within its timeout."""
+
+
+#: Seconds a local command has to end after the SIGINT bbrlab forwards on Ctrl-C, before SIGKILL.
+INTERRUPT_GRACE_S = 3.0
+
+#: How bbrlab runs commands, whatever a user's configuration says (merged over invoke's defaults).
+RUN_SETTINGS = {
+    "dry": False, "echo": False, "echo_stdin": False, "hide": True, "warn": True, "pty": False, "fallback": False,
+    "replace_env": False, "env": {}, "shell": "/bin/bash", "disown": False, "asynchronous": False, "watchers": [],
+}
+
+
+def invoke_config():
+    """invoke's configuration for local commands: built-in defaults and :data:`RUN_SETTINGS` only.
+
+    ``lazy=True`` reads no system or user file, and no ``INVOKE_*`` variable is loaded (that only
+    happens through invoke's own command-line program)."""
+    from invoke import Config
+
+    return Config(lazy=True, overrides={"run": dict(RUN_SETTINGS), "timeouts": {"command": None},
+                                        "sudo": {"password": None, "user": None}})
+
+
+def fabric_config():
+    """fabric's configuration for SSH hosts: no fabric file, no ssh_config, no agent forwarding, no gateway."""
+    from fabric import Config
+    from paramiko.config import SSHConfig
+
+    return Config(lazy=True, ssh_config=SSHConfig(), overrides={
+        "run": dict(RUN_SETTINGS), "timeouts": {"command": None, "connect": None}, "forward_agent": False,
+        "gateway": None, "load_ssh_configs": False, "ssh_config_path": None, "connect_kwargs": {},
+        "inline_ssh_env": True, "sudo": {"password": None, "user": None},
+    })
+
+
+def _interruptible_runner(context):
+    """invoke's local runner for commands started in a process group of their own (see
+    :meth:`LocalHost._execute`): on Ctrl-C it stops the whole group and then lets KeyboardInterrupt
+    through; a timeout kills the whole group too, so no grandchild keeps the output pipes open."""
+    from invoke.runners import Local
+
+    class GroupLocal(Local):
+        interrupted = False
+
+        def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+            first = not self.interrupted
+            self.interrupted = True
+            self._signal_group(signal.SIGINT if first else signal.SIGKILL)
+            if first:
+                timer = threading.Timer(INTERRUPT_GRACE_S, self._signal_group, (signal.SIGKILL,))
+                timer.daemon = True
+                timer.start()
+
+        def kill(self) -> None:
+            self._signal_group(signal.SIGKILL)
+
+        def _signal_group(self, sig: int) -> None:
+            if self.process is not None:
+                try:
+                    os.killpg(self.process.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass  # the group is gone already
+
+    return GroupLocal(context)
 
 
 def _argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -139,16 +214,22 @@ class LocalHost(Host):
         from invoke import Context
         from invoke.exceptions import CommandTimedOut
 
-        cmd = shlex.join((*self.prefix, *argv))
+        # setsid: the command leads a process group of its own (invoke's shell execs into it), which
+        # the runner can stop as a whole on Ctrl-C or a timeout.
+        cmd = "exec setsid --wait " + shlex.join((*self.prefix, *argv))
         kw = dict(hide=True, warn=True, in_stream=False, pty=False)
         if stdin is not None:
             import io
 
             kw["in_stream"] = io.StringIO(stdin)
+        runner = _interruptible_runner(Context(config=invoke_config()))
         try:
-            r = Context().run(cmd, timeout=timeout, **kw)
+            r = runner.run(cmd, timeout=timeout, **kw)
         except CommandTimedOut as e:
             return -1, e.result.stdout, e.result.stderr, True
+        finally:
+            if runner.interrupted:  # the command is stopped; now the Ctrl-C is bbrlab's
+                raise KeyboardInterrupt
         return r.exited, r.stdout, r.stderr, False
 
     def _is_root(self) -> bool:
@@ -191,15 +272,14 @@ class SSHHost(Host):
     def _connection(self):
         if self._conn is None:
             import paramiko
-            from fabric import Config, Connection
+            from fabric import Connection
 
             kwargs = {"look_for_keys": False, "allow_agent": self.key_path is None}
             if self.key_path:
                 kwargs["key_filename"] = [self.key_path]
-            config = Config(overrides={"load_ssh_configs": False})
             conn = Connection(
-                host=self.address, user=self.user, port=self.port, config=config,
-                connect_timeout=self.connect_timeout_s, connect_kwargs=kwargs,
+                host=self.address, user=self.user, port=self.port, config=fabric_config(),
+                connect_timeout=self.connect_timeout_s, connect_kwargs=kwargs, forward_agent=False,
             )
             client = conn.client
             # Pin host keys: only what the testbed recorded is trusted, nothing is added silently.

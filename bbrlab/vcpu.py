@@ -10,6 +10,7 @@ Each finder returns the thread ids sorted by vCPU index.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
 from .errors import BbrlabError, ValidationError
@@ -28,19 +29,66 @@ def _threads_from_reply(reply: object, where: str) -> list[int]:
 
 
 def qmp_vcpu_threads(socket_path: str, timeout_s: float = 10.0) -> list[int]:
-    """Thread ids of a local QEMU's vCPUs, from its QMP unix socket."""
-    from qemu.qmp.legacy import QEMUMonitorProtocol
+    """Thread ids of a local QEMU's vCPUs, from its QMP unix socket, within ``timeout_s`` in all.
 
-    qmp = QEMUMonitorProtocol(socket_path)
+    QEMU serves one QMP client at a time: while another client holds the socket, the connection is
+    accepted but no greeting comes, so every step (connect, greeting, negotiation, the query) counts
+    against one deadline, and running out of it says why."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
     try:
-        qmp.connect(negotiate=True)
-        qmp.settimeout(timeout_s)
-        reply = qmp.cmd_obj({"execute": "query-cpus-fast"})
-        return _threads_from_reply(reply.get("return"), socket_path)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(socket_path)
+            channel = _QmpChannel(sock, deadline)
+            channel.expect("QMP")  # the greeting
+            channel.execute("qmp_capabilities")
+            return _threads_from_reply(channel.execute("query-cpus-fast"), socket_path)
+    except TimeoutError:
+        raise VcpuDiscoveryError(f"QMP socket {socket_path}: no answer within {timeout_s:g} s (QEMU serves one "
+                                 "QMP client at a time: is another one connected?)") from None
     except OSError as e:
         raise VcpuDiscoveryError(f"cannot reach QMP socket {socket_path}: {e}") from e
-    finally:
-        qmp.close()
+
+
+class _QmpChannel:
+    """JSON lines over a connected QMP socket, every read bounded by one deadline."""
+
+    def __init__(self, sock, deadline: float):
+        self.sock, self.deadline, self.buffer = sock, deadline, b""
+
+    def _message(self) -> dict:
+        while b"\n" not in self.buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise VcpuDiscoveryError("QMP: QEMU closed the connection")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise VcpuDiscoveryError(f"QMP: not JSON: {line[:200]!r}") from None
+        return message if isinstance(message, dict) else {}
+
+    def expect(self, key: str) -> dict:
+        while True:
+            message = self._message()
+            if key in message:
+                return message
+
+    def execute(self, command: str) -> object:
+        self.sock.sendall(json.dumps({"execute": command}).encode() + b"\n")
+        while True:
+            message = self._message()  # events ({"event": ...}) may come first
+            if "error" in message:
+                raise VcpuDiscoveryError(f"QMP {command}: {message['error']}")
+            if "return" in message:
+                return message["return"]
 
 
 def qmp_vcpu_threads_remote(host: Host, socket_path: str) -> list[int]:

@@ -3,7 +3,11 @@
 ``/dev/kvm`` existing does not mean a guest boots under it (on this project's machines a stock
 Debian guest hangs under KVM). :func:`probe_kvm` boots the cached guest image under KVM with no
 network and watches the serial console for the init script's ``bbrlab-init ready`` line. The
-answer is cached per host kernel and QEMU version, so the cost is paid once per machine.
+answer is cached per host kernel and QEMU version, and expires (a failure after
+:data:`FAILED_PROBE_MAX_AGE_S`, a success after :data:`USABLE_PROBE_MAX_AGE_S`, counted from the cache
+file's modification time: a module loaded or a firmware setting changed since is noticed);
+``bbrlab doctor --probe-kvm`` probes again at once. (The file's fields stay as they were: the cache is
+shared by every checkout on the machine.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from .qemu import VmSpec, make_overlay, qemu_version, start_vm, stop_vm
 
 READY_LINE = "bbrlab-init ready"
 PROBE_DEADLINE_S = 30.0
+FAILED_PROBE_MAX_AGE_S = 24 * 3600.0
+USABLE_PROBE_MAX_AGE_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class AccelProbe:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def expired(self, age_s: float) -> bool:
+        """True when a result this old should be probed again."""
+        max_age_s = USABLE_PROBE_MAX_AGE_S if self.usable else FAILED_PROBE_MAX_AGE_S
+        return not 0 <= age_s <= max_age_s
+
 
 def _cache_file() -> Path:
     key = f"{platform.release()}-qemu-{qemu_version()}".replace("/", "_").replace(" ", "_")
@@ -42,11 +53,14 @@ def _cache_file() -> Path:
 
 
 def cached_kvm_probe() -> AccelProbe | None:
-    """The cached answer for this host kernel and QEMU, or None when never probed."""
+    """The cached answer for this host kernel and QEMU, or None when never probed, expired or unreadable."""
     path = _cache_file()
-    if not path.is_file():
+    try:
+        result = AccelProbe(**json.loads(path.read_text()))
+        age_s = time.time() - path.stat().st_mtime
+    except (OSError, ValueError, TypeError):
         return None
-    return AccelProbe(**json.loads(path.read_text()))
+    return None if result.expired(age_s) else result
 
 
 def _save(result: AccelProbe) -> None:

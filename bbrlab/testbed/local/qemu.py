@@ -125,22 +125,51 @@ def is_our_qemu(pid: int, vm_name: str) -> bool:
     return f"{vm_name},debug-threads=on".encode() in argv
 
 
-def stop_vm(pid: int, vm_name: str, timeout_s: float = 10.0) -> bool:
-    """Kill the VM's QEMU if it is still ours; wait until it is gone. False when nothing ran."""
+#: Seconds to wait for QEMU to vanish after SIGKILL (it can hang in the kernel, e.g. on a stuck disk).
+KILL_WAIT_S = 10.0
+
+
+def stop_vm(pid: int, vm_name: str, timeout_s: float = 10.0, kill_wait_s: float | None = None) -> bool:
+    """Stop the VM's QEMU if it is still ours: SIGTERM, after ``timeout_s`` SIGKILL, then wait at most
+    ``kill_wait_s`` (default :data:`KILL_WAIT_S`) more. False when nothing ran; :class:`TestbedError`
+    when it will not go away."""
+    kill_wait_s = KILL_WAIT_S if kill_wait_s is None else kill_wait_s
     if not is_our_qemu(pid, vm_name):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    _signal(pid, signal.SIGTERM)
+    if _gone_within(pid, vm_name, timeout_s):
+        return True
+    _signal(pid, signal.SIGKILL)
+    if _gone_within(pid, vm_name, kill_wait_s):
+        return True
+    raise TestbedError(f"QEMU pid {pid} ({vm_name}) is still there {kill_wait_s:g} s after SIGKILL (state "
+                       f"{_proc_state(pid)}: stuck in the kernel?); it may need a reboot to go away")
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass  # gone meanwhile
+
+
+def _gone_within(pid: int, vm_name: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
         _reap(pid)
         if not is_our_qemu(pid, vm_name):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    while is_our_qemu(pid, vm_name):
-        _reap(pid)
-        time.sleep(0.1)
-    return True
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def _reap(pid: int) -> None:

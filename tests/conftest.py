@@ -8,6 +8,13 @@ unless ``BBRLAB_KEEP_TESTBED=1`` (then the next session attaches to it in second
 ``BBRLAB_TESTBED`` names another local testbed, or a lab's testbed file (then nothing is
 brought up or down: the lab is used as it is).
 
+Tests keep their testbeds' state (``state.json``, SSH keys, overlays) out of the user's own
+``~/.local/state/bbrlab``: :func:`pytest_configure` points ``BBRLAB_STATE_DIR`` at a directory of the
+test suite's (``/var/tmp/bbrlab-tests-<uid>/state``, kept between sessions so that
+``BBRLAB_KEEP_TESTBED=1`` works; a value set beforehand wins). The guest image cache stays shared per
+machine (``~/.cache/bbrlab``): building it is expensive. Commands run by hand against a kept test
+testbed need the same ``BBRLAB_STATE_DIR``.
+
 Tests that use it are marked ``system`` and ``testbed``::
 
     pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -20,14 +27,38 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
+from pathlib import Path
 
 import pytest
+
+#: Where test testbeds keep their state unless BBRLAB_STATE_DIR is set (see the module docstring).
+TEST_STATE_DIR = Path(f"/var/tmp/bbrlab-tests-{os.geteuid()}") / "state"
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` created 0700 and owned by us (refused if another user made it or it is a symlink)."""
+    for p in (path.parent, path):
+        p.mkdir(mode=0o700, exist_ok=True)
+    for p in (path.parent, path):
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise pytest.UsageError(f"{p} is not a private directory of ours: set BBRLAB_STATE_DIR elsewhere")
+    return path
+
+
+def pytest_configure(config):
+    from bbrlab.testbed.local.state import STATE_DIR_ENV
+
+    if not os.environ.get(STATE_DIR_ENV):
+        os.environ[STATE_DIR_ENV] = str(_private_dir(TEST_STATE_DIR))
 
 
 @pytest.fixture(scope="session")
 def testbed():
     """A running local testbed (:class:`bbrlab.testbed.Testbed`), shared by the whole session."""
     import bbrlab.testbed as tbmod
+    from bbrlab.testbed.lock import set_activity
 
     name = os.environ.get("BBRLAB_TESTBED", "local")
     if os.path.isfile(name):
@@ -37,6 +68,7 @@ def testbed():
         return
     with contextlib.ExitStack() as stack:
         stack.enter_context(tbmod.testbed_lock(name))
+        set_activity(name, "pytest session")
         tb = tbmod.up(name, progress=True)
         yield tb
         tb.close()

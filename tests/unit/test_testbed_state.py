@@ -15,6 +15,7 @@ from bbrlab.testbed.local.state import State
 
 
 def test_state_is_written_at_every_record_and_reads_back(tmp_path, monkeypatch):
+    monkeypatch.delenv("BBRLAB_STATE_DIR", raising=False)  # the test suite's own state root
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     s = State("unit")
     s.add_netns("bbrlab-unit-link")
@@ -77,7 +78,7 @@ def test_prune_keeps_the_new_image_and_those_running_testbeds_use(tmp_path, monk
     from bbrlab.testbed.local import image
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("BBRLAB_STATE_DIR", str(tmp_path / "state"))
     images = tmp_path / "cache/bbrlab/images"
     for name in ("new", "old", "inuse", ".build-x"):
         (images / name).mkdir(parents=True)

@@ -157,10 +157,11 @@ def ensure_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage
 
 
 def _images_in_use() -> set[str]:
-    """Image folders that a testbed not yet brought down was started from (its overlays need them)."""
+    """Image folders that a testbed not yet brought down was started from (its overlays need them),
+    or that a running QEMU boots from (a testbed recorded under another state root, e.g. the tests')."""
     from .state import state_root
 
-    used = set()
+    used = _images_of_running_qemus()
     for path in state_root().glob("*/state.json"):
         try:
             data = json.loads(path.read_text())
@@ -168,6 +169,29 @@ def _images_in_use() -> set[str]:
             continue
         if data.get("phase") != "down" and data.get("image"):
             used.add(str(Path(data["image"]).resolve()))
+    return used
+
+
+def _images_of_running_qemus() -> set[str]:
+    """Image folders that QEMU processes on this machine have open (the root disk behind an overlay,
+    the kernel) or name on their command line."""
+    images = (cache_dir() / "images").resolve()
+    used = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            if not argv or b"qemu-system" not in argv[0]:
+                continue
+            paths = [os.fsdecode(a) for a in argv]
+            paths += [os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")]
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        for text in paths:
+            path = Path(text.removeprefix("file="))
+            if path.is_absolute() and path.parent.parent == images:
+                used.add(str(path.parent))
     return used
 
 

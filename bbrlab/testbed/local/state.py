@@ -26,8 +26,16 @@ def check_name(name: str) -> str:
     return name
 
 
+#: Overrides where local testbeds keep their state (and SSH keys): ``$BBRLAB_STATE_DIR/testbeds``.
+#: The test suite sets it, so test testbeds stay out of the user's own state directory.
+STATE_DIR_ENV = "BBRLAB_STATE_DIR"
+
+
 def state_root() -> Path:
-    """``${XDG_STATE_HOME:-~/.local/state}/bbrlab/testbeds``."""
+    """``$BBRLAB_STATE_DIR/testbeds``, else ``${XDG_STATE_HOME:-~/.local/state}/bbrlab/testbeds``."""
+    override = os.environ.get(STATE_DIR_ENV)
+    if override:
+        return Path(override) / "testbeds"
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(base) / "bbrlab" / "testbeds"
 

@@ -57,7 +57,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
              name: str = "local") -> int:
     from . import kernel
     from . import testbed as testbed_mod
-    from .campaign import run_campaign
+    from .campaign import announcing, run_campaign
     from .cli.main import main as cli_main
     from .runner import Runner
 
@@ -81,7 +81,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
             try:
                 for spec in plan.specs:
                     out = runs_dir / spec.name
-                    st = run_campaign(spec, out, runner, progress=True)
+                    st = run_campaign(spec, out, announcing(runner, name, spec, out), progress=True)
                     failures += st["failed"] + st["remaining"]
                     print(f"{spec.name}: {st['done']}/{st['planned']} runs complete in {out}")
             finally:

@@ -1,2 +1,4 @@
 """The ``bbrlab`` command. Each subcommand lives in its own module here and exposes
-``register(subparsers)``; :mod:`bbrlab.cli.main` finds them, so adding a command touches one file."""
+``register(subparsers)``; :data:`bbrlab.cli.main.COMMANDS` lists them. Handlers are named ``run_<verb>``
+(``bbrlab link set`` -> :func:`bbrlab.cli.link.run_set`), or ``run`` for a command without verbs;
+:mod:`bbrlab.cli.common` holds what they share (``--testbed``, the testbed's lock)."""

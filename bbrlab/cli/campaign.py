@@ -11,6 +11,8 @@ import datetime as dt
 import json
 import sys
 
+from .common import changing
+
 
 def register(sub) -> None:
     p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
@@ -21,30 +23,33 @@ def register(sub) -> None:
 
     run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
     run.add_argument("spec", help="campaign spec (YAML)")
-    run.add_argument("--out", required=True, help="campaign directory (created; an existing one is resumed)")
-    run.add_argument("--testbed", help="testbed name or file (default: the spec's 'testbed')")
+    run.add_argument("--out", required=True,
+                     help="campaign directory: a new or empty one, or one this spec ran into before (resumed)")
+    run.add_argument("--testbed", metavar="NAME|FILE",
+                     help="a local testbed's name or a testbed file (default: the spec's 'testbed', else "
+                          "$BBRLAB_TESTBED, else the local testbed that is up: 'local', or the only one)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
     run.add_argument("--retry-failed", action="store_true",
                      help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=run_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
     st.add_argument("dir")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.set_defaults(func=cmd_status)
+    st.set_defaults(func=run_status)
 
     plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
     plan.add_argument("spec")
     plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
-    plan.set_defaults(func=cmd_plan)
+    plan.set_defaults(func=run_plan)
 
 
 def _hms(seconds: float) -> str:
     return str(dt.timedelta(seconds=int(round(seconds))))
 
 
-def cmd_plan(args) -> int:
+def run_plan(args) -> int:
     from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
 
     spec = load_spec(args.spec)
@@ -66,7 +71,7 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_status(args) -> int:
+def run_status(args) -> int:
     from ..campaign import status
 
     st = status(args.dir)
@@ -78,19 +83,23 @@ def cmd_status(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
+def run_run(args) -> int:
     from .. import testbed as testbed_mod
-    from ..campaign import load_spec, run_campaign
+    from ..campaign import announcing, check_admission, check_out_dir, load_spec, run_campaign
+    from ..contention import read_kernel_limits
     from ..runner import Runner
+    from ..testbed.target import resolve
 
     spec = load_spec(args.spec)  # every value checked before anything is touched
-    target = args.testbed or spec.testbed
-    tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
-    with testbed_mod.testbed_lock(tb.name):
+    check_out_dir(spec, args.out)
+    tb = testbed_mod.load(resolve(args.testbed or spec.testbed))  # reads the testbed file / state only
+    # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
+    check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
+    with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
         runner = Runner(tb)
         try:
-            st = run_campaign(spec, args.out, runner, progress=not args.no_progress,
-                              retry_failed=args.retry_failed)
+            st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
+                              progress=not args.no_progress, retry_failed=args.retry_failed)
         finally:
             if not args.keep_link:
                 try:

@@ -7,13 +7,14 @@ setting out, looking at what a VM's threads run under, and cleaning up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
-from pathlib import Path
 
-from ..errors import BbrlabError, ValidationError
+from ..errors import ValidationError
 from ..hosts import Host, LocalHost
+from .common import TESTBED_HELP, changing, testbed_arg
 
 SET_EPILOG = """\
 `set` leaves the policy in place after the command exits: it stays until `bbrlab contention clear`
@@ -21,22 +22,26 @@ SET_EPILOG = """\
 previous policy on exit, exceptions, Ctrl-C and SIGTERM.
 
 examples:
-  bbrlab contention set --timeslice 1ms --share 25% --qmp /run/bbrlab/sender.qmp
-  bbrlab contention show --qmp /run/bbrlab/sender.qmp --measure 3
-  bbrlab contention clear --qmp /run/bbrlab/sender.qmp
+  bbrlab contention set --timeslice 1ms --share 25%        the sender of the local testbed that is up
+  bbrlab contention show --measure 3
+  bbrlab contention clear
+  bbrlab contention set --timeslice 10ms --share 50% --testbed lab.yaml
+  bbrlab contention set --timeslice 1ms --share 25% --qmp /path/to/vm.qmp   any local QEMU
 """
 
 VCPU_THREAD_NAME = re.compile(r"CPU \d+/\w+")
+#: ``-name`` of a local testbed's sender QEMU (bbrlab.testbed.local.lifecycle.vm_name).
+TESTBED_SENDER_NAME = re.compile(rb"bbrlab-([a-z][a-z0-9-]{0,11})-sender,debug-threads=on")
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group(required=True)
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--pid", type=int, metavar="QEMU_PID",
                    help="a local QEMU started with -name NAME,debug-threads=on (vCPU threads are named 'CPU N/...')")
     g.add_argument("--qmp", metavar="SOCKET", help="a local QEMU's QMP unix socket (asks query-cpus-fast)")
     g.add_argument("--threads", metavar="TID,TID", help="explicit thread ids (any hypervisor, e.g. VirtualBox)")
     g.add_argument("--testbed", metavar="NAME|FILE",
-                   help="a local testbed's name or a testbed file: the sender VM's vCPU threads on its hypervisor")
+                   help="the sender VM's vCPU threads on its hypervisor, of " + TESTBED_HELP)
     p.add_argument("--method", choices=("auto", "syscall", "chrt"), default="auto",
                    help="sched_setattr(2) directly (this machine) or chrt on the host; auto picks (default)")
 
@@ -95,36 +100,52 @@ def parse_thread_list(text: str) -> list[int]:
         raise ValidationError("--threads", text, "comma-separated thread ids, e.g. 1234,1235") from None
 
 
-def resolve_target(args) -> tuple[Host, list[int]]:
-    """(hypervisor host, vCPU thread ids) named by the target options."""
+def resolve_target(args) -> tuple[Host, list[int], str | None]:
+    """(hypervisor host, vCPU thread ids, the testbed they belong to) named by the target options.
+
+    Without --pid, --qmp or --threads: the sender of ``--testbed`` (or of the default testbed). The
+    testbed of explicit threads is known when they belong to a local testbed's sender QEMU.
+    """
     from ..vcpu import explicit_vcpu_threads, qmp_vcpu_threads
 
     if args.pid is not None:
-        return LocalHost(), threads_by_name(args.pid)
-    if args.qmp:
-        return LocalHost(), qmp_vcpu_threads(args.qmp)
-    if args.threads:
-        return LocalHost(), explicit_vcpu_threads(parse_thread_list(args.threads), "--threads")
-    return testbed_target(args.testbed)
+        tids = threads_by_name(args.pid)
+    elif args.qmp:
+        tids = qmp_vcpu_threads(args.qmp)
+    elif args.threads:
+        tids = explicit_vcpu_threads(parse_thread_list(args.threads), "--threads")
+    else:
+        return testbed_target(testbed_arg(args))
+    return LocalHost(), tids, owning_testbed(tids[0])
 
 
-def testbed_target(name_or_file: str) -> tuple[Host, list[int]]:
-    """The sender's hypervisor and vCPU threads from a testbed file, or from a local testbed's name."""
+def testbed_target(name_or_file: str) -> tuple[Host, list[int], str]:
+    """The sender's hypervisor and vCPU threads of a local testbed (by name) or a testbed file."""
+    from ..testbed import load
+
+    tb = load(name_or_file)
+    return tb.sender.hypervisor, tb.sender.vcpu_threads(), tb.name
+
+
+def owning_testbed(tid: int) -> str | None:
+    """The local testbed whose sender QEMU runs thread ``tid`` on this machine, or None."""
     try:
-        from ..testbed.file import load_file
-        from ..testbed.roles import from_spec
-    except ImportError as e:
-        raise BbrlabError(f"--testbed needs bbrlab.testbed, which is not available here: {e}") from e
-    path = Path(name_or_file)
-    if not path.is_file():
-        from ..testbed.local.lifecycle import testbed_file
+        with open(f"/proc/{tid}/status") as f:
+            tgid = next(line.split()[1] for line in f if line.startswith("Tgid:"))
+        with open(f"/proc/{tgid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, StopIteration):
+        return None
+    for arg in argv:
+        m = TESTBED_SENDER_NAME.fullmatch(arg)
+        if m:
+            return m.group(1).decode()
+    return None
 
-        path = testbed_file(name_or_file)
-        if not path.is_file():
-            raise ValidationError("--testbed", name_or_file,
-                                  f"a testbed file, or the name of a local testbed that is up ({path} is missing)")
-    tb = from_spec(load_file(path))
-    return tb.sender.hypervisor, tb.sender.vcpu_threads()
+
+def _changing(name: str | None, activity: str, **details):
+    """The testbed's lock while its sender's policy changes (nothing to lock for threads of no testbed)."""
+    return changing(name, activity, **details) if name else contextlib.nullcontext()
 
 
 # -- the verbs --------------------------------------------------------------------------------------
@@ -136,10 +157,12 @@ def run_set(args) -> int:
 
     contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
                             cpu_share_pct=parse_percent(args.share, "--share"))
-    host, tids = resolve_target(args)
-    session = ContentionSession(host, tids, contention, method=args.method)
-    session.prepare()
-    session.apply()
+    host, tids, testbed = resolve_target(args)
+    with _changing(testbed, "contention set", timeslice_ms=contention.timeslice_ms,
+                   cpu_share_pct=contention.cpu_share_pct):
+        session = ContentionSession(host, tids, contention, method=args.method)
+        session.prepare()
+        session.apply()
     if contention.unlimited:
         print(f"share 100 %: no policy applied to {len(tids)} thread(s)")
     for tid, policy in session.applied.items():
@@ -152,7 +175,7 @@ def run_set(args) -> int:
 def run_show(args) -> int:
     from ..contention import measure_usage, show_policies
 
-    host, tids = resolve_target(args)
+    host, tids, _testbed = resolve_target(args)
     policies = show_policies(host, tids, args.method)
     usage = {u.tid: u for u in measure_usage(host, tids, args.measure)} if args.measure else {}
     if args.json:
@@ -172,8 +195,9 @@ def run_show(args) -> int:
 def run_clear(args) -> int:
     from ..contention import clear_deadline
 
-    host, tids = resolve_target(args)
-    cleared = clear_deadline(host, tids, args.method)
+    host, tids, testbed = resolve_target(args)
+    with _changing(testbed, "contention clear"):
+        cleared = clear_deadline(host, tids, args.method)
     print(f"{host.name}: {len(cleared)} thread(s) back to SCHED_OTHER: {cleared}" if cleared
           else f"{host.name}: no thread was under SCHED_DEADLINE")
     return 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from ..errors import BbrlabError
+from .common import TESTBED_HELP, add_force_option, changing, load_testbed, refuse_if_busy
 
 
 def register(sub) -> None:
@@ -12,7 +14,7 @@ def register(sub) -> None:
                        description="Builds a patched tcp_bbr.c (default: the inflight-deficit patch, CA name "
                                    "bbr2b) as an out-of-tree module from the target kernel's own source, "
                                    "loads it beside stock bbr, and reports its identity and parameters.")
-    verbs = p.add_subparsers(dest="kernel_verb", required=True)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     b = verbs.add_parser("build", help="patch and build the module (cached by input hash)")
     _build_args(b)
@@ -29,6 +31,7 @@ def register(sub) -> None:
     st = verbs.add_parser("status", help="available congestion controls; identity and parameters of the module")
     st.add_argument("--name", default="bbr2b", help="module / congestion-control name (default bbr2b)")
     _target_args(st)
+    add_force_option(st)
     st.set_defaults(func=run_status)
 
     s = verbs.add_parser("set", help="change module parameters, e.g. deficit_gain=1000 deficit_enable=0")
@@ -50,20 +53,23 @@ def _build_args(p) -> None:
 
 def _target_args(p) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--testbed", default="local",
-                   help="sender of this testbed: a local testbed name or a testbed file (default local)")
+    g.add_argument("--testbed", metavar="NAME|FILE", default=None, help="the sender of " + TESTBED_HELP)
     g.add_argument("--this-host", action="store_true", help="this machine (needs module loading)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _target(args):
+    """(host to act on, the testbed it belongs to or None for this machine)."""
     from ..hosts import LocalHost
 
     if args.this_host:
-        return LocalHost()
-    from .. import testbed
+        return LocalHost(), None
+    tb = load_testbed(args)
+    return tb.sender.host, tb.name
 
-    return testbed.load(args.testbed).sender.host
+
+def _changing(testbed: str | None, activity: str, **details):
+    return changing(testbed, activity, **details) if testbed else contextlib.nullcontext()
 
 
 def _print(data: dict, as_json: bool) -> None:
@@ -90,9 +96,10 @@ def run_build(args) -> int:
 def run_load(args) -> int:
     from ..kernel import ensure_module
 
-    host = _target(args)
+    host, testbed = _target(args)
     try:
-        identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
+        with _changing(testbed, "kernel load", patch=args.patch):
+            identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
     finally:
         host.close()
     _print(identity, args.json)
@@ -102,7 +109,9 @@ def run_load(args) -> int:
 def run_status(args) -> int:
     from ..kernel import available_ccas, loaded_srcversion, module_identity
 
-    host = _target(args)
+    host, testbed = _target(args)
+    if testbed:
+        refuse_if_busy(testbed, args.force, "run commands on its sender")
     try:
         data = {"host": host.name, "kernel": host.output(["uname", "-r"]), "available": " ".join(available_ccas(host))}
         data["module"] = module_identity(host, args.name) if loaded_srcversion(host, args.name) else "not loaded"
@@ -127,9 +136,10 @@ def run_set(args) -> int:
     from ..kernel import set_params
 
     params = parse_assignments(args.assignments)
-    host = _target(args)
+    host, testbed = _target(args)
     try:
-        after = set_params(host, args.name, **params)
+        with _changing(testbed, "kernel set", module=args.name, params=params):
+            after = set_params(host, args.name, **params)
     finally:
         host.close()
     _print({"params": after}, args.json)

@@ -21,6 +21,7 @@ import json
 
 from ..errors import ValidationError
 from ..units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
+from .common import add_force_option, add_testbed_option, changing, load_testbed, refuse_if_busy
 
 LINK_FLAGS = ("rtt", "rate")
 
@@ -45,8 +46,7 @@ def _link_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--testbed", default="local", metavar="NAME",
-                   help="a local testbed's name (default: local) or a lab's testbed file")
+    add_testbed_option(p)
 
 
 def register(sub) -> None:
@@ -62,6 +62,7 @@ def register(sub) -> None:
 
     sh = verbs.add_parser("show", help="the emulator ports' qdiscs as the kernel reports them")
     _common(sh)
+    add_force_option(sh)
     sh.add_argument("--json", action="store_true", help="machine-readable output")
     sh.set_defaults(func=run_show)
 
@@ -105,19 +106,6 @@ def link_from_args(args: argparse.Namespace):
     )
 
 
-def _testbed(name: str):
-    from ..testbed import load
-
-    return load(name)
-
-
-def _lock(tb):
-    """The testbed's lock: no campaign or other command changes it at the same time."""
-    from ..testbed.lock import testbed_lock
-
-    return testbed_lock(tb.name)
-
-
 def describe(qdisc: dict) -> str:
     """One line for a qdisc of the read-back, in the units bbrlab uses."""
     o = qdisc.get("options") or {}
@@ -152,8 +140,8 @@ def run_set(args) -> int:
     from .. import link as linkmod
 
     link = link_from_args(args)  # validated before the testbed is even looked up
-    tb = _testbed(args.testbed)
-    with _lock(tb):
+    tb = load_testbed(args)
+    with changing(tb.name, "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit):
         readbacks = linkmod.set(tb.emulator.host, tb.emulator.ports, link)
     if args.json:
         print(json.dumps(readbacks, indent=2))
@@ -167,7 +155,8 @@ def run_set(args) -> int:
 def run_show(args) -> int:
     from .. import link as linkmod
 
-    tb = _testbed(args.testbed)
+    tb = load_testbed(args)
+    refuse_if_busy(tb.name, args.force, "read the emulator's qdiscs")
     readbacks = linkmod.show(tb.emulator.host, tb.emulator.ports)
     if args.json:
         print(json.dumps(readbacks, indent=2))
@@ -179,8 +168,8 @@ def run_show(args) -> int:
 def run_clear(args) -> int:
     from .. import link as linkmod
 
-    tb = _testbed(args.testbed)
-    with _lock(tb):
+    tb = load_testbed(args)
+    with changing(tb.name, "link clear"):
         after = linkmod.clear(tb.emulator.host, tb.emulator.ports)
     print(f"cleared {', '.join(after)} on {tb.emulator.host.name}; roots now: "
           + ", ".join(f"{i}={linkmod.root_qdisc(q).get('kind') if linkmod.root_qdisc(q) else 'none'}"
@@ -208,8 +197,8 @@ def run_validate(args) -> int:
 
     if args.rtt is not None and args.rate is not None:
         link_from_args(args)  # bad values fail before the testbed is looked up
-    tb = _testbed(args.testbed)
-    with _lock(tb):
+    tb = load_testbed(args)
+    with changing(tb.name, "link validate"):
         link, to_set = _configured_link(args, tb)
         if to_set:
             linkmod.set(tb.emulator.host, tb.emulator.ports, link)

@@ -1,10 +1,9 @@
-"""Entry point of the ``bbrlab`` command: finds the subcommand modules and dispatches."""
+"""Entry point of the ``bbrlab`` command: registers the subcommands listed in :data:`COMMANDS` and dispatches."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
 from .. import __version__
@@ -24,6 +23,12 @@ Typical session on one machine (root):
 """
 
 
+#: The subcommands, in the order ``bbrlab --help`` lists them: module ``bbrlab.cli.<name>`` defines
+#: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
+#: handler of a command without verbs is ``run``.
+COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "campaign", "ingest", "figures", "demo")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bbrlab", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -31,14 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bbrlab {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from .. import cli as pkg
-
-    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if mod.name in ("main",) or mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
-        if hasattr(module, "register"):
-            module.register(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"{__package__}.{name}").register(sub)
     return parser
 
 

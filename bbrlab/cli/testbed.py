@@ -8,6 +8,15 @@ import shlex
 import sys
 
 from ..errors import BbrlabError
+from .common import (
+    add_force_option,
+    add_testbed_option,
+    busy_elsewhere,
+    changing,
+    describe_holder,
+    refuse_if_busy,
+    testbed_arg,
+)
 
 
 def register(sub) -> None:
@@ -18,7 +27,8 @@ def register(sub) -> None:
     verbs.required = True
 
     up = verbs.add_parser("up", help="build the guest image if needed and boot the local testbed (idempotent)")
-    up.add_argument("--name", default="local", help="testbed name (default: local)")
+    up.add_argument("--name", "--testbed", dest="name", default=None,
+                    help="testbed name (default: $BBRLAB_TESTBED, else local)")
     up.add_argument("--sender-vcpus", type=int, default=1, help="vCPUs of the sender VM (default: 1)")
     up.add_argument("--quiet", action="store_true", help="no progress lines")
     up.add_argument("--no-bbr2b", action="store_true",
@@ -26,27 +36,33 @@ def register(sub) -> None:
     up.set_defaults(func=run_up)
 
     down = verbs.add_parser("down", help="stop the VMs and remove every namespace, tap and bridge of the testbed")
-    down.add_argument("--name", default="local")
+    down.add_argument("--name", "--testbed", dest="name", default=None,
+                      help="testbed name (default: $BBRLAB_TESTBED, else the local testbed that is up)")
     down.set_defaults(func=run_down)
 
     st = verbs.add_parser("status", help="each role: reachable, kernel, CCAs, qdiscs; sender QEMU pid, vCPU threads")
-    st.add_argument("--testbed", default="local", help="a local testbed's name or a testbed file (default: local)")
+    add_testbed_option(st)
+    add_force_option(st)
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=run_status)
 
     sh = verbs.add_parser("shell", help="run COMMAND on a role (or an interactive shell on it)")
     sh.add_argument("role", choices=["sender", "emulator", "receiver", "hypervisor"])
     sh.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --  (e.g. -- uname -r)")
-    sh.add_argument("--testbed", default="local",
-                    help="a local testbed's name or a testbed file (give it before ROLE)")
+    add_testbed_option(sh, " (give it before ROLE)")
+    add_force_option(sh)
     sh.set_defaults(func=run_shell)
 
 
 def run_up(args) -> int:
     from .. import testbed
+    from ..testbed.local.state import check_name
+    from ..testbed.target import DEFAULT_NAME, ENV
 
-    tb = testbed.up(args.name, sender_vcpus=args.sender_vcpus, progress=not args.quiet,
-                    load_bbr2b=not args.no_bbr2b)
+    name = check_name(args.name or os.environ.get(ENV, "").strip() or DEFAULT_NAME)
+    with changing(name, "testbed up"):
+        tb = testbed.up(name, sender_vcpus=args.sender_vcpus, progress=not args.quiet,
+                        load_bbr2b=not args.no_bbr2b)
     print(f"testbed '{tb.name}' is up ({tb.accelerator}); sender {tb.sender.experiment_ip} -> "
           f"receiver {tb.receiver.experiment_ip} through the emulator ({', '.join(tb.emulator.ports)})")
     return 0
@@ -54,9 +70,13 @@ def run_up(args) -> int:
 
 def run_down(args) -> int:
     from .. import testbed
+    from ..testbed.local.state import check_name
+    from ..testbed.target import resolve
 
-    removed = testbed.down(args.name)
-    print(f"testbed '{args.name}' is down: stopped {len(removed['qemu_pids'])} QEMU process(es), removed "
+    name = check_name(resolve(args.name))
+    with changing(name, "testbed down"):
+        removed = testbed.down(name)
+    print(f"testbed '{name}' is down: stopped {len(removed['qemu_pids'])} QEMU process(es), removed "
           f"{len(removed['netns'])} namespace(s)")
     return 0
 
@@ -64,7 +84,16 @@ def run_down(args) -> int:
 def run_status(args) -> int:
     from .. import testbed
 
-    st = testbed.status(args.testbed)
+    tb = testbed.load(testbed_arg(args))
+    busy = None if args.force else busy_elsewhere(tb.name)
+    if busy is not None:  # a campaign (or another command) is using it: say so, touch nothing
+        if args.json:
+            print(json.dumps({"name": tb.name, "accelerator": tb.accelerator, "busy": busy}, indent=2))
+        else:
+            print(f"testbed {tb.name}: in use by {describe_holder(busy)}\n"
+                  "  its guests were not asked anything (that would take CPU from the run); --force asks anyway")
+        return 0
+    st = testbed.status(tb)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
@@ -86,7 +115,8 @@ def run_status(args) -> int:
 def run_shell(args) -> int:
     from .. import testbed
 
-    tb = testbed.load(args.testbed)
+    tb = testbed.load(testbed_arg(args))
+    refuse_if_busy(tb.name, args.force, "open a shell on it")
     host = tb.sender.hypervisor if args.role == "hypervisor" else tb.roles[args.role].host
     if args.argv:
         res = host.run(args.argv, check=False, timeout=None)

@@ -69,9 +69,10 @@ def load(name_or_file: str | Path = "local") -> Testbed:
     """Attach to a running local testbed by name, or read a lab's testbed file (a path)."""
     from .local import lifecycle
     from .local.state import State
+    from .target import is_testbed_file
 
     text = str(name_or_file)
-    if "/" in text or text.endswith((".yaml", ".yml")) or Path(text).is_file():
+    if is_testbed_file(text):
         return from_spec(load_file(text))
     path = lifecycle.testbed_file(text)
     state = State.load(text)

@@ -213,10 +213,10 @@ def test_configured_values_recovered_from_read_back():
 ])
 @pytest.mark.parametrize("verb", ["set", "validate"])
 def test_cli_rejects_bad_values_before_the_testbed_is_touched(monkeypatch, capsys, argv, field, verb):
-    def no_testbed(name):
+    def no_testbed(args):
         raise AssertionError("the testbed was looked up before the values were checked")
 
-    monkeypatch.setattr(cli_link, "_testbed", no_testbed)
+    monkeypatch.setattr(cli_link, "load_testbed", no_testbed)
     assert main(["link", verb, *argv]) == 1
     err = capsys.readouterr().err
     assert field in err and "not allowed" in err

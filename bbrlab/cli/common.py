@@ -1,0 +1,109 @@
+"""What the subcommands share: naming the testbed, and holding or respecting its lock.
+
+Every command that acts on a testbed has ``--testbed NAME|FILE`` (:func:`add_testbed_option`), with
+the default of :func:`bbrlab.testbed.target.default_testbed`. Commands that change a testbed hold its
+lock while they do (:func:`changing`) and say what they are doing; read-only commands that would run
+commands on its guests first ask whether someone else holds it (:func:`busy_elsewhere`), so a look at
+the testbed does not steal CPU from a contended sender in the middle of a campaign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import sys
+from collections.abc import Iterator
+
+TESTBED_HELP = ("a local testbed's name or a testbed file (default: $BBRLAB_TESTBED, else the local testbed "
+                "that is up: 'local', or the only one)")
+
+
+def add_testbed_option(p: argparse.ArgumentParser, extra_help: str = "") -> None:
+    """``--testbed NAME|FILE`` with the shared default (resolved when the command runs)."""
+    p.add_argument("--testbed", metavar="NAME|FILE", default=None, help=TESTBED_HELP + extra_help)
+
+
+def add_force_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="run commands on the guests even while another process (a campaign) holds the testbed")
+
+
+def testbed_arg(args: argparse.Namespace) -> str:
+    """The testbed the command acts on: ``--testbed`` or the default."""
+    from ..testbed.target import resolve
+
+    return resolve(getattr(args, "testbed", None))
+
+
+def load_testbed(args: argparse.Namespace):
+    """The :class:`~bbrlab.testbed.Testbed` named by ``--testbed`` (or the default)."""
+    from ..testbed import load
+
+    return load(testbed_arg(args))
+
+
+def describe_holder(info: dict) -> str:
+    """One line about who holds a testbed's lock and what it said it is doing."""
+    pids = info.get("pids") or []
+    text = f"pid {info.get('pid') or ', '.join(map(str, pids))}"
+    argv = info.get("argv")
+    if argv:
+        text += f" ({' '.join(str(a) for a in argv)[:160]})"
+    activity = info.get("activity")
+    if activity:
+        text += f": {activity}"
+        if info.get("campaign"):
+            text += f" {info['campaign']}"
+        if info.get("run_id"):
+            where = f", run {info['index']}/{info['planned']}" if info.get("planned") else ", run"
+            text += f"{where} {info['run_id']}"
+            if info.get("attempt"):
+                text += f" (attempt {info['attempt']})"
+        if info.get("out"):
+            text += f" into {info['out']}"
+    else:
+        text += ": activity not stated"
+    if info.get("since"):
+        since = dt.datetime.fromtimestamp(float(info["since"])).strftime("%H:%M:%S")
+        text += f", since {since}"
+    return text
+
+
+def busy_elsewhere(name: str) -> dict | None:
+    """Who holds testbed ``name``'s lock, when it is another process (not ours or an ancestor's)."""
+    from ..testbed.lock import held_by_us, holder, lock_path
+
+    info = holder(name)
+    if info is None or held_by_us(lock_path(name)):
+        return None
+    return info
+
+
+@contextlib.contextmanager
+def changing(name: str, activity: str, **details) -> Iterator[None]:
+    """Hold testbed ``name``'s lock for a change and say so (:func:`bbrlab.testbed.lock.set_activity`).
+
+    When another process holds it, say who and what it is doing, then wait for it (Ctrl-C gives up).
+    """
+    from ..testbed.lock import set_activity, testbed_lock
+
+    busy = busy_elsewhere(name)
+    if busy is not None:
+        print(f"testbed '{name}' is in use by {describe_holder(busy)}; waiting for it (Ctrl-C to give up)",
+              file=sys.stderr, flush=True)
+    with testbed_lock(name, note=io.StringIO()):
+        set_activity(name, activity, **details)
+        yield
+
+
+def refuse_if_busy(name: str, force: bool, what: str = "run commands on its guests") -> None:
+    """Raise :class:`~bbrlab.errors.TestbedError` when another process holds testbed ``name`` (unless
+    ``force``): looking at a testbed takes CPU from the sender a campaign is measuring."""
+    from ..errors import TestbedError
+
+    busy = None if force else busy_elsewhere(name)
+    if busy is not None:
+        raise TestbedError(f"testbed '{name}' is in use by {describe_holder(busy)}; not going to {what} "
+                           "now (add --force to do it anyway)")

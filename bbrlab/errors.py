@@ -36,3 +36,7 @@ def key_name(key: object) -> str:
 
 class TestbedError(BbrlabError):
     """The testbed is missing, not reachable, or not in the state an operation needs."""
+
+
+class RunFailed(BbrlabError):
+    """Something that must hold for a valid measurement did not; the message is the run record's reason."""

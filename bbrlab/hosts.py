@@ -26,7 +26,8 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,15 +105,34 @@ def _interruptible_runner(context):
 
     class GroupLocal(Local):
         interrupted = False
+        _kill_timer: threading.Timer | None = None
 
         def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
             first = not self.interrupted
             self.interrupted = True
-            self._signal_group(signal.SIGINT if first else signal.SIGKILL)
-            if first:
-                timer = threading.Timer(INTERRUPT_GRACE_S, self._signal_group, (signal.SIGKILL,))
-                timer.daemon = True
-                timer.start()
+            self._stop() if first else self._signal_group(signal.SIGKILL)
+
+        def wait(self) -> None:
+            try:
+                super().wait()
+            except KeyboardInterrupt:
+                raise  # invoke calls send_interrupt and waits on
+            except BaseException:  # another signal's exception (bbrlab.signals.Interrupted): stop, then unwind
+                self._stop()
+                raise
+
+        def _stop(self) -> None:
+            """SIGINT to the command's group now, SIGKILL after INTERRUPT_GRACE_S."""
+            self._signal_group(signal.SIGINT)
+            if self._kill_timer is None:
+                self._kill_timer = threading.Timer(INTERRUPT_GRACE_S, self._signal_group, (signal.SIGKILL,))
+                self._kill_timer.daemon = True
+                self._kill_timer.start()
+
+        def stop(self) -> None:
+            if self._kill_timer is not None:  # the command ended: its pid may be reused, signal nothing more
+                self._kill_timer.cancel()
+            super().stop()
 
         def kill(self) -> None:
             self._signal_group(signal.SIGKILL)
@@ -182,6 +202,29 @@ class Host:
 
     def write_text(self, path: str, text: str, *, sudo: bool = False) -> None:
         self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=text, sudo=sudo)
+
+    def write_value(self, path: str, value: object, *, sudo: bool = False) -> None:
+        """Write one short value to a pseudo-file (sysfs, procfs) in ONE write() call, as an argument.
+
+        :meth:`write_text` streams stdin, which invoke forwards a byte at a time: ``cat`` can then write
+        ``2`` and the newline separately, and the kernel refuses the lone newline (EINVAL).
+        """
+        self.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1"', "sh", path, str(value)], sudo=sudo)
+
+    @contextmanager
+    def private_dir(self, purpose: str) -> Iterator[str]:
+        """A fresh directory only we can use (``mktemp -d``: unpredictable name, mode 0700), removed at
+        the end of the ``with`` block. Per-run files (logs, stop files) go there, never at names in a
+        world-writable directory that another user could plant a link at."""
+        if not purpose.isidentifier():
+            raise ValueError(f"purpose must be a short identifier, not {purpose!r}")
+        path = self.output(["mktemp", "-d", "-t", f"bbrlab-{purpose}.XXXXXXXX"], timeout=30)
+        if not path.startswith("/"):
+            raise BbrlabError(f"[{self.name}] mktemp -d printed {path!r}, not a directory path")
+        try:
+            yield path
+        finally:
+            self.run(["rm", "-rf", "--one-file-system", "--", path], check=False, timeout=30)
 
     def exists(self, path: str) -> bool:
         return self.run(["test", "-e", path], check=False).ok

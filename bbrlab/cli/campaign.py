@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -85,9 +86,10 @@ def run_status(args) -> int:
 
 def run_run(args) -> int:
     from .. import testbed as testbed_mod
-    from ..campaign import announcing, check_admission, check_out_dir, load_spec, run_campaign
+    from ..campaign import announcing, check_admission, check_out_dir, load_spec, run_campaign, status
     from ..contention import read_kernel_limits
     from ..runner import Runner
+    from ..signals import Interrupted
     from ..testbed.target import resolve
 
     spec = load_spec(args.spec)  # every value checked before anything is touched
@@ -100,6 +102,12 @@ def run_run(args) -> int:
         try:
             st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
                               progress=not args.no_progress, retry_failed=args.retry_failed)
+        except Interrupted:
+            st = status(args.out)
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                print(f"bbrlab: campaign {spec.name} stopped: {st['done']}/{st['planned']} runs complete in "
+                      f"{args.out}; the run in flight was not recorded. The same command resumes it.", file=sys.stderr)
+            raise
         finally:
             if not args.keep_link:
                 try:

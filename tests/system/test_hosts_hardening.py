@@ -159,3 +159,34 @@ def test_ssh_to_the_testbed_ignores_the_users_fabric_and_ssh_files(testbed, plan
         os.kill(pid, signal.SIGTERM)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran no-agent"
+
+
+def test_a_campaigns_signal_handling_also_stops_a_local_command():
+    """Inside bbrlab.signals.interruptible() (a campaign) SIGINT raises Interrupted, not KeyboardInterrupt:
+    the command's group is stopped before the exception unwinds (invoke would wait for its output pipes)."""
+    code = textwrap.dedent("""
+        import sys, time
+        from bbrlab.hosts import LocalHost
+        from bbrlab.signals import Interrupted, interruptible
+        t0 = time.monotonic()
+        try:
+            with interruptible():
+                LocalHost().run(["sh", "-c", "trap '' INT; sleep 60; echo done"], timeout=None)
+        except Interrupted:
+            print(f"Interrupted {time.monotonic() - t0:.1f}", flush=True)
+            sys.exit(43)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        sleepers = _wait_for(lambda: {p for p in _descendants(proc.pid)
+                                      if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"},
+                             "the command to start")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 43 and out.startswith("Interrupted"), out
+    assert time.monotonic() - t0 < 10
+    _wait_for(lambda: not any(_alive(p) for p in sleepers), "the command's processes to end", 5.0)

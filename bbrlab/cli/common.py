@@ -73,10 +73,14 @@ def describe_holder(info: dict) -> str:
 
 def busy_elsewhere(name: str) -> dict | None:
     """Who holds testbed ``name``'s lock, when it is another process (not ours or an ancestor's)."""
+    from ..errors import TestbedError
     from ..testbed.lock import held_by_us, holder, lock_path
 
-    info = holder(name)
-    if info is None or held_by_us(lock_path(name)):
+    try:
+        info = holder(name)
+        if info is None or held_by_us(lock_path(name)):
+            return None
+    except TestbedError:  # no lock can exist under this name here (e.g. a lab named with spaces)
         return None
     return info
 

@@ -174,3 +174,36 @@ def test_stop_vm_gives_up_when_sigkill_does_not_end_qemu_mock_only(monkeypatch):
         monkeypatch.undo()
         proc.kill()
         proc.wait()
+
+
+def test_the_suites_testbeds_keep_their_state_out_of_the_users_directory():
+    from pathlib import Path
+
+    from bbrlab.testbed.local.state import state_root
+
+    root = state_root()
+    home_state = Path(os.path.expanduser("~/.local/state"))
+    assert home_state not in root.parents and os.environ.get("BBRLAB_STATE_DIR")
+    assert (os.stat(root.parent).st_mode & 0o077) == 0  # keys live there: private
+
+
+def test_a_campaign_announces_each_run_on_the_testbeds_lock(tmp_path, monkeypatch):
+    from bbrlab import campaign
+    from bbrlab.campaign import CampaignSpec
+    from bbrlab.testbed import lock
+
+    monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))
+    spec = CampaignSpec.from_dict({"name": "ann", "ccas": ["cubic"], "timeslices_ms": [1], "cpu_shares_pct": [25, 100],
+                                   "rtts_ms": [20], "rates_mbit": [100], "repetitions": 2, "duration_s": 5})
+    seen = []
+
+    def run(scenario, staging, *, run_id, attempt):
+        info = lock.holder("unit")
+        seen.append((info["activity"], info["campaign"], info["run_id"], info["index"], info["planned"]))
+        return {}
+
+    out = tmp_path / "out"
+    with lock.testbed_lock("unit"):
+        campaign.run_campaign(spec, out, campaign.announcing(run, "unit", spec, out), progress=False)
+    order = [s.run_id for s in spec.plan()]
+    assert seen == [("campaign run", "ann", rid, i, 4) for i, rid in enumerate(order, 1)]

@@ -56,7 +56,7 @@ def test_emulator_vm_has_netem_and_the_tree_goes_in_through_tc(emulator):
 
 def test_paper_link_validates_within_the_tolerances(testbed, emulator):
     """`link validate --json --rtt 20ms --rate 50mbit --buffer 1bdp`: ping within 10 %, UDP within 5 %."""
-    p = bbrlab_cli("link", "validate", "--testbed", "local", "--rtt", "20ms", "--rate", "50mbit",
+    p = bbrlab_cli("link", "validate", "--testbed", testbed.name, "--rtt", "20ms", "--rate", "50mbit",
                    "--buffer", "1bdp", "--json")
     report = json.loads(p.stdout)
     print(json.dumps(report, indent=2))  # the measured numbers, for the log
@@ -79,12 +79,12 @@ def test_one_percent_loss_over_ten_thousand_packets(testbed, emulator):
     assert 0.7 <= loss["measured"] <= 1.3  # 1 % +- 3 binomial standard deviations over 10,000 packets
 
 
-def test_clear_leaves_the_ports_as_they_were(emulator):
+def test_clear_leaves_the_ports_as_they_were(testbed, emulator):
     linkmod.clear(emulator.host, emulator.ports)
     before = roots(emulator)
     linkmod.set(emulator.host, emulator.ports, Link(rtt_ms=30, rate_mbit=20, loss_model="uniform", loss_pct=0.5))
     assert all(r == ("netem", "bb:") for r in roots(emulator).values())
-    p = bbrlab_cli("link", "clear", "--testbed", "local")
+    p = bbrlab_cli("link", "clear", "--testbed", testbed.name)
     assert p.returncode == 0, p.stderr
     assert roots(emulator) == before
     assert not any(q.get("handle", "").startswith("bb") for qs in linkmod.show(emulator.host, emulator.ports).values()
@@ -96,10 +96,10 @@ def test_clear_leaves_the_ports_as_they_were(emulator):
     (["--rtt", "20ms", "--rate", "0mbit"], "link.rate_mbit"),
     (["--rtt", "20ms", "--rate", "50mbit", "--loss", "150%"], "link.loss_pct"),
 ])
-def test_bad_values_are_rejected_before_the_emulator_is_touched(emulator, flags, field):
+def test_bad_values_are_rejected_before_the_emulator_is_touched(testbed, emulator, flags, field):
     linkmod.set(emulator.host, emulator.ports, PAPER_LINK)
     before = linkmod.show(emulator.host, emulator.ports)
-    p = bbrlab_cli("link", "set", "--testbed", "local", *flags)
+    p = bbrlab_cli("link", "set", "--testbed", testbed.name, *flags)
     assert p.returncode == 1 and field in p.stderr and "not allowed" in p.stderr
     after = linkmod.show(emulator.host, emulator.ports)
     assert {i: [(q["kind"], q["handle"], q["options"]) for q in qs] for i, qs in after.items()} == \

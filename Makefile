@@ -8,7 +8,7 @@ STAMP := $(VENV)/.setup-done
 DATA ?= data
 OUT ?= build/figures
 
-.PHONY: help setup test test-unit test-system demo figures bench lint clean
+.PHONY: help setup sampler test test-unit test-system demo figures bench lint clean
 
 help:
 	@echo "make demo     run the demo campaign on the local testbed and render the figures"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench    benchmarks, printed as numbers and ratios"
 	@echo "make lint     ruff, and notebooks committed without outputs"
 	@echo "make setup    Debian packages + virtual environment (.venv) + Jupyter kernel"
+	@echo "make sampler  build the netlink socket sampler (static C, cached by its source hash)"
 
 setup: $(STAMP)
 
@@ -27,6 +28,9 @@ $(STAMP): pyproject.toml Makefile scripts/install-system-packages
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name bbrlab --display-name "bbrlab (.venv)" > /dev/null
 	touch $@
+
+sampler: setup
+	$(BIN)/python -m bbrlab.sockdiag
 
 test: setup
 	$(BIN)/pytest tests

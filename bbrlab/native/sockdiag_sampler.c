@@ -5,20 +5,22 @@
  * table once the flow's sockets are known, one sendmsg and one recvmmsg per sample.
  *
  * Usage:
- *   sockdiag_sampler -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...]
+ *   sockdiag_sampler -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...] [-f 4|6]
  *
  *   -i  sampling interval in microseconds, 100 .. 10000000
  *   -t  deadline in seconds after start, 1 .. 86400 (the sampler ends by itself then)
  *   -s  stop file: the sampler ends at the first tick at which this path exists
  *   -d  the peer's (server's) port of the data connections, 1 .. 65535
  *   -p  the local ports of the data connections (comma separated, 1 .. 64 ports)
+ *   -f  their address family: 4 (IPv4, the default) or 6 (IPv6)
  *
  * Schedule: tick k is due at t0 + k * interval on CLOCK_MONOTONIC, slept for with clock_nanosleep
- * (TIMER_ABSTIME). A tick that is already past when the previous sample ends is skipped and
- * counted as missed; ticks are never bunched to catch up.
+ * (TIMER_ABSTIME); its slot lasts one interval. At most one sample is taken per slot, inside it: a
+ * slot already over when the sampler wakes or when the previous sample ends is skipped and counted
+ * as missed; samples are never bunched to catch up.
  *
  * Sockets: until every listed local port has been seen, each tick dumps the established TCP
- * sockets (IPv4 and IPv6) and keeps those whose local port is listed and whose peer port is DPORT;
+ * sockets of the family and keeps those whose local port is listed and whose peer port is DPORT;
  * that dump is also the tick's sample. Afterwards each tick asks for exactly those sockets by their
  * 4-tuple and cookie (no NLM_F_DUMP), all requests in one sendmsg, all answers in one recvmmsg.
  * A socket the kernel no longer knows (closed) is reported once and not asked for again; so is one
@@ -29,8 +31,10 @@
  * Every attribute of the answer is written out as hex, whatever its type and length, so newer
  * kernels' longer structs and unknown attributes are kept, never fatal; bbrlab.sockdiag decodes.
  *
- * Output (stdout, fully buffered, flushed when the buffer is full and at exit), one record a line:
- *   # bbrlab-sockdiag-sampler format=1 interval_ns=N stop_after_s=N dport=N sports=A,B pid=N
+ * Output (stdout; the header is flushed at once, the rest when the 1 MiB buffer is full and at exit),
+ * one record a line:
+ *   # bbrlab-sockdiag-sampler format=1 interval_ns=N stop_after_s=N dport=N sports=A,B family=4|6 pid=N
+ *     t0_ns=N                                                            (one line: the header)
  *   D <sport> <family 4|6> <src> <dst> <dport> <cookie hex> <tick>     a data socket discovered
  *   T <tick> <realtime_ns> <monotonic_ns> <request_ns>                 a sample: when it was asked, how long
  *                                                                        the kernel took to answer
@@ -83,10 +87,13 @@ static struct flow_socket sockets[MAX_PORTS];
 static int n_sockets;
 static int n_found;
 static uint16_t server_port;
+static uint8_t flow_family = AF_INET;
 static volatile sig_atomic_t got_signal;
 static int nl_fd = -1;
 static char out_buf[OUT_BUF];
-static uint64_t samples, ticks, missed;
+static uint64_t samples, missed;
+static uint64_t tick;      /* the slot of the sample being taken: due at t0 + tick * interval */
+static uint64_t ticks;     /* slots begun so far (= samples + missed at the end) */
 static const uint8_t EXT_BITS = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1)) |
 				(1 << (INET_DIAG_CONG - 1));
 
@@ -109,8 +116,8 @@ static void usage(const char *fmt, ...)
 	fputs("sockdiag_sampler: ", stderr);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nusage: sockdiag_sampler -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...]\n",
-	      stderr);
+	fputs("\nusage: sockdiag_sampler -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...] "
+	      "[-f 4|6]\n", stderr);
 	exit(EXIT_BAD_ARGS);
 }
 
@@ -274,7 +281,7 @@ static void discover(const struct inet_diag_msg *m)
 	printf("D %u %d %s %s %u %08x%08x %llu\n", s->sport, m->idiag_family == AF_INET6 ? 6 : 4,
 	       addr_text(m->idiag_family, m->id.idiag_src, src, sizeof(src)),
 	       addr_text(m->idiag_family, m->id.idiag_dst, dst, sizeof(dst)), ntohs(m->id.idiag_dport),
-	       m->id.idiag_cookie[1], m->id.idiag_cookie[0], (unsigned long long)ticks);
+	       m->id.idiag_cookie[1], m->id.idiag_cookie[0], (unsigned long long)tick);
 }
 
 static int is_flow_socket(const struct inet_diag_msg *m)
@@ -307,14 +314,19 @@ static void dump_family(uint8_t family, char *buf, size_t buflen)
 			fail(EXIT_NETLINK, "recv on NETLINK_SOCK_DIAG: %s", strerror(errno));
 		}
 		for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			/* a dump reports its error in NLMSG_DONE's payload (e.g. ENOENT: inet_diag is there
+			   but tcp_diag is not), a refused request in NLMSG_ERROR (no inet_diag at all) */
+			int error = 0;
+			if (h->nlmsg_type == NLMSG_DONE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(int)))
+				error = *(const int *)NLMSG_DATA(h);
+			else if (h->nlmsg_type == NLMSG_ERROR)
+				error = ((const struct nlmsgerr *)NLMSG_DATA(h))->error;
+			if (error == -ENOENT || error == -EOPNOTSUPP || error == -EINVAL)
+				no_diag(-error);
+			if (error)
+				fail(EXIT_NETLINK, "inet_diag dump: %s", strerror(-error));
 			if (h->nlmsg_type == NLMSG_DONE)
 				return;
-			if (h->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *e = NLMSG_DATA(h);
-				if (e->error == -ENOENT || e->error == -EOPNOTSUPP || e->error == -EINVAL)
-					no_diag(-e->error);
-				fail(EXIT_NETLINK, "inet_diag dump: %s", strerror(-e->error));
-			}
 			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || !is_flow_socket(NLMSG_DATA(h)))
 				continue;
 			size_t len = NLMSG_ALIGN(h->nlmsg_len);
@@ -327,27 +339,18 @@ static void dump_family(uint8_t family, char *buf, size_t buflen)
 	}
 }
 
-static uint64_t sample_start(uint64_t *mono)
-{
-	uint64_t real = now_ns(CLOCK_REALTIME);
-	*mono = now_ns(CLOCK_MONOTONIC);
-	return real;
-}
-
 static void write_sample_line(uint64_t real, uint64_t mono, uint64_t done)
 {
-	printf("T %llu %llu %llu %llu\n", (unsigned long long)ticks, (unsigned long long)real,
+	printf("T %llu %llu %llu %llu\n", (unsigned long long)tick, (unsigned long long)real,
 	       (unsigned long long)mono, (unsigned long long)(done - mono));
 }
 
 /* Discovery tick: the dump is the sample. */
-static void sample_by_dump(void)
+static void sample_by_dump(uint64_t real, uint64_t mono)
 {
 	static char buf[DUMP_BUF];
-	uint64_t mono, real = sample_start(&mono);
 	side_len = 0;
-	dump_family(AF_INET, buf, sizeof(buf));
-	dump_family(AF_INET6, buf, sizeof(buf));
+	dump_family(flow_family, buf, sizeof(buf));
 	write_sample_line(real, mono, now_ns(CLOCK_MONOTONIC));
 	for (size_t off = 0; off < side_len;) {
 		const struct nlmsghdr *h = (const struct nlmsghdr *)(side + off);
@@ -360,11 +363,11 @@ static void sample_by_dump(void)
 static void mark_gone(struct flow_socket *s, const char *reason)
 {
 	s->gone = 1;
-	printf("G %u %llu %s\n", s->sport, (unsigned long long)ticks, reason);
+	printf("G %u %llu %s\n", s->sport, (unsigned long long)tick, reason);
 }
 
 /* Steady tick: one exact request per known, live socket, in one sendmsg; answers in one recvmmsg. */
-static void sample_exact(void)
+static void sample_exact(uint64_t real, uint64_t mono)
 {
 	static struct request reqs[MAX_PORTS];
 	static char bufs[MAX_PORTS][RECV_BUF];
@@ -385,7 +388,6 @@ static void sample_exact(void)
 		msgs[n] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iovs[n], .msg_iovlen = 1 } };
 		n++;
 	}
-	uint64_t mono, real = sample_start(&mono);
 	if (n == 0) { /* every socket of the flow has gone: the tick is still a (empty) sample */
 		write_sample_line(real, mono, mono);
 		return;
@@ -430,12 +432,13 @@ static void sample_exact(void)
 	}
 }
 
-static void take_sample(void)
+/* One sample, stamped with the realtime and monotonic clocks just before the kernel is asked. */
+static void take_sample(uint64_t real, uint64_t mono)
 {
 	if (n_found < n_sockets)
-		sample_by_dump();
+		sample_by_dump(real, mono);
 	else
-		sample_exact();
+		sample_exact(real, mono);
 	samples++;
 }
 
@@ -448,13 +451,18 @@ int main(int argc, char **argv)
 	char *ports_arg = NULL;
 	int opt;
 	opterr = 0;
-	while ((opt = getopt(argc, argv, "i:t:s:d:p:")) != -1) {
+	while ((opt = getopt(argc, argv, "i:t:s:d:p:f:")) != -1) {
 		switch (opt) {
 		case 'i': interval_us = parse_long(optarg, "-i (interval_us)", 100, 10000000); break;
 		case 't': stop_after_s = parse_long(optarg, "-t (stop_after_s)", 1, 86400); break;
 		case 's': stop_file = optarg; break;
 		case 'd': dport = parse_long(optarg, "-d (dport)", 1, 65535); break;
 		case 'p': ports_arg = optarg; break;
+		case 'f':
+			if (strcmp(optarg, "4") && strcmp(optarg, "6"))
+				usage("-f (family) = '%s' is not allowed: 4 or 6", optarg);
+			flow_family = optarg[0] == '6' ? AF_INET6 : AF_INET;
+			break;
 		default: usage("unknown option or missing value: -%c", optopt);
 		}
 	}
@@ -474,17 +482,23 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	mono_start_ns = now_ns(CLOCK_MONOTONIC);
-	printf("# bbrlab-sockdiag-sampler format=%d interval_ns=%lld stop_after_s=%ld dport=%ld sports=%s pid=%d\n",
-	       FORMAT_VERSION, (long long)interval_us * 1000, stop_after_s, dport, ports_arg, (int)getpid());
+	const uint64_t interval_ns = (uint64_t)interval_us * 1000;
+	const uint64_t t0 = mono_start_ns = now_ns(CLOCK_MONOTONIC);
+	const uint64_t deadline = t0 + (uint64_t)stop_after_s * 1000000000ull;
+	printf("# bbrlab-sockdiag-sampler format=%d interval_ns=%llu stop_after_s=%ld dport=%ld sports=%s family=%d "
+	       "pid=%d t0_ns=%llu\n", FORMAT_VERSION, (unsigned long long)interval_ns, stop_after_s, dport, ports_arg,
+	       flow_family == AF_INET6 ? 6 : 4, (int)getpid(), (unsigned long long)t0);
 
 	nl_fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (nl_fd < 0)
 		fail(EXIT_NO_DIAG, "socket(AF_NETLINK, NETLINK_SOCK_DIAG): %s", strerror(errno));
+	fflush(stdout); /* the header shows that the sampler runs; the rest waits for a full buffer */
 
-	const uint64_t interval_ns = (uint64_t)interval_us * 1000;
-	const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	const uint64_t deadline = t0 + (uint64_t)stop_after_s * 1000000000ull;
+	/*
+	 * Slot k is [t0 + k * interval, t0 + (k + 1) * interval). At most one sample per slot, taken in
+	 * its own slot: a slot that has passed when the sampler wakes (late wake-up) or when the previous
+	 * sample ends (a sample longer than the rest of its slot) is skipped and counted as missed.
+	 */
 	const char *reason = "deadline";
 	for (;;) {
 		if (got_signal) {
@@ -495,18 +509,19 @@ int main(int argc, char **argv)
 			reason = "stop_file";
 			break;
 		}
-		if (now_ns(CLOCK_MONOTONIC) >= deadline)
-			break;
-		take_sample();
-		ticks++;
-		uint64_t next = t0 + ticks * interval_ns;
+		uint64_t real = now_ns(CLOCK_REALTIME);
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
-		if (now >= next) {
-			uint64_t skip = (now - next) / interval_ns + 1;
-			missed += skip;
-			ticks += skip;
-			next = t0 + ticks * interval_ns;
-		}
+		if (now >= deadline)
+			break;
+		tick = (now - t0) / interval_ns;
+		if (tick > ticks)
+			missed += tick - ticks;
+		take_sample(real, now);
+		now = now_ns(CLOCK_MONOTONIC);
+		uint64_t current = (now - t0) / interval_ns;
+		missed += current - tick;
+		ticks = current + 1;
+		uint64_t next = t0 + ticks * interval_ns;
 		if (next > deadline)
 			next = deadline;
 		struct timespec due = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };

@@ -17,7 +17,7 @@ of forking ``ss`` (see benchmarks/sampling.py for the numbers measured on the lo
     sockdiag.summary(text)                                      # samples, missed ticks, CPU, intervals
 """
 
-from .build import SamplerBinary, SamplerBuildError, build, source_sha256
+from .binary import SamplerBinary, SamplerBuildError, build, source_sha256
 from .command import check_interval_ms, check_ports, sampler_argv
 from .deploy import REMOTE_PATH, Deployed, SamplerDeployError, ensure_on_host, remote_sha256
 from .parse import (

@@ -40,12 +40,12 @@ def check_ports(ports: object, field: str = "ports") -> list[int]:
 
 
 def sampler_argv(binary_path: str, interval_ms: float, stop_after_s: float, stop_file: str,
-                 ports: Sequence[int], server_port: int) -> list[str]:
+                 ports: Sequence[int], server_port: int, *, family: int = 4) -> list[str]:
     """The argument list that runs the sampler on the sender (nothing is shell-joined).
 
     ``interval_ms`` 0.1 .. 10000 (rounded to whole microseconds); ``stop_after_s`` 1 .. 86400 (the
     sampler's own deadline, rounded up to whole seconds); ``stop_file`` an absolute path; ``ports`` the
-    data connections' local ports, ``server_port`` their peer port.
+    data connections' local ports, ``server_port`` their peer port, ``family`` 4 (IPv4) or 6 (IPv6).
     """
     interval_us = round(check_interval_ms(interval_ms) * 1000)
     if not _number(stop_after_s) or not 1 <= stop_after_s <= MAX_STOP_AFTER_S:
@@ -54,5 +54,7 @@ def sampler_argv(binary_path: str, interval_ms: float, stop_after_s: float, stop
         raise ValidationError("stop_file", stop_file, "an absolute path without newlines")
     checked = check_ports(ports)
     check_port(server_port, "server_port")
+    if family not in (4, 6) or isinstance(family, bool):
+        raise ValidationError("family", family, "4 (IPv4) or 6 (IPv6)")
     return [binary_path, "-i", str(interval_us), "-t", str(math.ceil(stop_after_s)), "-s", stop_file,
-            "-d", str(server_port), "-p", ",".join(str(p) for p in checked)]
+            "-d", str(server_port), "-p", ",".join(str(p) for p in checked), "-f", str(family)]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import BbrlabError
 from ..hosts import Host
-from .build import SamplerBinary, build
+from .binary import SamplerBinary, build
 
 REMOTE_PATH = "/usr/local/libexec/bbrlab/sockdiag_sampler"
 
@@ -61,7 +61,7 @@ mv -f "$tmp" "$2"
 
 
 def ensure_on_host(host: Host, binary: SamplerBinary | None = None, path: str = REMOTE_PATH) -> Deployed:
-    """Make sure ``host`` has the sampler ``binary`` (default: :func:`~bbrlab.sockdiag.build.build`)."""
+    """Make sure ``host`` has the sampler ``binary`` (default: :func:`bbrlab.sockdiag.build`)."""
     binary = binary or build()
     if host.is_local:
         return Deployed(host.name, str(binary.path), binary.sha256, binary.source_sha256, False)

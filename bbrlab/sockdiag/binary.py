@@ -111,10 +111,6 @@ def build(out_dir: str | Path | None = None) -> SamplerBinary:
 
 
 def main() -> None:
-    """``python -m bbrlab.sockdiag.build``: build (or find) the sampler, print its path and SHA-256."""
+    """Build (or find) the sampler, print its path and SHA-256 (``python -m bbrlab.sockdiag``)."""
     built = build()
     print(f"{built.path}\nsha256 {built.sha256}\nsource sha256 {built.source_sha256}")
-
-
-if __name__ == "__main__":
-    main()

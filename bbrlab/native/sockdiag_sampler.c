@@ -35,6 +35,7 @@
  * one record a line:
  *   # bbrlab-sockdiag-sampler format=1 interval_ns=N stop_after_s=N dport=N sports=A,B family=4|6 pid=N
  *     t0_ns=N                                                            (one line: the header)
+ *   # ready cpu_user_us=N cpu_sys_us=N                                   started (its CPU so far)
  *   D <sport> <family 4|6> <src> <dst> <dport> <cookie hex> <tick>     a data socket discovered
  *   T <tick> <realtime_ns> <monotonic_ns> <request_ns>                 a sample: when it was asked, how long
  *                                                                        the kernel took to answer
@@ -45,7 +46,8 @@
  * The footer is written whatever the end: reason stop_file, deadline, signal or error.
  *
  * Exit status: 0 stopped normally; 2 bad arguments (nothing started); 3 the kernel has no
- * inet_diag/tcp_diag; 4 a BBR socket without BBR info; 5 another netlink failure; 6 output failure.
+ * inet_diag/tcp_diag; 4 an established BBR socket without BBR info in 3 samples in a row (once can
+ * be a socket closing while the kernel answers); 5 another netlink failure; 6 output failure.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -72,6 +74,9 @@
 #define RECV_BUF 16384
 #define OUT_BUF (1 << 20)
 #define DUMP_BUF 65536
+/* A socket that closes while the kernel fills its answer (the state is read before the CCA's info)
+   can show up once as established BBR without BBR info; this many in a row is a kernel without it. */
+#define BBR_INFO_MISSING_MAX 3
 
 enum { EXIT_BAD_ARGS = 2, EXIT_NO_DIAG = 3, EXIT_NO_BBR_INFO = 4, EXIT_NETLINK = 5, EXIT_OUTPUT = 6 };
 
@@ -79,6 +84,7 @@ struct flow_socket {
 	uint16_t sport;      /* host order */
 	int found;           /* discovered */
 	int gone;            /* closed, TIME_WAIT or unknown to the kernel: not asked again */
+	int bbr_info_missing; /* consecutive established BBR samples without INET_DIAG_BBRINFO */
 	uint8_t family;
 	struct inet_diag_sockid id;
 };
@@ -180,6 +186,15 @@ static void write_footer(const char *reason, uint64_t mono_start)
 
 static uint64_t mono_start_ns;
 
+/* "# ready": the CPU the sampler took to start, before any sample. */
+static void write_ready(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	printf("# ready cpu_user_us=%lld cpu_sys_us=%lld\n", (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
+	       (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec);
+}
+
 /* Fail loudly: the reason on stderr and in the output, then the footer, then exit. */
 static void fail(int code, const char *fmt, ...)
 {
@@ -261,9 +276,13 @@ static int write_socket(const struct inet_diag_msg *m, size_t len)
 		rest -= step;
 	}
 	putchar('\n');
-	if (strncmp(cca, "bbr", 3) == 0 && !has_bbr_info && m->idiag_state == 1 /* TCP_ESTABLISHED */)
-		fail(EXIT_NO_BBR_INFO, "socket :%u runs %s but the kernel sent no INET_DIAG_BBRINFO", ntohs(m->id.idiag_sport),
-		     cca);
+	struct flow_socket *s = by_port(ntohs(m->id.idiag_sport));
+	if (s && strncmp(cca, "bbr", 3) == 0 && m->idiag_state == 1 /* TCP_ESTABLISHED */) {
+		s->bbr_info_missing = has_bbr_info ? 0 : s->bbr_info_missing + 1;
+		if (s->bbr_info_missing >= BBR_INFO_MISSING_MAX)
+			fail(EXIT_NO_BBR_INFO, "socket :%u runs %s but the kernel sent no INET_DIAG_BBRINFO in %d samples "
+			     "in a row", s->sport, cca, s->bbr_info_missing);
+	}
 	return m->idiag_state;
 }
 
@@ -492,6 +511,7 @@ int main(int argc, char **argv)
 	nl_fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (nl_fd < 0)
 		fail(EXIT_NO_DIAG, "socket(AF_NETLINK, NETLINK_SOCK_DIAG): %s", strerror(errno));
+	write_ready();
 	fflush(stdout); /* the header shows that the sampler runs; the rest waits for a full buffer */
 
 	/*

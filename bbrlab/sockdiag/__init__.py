@@ -17,24 +17,51 @@ of forking ``ss`` (see benchmarks/sampling.py for the numbers measured on the lo
     sockdiag.summary(text)                                      # samples, missed ticks, CPU, intervals
 """
 
-from .binary import SamplerBinary, SamplerBuildError, build, source_sha256
+from . import bpf
+from . import parse as _netlink
+from .binary import KINDS, SamplerBinary, SamplerBuildError, build, source_sha256
 from .command import check_interval_ms, check_ports, sampler_argv
-from .deploy import REMOTE_PATH, Deployed, SamplerDeployError, ensure_on_host, remote_sha256
+from .deploy import REMOTE_PATH, Deployed, SamplerDeployError, ensure_on_host, remote_path, remote_sha256
 from .parse import (
     SockdiagFieldsMissing,
     SockdiagLog,
     SockdiagLogError,
     interval_stats,
     parse_log,
-    rows,
     socket_row,
-    summary,
 )
 
 __all__ = [
-    "SamplerBinary", "SamplerBuildError", "build", "source_sha256",
+    "KINDS", "SamplerBinary", "SamplerBuildError", "build", "source_sha256",
     "check_interval_ms", "check_ports", "sampler_argv",
-    "REMOTE_PATH", "Deployed", "SamplerDeployError", "ensure_on_host", "remote_sha256",
+    "REMOTE_PATH", "Deployed", "SamplerDeployError", "ensure_on_host", "remote_path", "remote_sha256",
     "SockdiagFieldsMissing", "SockdiagLog", "SockdiagLogError", "interval_stats", "parse_log", "rows",
-    "socket_row", "summary",
+    "socket_row", "summary", "log_kind", "bpf",
 ]
+
+
+def log_kind(text: str) -> str:
+    """Which sampler wrote ``text``: ``netlink`` or ``bpf`` (:class:`SockdiagLogError` for neither)."""
+    if text.startswith(_netlink.MAGIC + " "):
+        return "netlink"
+    if text.startswith(bpf.MAGIC + " "):
+        return "bpf"
+    raise SockdiagLogError(f"not a sampler log (first line {text.splitlines()[0][:80] if text else ''!r})")
+
+
+def rows(text, **kwargs) -> list[dict]:
+    """Rows of the ss table from either sampler's log (see :func:`bbrlab.sockdiag.parse.rows`)."""
+    if isinstance(text, SockdiagLog):
+        return _netlink.rows(text, **kwargs)
+    if isinstance(text, bpf.BpfLog):
+        return bpf.rows(text, **kwargs)
+    return (_netlink.rows if log_kind(text) == "netlink" else bpf.rows)(text, **kwargs)
+
+
+def summary(text) -> dict:
+    """What a run record keeps about either sampler (samples, missed ticks, CPU per sample, intervals)."""
+    if isinstance(text, SockdiagLog):
+        return _netlink.summary(text)
+    if isinstance(text, bpf.BpfLog):
+        return bpf.summary(text)
+    return (_netlink.summary if log_kind(text) == "netlink" else bpf.summary)(text)

@@ -1,4 +1,4 @@
-"""The sockdiag sampler's command line, every value checked before anything starts."""
+"""The samplers' command lines, every value checked before anything starts."""
 
 from __future__ import annotations
 
@@ -40,12 +40,14 @@ def check_ports(ports: object, field: str = "ports") -> list[int]:
 
 
 def sampler_argv(binary_path: str, interval_ms: float, stop_after_s: float, stop_file: str,
-                 ports: Sequence[int], server_port: int, *, family: int = 4) -> list[str]:
-    """The argument list that runs the sampler on the sender (nothing is shell-joined).
+                 ports: Sequence[int], server_port: int, *, kind: str = "netlink", family: int = 4,
+                 batch_ms: int = 250) -> list[str]:
+    """The argument list that runs a sampler on the sender (nothing is shell-joined).
 
     ``interval_ms`` 0.1 .. 10000 (rounded to whole microseconds); ``stop_after_s`` 1 .. 86400 (the
     sampler's own deadline, rounded up to whole seconds); ``stop_file`` an absolute path; ``ports`` the
-    data connections' local ports, ``server_port`` their peer port, ``family`` 4 (IPv4) or 6 (IPv6).
+    data connections' local ports, ``server_port`` their peer port. ``kind`` netlink: ``family`` 4
+    (IPv4) or 6 (IPv6); bpf: ``batch_ms`` 10 .. 10000, how often the loader drains the ring buffer.
     """
     interval_us = round(check_interval_ms(interval_ms) * 1000)
     if not _number(stop_after_s) or not 1 <= stop_after_s <= MAX_STOP_AFTER_S:
@@ -54,7 +56,14 @@ def sampler_argv(binary_path: str, interval_ms: float, stop_after_s: float, stop
         raise ValidationError("stop_file", stop_file, "an absolute path without newlines")
     checked = check_ports(ports)
     check_port(server_port, "server_port")
-    if family not in (4, 6) or isinstance(family, bool):
-        raise ValidationError("family", family, "4 (IPv4) or 6 (IPv6)")
-    return [binary_path, "-i", str(interval_us), "-t", str(math.ceil(stop_after_s)), "-s", stop_file,
-            "-d", str(server_port), "-p", ",".join(str(p) for p in checked), "-f", str(family)]
+    argv = [binary_path, "-i", str(interval_us), "-t", str(math.ceil(stop_after_s)), "-s", stop_file,
+            "-d", str(server_port), "-p", ",".join(str(p) for p in checked)]
+    if kind == "netlink":
+        if family not in (4, 6) or isinstance(family, bool):
+            raise ValidationError("family", family, "4 (IPv4) or 6 (IPv6)")
+        return [*argv, "-f", str(family)]
+    if kind == "bpf":
+        if isinstance(batch_ms, bool) or not isinstance(batch_ms, int) or not 10 <= batch_ms <= 10_000:
+            raise ValidationError("batch_ms", batch_ms, "a whole number of ms from 10 to 10000")
+        return [*argv, "-b", str(batch_ms)]
+    raise ValidationError("sampler", kind, "netlink or bpf")

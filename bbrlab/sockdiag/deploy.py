@@ -1,7 +1,8 @@
-"""Putting the sockdiag sampler on a sender: copied over SSH when missing or when its SHA-256 differs.
+"""Putting a sampler on a sender: copied over SSH when missing or when its SHA-256 differs.
 
-The sender runs ``/usr/local/libexec/bbrlab/sockdiag_sampler``. :func:`ensure_on_host` reads that file's
-SHA-256 on the host (one command) and copies the locally built binary only when it is absent or
+The sender runs ``/usr/local/libexec/bbrlab/<name>`` (``sockdiag_sampler``, ``sockbpf_sampler``).
+:func:`ensure_on_host` reads that file's SHA-256 on the host (one command) and copies the locally built
+binary only when it is absent or
 different: a lab sender gets it on its first sampled run, the local testbed's guest image already
 carries it (see :mod:`bbrlab.testbed.local.image`). The copy goes to a private temporary file first
 and is renamed into place, so a sampler that is running keeps its own file and a half copy never
@@ -16,9 +17,10 @@ from dataclasses import asdict, dataclass
 
 from ..errors import BbrlabError
 from ..hosts import Host
-from .binary import SamplerBinary, build
+from .binary import SamplerBinary, build, program
 
-REMOTE_PATH = "/usr/local/libexec/bbrlab/sockdiag_sampler"
+REMOTE_DIR = "/usr/local/libexec/bbrlab"
+REMOTE_PATH = f"{REMOTE_DIR}/sockdiag_sampler"
 
 
 class SamplerDeployError(BbrlabError):
@@ -30,6 +32,7 @@ class Deployed:
     """The sampler on one host: where it is, its SHA-256 as read there, and whether this call copied it."""
 
     host: str
+    kind: str
     path: str
     sha256: str
     source_sha256: str
@@ -37,6 +40,11 @@ class Deployed:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def remote_path(kind: str = "netlink") -> str:
+    """Where a sender keeps the sampler of ``kind``."""
+    return f"{REMOTE_DIR}/{program(kind).binary_name}"
 
 
 def remote_sha256(host: Host, path: str = REMOTE_PATH) -> str | None:
@@ -52,7 +60,7 @@ _INSTALL = r"""
 set -e
 dir=$(dirname "$2")
 mkdir -p "$dir"
-tmp=$(mktemp "$dir/.sockdiag_sampler.XXXXXX")
+tmp=$(mktemp "$dir/.sampler.XXXXXX")
 trap 'rm -f "$tmp" "$1"' EXIT
 cat "$1" > "$tmp"
 chmod 0755 "$tmp"
@@ -60,16 +68,20 @@ mv -f "$tmp" "$2"
 """
 
 
-def ensure_on_host(host: Host, binary: SamplerBinary | None = None, path: str = REMOTE_PATH) -> Deployed:
-    """Make sure ``host`` has the sampler ``binary`` (default: :func:`bbrlab.sockdiag.build`)."""
-    binary = binary or build()
+def ensure_on_host(host: Host, binary: SamplerBinary | None = None, *, kind: str = "netlink",
+                   path: str | None = None) -> Deployed:
+    """Make sure ``host`` has the sampler ``binary`` (default: :func:`bbrlab.sockdiag.build` of ``kind``)
+    at ``path`` (default: :func:`remote_path`)."""
+    binary = binary or build(kind)
+    kind = binary.kind
+    path = path or remote_path(kind)
     if host.is_local:
-        return Deployed(host.name, str(binary.path), binary.sha256, binary.source_sha256, False)
+        return Deployed(host.name, kind, str(binary.path), binary.sha256, binary.source_sha256, False)
     if not posixpath.isabs(path):
         raise SamplerDeployError(f"the sampler's path on {host.name} must be absolute, not {path!r}")
     have = remote_sha256(host, path)
     if have == binary.sha256:
-        return Deployed(host.name, path, have, binary.source_sha256, False)
+        return Deployed(host.name, kind, path, have, binary.source_sha256, False)
     staged = host.output(["mktemp", "/tmp/bbrlab-sockdiag.XXXXXX"], timeout=30)
     try:
         host.put(binary.path, staged)
@@ -80,4 +92,4 @@ def ensure_on_host(host: Host, binary: SamplerBinary | None = None, path: str = 
     if have != binary.sha256:
         raise SamplerDeployError(f"after copying the sampler to {host.name}:{shlex.quote(path)} its SHA-256 reads "
                                  f"{have}, not {binary.sha256}")
-    return Deployed(host.name, path, have, binary.source_sha256, True)
+    return Deployed(host.name, kind, path, have, binary.source_sha256, True)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import BbrlabError
+from .columns import bbr_columns, derive, tcp_columns
 from .structs import decode_bbr_info, decode_tcp_info
 
 FORMAT = 1
@@ -36,8 +37,6 @@ _DECODED = {ATTR_INFO, ATTR_CONG, ATTR_BBRINFO}
 TCP_STATES = {1: "established", 2: "syn-sent", 3: "syn-recv", 4: "fin-wait-1", 5: "fin-wait-2",
               6: "time-wait", 7: "close", 8: "close-wait", 9: "last-ack", 10: "listen", 11: "closing"}
 ESTABLISHED = 1
-_U32_MAX = 0xFFFFFFFF
-_U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 
 class SockdiagLogError(BbrlabError):
@@ -101,6 +100,8 @@ class SockdiagLog:
     gone: dict[int, tuple[int, str]]
     errors: list[str]
     footer: dict | None
+    stderr: list[str] = field(default_factory=list)
+    ready: dict | None = None
 
 
 def _key_values(words: Iterable[str]) -> dict:
@@ -151,6 +152,10 @@ def parse_log(text: str) -> SockdiagLog:
                 log.errors.append(line[len("# error "):])
             elif line.startswith("# end "):
                 log.footer = _key_values(words[2:])
+            elif line.startswith("# ready "):
+                log.ready = _key_values(words[2:])
+            elif line.startswith("sockdiag_sampler: "):
+                log.stderr.append(line[len("sockdiag_sampler: "):])  # its stderr, when both go to one file
             elif not line.startswith("#"):
                 raise ValueError("unknown record")
         except (ValueError, IndexError, TypeError) as e:
@@ -159,94 +164,6 @@ def parse_log(text: str) -> SockdiagLog:
 
 
 # -- rows as the ss parser makes them ---------------------------------------------------------------
-
-def _ms(us: int | None) -> float | None:
-    return us / 1000 if us else None
-
-
-def _mbit(bytes_per_s: int | None) -> float | None:
-    return bytes_per_s * 8 / 1e6 if bytes_per_s and bytes_per_s != _U64_MAX else None
-
-
-def _tcp_columns(info: dict) -> dict:
-    """tcp_info -> the ss parser's column names and units (None where ss prints nothing)."""
-    rtt_us, mss, cwnd = info.get("rtt", 0), info.get("snd_mss", 0), info.get("snd_cwnd", 0)
-    ssthresh = info.get("snd_ssthresh")
-    min_rtt = info.get("min_rtt")
-    return {
-        "rto_ms": _ms(info.get("rto")) if info.get("rto") != 3_000_000 else None,
-        "rtt_ms": _ms(rtt_us),
-        "rttvar_ms": info["rttvar"] / 1000 if rtt_us else None,
-        "ato_ms": _ms(info.get("ato")),
-        "mss": mss or None,
-        "pmtu": info.get("pmtu"),
-        "rcvmss": info.get("rcv_mss"),
-        "advmss": info.get("advmss"),
-        "cwnd": cwnd or None,
-        "ssthresh": ssthresh if ssthresh is not None and ssthresh < 0xFFFF else None,
-        "bytes_sent": info.get("bytes_sent", 0),
-        "bytes_retrans": info.get("bytes_retrans", 0),
-        "bytes_acked": info.get("bytes_acked", 0),
-        "bytes_received": info.get("bytes_received", 0),
-        "segs_out": info.get("segs_out"),
-        "segs_in": info.get("segs_in"),
-        "data_segs_out": info.get("data_segs_out"),
-        "data_segs_in": info.get("data_segs_in"),
-        "send_mbit": cwnd * mss * 8 / rtt_us if rtt_us and mss and cwnd else None,
-        "lastsnd": info.get("last_data_sent"),
-        "lastrcv": info.get("last_data_recv"),
-        "lastack": info.get("last_ack_recv"),
-        "pacing_rate_mbit": _mbit(info.get("pacing_rate")),
-        "delivery_rate_mbit": _mbit(info.get("delivery_rate")),
-        "delivered": info.get("delivered"),
-        "app_limited": bool(info.get("delivery_rate_app_limited", False)),
-        "busy_ms": _ms(info.get("busy_time")) or None,
-        "rwnd_limited_ms": _ms(info.get("rwnd_limited")),
-        "sndbuf_limited_ms": _ms(info.get("sndbuf_limited")),
-        "unacked": info.get("unacked", 0),
-        "retrans_out": info.get("retrans", 0),
-        "retrans_total": info.get("total_retrans", 0),
-        "lost": info.get("lost", 0),
-        "sacked": info.get("sacked", 0),
-        "reordering": info.get("reordering"),
-        "reord_seen": info.get("reord_seen"),
-        "dsack_dups": info.get("dsack_dups"),
-        "rcv_rtt_ms": _ms(info.get("rcv_rtt")),
-        "rcv_space": info.get("rcv_space"),
-        "rcv_ssthresh": info.get("rcv_ssthresh"),
-        "notsent": info.get("notsent_bytes", 0),
-        "minrtt_ms": _ms(min_rtt) if min_rtt != _U32_MAX else None,
-        "snd_wnd": info.get("snd_wnd"),
-        "backoff": info.get("backoff"),
-        "tcp_info_tail_hex": info.get("tail_hex"),
-    }
-
-
-def _bbr_columns(data: bytes) -> dict:
-    bbr = decode_bbr_info(data)
-    return {
-        "bw_mbit": bbr["bw_bytes_per_s"] * 8 / 1e6,
-        "mrtt_ms": bbr["min_rtt_us"] / 1000,
-        "pacing_gain": bbr["pacing_gain"] / 256 if bbr["pacing_gain"] else None,
-        "cwnd_gain": bbr["cwnd_gain"] / 256 if bbr["cwnd_gain"] else None,
-        "bbr_extra": {"tail_hex": bbr["tail_hex"]} if bbr["tail_hex"] else None,
-    }
-
-
-def _derive(row: dict) -> None:
-    """inflight and BBR's BDP, with the definitions of :mod:`bbrlab.sampling` (see its docstring)."""
-    mss = row["mss"] or 0
-    row["sent_minus_acked_bytes"] = row["bytes_sent"] - row["bytes_acked"]
-    row["inflight_bytes"] = max(0, row["bytes_sent"] - row["bytes_retrans"] - row["bytes_acked"])
-    row["unacked_bytes"] = row["unacked"] * mss
-    row["pipe_bytes"] = max(0, row["unacked"] - row["sacked"] - row["lost"] + row["retrans_out"]) * mss
-    if row["bw_mbit"] is not None and row["mrtt_ms"] is not None:
-        row["bdp_bytes"] = row["bw_mbit"] * 1e6 / 8 * row["mrtt_ms"] / 1e3
-        row["inflight_bdp"] = row["inflight_bytes"] / row["bdp_bytes"] if row["bdp_bytes"] > 0 else None
-    else:
-        row["bdp_bytes"] = None
-        row["inflight_bdp"] = None
-
 
 def socket_row(sock: SocketState, where: Discovered | None = None) -> dict:
     """One socket of one sample as the ss parser's row (without the sample's index and times)."""
@@ -262,13 +179,13 @@ def socket_row(sock: SocketState, where: Discovered | None = None) -> dict:
         "bw_mbit": None, "mrtt_ms": None, "pacing_gain": None, "cwnd_gain": None, "bbr_extra": None,
     }
     info = sock.attrs.get(ATTR_INFO)
-    row.update(_tcp_columns(decode_tcp_info(info) if info is not None else {}))
+    row.update(tcp_columns(decode_tcp_info(info) if info is not None else {}))
     row["has_tcp_info"] = info is not None
     if ATTR_BBRINFO in sock.attrs:
-        row.update(_bbr_columns(sock.attrs[ATTR_BBRINFO]))
+        row.update(bbr_columns(decode_bbr_info(sock.attrs[ATTR_BBRINFO])))
     other = {f"attr_{k}": v.hex() for k, v in sorted(sock.attrs.items()) if k not in _DECODED}
     row["other"] = other or None
-    _derive(row)
+    derive(row)
     return row
 
 
@@ -276,10 +193,19 @@ def _check(row: dict, sample: Sample) -> None:
     missing = [k for k in ("cca", "rtt_ms", "mss", "cwnd") if row.get(k) is None]
     if not row["has_tcp_info"]:
         missing.insert(0, "INET_DIAG_INFO (tcp_info)")
-    if (row.get("cca") or "").startswith("bbr") and row["bw_mbit"] is None:
-        missing.append("INET_DIAG_BBRINFO (bw, mrtt, pacing_gain, cwnd_gain)")
     if missing:
         raise SockdiagFieldsMissing(f"socket :{row['port']} at tick {sample.tick} came without {', '.join(missing)}")
+
+
+def _check_bbr_info(out: list[dict]) -> None:
+    """A BBR socket must have BBR's info. A single sample without it happens (the socket closed while the
+    kernel answered: it reads the state before the CCA's info) and keeps None there; never any is a
+    kernel that does not send it."""
+    bbr_ports = {r["port"] for r in out if (r["cca"] or "").startswith("bbr")}
+    for port in sorted(bbr_ports):
+        if all(r["bw_mbit"] is None for r in out if r["port"] == port and (r["cca"] or "").startswith("bbr")):
+            raise SockdiagFieldsMissing(f"socket :{port} runs BBR but came without INET_DIAG_BBRINFO (bw, mrtt, "
+                                        "pacing_gain, cwnd_gain) in every sample")
 
 
 def rows(text: str | SockdiagLog, *, ports: Iterable[int] | None = None, t0_unix_s: float | None = None,
@@ -289,8 +215,8 @@ def rows(text: str | SockdiagLog, *, ports: Iterable[int] | None = None, t0_unix
     ``ports`` keeps only those local ports; ``states`` only sockets in those TCP states (by default
     established, as the ss sampler's filter; None keeps all). ``t_unix_s`` is the sample's realtime
     clock, ``t_mono_s`` its monotonic one, ``t_s`` seconds since ``t0_unix_s`` (by default the first
-    sample). With ``check`` a socket without tcp_info, its CCA, or (BBR) its BBR info raises
-    :class:`SockdiagFieldsMissing`; a log whose sampler reported an error raises
+    sample). With ``check`` a socket without tcp_info or its CCA, or a BBR socket without BBR's info in
+    every sample, raises :class:`SockdiagFieldsMissing`; a log whose sampler reported an error raises
     :class:`SockdiagLogError`.
     """
     log = text if isinstance(text, SockdiagLog) else parse_log(text)
@@ -314,6 +240,8 @@ def rows(text: str | SockdiagLog, *, ports: Iterable[int] | None = None, t0_unix
                 _check(row, sample)
             out.append({"sample": index, "t_unix_s": t_unix_s, "t_mono_s": sample.monotonic_ns / 1e9,
                         "t_s": t_unix_s - t0, **row})
+    if check:
+        _check_bbr_info(out)
     return out
 
 
@@ -335,12 +263,14 @@ def interval_stats(monotonic_ns: list[int]) -> dict | None:
 
 
 def summary(text: str | SockdiagLog) -> dict:
-    """What a run record keeps about the sampler: asked interval, samples, missed ticks, CPU (its own
-    ``getrusage``) per sample, the achieved interval, how the sampler ended, and its errors."""
+    """What a run record keeps about the sampler: asked interval, samples, missed ticks, CPU per sample (its
+    own ``getrusage`` after it was ready, per sample; ``cpu_startup_s`` before), the achieved interval, how
+    the sampler ended, and its errors."""
     log = text if isinstance(text, SockdiagLog) else parse_log(text)
-    foot = log.footer or {}
+    foot, ready = log.footer or {}, log.ready or {}
     samples = foot.get("samples", len(log.samples))
     cpu_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
+    startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0)
     request_ms = sorted(s.request_ns / 1e6 for s in log.samples if s.sockets)
     return {
         "kind": "netlink",
@@ -349,7 +279,8 @@ def summary(text: str | SockdiagLog) -> dict:
         "ticks": foot.get("ticks"),
         "missed_ticks": foot.get("missed"),
         "cpu_s": cpu_us / 1e6 if cpu_us is not None else None,
-        "cpu_per_sample_ms": cpu_us / 1000 / samples if cpu_us is not None and samples else None,
+        "cpu_startup_s": startup_us / 1e6 if log.ready else None,
+        "cpu_per_sample_ms": (cpu_us - startup_us) / 1000 / samples if cpu_us is not None and samples else None,
         "request_median_ms": statistics.median(request_ms) if request_ms else None,
         "interval": interval_stats([s.monotonic_ns for s in log.samples]),
         "sockets_discovered": sorted(log.discovered),

@@ -14,7 +14,8 @@ Spec keys (see specs/*.yaml)::
     streams: [1]
     repetitions: 30
     duration_s: 20
-    sample_ss_ms: null          # e.g. 10 for the sampled runs of figures 5, 6, 9, 11
+    sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
+    sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
     order: blocked-random       # or sequential, random
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
@@ -46,7 +47,7 @@ from pathlib import Path
 
 from . import record as rec
 from .errors import BbrlabError, ValidationError
-from .scenario import Contention, Flow, Link, Scenario, check_cca
+from .scenario import DEFAULT_SAMPLER, Contention, Flow, Link, Scenario, check_cca
 from .signals import interruptible
 
 PLAN_SCHEMA = "bbrlab.plan/1"
@@ -72,7 +73,8 @@ class CampaignSpec:
     streams: tuple[int, ...] = (1,)
     repetitions: int = 30
     duration_s: float = 20.0
-    sample_ss_ms: int | None = None
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
@@ -97,7 +99,8 @@ class CampaignSpec:
     def _scenario(self, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
         link = Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
                     loss_pct=loss, delay_split=self.delay_split)
-        flow = Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ss_ms=self.sample_ss_ms)
+        flow = Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
+                    sampler=self.sampler)
         return Scenario(link, Contention(ts, share), flow, repetition)
 
     def plan(self) -> list[Scenario]:
@@ -171,10 +174,32 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     return tuple(out)
 
 
+def _sampling(d: dict) -> dict:
+    """``sample_ms`` and ``sampler``; the older ``sample_ss_ms: N`` means ``sample_ms: N, sampler: ss``."""
+    out: dict = {}
+    if d.get("sample_ss_ms") is not None:
+        if d.get("sample_ms") is not None or "sampler" in d:
+            raise ValidationError("sample_ss_ms", d["sample_ss_ms"], "absent when sample_ms or sampler is given "
+                                  "(sample_ss_ms: N is the older form of sample_ms: N with sampler: ss)")
+        d = {"sample_ms": d["sample_ss_ms"], "sampler": "ss"}
+        key = "sample_ss_ms"
+    else:
+        key = "sample_ms"
+    if d.get("sample_ms") is not None:
+        out["sample_ms"] = _number(key, d["sample_ms"], integer=True)
+    if "sampler" in d:
+        out["sampler"] = d["sampler"]
+    try:
+        Flow("cubic", sample_ms=out.get("sample_ms"), sampler=out.get("sampler", DEFAULT_SAMPLER))
+    except ValidationError as e:
+        raise _rename_field(e, key if e.field.endswith("sample_ms") else e.field.split(".")[-1]) from None
+    return out
+
+
 def _validate(data: object) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)}
+    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(str(key), data[key], f"a known key: {', '.join(sorted(known))}")
@@ -223,12 +248,7 @@ def _check_scalars(d: dict) -> dict:
             Flow("cubic", duration_s=out["duration_s"])
         except ValidationError as e:
             raise _rename_field(e, "duration_s") from None
-    if d.get("sample_ss_ms") is not None:
-        out["sample_ss_ms"] = _number("sample_ss_ms", d["sample_ss_ms"], integer=True)
-        try:
-            Flow("cubic", sample_ss_ms=out["sample_ss_ms"])
-        except ValidationError as e:
-            raise _rename_field(e, "sample_ss_ms") from None
+    out.update(_sampling(d))
     if "order" in d:
         if d["order"] not in ORDERS:
             raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")

@@ -42,7 +42,7 @@ RUN_COLUMNS = (
     "run_id", "campaign", "status", "reason", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
     "buffer_bdp", "buffer_bytes", "loss_model", "loss_pct", "streams", "duration_s", "repetition",
     "throughput_mbit", "sender_throughput_mbit", "retransmits", "cpu_sender_pct", "link_utilisation",
-    "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "started_at", "source",
+    "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "sampler", "started_at", "source",
     "path",
 )
 INTERVAL_COLUMNS = ("run_id", "t_start_s", "t_end_s", "throughput_mbit", "retransmits")
@@ -57,7 +57,7 @@ POINT_COLUMNS = ("source", "cca", "patched", "timeslice_ms", "cpu_share_pct", "r
 
 #: Below this many runs a process pool costs more than it saves.
 PARALLEL_MIN_RUNS = 400
-RUN_FILES = ("record.json", "iperf.json", "ss.log")
+RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log")
 
 
 @dataclass
@@ -162,22 +162,35 @@ def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
         "link_utilisation": thr / rate if rate else float("nan"),
         "accelerator": testbed.get("accelerator"), "hypervisor": testbed.get("hypervisor"),
         "testbed_kind": testbed.get("kind"), "sender_kernel": testbed.get("sender_kernel"),
-        "patched": _is_patched(cca, meta.get("module")), "ss_sampled": flow.get("sample_ss_ms") is not None,
+        "patched": _is_patched(cca, meta.get("module")), "ss_sampled": sampler_of(flow) is not None,
+        "sampler": sampler_of(flow),
         "started_at": record.get("started_at"),
         "source": "bbrlab", "path": path,
     }
 
 
-def ss_rows(run_id: str, text: str, data_ports: set[int]) -> list[dict]:
-    """ss samples of one run as ``ss`` rows, parsed by :func:`bbrlab.sampling.parse_ss_log`
-    (imported only when a run has a log). Only iperf3's data connections are kept; ``t_s`` counts
-    from the first sample (the sampler starts with the transfer). The parser derives inflight_bytes
-    (sent - retransmitted - acked), bdp_bytes (BBR's bw x min RTT) and inflight_bdp.
+def sampler_of(flow: Mapping) -> str | None:
+    """The socket sampler a run's flow asked for: ``bpf``, ``netlink`` or ``ss`` (a record's ``sample_ss_ms``,
+    the form before the samplers had a choice, is ss); None for an unsampled run."""
+    if flow.get("sample_ss_ms") is not None:
+        return "ss"
+    return flow.get("sampler") if flow.get("sample_ms") is not None else None
+
+
+def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log") -> list[dict]:
+    """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.parse_ss_log`,
+    ``samples.log`` (the netlink or BPF sampler) by :func:`bbrlab.sockdiag.rows`, into the same columns
+    (imported only when a run has a log). Only iperf3's data connections are kept; ``t_s`` counts from
+    the first sample (the sampler starts with the transfer). The parsers derive inflight_bytes (sent -
+    retransmitted - acked), bdp_bytes (BBR's bw x min RTT) and inflight_bdp.
     """
-    from .sampling import parse_ss_log
+    if log == "ss.log":
+        from .sampling import parse_ss_log as parse
+    else:
+        from .sockdiag import rows as parse
 
     out = []
-    for s in parse_ss_log(text, ports=sorted(data_ports) or None):
+    for s in parse(text, ports=sorted(data_ports) or None):
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = run_id
         out.append(row)
@@ -203,15 +216,17 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         return RunRows(row, [], [], notes)
     intervals = iperf_intervals(row["run_id"], report)
     ss: list[dict] = []
-    ss_path = run_dir / "ss.log"
-    if ss_path.exists():
+    for log in ("ss.log", "samples.log"):
+        ss_path = run_dir / log
+        if not ss_path.exists():
+            continue
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
         try:
-            ss = ss_rows(row["run_id"], ss_path.read_text(), ports)
+            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log)
         except ImportError:
-            notes.append("ss.log present but bbrlab.sampling is not available: ss table left empty")
+            notes.append(f"{log} present but bbrlab's samplers are not available: ss table left empty")
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
-            notes.append(f"{rel}/ss.log not parsed: {type(e).__name__}: {e}")
+            notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
     return RunRows(row, intervals, ss, notes)
 
 

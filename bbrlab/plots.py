@@ -355,7 +355,7 @@ def socket_state(ss: pd.DataFrame, runs: pd.DataFrame, *, run_ids: Sequence[str]
     ids = list(run_ids) if run_ids is not None else representative_runs(runs, have=sampled)[:max_runs]
     table = ss[ss["run_id"].isin(ids)] if len(ss) else ss
     if table.empty:
-        return empty_figure("Nothing to plot: no ss samples for the selected runs (sample with flow.sample_ss_ms)."), \
+        return empty_figure("Nothing to plot: no ss samples for the selected runs (sample with flow.sample_ms)."), \
             table
     ids = [i for i in ids if i in set(table["run_id"])]
     info = runs.set_index("run_id")

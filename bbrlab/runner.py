@@ -24,6 +24,8 @@ from .scenario import Scenario
 
 #: Seconds the sampler and the server may outlive the client's own limit before they stop by themselves.
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
+#: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
+SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -68,6 +70,8 @@ class Runner:
             checks.cca_offered(flow.cca, state.available)
             meta.module = sender.module_identity(tb.sender.host, flow.cca)
             meta.cca.bbr_version, meta.cca.patched = sender.bbr_identity(flow.cca, meta.module)
+            if flow.sample_ms:
+                checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
         meta.flow = {"client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = flow.duration_s + iperf.CLIENT_MARGIN_S
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
@@ -78,7 +82,8 @@ class Runner:
                     traffic.enter_context(iperf.server(tb.receiver.host, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                        ready_timeout_s=self.ready_timeout_s))
                     sampled = traffic.enter_context(sampling.sampler(
-                        tb.sender.host, ports, flow.sample_ss_ms, limit_s + SAMPLER_MARGIN_S)) if flow.sample_ss_ms else None
+                        tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
+                        kind=flow.sampler)) if flow.sample_ms else None
                 with meta.timed("client"), contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(),
                                                                scenario.contention) as held:
                     result = iperf.run_client(tb.sender.host, tb.receiver.experiment_ip, cca=flow.cca,
@@ -97,8 +102,8 @@ class Runner:
         meta.cca.iperf_sender = parsed.sender_tcp_congestion
         meta.iperf = {k: v for k, v in parsed.to_dict().items() if k != "intervals"}
         if sampled is not None:
-            rec.write_file(out / "ss.log", sampled.text)
-            meta.sampling = checks.samples(sampled.text, parsed, flow.cca)
+            rec.write_file(out / SAMPLE_FILES[sampled.kind], sampled.text)
+            meta.sampling = checks.samples(sampled, parsed, flow.cca, flow.sample_ms)
             meta.cca.ss_seen = meta.sampling.pop("ss_seen")
         checks.data_ports(parsed, ports)
         checks.contention_held(meta.contention, scenario)

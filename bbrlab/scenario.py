@@ -176,17 +176,32 @@ class Contention:
         return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
 
 
+#: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
+#: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
+SAMPLERS = ("bpf", "netlink", "ss")
+DEFAULT_SAMPLER = "bpf"
+
+
 @dataclass(frozen=True)
 class Flow:
-    """The iperf3 transfer from the (contended) sender to the receiver."""
+    """The iperf3 transfer from the (contended) sender to the receiver.
+
+    ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled).
+    Records written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict`
+    reads them, and :meth:`to_dict` writes unsampled and ss-sampled flows in that same form, so their run
+    ids do not change.
+    """
 
     cca: str
     duration_s: float = 20.0
     streams: int = 1
-    sample_ss_ms: int | None = None
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
 
     def __post_init__(self):
         self.validate()
+        if self.sample_ms is None:  # the sampler of an unsampled flow means nothing: one form for equality
+            object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
 
     def validate(self) -> None:
         check_cca(self.cca, "flow.cca")
@@ -197,8 +212,28 @@ class Flow:
         if not isinstance(self.streams, int) or isinstance(self.streams, bool):
             raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
         _check_range("flow.streams", self.streams, 1, 128)
-        if self.sample_ss_ms is not None:
-            _check_range("flow.sample_ss_ms", self.sample_ss_ms, 1, 10_000, unit="ms")
+        if self.sample_ms is not None:
+            if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
+                raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
+            _check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
+        if self.sampler not in SAMPLERS:
+            raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
+
+    def to_dict(self) -> dict:
+        base = {"cca": self.cca, "duration_s": self.duration_s, "streams": self.streams}
+        if self.sample_ms is None or self.sampler == "ss":
+            return {**base, "sample_ss_ms": self.sample_ms}
+        return {**base, "sample_ms": self.sample_ms, "sampler": self.sampler}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Flow:
+        d = dict(d)
+        legacy = d.pop("sample_ss_ms", None)
+        if legacy is not None:
+            if d.get("sample_ms") is not None:
+                raise ValidationError("flow.sample_ss_ms", legacy, "absent when flow.sample_ms is given")
+            d["sample_ms"], d["sampler"] = legacy, "ss"
+        return cls(**d)
 
 
 SCENARIO_SCHEMA_VERSION = 1
@@ -219,13 +254,13 @@ class Scenario:
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": asdict(self.link),
             "contention": asdict(self.contention),
-            "flow": asdict(self.flow),
+            "flow": self.flow.to_dict(),
             "repetition": self.repetition,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
-        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow(**d["flow"]), d.get("repetition", 0))
+        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0))
 
     @property
     def run_id(self) -> str:

@@ -246,6 +246,9 @@ int main(int argc, char **argv)
 	skel->rodata->t0_ns = t0;
 	skel->rodata->server_port = (uint16_t)dport;
 	int err = sockbpf__load(skel);
+	if (err == -EPERM)
+		fail(EXIT_NO_BPF, "loading the BPF program failed (%s): it needs root (CAP_BPF and CAP_PERFMON, or "
+		     "CAP_SYS_ADMIN)", strerror(-err));
 	if (err)
 		fail(EXIT_NO_BPF, "loading the BPF program failed (%s): the kernel needs BPF, BTF "
 		     "(/sys/kernel/btf/vmlinux) and the tcp_probe tracepoint", strerror(-err));

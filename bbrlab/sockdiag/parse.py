@@ -109,7 +109,7 @@ def _key_values(words: Iterable[str]) -> dict:
     for word in words:
         key, sep, value = word.partition("=")
         if sep:
-            out[key] = int(value) if value.isdigit() else value
+            out[key] = int(value) if value.lstrip("-").isdigit() else value
     return out
 
 

@@ -21,5 +21,9 @@ def test_run_row_marks_sampling():
     record = {"run_id": "x", "status": "ok", "scenario": {"link": {"rate_mbit": 100}, "contention": {},
                                                           "flow": {"cca": "bbr", "sample_ss_ms": 100}}}
     assert data.run_row(record, {"throughput_mbit": 50.0}, "runs/x")["ss_sampled"] is True
+    assert data.run_row(record, {"throughput_mbit": 50.0}, "runs/x")["sampler"] == "ss"
     record["scenario"]["flow"]["sample_ss_ms"] = None
     assert data.run_row(record, {"throughput_mbit": 50.0}, "runs/x")["ss_sampled"] is False
+    record["scenario"]["flow"] = {"cca": "bbr", "sample_ms": 10, "sampler": "bpf"}
+    row = data.run_row(record, {"throughput_mbit": 50.0}, "runs/x")
+    assert row["ss_sampled"] is True and row["sampler"] == "bpf"

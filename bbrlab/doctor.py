@@ -42,6 +42,8 @@ TOOLS = {
     "chrt": (["chrt", "--version"], r"(\d[\d.]+)", "util-linux"),
     "ssh": (["ssh", "-V"], r"(OpenSSH_\S+)", "openssh-client"),
     "ssh-keygen": (["ssh-keygen", "-?"], r"()", "openssh-client"),
+    "clang": (["clang", "--version"], r"clang version (\S+)", "clang"),  # the BPF sampler (bbrlab.sockdiag)
+    "bpftool": (["bpftool", "version"], r"v(\S+)", "bpftool"),
 }
 
 

@@ -1,4 +1,9 @@
-"""Sampling TCP socket state with ``ss -tin`` during a run, and parsing what ss printed.
+"""Sampling TCP socket state during a run: the sampler's life in a run, the ``ss -tin`` loop, and its parser.
+
+:func:`sampler` runs any of the three samplers for the length of a ``with`` block: ``bpf`` and ``netlink``
+(:mod:`bbrlab.sockdiag`, the cheap ones; docs/sampling.md) or the ``ss`` loop described here, which forks
+``ss`` for every sample and stays for cross-checks. All three fill the same table (the rows of
+:func:`parse_ss_log`, with the units and the inflight and BDP definitions below).
 
 The sampler runs INSIDE the sender (the contended VM): a small bash loop that, every
 ``interval_ms``, writes ``# t=<unix seconds>`` and then what ``ss -tinH state established FILTER``

@@ -1,15 +1,20 @@
-"""Socket sampling on the contended sender: the ss fork loop against the netlink sampler, in one run.
+"""Socket sampling on the contended sender: the ss fork loop, the netlink sampler and the BPF sampler, in one run.
 
 On the local testbed (holds its lock), through the emulator at 20 ms / 100 Mbit/s, one iperf3 stream per
 run, the samplers started before the client as a run does. Printed:
 
-1. guest CPU per sample (each sampler's own footer: ``getrusage``, resp. bash's /proc ticks with ss as
-   its children) of the ss loop and the netlink sampler, both asked for 10 ms at 100 % share, and their
-   ratio (target >= 100);
-2. the netlink sampler's achieved interval at 100 % share (target: median 10 ms, p99 <= 12 ms) and at
-   1 ms / 25 % and 10 ms / 25 % share (gap distribution; target median <= 12 ms at 1 ms / 25 %);
-3. perturbation: median throughput with the netlink sampler at 10 ms / median without, bbr and cubic, at
-   100 % and at 1 ms / 25 % (runs with and without alternate; goal >= 0.95).
+1. guest CPU per sample, each asked for 10 ms at 100 % share: the ss loop (bash's /proc ticks with ss as
+   its children), the netlink sampler (its ``getrusage`` after start-up) and the BPF sampler (its loader's
+   ``getrusage`` after start-up plus the BPF program's own run time, BPF_STATS_RUN_TIME); the ratios of
+   the ss loop's to the others' (target >= 100); start-up CPU apart (it is spent before the transfer);
+2. the achieved interval of the netlink and BPF samplers at 100 % share (target: median 10 ms, p99 <= 12
+   ms) and at 1 ms / 25 % and 10 ms / 25 % share (gap distribution; target median <= 12 ms at 1 ms / 25 %);
+3. perturbation: median throughput with each sampler at 10 ms / median without, bbr and cubic, at 100 %
+   and at 1 ms / 25 % (runs without and with each sampler interleaved; goal >= 0.95).
+
+All three run on a TCG guest of a shared 2-core machine: guest CPU time includes whatever the host took
+from the vCPU while the sampler was current (the guest cannot tell), so the absolute numbers grow with
+the host's load; the load average is printed at the start and the end.
 
 ``BBRLAB_TESTBED`` names the testbed (default ``local``), ``BBRLAB_BENCH_REPS`` the repetitions per
 perturbation cell (default 5), ``BBRLAB_BENCH_SAMPLING_S`` the transfer length (default 10 s).
@@ -147,46 +152,57 @@ def _gap_distribution(gaps_ms: list[float]) -> str:
     return "gaps " + ", ".join(parts)
 
 
+def _cost_text(s: dict) -> str:
+    startup = f", start-up {s['cpu_startup_s']:.2f} s" if s.get("cpu_startup_s") is not None else ""
+    return f"{s['cpu_per_sample_ms']:8.3f} ms CPU per sample{startup}"
+
+
 def cost_and_intervals(bench: Bench) -> None:
-    print(f"-- guest CPU per sample, both asked for {INTERVAL_MS} ms, bbr at 100 % share, "
-          f"{bench.duration_s} s each", flush=True)
-    ss = bench.transfer("bbr", FULL, "ss")
-    nl = bench.transfer("bbr", FULL, "netlink")
-    ratio = ss.sampler["cpu_per_sample_ms"] / nl.sampler["cpu_per_sample_ms"]
-    print(f"ss loop : {ss.sampler['cpu_per_sample_ms']:8.3f} ms CPU per sample; {_interval_text(ss.sampler)}; "
-          f"{ss.throughput_mbit:.1f} Mbit/s")
-    print(f"netlink : {nl.sampler['cpu_per_sample_ms']:8.3f} ms CPU per sample; {_interval_text(nl.sampler)}; "
-          f"{nl.throughput_mbit:.1f} Mbit/s; kernel answered in {nl.sampler['request_median_ms']:.2f} ms (median)")
-    print(f"ratio ss / netlink CPU per sample: {ratio:.0f}x (target >= 100x)")
-    iv = nl.sampler["interval"]
-    print(f"netlink at 100 %: median {iv['median_ms']:.2f} ms (target 10), p99 {iv['p99_ms']:.2f} ms (target <= 12)")
-    print("  " + _gap_distribution(nl.sampler["gaps_ms"]), flush=True)
+    print(f"-- guest CPU per sample, each asked for {INTERVAL_MS} ms, bbr at 100 % share, {bench.duration_s} s each "
+          "(netlink: its getrusage after start-up; bpf: the loader's after start-up + the BPF program's run time)",
+          flush=True)
+    out = {kind: bench.transfer("bbr", FULL, kind) for kind in ("ss", "netlink", "bpf")}
+    for kind, o in out.items():
+        print(f"{kind:7s}: {_cost_text(o.sampler)}; {_interval_text(o.sampler)}; {o.throughput_mbit:.1f} Mbit/s")
+    ss_cost = out["ss"].sampler["cpu_per_sample_ms"]
+    for kind in ("netlink", "bpf"):
+        print(f"ratio ss / {kind} CPU per sample: {ss_cost / out[kind].sampler['cpu_per_sample_ms']:.0f}x "
+              "(target >= 100x)")
+    for kind in ("netlink", "bpf"):
+        iv = out[kind].sampler["interval"]
+        print(f"{kind} at 100 %: median {iv['median_ms']:.2f} ms (target 10), p99 {iv['p99_ms']:.2f} ms "
+              "(target <= 12)")
+        print("  " + _gap_distribution(out[kind].sampler["gaps_ms"]), flush=True)
     for contention in SETTINGS_25:
-        out = bench.transfer("bbr", contention, "netlink")
-        s = out.sampler
-        target = " (target median <= 12 ms)" if contention.timeslice_ms == 1 else ""
-        print(f"netlink at {_label(contention)}: {_interval_text(s)}{target}; {s['cpu_per_sample_ms']:.3f} ms CPU "
-              f"per sample; {out.throughput_mbit:.1f} Mbit/s")
-        print("  " + _gap_distribution(s["gaps_ms"]), flush=True)
+        for kind in ("netlink", "bpf"):
+            o = bench.transfer("bbr", contention, kind)
+            target = " (target median <= 12 ms)" if contention.timeslice_ms == 1 else ""
+            print(f"{kind} at {_label(contention)}: {_interval_text(o.sampler)}{target}; {_cost_text(o.sampler)}; "
+                  f"{o.throughput_mbit:.1f} Mbit/s")
+            print("  " + _gap_distribution(o.sampler["gaps_ms"]), flush=True)
 
 
 def perturbation(bench: Bench, reps: int) -> None:
-    print(f"-- perturbation: median throughput with the netlink sampler at {INTERVAL_MS} ms / without, {reps} "
-          f"runs each, alternating", flush=True)
+    print(f"-- perturbation: median throughput with a sampler at {INTERVAL_MS} ms / median without, {reps} runs "
+          "each, interleaved (none, netlink, bpf)", flush=True)
     for contention in (FULL, SETTINGS_25[0]):
         for cca in ("bbr", "cubic"):
-            with_s, without = [], []
-            cpu = []
+            mbit: dict = {None: [], "netlink": [], "bpf": []}
+            cpu: dict = {"netlink": [], "bpf": []}
             for _ in range(reps):
-                without.append(bench.transfer(cca, contention, None).throughput_mbit)
-                out = bench.transfer(cca, contention, "netlink")
-                with_s.append(out.throughput_mbit)
-                cpu.append(out.sampler["cpu_per_sample_ms"])
-            ratio = statistics.median(with_s) / statistics.median(without)
-            print(f"{_label(contention):>13} {cca:5s}: with {statistics.median(with_s):6.2f} Mbit/s "
-                  f"{[round(x, 1) for x in with_s]}, without {statistics.median(without):6.2f} Mbit/s "
-                  f"{[round(x, 1) for x in without]}; ratio {ratio:.3f} (goal >= 0.95); sampler CPU per sample "
-                  f"median {statistics.median(cpu):.3f} ms", flush=True)
+                for kind in mbit:
+                    out = bench.transfer(cca, contention, kind)
+                    mbit[kind].append(out.throughput_mbit)
+                    if kind:
+                        cpu[kind].append(out.sampler["cpu_per_sample_ms"])
+            base = statistics.median(mbit[None])
+            print(f"{_label(contention):>13} {cca:5s}: without {base:6.2f} Mbit/s {[round(x, 1) for x in mbit[None]]}",
+                  flush=True)
+            for kind in ("netlink", "bpf"):
+                ratio = statistics.median(mbit[kind]) / base
+                print(f"{'':>13} {'':5s}  {kind:7s} {statistics.median(mbit[kind]):6.2f} Mbit/s "
+                      f"{[round(x, 1) for x in mbit[kind]]}; ratio {ratio:.3f} (goal >= 0.95); CPU per sample "
+                      f"median {statistics.median(cpu[kind]):.3f} ms", flush=True)
 
 
 def _load() -> str:
@@ -205,8 +221,9 @@ def main() -> None:
         try:
             link.set(tb.emulator.host, tb.emulator.ports, LINK)
             bench = Bench(tb, duration_s)
-            print(f"testbed {name} ({tb.accelerator}), link {LINK.rtt_ms} ms / {LINK.rate_mbit} Mbit/s, sampler "
-                  f"sha256 {bench.deployed.sha256[:16]}, this machine's load average {_load()}", flush=True)
+            shas = ", ".join(f"{k} {d.sha256[:12]}" for k, d in bench.deployed.items())
+            print(f"testbed {name} ({tb.accelerator}), link {LINK.rtt_ms:g} ms / {LINK.rate_mbit:g} Mbit/s, samplers "
+                  f"{shas}; this machine's load average {_load()}", flush=True)
             t0 = time.monotonic()
             cost_and_intervals(bench)
             perturbation(bench, reps)

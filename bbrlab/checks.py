@@ -42,14 +42,16 @@ def client_result(result, flow: Flow) -> iperf.IperfResult:
     return parsed
 
 
-def data_ports(parsed: iperf.IperfResult, ports: list[int]) -> None:
-    if sorted(parsed.data_ports) != ports:
-        raise RunFailed(f"iperf3's data streams used local ports {list(parsed.data_ports)}, expected {ports}")
+def data_ports(used: list[int], ports: list[int], what: str = "iperf3's data streams") -> None:
+    """The data connections used the local ports the run bound them to."""
+    if sorted(used) != sorted(ports):
+        raise RunFailed(f"{what} used local ports {list(used)}, expected {ports}")
 
 
-def samples(text: str, parsed: iperf.IperfResult, cca: str) -> dict:
-    """The sampler saw the data streams, under ``cca``; returns what the record keeps about sampling."""
-    rows = sampling.parse_ss_log(text, ports=parsed.data_ports)
+def samples(text: str, data_ports: list[int], cca: str) -> dict:
+    """The sampler saw the data connections (local ``data_ports``), under ``cca``; returns what the record
+    keeps about sampling."""
+    rows = sampling.parse_ss_log(text, ports=data_ports)
     seen = sorted({r["cca"] for r in rows})
     summary = {"rows": len(rows), "ss_seen": seen, "footer": sampling.parse_sampler_footer(text),
                "interval": sampling.achieved_interval_ms(text)}

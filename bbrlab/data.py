@@ -5,8 +5,11 @@ A campaign directory holds one directory per run (``runs/<run_id>/`` and kept fa
 tidy tables, one observation per row:
 
 - ``runs``: one row per run: every parameter, status, throughput from iperf3's receiver sum,
-  retransmits, sender CPU, link utilisation (= throughput / rate), where and on what it ran;
-- ``intervals``: one row per iperf3 reporting interval (summed over parallel streams);
+  retransmits, sender CPU, link utilisation (= throughput / rate), where and on what it ran; for
+  both workloads ``goodput_mbit`` (iperf3: its throughput; rsync: the file's bytes that arrived over the
+  copy's wall time) and for rsync copies their bytes, completion time and whether they timed out;
+- ``intervals``: one row per iperf3 reporting interval (summed over parallel streams), or per interval
+  of an rsync copy's progress series (bytes that arrived at the receiver in the interval);
 - ``ss``: one row per ``ss`` sample and data connection (BBR's bw, gains, pacing/delivery rate, inflight).
 
 Failed runs appear in ``runs`` with ``status = 'failed'`` and their ``reason``; only successful runs
@@ -36,14 +39,18 @@ import pandas as pd
 from .errors import BbrlabError
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/2"
+TABLES_SCHEMA = "bbrlab.tables/3"
 
+#: The workload and what the record says about an rsync copy (``transfer``): bytes that arrived, seconds to
+#: complete (NaN when it did not), the goodput of either workload, whether it timed out, the SSH cipher.
+TRANSFER_COLUMNS = ("workload", "file_mb", "bytes_delivered", "completion_s", "goodput_mbit", "timed_out",
+                    "ssh_cipher")
 RUN_COLUMNS = (
     "run_id", "campaign", "status", "reason", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
     "buffer_bdp", "buffer_bytes", "loss_model", "loss_pct", "streams", "duration_s", "repetition",
     "throughput_mbit", "sender_throughput_mbit", "retransmits", "cpu_sender_pct", "link_utilisation",
     "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "started_at", "source",
-    "path",
+    "path", *TRANSFER_COLUMNS,
 )
 INTERVAL_COLUMNS = ("run_id", "t_start_s", "t_end_s", "throughput_mbit", "retransmits")
 SS_COLUMNS = (
@@ -52,12 +59,12 @@ SS_COLUMNS = (
     "app_limited", "inflight_bytes", "bdp_bytes", "inflight_bdp",
 )
 #: Columns that identify one experimental point (everything but the repetition).
-POINT_COLUMNS = ("source", "cca", "patched", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
+POINT_COLUMNS = ("source", "workload", "cca", "patched", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
                  "buffer_bdp", "loss_pct", "streams", "hypervisor", "sender_kernel")
 
 #: Below this many runs a process pool costs more than it saves.
 PARALLEL_MIN_RUNS = 400
-RUN_FILES = ("record.json", "iperf.json", "ss.log")
+RUN_FILES = ("record.json", "iperf.json", "ss.log", "transfer.json")
 
 
 @dataclass
@@ -164,8 +171,32 @@ def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
         "testbed_kind": testbed.get("kind"), "sender_kernel": testbed.get("sender_kernel"),
         "patched": _is_patched(cca, meta.get("module")), "ss_sampled": flow.get("sample_ss_ms") is not None,
         "started_at": record.get("started_at"),
-        "source": "bbrlab", "path": path,
+        "source": "bbrlab", "path": path, **transfer_fields(flow, meta.get("transfer"), thr),
     }
+
+
+def transfer_fields(flow: Mapping, transfer: Mapping | None, throughput_mbit: float) -> dict:
+    """The workload columns of a run: iperf3's goodput is its throughput; an rsync copy's come from
+    ``metadata.transfer`` (docs/run-record.md)."""
+    workload = flow.get("workload", "iperf3")
+    if workload == "iperf3":
+        return {"workload": workload, "file_mb": None, "bytes_delivered": None, "completion_s": None,
+                "goodput_mbit": throughput_mbit, "timed_out": None, "ssh_cipher": None}
+    t = transfer or {}
+    return {"workload": workload, "file_mb": flow.get("file_mb"), "bytes_delivered": t.get("bytes_delivered"),
+            "completion_s": t.get("completion_s"), "goodput_mbit": t.get("goodput_mbit"),
+            "timed_out": t.get("timed_out"), "ssh_cipher": _get(t, "ssh", "cipher")}
+
+
+def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
+    """An rsync copy's progress series (``[t_s, bytes]`` on the receiver) as interval rows: the bytes that
+    arrived between two samples, as Mbit/s."""
+    points = transfer_json.get("progress") or []
+    rows = []
+    for (t0, b0), (t1, b1) in zip(points, points[1:], strict=False):
+        if t1 > t0:
+            rows.append((run_id, t0, t1, (b1 - b0) * 8 / (t1 - t0) / 1e6, None))
+    return rows
 
 
 def ss_rows(run_id: str, text: str, data_ports: set[int]) -> list[dict]:
@@ -202,10 +233,16 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     if row["status"] != "ok":
         return RunRows(row, [], [], notes)
     intervals = iperf_intervals(row["run_id"], report)
+    if row["workload"] == "rsync":
+        try:
+            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            notes.append(f"{rel}/transfer.json unreadable: {e}")
     ss: list[dict] = []
     ss_path = run_dir / "ss.log"
     if ss_path.exists():
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
+        ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
             ss = ss_rows(row["run_id"], ss_path.read_text(), ports)
         except ImportError:
@@ -283,7 +320,7 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
 
 _NUMERIC_RUN = ("timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "buffer_bytes", "loss_pct",
                 "streams", "duration_s", "repetition", "throughput_mbit", "sender_throughput_mbit", "retransmits",
-                "cpu_sender_pct", "link_utilisation")
+                "cpu_sender_pct", "link_utilisation", "file_mb", "bytes_delivered", "completion_s", "goodput_mbit")
 
 
 def normalise(t: Tables) -> Tables:
@@ -291,9 +328,13 @@ def normalise(t: Tables) -> Tables:
     for col in _NUMERIC_RUN:
         t.runs[col] = pd.to_numeric(t.runs[col], errors="coerce").astype("float64")
     for col in ("run_id", "campaign", "status", "reason", "cca", "loss_model", "accelerator", "hypervisor",
-                "testbed_kind", "sender_kernel", "started_at", "source", "path"):
+                "testbed_kind", "sender_kernel", "started_at", "source", "path", "workload", "ssh_cipher"):
         t.runs[col] = t.runs[col].astype("string")
+    t.runs["workload"] = t.runs["workload"].fillna("iperf3")  # the authors' runs, and records before workloads
+    iperf3_throughput = t.runs["throughput_mbit"].where(t.runs["workload"] == "iperf3")
+    t.runs["goodput_mbit"] = t.runs["goodput_mbit"].fillna(iperf3_throughput)
     t.runs["patched"] = t.runs["patched"].fillna(False).astype(bool)
+    t.runs["timed_out"] = t.runs["timed_out"].astype("boolean")
     for col in INTERVAL_COLUMNS[1:]:
         t.intervals[col] = pd.to_numeric(t.intervals[col], errors="coerce").astype("float64")
     t.intervals["run_id"] = t.intervals["run_id"].astype("string")

@@ -21,6 +21,15 @@ CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
 DEADLINE_PERIOD_MIN_US = 100
 DEADLINE_PERIOD_MAX_US = 4_194_304
 DEADLINE_RUNTIME_MIN_NS = 1024
+#: Highest loss a link may have: beyond half the packets lost a transfer measures the loss, not the CCA.
+MAX_LOSS_PCT = 50
+
+#: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.transfer).
+WORKLOADS = ("iperf3", "rsync")
+DEFAULT_FILE_MB = 160
+DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
+#: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
+MAX_FILE_MB = 1024
 
 LossModel = Literal["none", "uniform", "gemodel"]
 DelaySplit = Literal["symmetric", "forward"]
@@ -86,7 +95,7 @@ class Link:
             _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
         if self.loss_model not in ("none", "uniform", "gemodel"):
             raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
-        _check_range("link.loss_pct", self.loss_pct, 0, 100, unit="%")
+        _check_range("link.loss_pct", self.loss_pct, 0, MAX_LOSS_PCT, unit="%")
         if self.loss_model == "none" and self.loss_pct:
             raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
         for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
@@ -178,12 +187,21 @@ class Contention:
 
 @dataclass(frozen=True)
 class Flow:
-    """The iperf3 transfer from the (contended) sender to the receiver."""
+    """What the (contended) sender sends to the receiver: the workload and its congestion control.
+
+    ``workload`` ``iperf3`` (the default) is a bulk transfer of ``duration_s`` over ``streams`` connections;
+    ``rsync`` copies one incompressible file of ``file_mb`` (10^6 bytes) over one SSH connection, ended
+    after ``transfer_timeout_s`` if it has not finished (see :mod:`bbrlab.transfer`). The fields of the
+    other workload keep their defaults and are left out of :meth:`to_dict`.
+    """
 
     cca: str
     duration_s: float = 20.0
     streams: int = 1
     sample_ss_ms: int | None = None
+    workload: str = "iperf3"
+    file_mb: float = DEFAULT_FILE_MB
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
 
     def __post_init__(self):
         self.validate()
@@ -199,6 +217,42 @@ class Flow:
         _check_range("flow.streams", self.streams, 1, 128)
         if self.sample_ss_ms is not None:
             _check_range("flow.sample_ss_ms", self.sample_ss_ms, 1, 10_000, unit="ms")
+        if self.workload not in WORKLOADS:
+            raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+        _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
+        _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
+        self._check_workload_fields()
+
+    def _check_workload_fields(self) -> None:
+        """Each workload's own fields; the other workload's must stay at their defaults."""
+        if self.workload == "rsync":
+            if self.streams != 1:
+                raise ValidationError("flow.streams", self.streams, "1 for the rsync workload (one SSH connection)")
+            if self.duration_s != Flow.duration_s:
+                raise ValidationError("flow.duration_s", self.duration_s,
+                                      f"left at {Flow.duration_s:g} for rsync (a copy lasts until the file is "
+                                      "there or transfer_timeout_s has passed)")
+            return
+        for name in ("file_mb", "transfer_timeout_s"):
+            if getattr(self, name) != getattr(Flow, name):
+                raise ValidationError(f"flow.{name}", getattr(self, name),
+                                      f"left at {getattr(Flow, name):g} for {self.workload} (it applies to rsync only)")
+
+    @property
+    def file_bytes(self) -> int:
+        """The size of rsync's file in bytes (``file_mb`` x 10^6)."""
+        return int(round(self.file_mb * 1e6))
+
+    def to_dict(self) -> dict:
+        """The flow as recorded: an iperf3 flow exactly as before workloads existed (so its run id is
+        unchanged), an rsync flow without ``duration_s``."""
+        d = asdict(self)
+        if self.workload == "iperf3":
+            for name in ("workload", "file_mb", "transfer_timeout_s"):
+                del d[name]
+        else:
+            del d["duration_s"]
+        return d
 
 
 SCENARIO_SCHEMA_VERSION = 1
@@ -219,7 +273,7 @@ class Scenario:
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": asdict(self.link),
             "contention": asdict(self.contention),
-            "flow": asdict(self.flow),
+            "flow": self.flow.to_dict(),
             "repetition": self.repetition,
         }
 
@@ -234,5 +288,6 @@ class Scenario:
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
         share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
-        return (f"{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+        workload = "" if f.workload == "iperf3" else f"{f.workload}-"
+        return (f"{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
                 f"{li.rate_mbit:g}mbit-r{self.repetition:02d}-{digest}")

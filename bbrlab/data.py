@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +42,10 @@ from .errors import BbrlabError
 TABLES_SCHEMA = "bbrlab.tables/3"
 
 #: The workload and what the record says about an rsync copy (``transfer``): bytes that arrived, seconds to
-#: complete (NaN when it did not), the goodput of either workload, whether it timed out, the SSH cipher.
-TRANSFER_COLUMNS = ("workload", "file_mb", "bytes_delivered", "completion_s", "goodput_mbit", "timed_out",
-                    "ssh_cipher")
+#: complete (NaN when it did not), seconds it ran (to completion or to its timeout), the goodput of either
+#: workload, whether it timed out, the SSH cipher.
+TRANSFER_COLUMNS = ("workload", "file_mb", "bytes_delivered", "completion_s", "elapsed_s", "goodput_mbit",
+                    "timed_out", "ssh_cipher")
 RUN_COLUMNS = (
     "run_id", "campaign", "status", "reason", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
     "buffer_bdp", "buffer_bytes", "loss_model", "loss_pct", "streams", "duration_s", "repetition",
@@ -181,11 +182,44 @@ def transfer_fields(flow: Mapping, transfer: Mapping | None, throughput_mbit: fl
     workload = flow.get("workload", "iperf3")
     if workload == "iperf3":
         return {"workload": workload, "file_mb": None, "bytes_delivered": None, "completion_s": None,
-                "goodput_mbit": throughput_mbit, "timed_out": None, "ssh_cipher": None}
+                "elapsed_s": None, "goodput_mbit": throughput_mbit, "timed_out": None, "ssh_cipher": None}
     t = transfer or {}
     return {"workload": workload, "file_mb": flow.get("file_mb"), "bytes_delivered": t.get("bytes_delivered"),
-            "completion_s": t.get("completion_s"), "goodput_mbit": t.get("goodput_mbit"),
+            "completion_s": t.get("completion_s"), "elapsed_s": t.get("elapsed_s"), "goodput_mbit": t.get("goodput_mbit"),
             "timed_out": t.get("timed_out"), "ssh_cipher": _get(t, "ssh", "cipher")}
+
+
+def transfer_outcomes(runs: pd.DataFrame, by: Sequence[str] = ("cca", "patched", "cpu_share_pct", "loss_pct")
+                      ) -> pd.DataFrame:
+    """rsync copies per group: how many, how many completed and timed out, median goodput and completion time.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        The ``runs`` table (other workloads are left out).
+    by : sequence of str
+        The grouping columns present in ``runs``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: ``copies``, ``completed``, ``timed_out``, ``goodput_mbit_median``,
+        ``completion_s_median`` (over the completed copies), ``bytes_delivered_median``.
+    """
+    copies = runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0]
+    cols = [c for c in by if c in copies.columns]
+    columns = [*cols, "copies", "completed", "timed_out", "goodput_mbit_median", "completion_s_median",
+               "bytes_delivered_median"]
+    if copies.empty:
+        return pd.DataFrame(columns=columns)
+    late = copies["timed_out"].fillna(False).astype(bool)
+    g = copies.assign(timed_out=late, completed=copies["completion_s"].notna()).groupby(cols, dropna=False,
+                                                                                       observed=True)
+    out = pd.DataFrame({"copies": g.size(), "completed": g["completed"].sum(), "timed_out": g["timed_out"].sum(),
+                        "goodput_mbit_median": g["goodput_mbit"].median(),
+                        "completion_s_median": g["completion_s"].median(),
+                        "bytes_delivered_median": g["bytes_delivered"].median()})
+    return out.reset_index()[columns]
 
 
 def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
@@ -320,7 +354,7 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
 
 _NUMERIC_RUN = ("timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "buffer_bytes", "loss_pct",
                 "streams", "duration_s", "repetition", "throughput_mbit", "sender_throughput_mbit", "retransmits",
-                "cpu_sender_pct", "link_utilisation", "file_mb", "bytes_delivered", "completion_s", "goodput_mbit")
+                "cpu_sender_pct", "link_utilisation", "file_mb", "bytes_delivered", "completion_s", "elapsed_s", "goodput_mbit")
 
 
 def normalise(t: Tables) -> Tables:

@@ -37,10 +37,12 @@ CCA_COLOURS = {"cubic": "#4d4d4d", "reno": "#999999", "bbr": "#1f77b4", "bbr1": 
 FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
-          "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]"}
+          "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]",
+          "loss_pct": "loss [%]", "goodput_mbit": "goodput [Mbit/s]", "elapsed_s": "transfer time [s]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
 FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
-               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel"}
+               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel",
+               "workload": "", "variant": ""}
 UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
 NOT_RECORDED = "not recorded"
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 2.3, 1.8
@@ -419,3 +421,62 @@ def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFr
     for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
         cell = _select(_select(data, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
         ax.scatter(cell[x], cell["link_utilisation"], s=4, color="black", alpha=0.25, label="_runs", zorder=1)
+
+
+# -- loss sweeps: goodput and transfer time of iperf3 and rsync ------------------------------------------
+
+TIMED_OUT_LABEL = "timed out (each copy)"
+
+
+def goodput_vs_loss(runs: pd.DataFrame, *, row: str | None = "workload", col: str | None = "cpu_share_pct",
+                    hue: str = "variant", logy: bool = True, title=None):
+    """Goodput (median, IQR band) over the configured loss, a line per CCA variant, facets workload x share.
+
+    An iperf3 run's goodput is its throughput; an rsync copy's is the bytes that arrived over its wall time,
+    including copies that ran into ``transfer_timeout_s``: each of those is also marked ``x`` at the goodput
+    it reached. Returns (figure, summary table).
+    """
+    runs = _with_variant_column(runs)
+    fig, table = facet_lines(runs, x="loss_pct", value="goodput_mbit", hue=hue, row=row, col=col, logy=logy,
+                             title=title)
+    _mark_timed_out(fig, runs, table, y="goodput_mbit", row=row, col=col, title=title)
+    return fig, table
+
+
+def transfer_time_vs_loss(runs: pd.DataFrame, *, row: str | None = None, col: str | None = "cpu_share_pct",
+                          hue: str = "variant", title=None):
+    """rsync copies: wall time (median, IQR band) over the configured loss, a line per CCA variant (log y).
+
+    A copy that timed out counts with the time it ran (its timeout), so where one did the median is a lower
+    bound; each such copy is marked ``x``. Returns (figure, summary table).
+    """
+    copies = _with_variant_column(runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0])
+    if copies.empty:
+        return empty_figure("Nothing to plot: no rsync copies in the selection (workloads: [rsync])."), \
+            summarise(copies, ["loss_pct"], "elapsed_s")
+    fig, table = facet_lines(copies, x="loss_pct", value="elapsed_s", hue=hue, row=row, col=col, logy=True,
+                             title=title)
+    _mark_timed_out(fig, copies, table, y="elapsed_s", row=row, col=col, title=title)
+    return fig, table
+
+
+def _with_variant_column(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs if "variant" in runs.columns or runs.empty else with_variant(runs)
+
+
+def _mark_timed_out(fig, runs: pd.DataFrame, table: pd.DataFrame, *, y: str, row, col, title) -> None:
+    """Each timed-out run as an ``x`` at its loss and ``y``, in its facet; the legend says what ``x`` means."""
+    if table.empty or "timed_out" not in runs.columns:
+        return
+    late = runs[runs["timed_out"].fillna(False).astype(bool)]
+    if late.empty:
+        return
+    rows, cols = levels(table, row), levels(table, col)
+    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
+        cell = _select(_select(late, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
+        if len(cell):
+            ax.plot(cell["loss_pct"], cell[y], linestyle="none", marker="x", markersize=5, color="black",
+                    label=TIMED_OUT_LABEL)
+    for legend in list(fig.legends):
+        legend.remove()
+    _legend(fig, np.array(fig.axes), title)

@@ -56,10 +56,15 @@ def cmd_plan(args) -> int:
     if args.json:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
+    what = f"of {spec.duration_s:g} s"
+    if "rsync" in spec.workloads:
+        what = (f"(iperf3: {spec.duration_s:g} s; rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)"
+                if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
-          f"of {spec.duration_s:g} s, order {spec.order} (seed {spec.seed})")
+          f"{what}, order {spec.order} (seed {spec.seed})")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
-          "per run)")
+          "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
+                       spec.workloads else "") + ")")
     for s in runs[:5]:
         print(f"  {s.run_id}")
     if len(runs) > 5:

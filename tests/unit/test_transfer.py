@@ -207,11 +207,11 @@ def test_a_failed_client_fails_the_run():
 def test_workload_columns_of_both_workloads():
     iperf3 = data.transfer_fields({"cca": "bbr"}, None, 42.0)
     assert iperf3["workload"] == "iperf3" and iperf3["goodput_mbit"] == 42.0 and iperf3["timed_out"] is None
-    meta = {"bytes_delivered": 720_896, "completion_s": None, "goodput_mbit": 0.67, "timed_out": True,
+    meta = {"bytes_delivered": 720_896, "completion_s": None, "elapsed_s": 8.6, "goodput_mbit": 0.67, "timed_out": True,
             "ssh": {"cipher": "chacha20-poly1305@openssh.com"}}
     rsync = data.transfer_fields({"workload": "rsync", "file_mb": 4}, meta, float("nan"))
     assert rsync == {"workload": "rsync", "file_mb": 4, "bytes_delivered": 720_896, "completion_s": None,
-                     "goodput_mbit": 0.67, "timed_out": True, "ssh_cipher": "chacha20-poly1305@openssh.com"}
+                     "elapsed_s": 8.6, "goodput_mbit": 0.67, "timed_out": True, "ssh_cipher": "chacha20-poly1305@openssh.com"}
 
 
 def test_progress_series_becomes_intervals_of_the_bytes_that_arrived():

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 from bbrlab import data, progress, sshd, transfer
@@ -217,3 +219,81 @@ def test_workload_columns_of_both_workloads():
 def test_progress_series_becomes_intervals_of_the_bytes_that_arrived():
     rows = data.progress_intervals("r", {"progress": [[0.0, 0], [0.5, 0], [1.0, 125_000], [1.0, 125_000]]})
     assert rows == [("r", 0.0, 0.5, 0.0, None), ("r", 0.5, 1.0, 2.0, None)]
+
+
+# -- tables and figures of a real campaign (tests/fixtures/transfer/campaign) ----------------------------
+
+@pytest.fixture(scope="module")
+def fixture_tables(tmp_path_factory):
+    import shutil
+
+    root = tmp_path_factory.mktemp("transfer") / "campaign"
+    shutil.copytree(FIXTURES / "campaign", root)
+    return data.read_campaign(root)
+
+
+def _records() -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in (FIXTURES / "campaign" / "runs").glob("*/record.json")}
+
+
+def test_ingest_reads_both_workloads(fixture_tables):
+    runs = fixture_tables.runs.set_index("run_id")
+    records = _records()
+    assert sorted(runs.index) == sorted(records) and (runs["status"] == "ok").all()
+    for run_id, rec in records.items():
+        row = runs.loc[run_id]
+        if rec["scenario"]["flow"].get("workload") == "rsync":
+            t = rec["metadata"]["transfer"]
+            assert row["workload"] == "rsync" and pd.isna(row["throughput_mbit"])
+            assert row["goodput_mbit"] == pytest.approx(t["goodput_mbit"]) and bool(row["timed_out"]) == t["timed_out"]
+            assert row["bytes_delivered"] == t["bytes_delivered"] and row["ssh_cipher"] == t["ssh"]["cipher"]
+        else:
+            assert row["workload"] == "iperf3" and row["goodput_mbit"] == row["throughput_mbit"] > 0
+            assert pd.isna(row["timed_out"])
+    assert int(runs["timed_out"].fillna(False).sum()) == 2
+
+
+def test_a_copys_intervals_add_up_to_the_bytes_that_arrived(fixture_tables):
+    records = _records()
+    for run_id, rec in records.items():
+        if rec["scenario"]["flow"].get("workload") != "rsync":
+            continue
+        iv = fixture_tables.intervals[fixture_tables.intervals["run_id"] == run_id]
+        arrived = ((iv["t_end_s"] - iv["t_start_s"]) * iv["throughput_mbit"] * 1e6 / 8).sum()
+        assert arrived == pytest.approx(rec["metadata"]["transfer"]["bytes_delivered"], rel=1e-9)
+
+
+def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(fixture_tables):
+    from bbrlab import plots
+
+    fig, table = plots.goodput_vs_loss(fixture_tables.runs)
+    drawn = {}
+    for panel in plots.plotted_points(fig):
+        for line in panel["lines"]:
+            for x, y in zip(line["x"], line["y"], strict=True):
+                drawn.setdefault((panel["title"], line["label"]), []).append((x, y))
+    late = [r for r in _records().values() if (r["metadata"].get("transfer") or {}).get("timed_out")]
+    marks = drawn[("rsync | share 100 %", plots.TIMED_OUT_LABEL)]
+    expected = sorted((r["scenario"]["link"]["loss_pct"], r["metadata"]["transfer"]["goodput_mbit"]) for r in late)
+    assert len(expected) == 2 and [x for x, _ in sorted(marks)] == [x for x, _ in expected]
+    assert [y for _, y in sorted(marks)] == pytest.approx([y for _, y in expected])
+    for r in _records().values():
+        if r["scenario"]["flow"].get("workload") == "rsync":
+            label = f"{r['scenario']['flow']['cca']} (original)"
+            point = (r["scenario"]["link"]["loss_pct"], pytest.approx(r["metadata"]["transfer"]["goodput_mbit"]))
+            assert point in drawn[("rsync | share 100 %", label)]
+    plt.close(fig)
+
+
+def test_transfer_time_figure_and_outcomes_are_the_copies_only(fixture_tables):
+    from bbrlab import plots
+
+    fig, table = plots.transfer_time_vs_loss(fixture_tables.runs)
+    assert set(table["loss_pct"]) == {0, 1, 10, 30} and table["n"].sum() == 8
+    plt.close(fig)
+    out = data.transfer_outcomes(fixture_tables.runs)
+    assert out["copies"].sum() == 8 and out["timed_out"].sum() == 2 and out["completed"].sum() == 6
+    assert (out.loc[out["loss_pct"] == 30, "completion_s_median"].isna()).all()
+    fig, _ = plots.transfer_time_vs_loss(fixture_tables.runs[fixture_tables.runs["workload"] == "iperf3"])
+    assert "no rsync copies" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bbrlab import data
+from bbrlab import data, table_cache
 from bbrlab.errors import BbrlabError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign"
@@ -107,7 +107,7 @@ def test_unreadable_run_is_noted_not_fatal(campaign):
 
 
 def test_process_pool_gives_the_same_tables(campaign, monkeypatch):
-    monkeypatch.setattr(data, "PARALLEL_MIN_RUNS", 1)
+    monkeypatch.setattr(table_cache, "PARALLEL_MIN_UNITS", 1)
     pooled = data.read_campaign(campaign, cache=False, workers=2)
     serial = data.read_campaign(campaign, cache=False, workers=1)
     key = ["run_id"]

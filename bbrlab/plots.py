@@ -31,17 +31,20 @@ STYLE = {
     "lines.markersize": 3.5, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False, "pdf.fonttype": 42, "ps.fonttype": 42, "legend.frameon": False,
 }
-#: Fixed colours so a CCA looks the same in every figure.
-CCA_COLOURS = {"cubic": "#4d4d4d", "reno": "#999999", "bbr": "#1f77b4", "bbr1": "#1f77b4", "bbr2": "#2ca02c",
-               "bbr3": "#d62728", "bbrv3": "#d62728", "bbr2b": "#ff7f0e"}
+#: Fixed colours so a congestion control (its ``variant``, see :mod:`bbrlab.identity`) looks the same in
+#: every figure; patched variants take a related, darker shade of their version's colour.
+VARIANT_COLOURS = {"Cubic": "#4d4d4d", "Reno": "#999999", "BBRv1": "#1f77b4", "BBRv1 patched": "#0b3c6b",
+                   "BBRv2": "#2ca02c", "BBRv2 patched": "#145214", "BBRv3": "#d62728", "BBRv3 patched": "#ff7f0e"}
 FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
           "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
 FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
-               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel"}
-UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
+               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "variant": "",
+               "kernel": "kernel", "load_pct": "load"}
+UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%",
+         "load_pct": "%"}
 NOT_RECORDED = "not recorded"
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 2.3, 1.8
 
@@ -130,7 +133,8 @@ def _select(df: pd.DataFrame, col: str | None, value) -> pd.DataFrame:
 
 
 def colour(key, index: int) -> str:
-    return CCA_COLOURS.get(str(key).lower(), FALLBACK[index % len(FALLBACK)])
+    """The fixed colour of a variant label, else the index-th colour of the default cycle."""
+    return VARIANT_COLOURS.get(str(key), FALLBACK[index % len(FALLBACK)])
 
 
 def _grid(n_rows: int, n_cols: int, sharey: bool = True):
@@ -236,13 +240,14 @@ def _legend(fig, axes, title: str | None = None) -> None:
 # -- the paper's figures --------------------------------------------------------------------------
 
 def throughput_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                        hue: str = "cca", value: str = "throughput_mbit", logy: bool = False, title=None):
-    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA."""
+                        hue: str = "variant", value: str = "throughput_mbit", logy: bool = False, title=None):
+    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per variant."""
     return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
                        logy=logy, title=title)
 
 
-def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca", col: str | None = "timeslice_ms",
+def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "variant",
+          col: str | None = "timeslice_ms",
           logy: bool = True, value: str = "throughput_mbit", title=None):
     """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value."""
     return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
@@ -250,31 +255,33 @@ def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca
 
 
 def std_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                 hue: str = "cca", title=None):
+                 hue: str = "variant", title=None):
     """Figure 12: standard deviation of the per-run throughputs vs CPU share."""
     return facet_lines(spread_full_share(runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
                        col=col, stat="std", band=False, ylabel=LABELS["std"], title=title)
 
 
-def with_variant(runs: pd.DataFrame) -> pd.DataFrame:
-    """Add ``variant``: ``"<cca> (patched)"`` or ``"<cca> (original)"``."""
-    tag = np.where(runs["patched"].fillna(False).astype(bool), "patched", "original")
-    return runs.assign(variant=runs["cca"].astype(str) + " (" + tag + ")")
+def patched_versions(runs: pd.DataFrame) -> pd.DataFrame:
+    """BBR runs of every BBR version that has patched runs: the patched and the stock ones."""
+    if runs.empty or "bbr_version" not in runs:
+        return runs.iloc[0:0]
+    bbr = runs[runs["bbr_version"].notna()]
+    versions = set(bbr.loc[bbr["patched"].astype(bool), "bbr_version"])
+    return bbr[bbr["bbr_version"].isin(versions)]
 
 
 def patched_vs_original(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
                         title=None):
-    """Figures 10/15: medians of patched and original BBR side by side."""
-    if runs.empty:
-        return facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="cca", row=row, col=col)
-    return facet_lines(spread_full_share(with_variant(runs)), x="cpu_share_pct", value="throughput_mbit",
+    """Figures 10/15: medians of patched and stock BBR of the same version side by side (BBRv3 and BBRv3
+    patched in figure 10, BBRv1 in figure 15); versions without patched runs are left out."""
+    return facet_lines(spread_full_share(patched_versions(runs)), x="cpu_share_pct", value="throughput_mbit",
                        hue="variant", row=row, col=col, title=title)
 
 
-def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "cca",
+def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "variant",
                col: str | None = "timeslice_ms", alpha: float = 0.5, title=None):
-    """Figure 5: throughput over time, one thin line per run, facets CCA x timeslice."""
-    keep = [c for c in ("run_id", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
+    """Figure 5: throughput over time, one thin line per run, facets variant x timeslice."""
+    keep = [c for c in ("run_id", "variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
     table = intervals.merge(runs[keep], on="run_id", how="inner") if len(intervals) else intervals
     if table.empty:
         return empty_figure("Nothing to plot: no iperf3 intervals for the selected runs."), table
@@ -302,7 +309,7 @@ MANY_LINES = 200
 
 
 def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
-    """One line per run (throughput at each interval's end), coloured by CCA."""
+    """One line per run (throughput at each interval's end), coloured by variant."""
     if cell.empty:
         return
     cell = cell.sort_values(["run_id", "t_end_s"], kind="stable")
@@ -310,14 +317,14 @@ def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     xs = np.split(cell["t_end_s"].to_numpy(dtype=float), starts[1:])
     ys = np.split(cell["throughput_mbit"].to_numpy(dtype=float), starts[1:])
-    ccas = cell["cca"].astype(str).to_numpy()[starts]
+    variants = cell["variant"].astype(str).to_numpy()[starts]
     if len(starts) <= MANY_LINES:
         for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
-            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(ccas[k], k), label=str(ids[starts[k]]))
+            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(variants[k], k), label=str(ids[starts[k]]))
         return
-    for k, cca in enumerate(sorted(set(ccas))):
-        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, ccas, strict=True) if c == cca]
-        ax.add_collection(LineCollection(segs, colors=colour(cca, k), alpha=alpha, linewidths=0.5, label=cca))
+    for k, variant in enumerate(sorted(set(variants))):
+        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, variants, strict=True) if c == variant]
+        ax.add_collection(LineCollection(segs, colors=colour(variant, k), alpha=alpha, linewidths=0.5, label=variant))
     ax.autoscale_view()
 
 
@@ -330,9 +337,10 @@ SS_PANELS = {
 SS_YLABELS = {"rates": "rate [Mbit/s]", "inflight": "inflight [BBR BDP]", "gains": "gain"}
 
 
-def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timeslice_ms", "cpu_share_pct"),
+def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "timeslice_ms", "cpu_share_pct"),
                         have: Sequence[str] | None = None) -> list[str]:
-    """One run per group: the run whose throughput is closest to its group's median (a typical sample)."""
+    """One run per group: the run whose throughput is closest to its group's median (a typical sample);
+    the first run of a group without throughputs (e.g. the authors' socket logs)."""
     pool = runs if have is None else runs[runs["run_id"].isin(have)]
     if pool.empty:
         return []
@@ -340,7 +348,7 @@ def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timesli
     chosen = []
     for _, g in pool.groupby(cols, dropna=False, sort=True):
         distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
-        chosen.append(g.loc[distance.idxmin(), "run_id"])
+        chosen.append(g.loc[distance.idxmin(), "run_id"] if distance.notna().any() else g["run_id"].iloc[0])
     return chosen
 
 
@@ -395,17 +403,18 @@ def _run_title(info: pd.DataFrame, run_id: str) -> str:
     r = info.loc[run_id]
     if isinstance(r, pd.DataFrame):
         r = r.iloc[0]
-    return f"{r['cca']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n{level_label('cpu_share_pct', r['cpu_share_pct'])}"
+    return (f"{r['variant']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n"
+            f"{level_label('cpu_share_pct', r['cpu_share_pct'])}")
 
 
-def link_utilisation(runs: pd.DataFrame, *, x: str = "rate_mbit", hue: str = "kernel_cca",
+def link_utilisation(runs: pd.DataFrame, *, x: str = "rate_mbit", hue: str = "kernel_variant",
                      row: str | None = "streams", col: str | None = "hypervisor", title=None):
     """Poster figure 2: link utilisation (median, IQR band, and every run as a dot) per hypervisor x
-    flows, a line per kernel + CCA, over the bandwidth."""
+    flows, a line per kernel + variant, over the bandwidth."""
     if runs.empty:
-        return facet_lines(runs, x=x, value="link_utilisation", hue="cca", row=row, col=col)
-    kernel = runs["sender_kernel"].astype("string").fillna(NOT_RECORDED)
-    data = runs.assign(kernel_cca=kernel + " / " + runs["cca"].astype("string"))
+        return facet_lines(runs, x=x, value="link_utilisation", hue="variant", row=row, col=col)
+    kernel = runs["kernel"].astype("string").fillna(NOT_RECORDED)
+    data = runs.assign(kernel_variant=kernel + " / " + runs["variant"].astype("string"))
     fig, table = facet_lines(data, x=x, value="link_utilisation", hue=hue, row=row, col=col, title=title)
     _add_run_dots(fig, data, x=x, row=row, col=col, table=table)
     return fig, table

@@ -16,7 +16,7 @@ HERE = Path(__file__).parent
 
 COMMON_PARAMETERS = '''data_dir = "../data"          # a campaign, a folder of campaigns, or the authors' dataset
 out_dir = "../build/figures"  # figures (PDF + PNG + points.json) go here
-filters = {}                  # keep only matching runs, e.g. {"cca": ["bbr", "cubic"], "rtt_ms": [10, 20]}
+filters = {}                  # keep only matching runs, e.g. {"variant": ["BBRv3", "Cubic"], "rtt_ms": [10, 20]}
 include_sampled = False       # ss-sampled runs cost the sender CPU: the paper keeps them out of throughput figures'''
 
 LOAD = '''from bbrlab import data, plots
@@ -117,15 +117,14 @@ max_runs = 6''',
     "patched_vs_original": (
         "# Patched vs original BBR (figures 10, 15)\n\n"
         "Median throughput (IQR band) of the inflight-deficit patch against the original algorithm at one "
-        "bandwidth, per timeslice x RTT. A run counts as patched when its congestion-control module carries "
-        "a patch hash or its name ends in `2b` (bbrlab's `bbr2b`), or when the authors' meta says so. "
-        "The paper's figure 10 is BBRv3, figure 15 BBRv1: lines are labelled with the CCA name.",
+        "bandwidth, per timeslice x RTT, for every BBR version that has patched runs (the `variant` column: "
+        "bbrlab's `bbr2b` module, the authors' `_fixed` kernels). The paper's figure 10 is BBRv3, figure 15 "
+        "BBRv1: lines read e.g. \"BBRv3\" and \"BBRv3 patched\".",
         COMMON_PARAMETERS + '''
-ccas = ["bbr", "bbr2b", "bbr3", "bbr3b"]   # the original and patched CCAs to compare (those present are used)
 rate_mbit = 100''',
         [
             ("## Figures 10 and 15",
-             figure_cell("cca=ccas, rate_mbit=rate_mbit", 'plots.patched_vs_original(sel, title="Figures 10/15: '
+             figure_cell("rate_mbit=rate_mbit", 'plots.patched_vs_original(sel, title="Figures 10/15: '
                          'patched vs original")', "fig10_15_patched_vs_original",
                          '{"patched": 2, "cpu_share_pct": 2}')),
         ],
@@ -157,10 +156,10 @@ loss_pct = 0.1''',
         [
             ("## Where this data ran", "from bbrlab import fidelity\n\nnote = fidelity.testbed_note(runs)\nprint(note)"),
             ("## Claims", "claims = fidelity.claims(tables)\nprint(\"written:\", fidelity.write_report(claims, "
-             "note, out_dir))\nclaims[[\"key\", \"verdict\", \"paper\", \"measured\"]].style.set_properties("
+             "note, out_dir))\nclaims[[\"key\", \"subject\", \"verdict\", \"paper\", \"measured\"]].style.set_properties("
              "**{\"text-align\": \"left\", \"white-space\": \"pre-wrap\"})"),
             ("## The medians behind the claims",
-             "fidelity.medians(data.unsampled(runs)[0]).pivot_table(index=[\"cca\", \"timeslice_ms\"], columns=\"cpu_share_pct\", "
+             "fidelity.medians(data.unsampled(runs)[0]).pivot_table(index=[\"variant\", \"timeslice_ms\"], columns=\"cpu_share_pct\", "
              "values=\"utilisation\").round(2)"),
         ],
     ),

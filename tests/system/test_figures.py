@@ -110,3 +110,32 @@ def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
             series.append([r["bw_mbit"] for r in rows])
     for y in drawn:
         assert any(len(y) == len(s) and y == pytest.approx(s) for s in series)
+
+
+@pytest.fixture(scope="module")
+def rendered_authors(tmp_path_factory):
+    """Every notebook, through the CLI, on the authors'-layout fixture (a copy: load writes its cache)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("authors")
+    shutil.copytree(ROOT / "tests" / "fixtures" / "authors", root / "dataset")
+    out = root / "figures"
+    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(root / "dataset"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def labels_of(out: Path, figure: str) -> set[str]:
+    panels = json.loads((out / f"{figure}.points.json").read_text())
+    return {line["label"] for p in panels for line in p["lines"]}
+
+
+def test_notebooks_on_the_authors_layout_keep_versions_and_the_patch_apart(rendered_authors):
+    out = rendered_authors
+    assert {"BBRv1", "BBRv3", "BBRv3 patched", "Cubic"} <= labels_of(out, "fig04_throughput_vs_share")
+    assert {"BBRv3", "BBRv3 patched"} <= labels_of(out, "fig10_15_patched_vs_original")
+    titles = [p["title"] for p in json.loads((out / "fig11_gains.points.json").read_text())]
+    assert any(t.startswith("BBRv3 patched") for t in titles) and any(t.startswith("BBRv1 |") for t in titles)
+    claims = json.loads((out / "fidelity.json").read_text())["claims"]
+    assert {"BBRv1 vs BBRv1 patched", "BBRv3 vs BBRv3 patched"} <= {c["subject"] for c in claims}

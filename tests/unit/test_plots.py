@@ -21,13 +21,17 @@ def tables(tmp_path_factory):
     return data.read_campaign(root / "campaign")
 
 
+#: What the fixture's runs are: stock bbr of a mainline (6.18) kernel, i.e. BBRv1, and Cubic.
+LABELS = {"bbr": "BBRv1", "cubic": "Cubic"}
+
+
 def raw_medians():
-    """(cca, share) -> median receiver throughput, straight from the fixture's JSON files."""
+    """(label, share) -> median receiver throughput, straight from the fixture's JSON files."""
     groups = {}
     for run in (FIXTURES / "campaign" / "runs").iterdir():
         sc = json.loads((run / "record.json").read_text())["scenario"]
         bps = json.loads((run / "iperf.json").read_text())["end"]["sum_received"]["bits_per_second"]
-        groups.setdefault((sc["flow"]["cca"], sc["contention"]["cpu_share_pct"]), []).append(bps / 1e6)
+        groups.setdefault((LABELS[sc["flow"]["cca"]], sc["contention"]["cpu_share_pct"]), []).append(bps / 1e6)
     return {k: statistics.median(v) for k, v in groups.items()}
 
 
@@ -42,7 +46,7 @@ def test_throughput_vs_share_draws_the_medians_and_returns_them(tables):
     assert drawn.keys() == raw_medians().keys()
     for key, median in raw_medians().items():
         assert drawn[key] == pytest.approx(median)
-        row = table[(table["cca"] == key[0]) & (table["cpu_share_pct"] == key[1])].iloc[0]
+        row = table[(table["variant"] == key[0]) & (table["cpu_share_pct"] == key[1])].iloc[0]
         assert row["median"] == pytest.approx(median) and row["q25"] <= row["median"] <= row["q75"]
     assert [ax.get_title() for ax in fig.axes] == ["timeslice 1 ms | RTT 0 ms"]
     plt.close(fig)
@@ -52,7 +56,7 @@ def test_std_vs_share_draws_the_sample_standard_deviation(tables):
     fig, table = plots.std_vs_share(tables.runs)
     runs = tables.runs
     bbr25 = runs[(runs["cca"] == "bbr") & (runs["cpu_share_pct"] == 25)]["throughput_mbit"]
-    assert lines_of(fig)[("bbr", 25.0)] == pytest.approx(statistics.stdev(bbr25))
+    assert lines_of(fig)[("BBRv1", 25.0)] == pytest.approx(statistics.stdev(bbr25))
     plt.close(fig)
 
 
@@ -94,11 +98,17 @@ def test_full_share_runs_without_timeslice_appear_in_every_timeslice_facet():
     assert sorted(spread[spread["run_id"] == "c"]["timeslice_ms"]) == [1.0, 10.0]
 
 
-def test_patched_runs_are_labelled_as_such(tables):
+def test_patched_and_stock_runs_of_one_version_are_drawn_apart(tables):
     runs = tables.runs.copy()
-    runs.loc[runs["cca"] == "bbr", "patched"] = True
+    second = (runs["cca"] == "bbr") & (runs["repetition"] == 1)
+    runs.loc[second, ["patched", "variant"]] = [True, "BBRv1 patched"]
     fig, table = plots.patched_vs_original(runs)
-    assert set(table["variant"]) == {"bbr (patched)", "cubic (original)"}
+    assert set(table["variant"]) == {"BBRv1", "BBRv1 patched"}  # Cubic has no patched version: left out
+    drawn = {ln["label"] for p in plots.plotted_points(fig) for ln in p["lines"]}
+    assert drawn == {"BBRv1", "BBRv1 patched"}
+    plt.close(fig)
+    fig, table = plots.patched_vs_original(tables.runs)
+    assert table.empty  # no patched runs: nothing to compare
     plt.close(fig)
 
 

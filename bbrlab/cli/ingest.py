@@ -18,20 +18,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import authors, data
+    from .. import data
 
     sources = data.find_sources(args.dir)
     if not sources:
         raise BbrlabError(f"{args.dir}: no campaign (runs/, failed/ or plan.json) and no authors' layout "
                           "(logs/<timestamp>/meta.json) here or in its subfolders")
     for kind, path in sources:
-        if kind == "bbrlab":
-            result = data.ingest(path, force=args.force)
-            tables = result.tables
-            how = "all reused from tables/" if result.cached else f"{result.read} read, {result.reused} reused"
-        else:
-            tables = authors.read_authors(path)
-            how = "authors' layout (not cached)"
+        result = data.ingest(path, force=args.force)
+        tables = result.tables
+        how = "all reused from tables/" if result.cached else f"{result.read} read, {result.reused} reused"
+        if kind == "authors":
+            how += " (authors' layout)"
         c = tables.counts()
         print(f"{path}: {c['runs']} runs ({c['ok']} ok, {c['runs'] - c['ok']} failed), "
               f"{c['intervals']} intervals, {c['ss']} ss samples; {how}")

@@ -1,85 +1,107 @@
-"""Data directories -> tidy tables (pandas), for notebooks and the CLI.
+"""Data for notebooks and the CLI: load any data directory into tidy tables, select runs, summarise.
 
-:func:`load` accepts a directory holding one bbrlab campaign, several campaigns, or the paper authors'
-published dataset (see :mod:`bbrlab.authors`), or a folder of these, and returns their :class:`Tables`
-concatenated: ``runs`` (one row per run), ``intervals`` (one row per iperf3 interval) and ``ss`` (one
-row per socket-state sample); the columns, units and dtypes are in :mod:`bbrlab.tables`. Each source is
-cached as parquet under ``SOURCE/tables/`` and re-read only where its files changed
-(:mod:`bbrlab.table_cache`).
+The notebook-facing API (every function has a numpy-style docstring; ``docs/api.md`` lists them):
+
+- :func:`load` is the one way in: a data directory -> :class:`Tables` (``runs``, ``intervals``, ``ss``,
+  ``notes``). It accepts one bbrlab campaign, a folder of campaigns, the paper authors' published dataset
+  (:mod:`bbrlab.authors`), or a folder of these; each source is cached as parquet under
+  ``SOURCE/tables/`` and re-read only where its files changed (:mod:`bbrlab.table_cache`).
+- :func:`select` takes :class:`Tables` and returns :class:`Tables`: strict (a value the data lacks gives
+  an empty selection, never "everything"), and its ``notes`` say what it left out. Throughput figures
+  leave ss-sampled runs out with ``select(tables, ss_sampled=False)``: sampling costs the sender CPU.
+- :func:`summarise` and :func:`check_dimensions` summarise and check a selection.
+
+Columns, units and dtypes are declared in :mod:`bbrlab.tables`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from . import authors, records_reader
 from .errors import BbrlabError
-from .records_reader import iperf_intervals, iperf_summary, is_campaign, run_row  # noqa: F401 - API
-from .table_cache import IngestResult, Layout
+from .table_cache import Layout
 from .table_cache import ingest as _ingest
 from .tables import (  # noqa: F401 - the tables' API, re-exported for notebooks
     INTERVAL_COLUMNS,
     POINT_COLUMNS,
     RUN_COLUMNS,
     SS_COLUMNS,
-    RunRows,
     Tables,
-    build_tables,
     concat,
-    normalise,
 )
 
 LAYOUTS: dict[str, Layout] = {"bbrlab": records_reader.LAYOUT, "authors": authors.LAYOUT}
 
 
-def layout_of(path: Path) -> str | None:
-    """``"bbrlab"`` for a campaign directory, ``"authors"`` for the authors' layout, else None."""
-    if is_campaign(path):
+def _layout_of(path: Path) -> str | None:
+    if records_reader.is_campaign(path):
         return "bbrlab"
     if authors.is_authors_layout(path):
         return "authors"
     return None
 
 
-def ingest(source_dir: str | Path, *, force: bool = False, cache: bool = True,
-           workers: int | None = None) -> IngestResult:
-    """Read one source (a campaign or an authors' dataset), reusing its cache where nothing changed."""
-    source_dir = Path(source_dir)
-    kind = layout_of(source_dir) if source_dir.is_dir() else None
-    if kind is None:
-        raise BbrlabError(f"{source_dir}: no such campaign or authors' dataset")
-    return _ingest(source_dir, LAYOUTS[kind], force=force, cache=cache, workers=workers)
-
-
-def read_campaign(campaign_dir: str | Path, *, force: bool = False, cache: bool = True,
-                  workers: int | None = None) -> Tables:
-    """The tables of one source (see :func:`ingest`)."""
-    return ingest(campaign_dir, force=force, cache=cache, workers=workers).tables
-
-
 def find_sources(data_dir: str | Path) -> list[tuple[str, Path]]:
-    """(kind, path) of every campaign (``bbrlab``) or authors' dataset (``authors``) in ``data_dir``:
-    the directory itself, or its direct subdirectories."""
+    """The data sources in a directory: the directory itself, or its direct subdirectories.
+
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path
+        A bbrlab campaign, an authors' dataset, or a folder holding several of them.
+
+    Returns
+    -------
+    list of (str, pathlib.Path)
+        ``("bbrlab", path)`` for a campaign, ``("authors", path)`` for an authors' dataset.
+    """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         return []
-    own = layout_of(data_dir)
+    own = _layout_of(data_dir)
     if own:
         return [(own, data_dir)]
-    return [(k, p) for p in sorted(data_dir.iterdir()) if p.is_dir() and (k := layout_of(p))]
+    return [(k, p) for p in sorted(data_dir.iterdir()) if p.is_dir() and (k := _layout_of(p))]
 
 
 def load(data_dir: str | Path, *, force: bool = False, cache: bool = True, workers: int | None = None) -> Tables:
-    """All tables under ``data_dir`` (bbrlab campaigns and authors' datasets), concatenated."""
+    """Every run under ``data_dir`` as tidy tables: the one way to read data.
+
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path
+        A bbrlab campaign (``runs/``, ``failed/``, ``plan.json``), the paper authors' dataset
+        (``<stamp>/meta.json``, ``socket_data/``), or a folder holding several of these.
+    force : bool, default False
+        Re-read every file even where the cache under ``SOURCE/tables/`` is current.
+    cache : bool, default True
+        Read and write that cache (False: read everything, write nothing).
+    workers : int, optional
+        Processes for reading many runs (default: one per CPU).
+
+    Returns
+    -------
+    Tables
+        ``runs`` (one row per run, failed and excluded runs included with their ``reason``),
+        ``intervals`` and ``ss`` (of runs with status ok), ``notes`` (what each source left out and why),
+        ``sources`` (per source: kind, path, units read now and reused from the cache). Empty tables
+        when ``data_dir`` holds no source.
+
+    Examples
+    --------
+    >>> from bbrlab import data
+    >>> tables = data.load("data")                                  # doctest: +SKIP
+    >>> tables.runs.groupby("variant")["throughput_mbit"].median()  # doctest: +SKIP
+    """
     sources = find_sources(data_dir)
-    parts = [ingest(path, force=force, cache=cache, workers=workers).tables for _, path in sources]
+    parts = [_ingest(path, LAYOUTS[kind], force=force, cache=cache, workers=workers).tables for kind, path in sources]
     if not parts:
         return Tables.empty()
     if _ids_collide(parts):
-        parts = [qualify_run_ids(t, path.name) for t, (_, path) in zip(parts, sources, strict=True)]
+        parts = [_qualify_run_ids(t, path.name) for t, (_, path) in zip(parts, sources, strict=True)]
     return concat(parts)
 
 
@@ -94,7 +116,7 @@ def _ids_collide(parts: list[Tables]) -> bool:
     return False
 
 
-def qualify_run_ids(t: Tables, prefix: str) -> Tables:
+def _qualify_run_ids(t: Tables, prefix: str) -> Tables:
     """Prefix every run id with ``<prefix>/`` so runs of different sources stay apart after concat."""
     def q(df: pd.DataFrame) -> pd.DataFrame:
         return df.assign(run_id=prefix + "/" + df["run_id"].astype("string")) if len(df) else df
@@ -105,23 +127,102 @@ def qualify_run_ids(t: Tables, prefix: str) -> Tables:
 
 # -- selections and summaries ------------------------------------------------------------------
 
-def apply_filters(t: Tables, filters: Mapping[str, object] | None, *, ok_only: bool = True) -> Tables:
-    """Keep runs whose columns match ``filters`` ({column: value or list of values}); intervals and
-    ss follow the kept runs. Unknown columns raise, naming the columns that exist."""
-    runs = t.runs
+def _values(want) -> list:
+    return list(want) if isinstance(want, list | tuple | set | frozenset) else [want]
+
+
+def _shown(values) -> str:
+    return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else repr(v) if isinstance(v, str) else str(v)
+                           for v in values) + "]"
+
+
+def select(tables: Tables, filters: Mapping[str, object] | None = None, /, *, ok_only: bool = True,
+           **columns) -> Tables:
+    """The runs whose columns have the wanted values; intervals and ss follow. Strict, and says so.
+
+    A value the data does not have gives an EMPTY selection with a note naming what the data has; it
+    never falls back to every run. Each condition that leaves runs out adds a note saying which.
+
+    Parameters
+    ----------
+    tables : Tables
+        What to select from (e.g. what :func:`load` returned).
+    filters : mapping, optional
+        ``{column: value or list of values}``, e.g. a notebook's ``filters`` parameter.
+    ok_only : bool, default True
+        Keep only runs with status ``ok`` (failed and excluded runs have no throughput to plot).
+    **columns
+        More conditions, ``column=value`` or ``column=[values]``; ``None`` means any value.
+
+    Returns
+    -------
+    Tables
+        The selected runs and their intervals and ss rows; ``notes`` are this selection's own.
+
+    Raises
+    ------
+    BbrlabError
+        A column that the tables do not have (the message lists the columns).
+
+    Examples
+    --------
+    >>> sel = data.select(tables, {"variant": ["BBRv3", "BBRv3 patched"]}, rate_mbit=100)  # doctest: +SKIP
+    >>> sel.notes                                                                          # doctest: +SKIP
+    ['rate_mbit in [100]: kept 96 of 120 runs (left out rate_mbit [50])']
+    """
+    runs = tables.runs
+    notes: list[str] = []
     if ok_only and len(runs):
-        runs = runs[runs["status"] == "ok"]
-    for col, wanted in (filters or {}).items():
+        ok = runs["status"] == "ok"
+        if not ok.all():
+            counts = runs.loc[~ok, "status"].value_counts().to_dict()
+            notes.append("left out runs that are not ok: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        runs = runs[ok]
+    for col, want in {**(filters or {}), **columns}.items():
         if col not in runs.columns:
-            raise BbrlabError(f"filter on unknown column {col!r}; columns: {', '.join(runs.columns)}")
-        values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]
-        runs = runs[runs[col].isin(values)]
-    ids = set(runs["run_id"])
-    return Tables(runs, t.intervals[t.intervals["run_id"].isin(ids)], t.ss[t.ss["run_id"].isin(ids)], t.notes)
+            raise BbrlabError(f"select: no column {col!r}; columns: {', '.join(runs.columns)}")
+        if want is None:
+            continue
+        if runs.empty:  # an earlier condition emptied it; that note says why
+            continue
+        values = _values(want)
+        match = runs[col].isin(values).fillna(False).astype(bool)
+        if not match.any():
+            have = sorted(runs[col].dropna().unique().tolist())
+            notes.append(f"no runs with {col} in {_shown(values)} (the data has {_shown(have) if have else 'none'})"
+                         ": the selection is empty")
+        elif not match.all():
+            other = sorted(runs.loc[~match, col].dropna().unique().tolist())
+            missing = int(runs.loc[~match, col].isna().sum())
+            left = (_shown(other) if other else "") + (f"{' and ' if other else ''}{missing} without a value"
+                                                       if missing else "")
+            notes.append(f"{col} in {_shown(values)}: kept {int(match.sum())} of {len(runs)} runs (left out {col} "
+                         f"{left})")
+        runs = runs[match]
+    return tables.with_runs(runs, notes)
 
 
-def summarise(runs: pd.DataFrame, by: list[str], value: str = "throughput_mbit") -> pd.DataFrame:
-    """Per group: n, median, 25th/75th percentile, mean and sample std of ``value`` over repetitions."""
+def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mbit") -> pd.DataFrame:
+    """Statistics of ``value`` over the repetitions of each group.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table (``tables.runs``).
+    by : sequence of str
+        Grouping columns (those absent from ``runs`` are ignored); missing values form their own group.
+    value : str, default "throughput_mbit"
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the ``by`` columns, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std``
+        (sample standard deviation).
+
+    Examples
+    --------
+    >>> data.summarise(tables.runs, ["variant", "cpu_share_pct"])  # doctest: +SKIP
+    """
     cols = [c for c in by if c in runs.columns]
     if runs.empty:
         return pd.DataFrame(columns=[*cols, "n", "median", "q25", "q75", "mean", "std"])
@@ -131,48 +232,38 @@ def summarise(runs: pd.DataFrame, by: list[str], value: str = "throughput_mbit")
     return out.reset_index()
 
 
-def select(runs: pd.DataFrame, **wanted) -> tuple[pd.DataFrame, list[str]]:
-    """Keep runs whose column equals the wanted value (or is in the wanted list), one column at a time.
+def check_dimensions(tables: Tables, varies: Mapping[str, int] | None = None,
+                     fixed: Sequence[str] = ()) -> list[str]:
+    """Notes on what a figure needs and the selection lacks.
 
-    When the data has none of the wanted values for a column, that column is left unfiltered and a
-    note says what was asked and what the data has, so a figure still renders what exists.
+    Parameters
+    ----------
+    tables : Tables
+        A selection.
+    varies : mapping of str to int, optional
+        Columns the figure varies and how many distinct values it needs at least (e.g. a sweep).
+    fixed : sequence of str
+        Columns the figure assumes constant: more than one value in the selection gets a note.
+
+    Returns
+    -------
+    list of str
+        One note per unmet need (empty when the selection fits the figure).
+
+    Examples
+    --------
+    >>> data.check_dimensions(sel, varies={"cpu_share_pct": 2}, fixed=["rtt_ms"])  # doctest: +SKIP
+    ['rtt_ms: the figure assumes one value, the selection has [10, 20]']
     """
+    runs = tables.runs
     notes = []
-    for col, want in wanted.items():
-        if want is None:
-            continue
-        values = list(want) if isinstance(want, list | tuple | set) else [want]
-        if col not in runs.columns or runs[col].isna().all():
-            notes.append(f"the data does not record {col}; wanted {values}, using every run")
-            continue
-        hit = runs[runs[col].isin(values)]
-        if hit.empty:
-            have = sorted(runs[col].dropna().unique().tolist())
-            notes.append(f"no runs with {col} in {values} (the data has {have}); using every value")
-            continue
-        runs = hit
-    return runs, notes
-
-
-def unsampled(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Runs measured without ss sampling, for throughput figures: sampling costs CPU on the contended
-    sender, so (as in the paper) sampled runs are kept apart. When only sampled runs exist they are used,
-    with a note saying so."""
-    if "ss_sampled" not in runs.columns or runs.empty:
-        return runs, []
-    sampled = runs["ss_sampled"].fillna(False).astype(bool)
-    if sampled.all():
-        return runs, ["only ss-sampled runs in the data: their throughput includes the sampler's CPU cost"]
-    if sampled.any():
-        return runs[~sampled], [f"left out {int(sampled.sum())} ss-sampled runs (sampling costs the sender CPU)"]
-    return runs, []
-
-
-def missing_dimensions(runs: pd.DataFrame, needs: Mapping[str, int]) -> list[str]:
-    """Notes for each column that has fewer distinct values than a figure needs (e.g. a sweep)."""
-    notes = []
-    for col, at_least in needs.items():
+    for col, at_least in (varies or {}).items():
         have = sorted(runs[col].dropna().unique().tolist()) if col in runs.columns else []
         if len(have) < at_least:
-            notes.append(f"{col}: the figure varies it over {at_least}+ values, the data has {have or 'none'}")
+            notes.append(f"{col}: the figure varies it over {at_least}+ values, the data has "
+                         f"{_shown(have) if have else 'none'}")
+    for col in fixed:
+        have = sorted(runs[col].dropna().unique().tolist()) if col in runs.columns else []
+        if len(have) > 1:
+            notes.append(f"{col}: the figure assumes one value, the selection has {_shown(have)}")
     return notes

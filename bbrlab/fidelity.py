@@ -95,8 +95,18 @@ def _by_timeslice(med: pd.DataFrame, variant: str) -> dict[float, pd.DataFrame]:
 
 
 def recovery_share(curve: pd.Series) -> float | None:
-    """Lowest share from which every tested share reaches the recovered utilisation; None if none does
-    below 100 % (or only 100 % does)."""
+    """The lowest share from which every tested share reaches the recovered utilisation (80 %).
+
+    Parameters
+    ----------
+    curve : pandas.Series
+        Median utilisation indexed by CPU share.
+
+    Returns
+    -------
+    float or None
+        None when no share below 100 % recovers.
+    """
     ok = curve >= RECOVERED_UTILISATION
     for share in curve.index:
         if ok.loc[share:].all():
@@ -109,6 +119,18 @@ def _fmt(x: float | None, unit: str = "%") -> str:
 
 
 def claim_cubic_robust(med: pd.DataFrame) -> Claim:
+    """Cubic reaches >= 80 % of the link at nearly every contended point (figure 4).
+
+    Parameters
+    ----------
+    med : pandas.DataFrame
+        :func:`medians` of the runs.
+
+    Returns
+    -------
+    Claim
+        ``reproduced`` from 90 % of the contended Cubic points, ``partly`` from 50 %.
+    """
     paper = "Cubic reaches the link rate in nearly all contention settings (figure 4)."
     cub = med[(med["variant"] == "Cubic") & (med["cpu_share_pct"] < 100)]
     if cub.empty:
@@ -122,6 +144,19 @@ def claim_cubic_robust(med: pd.DataFrame) -> Claim:
 
 
 def claim_bbr_capped(med: pd.DataFrame, variant: str = "BBRv1") -> Claim:
+    """BBR stays at or below 11 % of a 100 Mbit/s link at 10-25 % CPU share (figure 4).
+
+    Parameters
+    ----------
+    med : pandas.DataFrame
+        :func:`medians` of the runs.
+    variant : str, default "BBRv1"
+        The stock BBR variant checked.
+
+    Returns
+    -------
+    Claim
+    """
     paper = (f"BBR does not exceed {CAPPED_UTILISATION:.0%} of a 100 Mbit/s link in the median at "
              f"{LOW_SHARES_PCT[0]}-{LOW_SHARES_PCT[1]} % CPU share, while Cubic does (figure 4).")
     low = med[(med["variant"] == variant) & med["cpu_share_pct"].between(*LOW_SHARES_PCT)]
@@ -138,6 +173,20 @@ def claim_bbr_capped(med: pd.DataFrame, variant: str = "BBRv1") -> Claim:
 
 
 def claim_recovery_thresholds(med: pd.DataFrame, variant: str = "BBRv1") -> Claim:
+    """The share from which BBR reaches 80 % of the rate: about 45 % at 1 ms, 65 % and more at 10 ms.
+
+    Parameters
+    ----------
+    med : pandas.DataFrame
+        :func:`medians` of the runs.
+    variant : str, default "BBRv1"
+
+    Returns
+    -------
+    Claim
+        ``evidence["recovery_share_pct"]`` per timeslice; the verdict allows for the grid's spacing
+        (:func:`bracket`).
+    """
     paper = ("BBRv1/v3 reach > 80 % of the rate from about 45 % share at 1 ms timeslices and need at least 65 % "
              "at longer timeslices: longer timeslices hurt more at the same share (figures 4, 5).")
     curves = _by_timeslice(med, variant)
@@ -180,6 +229,19 @@ def _longer_timeslice_not_better(found: dict[float, float | None]) -> bool:
 
 
 def claim_patch_lowers_threshold(med: pd.DataFrame, original: str = "BBRv1", patched: str = "BBRv1 patched") -> Claim:
+    """The inflight-deficit patch lowers the share BBR needs (figures 10, 15).
+
+    Parameters
+    ----------
+    med : pandas.DataFrame
+        :func:`medians` of the runs.
+    original, patched : str
+        The stock and patched variants of one BBR version.
+
+    Returns
+    -------
+    Claim
+    """
     paper = ("The inflight-deficit patch lowers the share BBR needs: patched BBRv3 recovers from 25 % (1 ms) and "
              "40 % (10 ms) instead of 45 % and 70 % (figures 10, 15).")
     subject = f"{original} vs {patched}"
@@ -222,6 +284,18 @@ def _ss_with_runs(ss: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def claim_inflight_deficit(ss: pd.DataFrame, runs: pd.DataFrame, variant: str = "BBRv1") -> Claim:
+    """Under contention BBR keeps less than 1 BDP (its own estimate) in flight (figure 9).
+
+    Parameters
+    ----------
+    ss, runs : pandas.DataFrame
+        The ``ss`` and ``runs`` tables.
+    variant : str, default "BBRv1"
+
+    Returns
+    -------
+    Claim
+    """
     paper = ("Without contention BBR keeps 1-2 BDP in flight; at 25 % share inflight drops below 1 BDP "
              "(as BBR estimates it), which is the patch's detector (figure 9).")
     need = {"inflight_bdp", "run_id"}
@@ -245,6 +319,19 @@ def claim_inflight_deficit(ss: pd.DataFrame, runs: pd.DataFrame, variant: str = 
 
 def claim_patched_gain(ss: pd.DataFrame, runs: pd.DataFrame, original: str = "BBRv1",
                        patched: str = "BBRv1 patched") -> Claim:
+    """Patched BBR answers an inflight deficit with the high pacing gain; stock BBR does not (figure 11).
+
+    Parameters
+    ----------
+    ss, runs : pandas.DataFrame
+        The ``ss`` and ``runs`` tables.
+    original, patched : str
+        The stock and patched variants of one BBR version.
+
+    Returns
+    -------
+    Claim
+    """
     paper = ("Patched BBR answers an inflight deficit with the high pacing gain and returns to the ProbeBW gain "
              "once inflight is back at 1 BDP (figure 11).")
     subject = f"{original} vs {patched}"
@@ -267,7 +354,18 @@ def claim_patched_gain(ss: pd.DataFrame, runs: pd.DataFrame, original: str = "BB
 
 
 def testbed_note(runs: pd.DataFrame) -> str:
-    """Where the data ran, from the records themselves."""
+    """Where the data ran, from the records themselves.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+
+    Returns
+    -------
+    str
+        e.g. ``"54 runs; testbed local; accelerator tcg; sender kernel 6.1.0-56-amd64"``.
+    """
     if runs.empty:
         return "no runs"
     acc = ", ".join(sorted(str(a) for a in runs["accelerator"].dropna().unique())) or "unknown"
@@ -298,18 +396,17 @@ def claims(tables) -> pd.DataFrame:
     Parameters
     ----------
     tables : bbrlab.data.Tables
-        Throughput claims use its runs without ss sampling (:func:`bbrlab.data.unsampled`), socket claims
-        its ``ss`` samples.
+        Throughput claims use its runs without ss sampling, socket claims its ``ss`` samples.
 
     Returns
     -------
     pandas.DataFrame
         One row per claim and subject.
     """
-    from .data import unsampled
+    from .data import select
 
     runs = tables.runs
-    med = medians(unsampled(runs)[0])  # throughput claims: sampled runs cost the sender CPU
+    med = medians(select(tables, ss_sampled=False).runs)  # throughput claims: sampling costs the sender CPU
     stock, pairs = bbr_variants(runs)
     rows = [claim_cubic_robust(med)]
     rows += [claim_bbr_capped(med, v) for v in stock]
@@ -321,7 +418,21 @@ def claims(tables) -> pd.DataFrame:
 
 
 def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
-    """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools) into ``out_dir``."""
+    """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`claims`.
+    note : str
+        Where the data ran (:func:`testbed_note`).
+    out_dir : str or pathlib.Path
+
+    Returns
+    -------
+    pathlib.Path
+        The Markdown file.
+    """
     import json
 
     out = Path(out_dir)

@@ -94,27 +94,26 @@ def timed(fn, *args, **kw):
 
 def read_speeds(directory: Path, n_runs: int, label: str) -> dict:
     """Runs/s of one layout: cold (process pool, cache written), one worker without cache, cached."""
-    cold, t_cold = timed(data.ingest, directory)
-    c = cold.tables.counts()
+    cold, t_cold = timed(data.load, directory)
+    c = cold.counts()
     assert c["ok"] == n_runs, c
     print(f"{label:8s} cold:   {t_cold:6.2f} s {n_runs / t_cold:8.0f} runs/s  ({c['runs']} runs, "
           f"{c['intervals']} intervals, {c['ss']} ss rows, {os.cpu_count()} workers)")
-    _, t_serial = timed(data.read_campaign, directory, cache=False, workers=1)
+    _, t_serial = timed(data.load, directory, cache=False, workers=1)
     print(f"{label:8s} 1 worker, no cache: {t_serial:6.2f} s {n_runs / t_serial:8.0f} runs/s")
-    warm, t_warm = timed(data.ingest, directory)
-    assert warm.cached
+    warm, t_warm = timed(data.load, directory)
+    assert warm.sources[0]["read"] == 0
     print(f"{label:8s} cached: {t_warm:6.2f} s {n_runs / t_warm:8.0f} runs/s (parquet reused)")
-    return {"cold": n_runs / t_cold, "serial": n_runs / t_serial, "cached": n_runs / t_warm, "tables": cold.tables}
+    return {"cold": n_runs / t_cold, "serial": n_runs / t_serial, "cached": n_runs / t_warm, "tables": cold}
 
 
 def figure_times(tables: data.Tables, out_dir: Path) -> dict[str, float]:
-    runs = tables.runs
     calls = {
-        "throughput_vs_share": lambda: plots.throughput_vs_share(runs),
-        "std_vs_share": lambda: plots.std_vs_share(runs),
-        "link_utilisation": lambda: plots.link_utilisation(runs),
-        "timeseries (one line per run)": lambda: plots.timeseries(tables.intervals, runs),
-        "socket_state (6 runs)": lambda: plots.socket_state(tables.ss, runs, panels=("rates", "inflight", "gains")),
+        "throughput_vs_share": lambda: plots.throughput_vs_share(tables),
+        "std_vs_share": lambda: plots.std_vs_share(tables),
+        "link_utilisation": lambda: plots.link_utilisation(tables),
+        "timeseries (one line per run)": lambda: plots.timeseries(tables),
+        "socket_state (6 runs)": lambda: plots.socket_state(tables, panels=("rates", "inflight", "gains")),
     }
     out = {}
     for name, call in calls.items():

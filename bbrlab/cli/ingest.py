@@ -25,14 +25,16 @@ def run(args) -> int:
         raise BbrlabError(f"{args.dir}: no campaign (runs/, failed/ or plan.json) and no authors' layout "
                           "(logs/<timestamp>/meta.json) here or in its subfolders")
     for kind, path in sources:
-        result = data.ingest(path, force=args.force)
-        tables = result.tables
-        how = "all reused from tables/" if result.cached else f"{result.read} read, {result.reused} reused"
+        tables = data.load(path, force=args.force)
+        src = tables.sources[0]
+        how = "all reused from tables/" if src["read"] == 0 else f"{src['read']} read, {src['reused']} reused"
         if kind == "authors":
             how += " (authors' layout)"
+        statuses = tables.runs["status"].value_counts().to_dict()
+        detail = ", ".join(f"{statuses[s]} {s}" for s in sorted(statuses, key=lambda s: (s != "ok", s)))
         c = tables.counts()
-        print(f"{path}: {c['runs']} runs ({c['ok']} ok, {c['runs'] - c['ok']} failed), "
-              f"{c['intervals']} intervals, {c['ss']} ss samples; {how}")
+        print(f"{path}: {c['runs']} runs ({detail or 'none'}), {c['intervals']} intervals, {c['ss']} ss samples; "
+              f"{how}")
         for note in tables.notes:
             print(f"  note: {note}")
     return 0

@@ -186,18 +186,19 @@ def test_logs_folder_and_a_bad_point_are_handled(tmp_path):
 
 def test_cache_is_reused_and_keeps_the_notes(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "ds")
-    first = data.ingest(tmp_path / "ds")
-    again = data.ingest(tmp_path / "ds")
-    assert again.cached and again.tables.notes == first.tables.notes
-    pd.testing.assert_frame_equal(again.tables.runs, first.tables.runs)
+    first = data.load(tmp_path / "ds")
+    units = first.sources[0]["read"]
+    again = data.load(tmp_path / "ds")
+    assert again.sources[0]["read"] == 0 and again.notes == first.notes
+    pd.testing.assert_frame_equal(again.runs, first.runs)
     stamp = sorted((tmp_path / "ds").glob("2026*"))[0]
     meta = json.loads((stamp / "meta.json").read_text())
     (stamp / "meta.json").write_text(json.dumps({**meta, "vm": "qemu"}))
-    third = data.ingest(tmp_path / "ds")
-    assert third.read == 1 and third.reused == first.read - 1
-    assert third.tables.notes == first.tables.notes
-    assert set(point(third.tables, stamp.name)["hypervisor"]) == {"qemu"}
-    assert third.tables.counts() == first.tables.counts()
+    third = data.load(tmp_path / "ds")
+    assert (third.sources[0]["read"], third.sources[0]["reused"]) == (1, units - 1)
+    assert third.notes == first.notes
+    assert set(point(third, stamp.name)["hypervisor"]) == {"qemu"}
+    assert third.counts() == first.counts()
 
 
 def test_data_load_finds_authors_and_bbrlab_sources_side_by_side(tmp_path):

@@ -3,6 +3,7 @@
 import pandas as pd
 
 from bbrlab import fidelity
+from bbrlab.tables import Tables
 
 
 def _runs(points):
@@ -87,11 +88,8 @@ def test_claims_are_checked_per_bbr_version_and_patch_pair():
     stock, pairs = fidelity.bbr_variants(runs)
     assert stock == ["BBRv1", "BBRv3"] and pairs == [("BBRv3", "BBRv3 patched")]
 
-    class T:
-        ss = pd.DataFrame()
-
-    T.runs = runs.assign(ss_sampled=False)
-    table = fidelity.claims(T)
+    none = pd.DataFrame({"run_id": []})
+    table = fidelity.claims(Tables(runs.assign(ss_sampled=False), none, none))
     capped = table[table["key"] == "bbr_capped_low_share"].set_index("subject")["verdict"]
     assert capped.to_dict() == {"BBRv1": "reproduced", "BBRv3": "reproduced"}
     assert set(table.loc[table["key"] == "patch_lowers_threshold", "subject"]) == {"BBRv3 vs BBRv3 patched"}

@@ -18,9 +18,9 @@ from pathlib import Path
 from ..errors import TestbedError
 from .file import TestbedSpec, load_file
 from .lock import image_lock, lock_path, testbed_lock
-from .roles import EmulatorRole, Role, SenderRole, Testbed, from_spec
+from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_spec
 
-__all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
+__all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
            "load_file", "testbed_lock", "image_lock", "lock_path"]
 
 
@@ -78,10 +78,12 @@ def load(name_or_file: str | Path = "local") -> Testbed:
     if not path.is_file() or state is None or state.phase != "up":
         raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
                            f"{'' if text == 'local' else ' --name ' + text})")
-    extra = {k: state.data.get(k) for k in ("qemu_version", "image", "guest_kernel", "sender_vcpus",
-                                           "boot_to_ssh_s")}
-    extra["kind"] = "local"
-    return from_spec(load_file(path), extra=extra)
+    d = state.data
+    local = LocalDetails(image=d.get("image"), guest_kernel=d.get("guest_kernel"),
+                         sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {},
+                         qemu_pids={role: vm.get("pid") for role, vm in state.vms.items()})
+    qemu = f"QEMU {d['qemu_version']}" if d.get("qemu_version") else None
+    return from_spec(load_file(path), kind="local", hypervisor_name=qemu, local=local)
 
 
 def status(tb: Testbed | str | Path = "local") -> dict:

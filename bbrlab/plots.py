@@ -2,9 +2,10 @@
 
 Every figure function takes :class:`~bbrlab.tables.Tables` (from :func:`bbrlab.data.load` and
 :func:`bbrlab.data.select`) and returns ``(figure, table)``: the matplotlib Figure and the DataFrame it
-plotted (medians with 25th/75th percentiles over repetitions, or the raw rows for time series), so a notebook can show, save or check both. :func:`save` writes PDF
-(for papers) and PNG (for a quick look) plus ``<name>.points.json``, the coordinates read back from the
-figure's lines, so anyone can verify a figure against the table without parsing an image.
+plotted (medians with 25th/75th percentiles over repetitions, or the raw rows for time series), so a
+notebook can show, save or check both. :func:`save` writes PDF (for papers) and PNG (for a quick look)
+plus ``<name>.points.json``, the coordinates read back from the figure's lines, so anyone can verify a
+figure against the table without parsing an image.
 
 Facet dimensions that the data lacks never raise: an empty selection gives a figure that says what is
 missing, and a column with no values collapses to a single facet labelled "not recorded".

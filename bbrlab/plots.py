@@ -1,10 +1,11 @@
 """The paper's figures from bbrlab's tables, in one publication style.
 
-Every figure function takes tables (see :mod:`bbrlab.data`) and returns ``(figure, table)``: the
-matplotlib Figure and the DataFrame it plotted (medians with 25th/75th percentiles over repetitions,
-or the raw rows for time series), so a notebook can show, save or check both. :func:`save` writes PDF
-(for papers) and PNG (for a quick look) plus ``<name>.points.json``, the coordinates read back from the
-figure's lines, so anyone can verify a figure against the table without parsing an image.
+Every figure function takes :class:`~bbrlab.tables.Tables` (from :func:`bbrlab.data.load` and
+:func:`bbrlab.data.select`) and returns ``(figure, table)``: the matplotlib Figure and the DataFrame it
+plotted (medians with 25th/75th percentiles over repetitions, or the raw rows for time series), so a
+notebook can show, save or check both. :func:`save` writes PDF (for papers) and PNG (for a quick look)
+plus ``<name>.points.json``, the coordinates read back from the figure's lines, so anyone can verify a
+figure against the table without parsing an image.
 
 Facet dimensions that the data lacks never raise: an empty selection gives a figure that says what is
 missing, and a column with no values collapses to a single facet labelled "not recorded".
@@ -24,6 +25,7 @@ import pandas as pd
 from matplotlib.collections import LineCollection
 
 from .data import summarise
+from .tables import Tables
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "font.size": 8, "axes.titlesize": 8,
@@ -31,9 +33,10 @@ STYLE = {
     "lines.markersize": 3.5, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False, "pdf.fonttype": 42, "ps.fonttype": 42, "legend.frameon": False,
 }
-#: Fixed colours so a CCA looks the same in every figure.
-CCA_COLOURS = {"cubic": "#4d4d4d", "reno": "#999999", "bbr": "#1f77b4", "bbr1": "#1f77b4", "bbr2": "#2ca02c",
-               "bbr3": "#d62728", "bbrv3": "#d62728", "bbr2b": "#ff7f0e"}
+#: Fixed colours so a congestion control (its ``variant``, see :mod:`bbrlab.identity`) looks the same in
+#: every figure; patched variants take a darker shade of their version's colour and are drawn dashed.
+VARIANT_COLOURS = {"Cubic": "#4d4d4d", "Reno": "#999999", "BBRv1": "#1f77b4", "BBRv1 patched": "#0b3c6b",
+                   "BBRv2": "#2ca02c", "BBRv2 patched": "#145214", "BBRv3": "#d62728", "BBRv3 patched": "#ff7f0e"}
 FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
@@ -41,22 +44,48 @@ LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share 
           "loss_pct": "loss [%]", "goodput_mbit": "goodput [Mbit/s]", "elapsed_s": "transfer time [s]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
 FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
-               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel",
-               "workload": "", "variant": ""}
-UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
+               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "variant": "",
+               "kernel": "kernel", "load_pct": "load", "workload": ""}
+UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%",
+         "load_pct": "%"}
 NOT_RECORDED = "not recorded"
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 2.3, 1.8
 
 
 @contextmanager
 def style():
-    """Apply the publication style for the figures made inside the block."""
+    """Apply the publication style (:data:`STYLE`) to the figures made inside the block.
+
+    Examples
+    --------
+    >>> with plots.style():          # doctest: +SKIP
+    ...     fig, ax = plt.subplots()
+    """
     with plt.rc_context(STYLE):
         yield
 
 
 def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
-    """Write ``name.pdf`` / ``name.png`` and ``name.points.json`` (what the lines show) into ``out_dir``."""
+    """Write a figure as ``name.pdf`` / ``name.png`` and ``name.points.json`` (what its lines show).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    out_dir : str or pathlib.Path
+        Created if missing.
+    name : str
+        File name without suffix, e.g. ``"fig04_throughput_vs_share"``.
+    formats : sequence of str, default ("pdf", "png")
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written; ``points.json`` is :func:`plotted_points` of the figure.
+
+    Examples
+    --------
+    >>> plots.save(fig, "build/figures", "fig04_throughput_vs_share")  # doctest: +SKIP
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -71,7 +100,12 @@ def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "
 
 
 def show(fig) -> None:
-    """Display a figure once in a notebook (then close it to free its memory)."""
+    """Display a figure once in a notebook, then close it (frees its memory; no second copy at the end).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    """
     try:
         from IPython.display import display
 
@@ -81,8 +115,18 @@ def show(fig) -> None:
 
 
 def plotted_points(fig) -> list[dict]:
-    """Per axes: its title and every labelled line's x/y, read from the figure's artists
-    (a collection of many run lines is listed with its ``segments``, [[x, y], ...] per run)."""
+    """What a figure shows, read back from its artists (to check a figure without parsing an image).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+
+    Returns
+    -------
+    list of dict
+        Per axes: ``title``, ``xlabel``, ``ylabel`` and ``lines``, each ``{"label", "x", "y"}`` (a
+        collection of many run lines: ``{"label", "segments"}``, [[x, y], ...] per run).
+    """
     out = []
     for ax in fig.axes:
         lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata())}
@@ -132,7 +176,8 @@ def _select(df: pd.DataFrame, col: str | None, value) -> pd.DataFrame:
 
 
 def colour(key, index: int) -> str:
-    return CCA_COLOURS.get(str(key).lower(), FALLBACK[index % len(FALLBACK)])
+    """The fixed colour of a variant label, else the index-th colour of the default cycle."""
+    return VARIANT_COLOURS.get(str(key), FALLBACK[index % len(FALLBACK)])
 
 
 def _grid(n_rows: int, n_cols: int, sharey: bool = True):
@@ -216,7 +261,8 @@ def _hue_text(value) -> str:
 def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str, color: str) -> None:
     if part.empty:
         return
-    ax.plot(part[x], part[stat], marker="o", label=label, color=color)
+    ax.plot(part[x], part[stat], marker="o", label=label, color=color,
+            linestyle="--" if " patched" in label else "-")  # patched variants: dashed, whatever the colour
     if band and stat == "median":
         ax.fill_between(part[x], part["q25"], part["q75"], color=color, alpha=0.18, linewidth=0)
 
@@ -237,46 +283,162 @@ def _legend(fig, axes, title: str | None = None) -> None:
 
 # -- the paper's figures --------------------------------------------------------------------------
 
-def throughput_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                        hue: str = "cca", value: str = "throughput_mbit", logy: bool = False, title=None):
-    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
+def throughput_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        hue: str = "variant", value: str = "throughput_mbit", logy: bool = False,
+                        title: str | None = None):
+    """Figures 1 and 4: median throughput (IQR band) over the CPU share, a line per variant.
+
+    Runs without a policy (100 % share) whose timeslice is not recorded appear in every timeslice panel.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (:func:`bbrlab.data.select`); its ``runs`` are drawn.
+    row, col : str or None
+        Columns that facet the figure into rows and columns of panels (None: one row/column).
+    hue : str, default "variant"
+        One line per value of this column.
+    value : str, default "throughput_mbit"
+        What the y axis shows (``link_utilisation`` for utilisation).
+    logy : bool, default False
+    title : str, optional
+        Shown above the legend.
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+
+    Examples
+    --------
+    >>> fig, table = plots.throughput_vs_share(data.select(tables, rate_mbit=100))  # doctest: +SKIP
+    >>> plots.save(fig, "build/figures", "fig04_throughput_vs_share")               # doctest: +SKIP
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
                        logy=logy, title=title)
 
 
-def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca", col: str | None = "timeslice_ms",
-          logy: bool = True, value: str = "throughput_mbit", title=None):
-    """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
+def sweep(tables: Tables, *, over: str = "rate_mbit", row: str | None = "variant",
+          col: str | None = "timeslice_ms", logy: bool = True, value: str = "throughput_mbit",
+          title: str | None = None):
+    """Figures 7/13 (``over="rate_mbit"``, log y) and 8/14 (``over="rtt_ms"``): a line per swept value.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``runs`` are drawn over the CPU share.
+    over : str, default "rate_mbit"
+        The swept column: one line per value.
+    row, col : str or None
+        Facets (default: a row per variant, a column per timeslice).
+    logy : bool, default True
+    value : str, default "throughput_mbit"
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+
+    Examples
+    --------
+    >>> fig, _ = plots.sweep(data.select(tables, rtt_ms=10), over="rate_mbit")  # doctest: +SKIP
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
                        logy=logy, title=title, hue_label=lambda v: level_label(over, v))
 
 
-def std_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                 hue: str = "cca", title=None):
-    """Figure 12: standard deviation of the per-run throughputs vs CPU share."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
+def std_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                 hue: str = "variant", title: str | None = None):
+    """Figure 12: the standard deviation of the per-run throughputs over the CPU share.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; repetitions of a point are its runs.
+    row, col : str or None
+    hue : str, default "variant"
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
                        col=col, stat="std", band=False, ylabel=LABELS["std"], title=title)
 
 
-def with_variant(runs: pd.DataFrame) -> pd.DataFrame:
-    """Add ``variant``: ``"<cca> (patched)"`` or ``"<cca> (original)"``."""
-    tag = np.where(runs["patched"].fillna(False).astype(bool), "patched", "original")
-    return runs.assign(variant=runs["cca"].astype(str) + " (" + tag + ")")
+def patched_versions(runs: pd.DataFrame) -> pd.DataFrame:
+    """BBR runs of every BBR version that has patched runs: the patched and the stock ones.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows of BBR versions with patched runs (e.g. BBRv3 and BBRv3 patched); none without.
+    """
+    if runs.empty or "bbr_version" not in runs:
+        return runs.iloc[0:0]
+    bbr = runs[runs["bbr_version"].notna()]
+    versions = set(bbr.loc[bbr["patched"].astype(bool), "bbr_version"])
+    return bbr[bbr["bbr_version"].isin(versions)]
 
 
-def patched_vs_original(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                        title=None):
-    """Figures 10/15: medians of patched and original BBR side by side."""
-    if runs.empty:
-        return facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="cca", row=row, col=col)
-    return facet_lines(spread_full_share(with_variant(runs)), x="cpu_share_pct", value="throughput_mbit",
+def patched_vs_original(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        title: str | None = None):
+    """Figures 10/15: medians of patched and stock BBR of the same version side by side.
+
+    Figure 10 is BBRv3 vs BBRv3 patched, figure 15 BBRv1; versions without patched runs (and CCAs that
+    are not BBR) are left out (:func:`patched_versions`).
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection.
+    row, col : str or None
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    return facet_lines(spread_full_share(patched_versions(tables.runs)), x="cpu_share_pct", value="throughput_mbit",
                        hue="variant", row=row, col=col, title=title)
 
 
-def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "cca",
-               col: str | None = "timeslice_ms", alpha: float = 0.5, title=None):
-    """Figure 5: throughput over time, one thin line per run, facets CCA x timeslice."""
-    keep = [c for c in ("run_id", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
+def timeseries(tables: Tables, *, row: str | None = "variant", col: str | None = "timeslice_ms",
+               alpha: float = 0.5, title: str | None = None):
+    """Figure 5: throughput over time, one thin line per run, facets variant x timeslice.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``intervals`` (iperf3's per-interval receiver throughput summed over streams)
+        are drawn, one line per run of its ``runs``.
+    row, col : str or None
+    alpha : float, default 0.5
+        Line opacity (many runs overlap).
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    pandas.DataFrame
+        The intervals drawn, with the run columns the facets use. Lines are labelled with run ids
+        (see ``points.json``); above :data:`MANY_LINES` runs per panel one line collection per variant.
+    """
+    runs, intervals = tables.runs, tables.intervals
+    keep = [c for c in ("run_id", "variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
     table = intervals.merge(runs[keep], on="run_id", how="inner") if len(intervals) else intervals
     if table.empty:
         return empty_figure("Nothing to plot: no iperf3 intervals for the selected runs."), table
@@ -304,7 +466,7 @@ MANY_LINES = 200
 
 
 def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
-    """One line per run (throughput at each interval's end), coloured by CCA."""
+    """One line per run (throughput at each interval's end), coloured by variant."""
     if cell.empty:
         return
     cell = cell.sort_values(["run_id", "t_end_s"], kind="stable")
@@ -312,14 +474,14 @@ def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     xs = np.split(cell["t_end_s"].to_numpy(dtype=float), starts[1:])
     ys = np.split(cell["throughput_mbit"].to_numpy(dtype=float), starts[1:])
-    ccas = cell["cca"].astype(str).to_numpy()[starts]
+    variants = cell["variant"].astype(str).to_numpy()[starts]
     if len(starts) <= MANY_LINES:
         for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
-            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(ccas[k], k), label=str(ids[starts[k]]))
+            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(variants[k], k), label=str(ids[starts[k]]))
         return
-    for k, cca in enumerate(sorted(set(ccas))):
-        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, ccas, strict=True) if c == cca]
-        ax.add_collection(LineCollection(segs, colors=colour(cca, k), alpha=alpha, linewidths=0.5, label=cca))
+    for k, variant in enumerate(sorted(set(variants))):
+        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, variants, strict=True) if c == variant]
+        ax.add_collection(LineCollection(segs, colors=colour(variant, k), alpha=alpha, linewidths=0.5, label=variant))
     ax.autoscale_view()
 
 
@@ -332,9 +494,25 @@ SS_PANELS = {
 SS_YLABELS = {"rates": "rate [Mbit/s]", "inflight": "inflight [BBR BDP]", "gains": "gain"}
 
 
-def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timeslice_ms", "cpu_share_pct"),
+def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "timeslice_ms", "cpu_share_pct"),
                         have: Sequence[str] | None = None) -> list[str]:
-    """One run per group: the run whose throughput is closest to its group's median (a typical sample)."""
+    """One typical run per group: the run whose throughput is closest to its group's median.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+    by : sequence of str, default ("variant", "timeslice_ms", "cpu_share_pct")
+        The groups.
+    have : sequence of str, optional
+        Only these run ids qualify (e.g. runs with ss samples).
+
+    Returns
+    -------
+    list of str
+        One run id per group, in group order; a group without throughputs (e.g. the authors' socket
+        logs) gives its first run.
+    """
     pool = runs if have is None else runs[runs["run_id"].isin(have)]
     if pool.empty:
         return []
@@ -342,14 +520,40 @@ def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timesli
     chosen = []
     for _, g in pool.groupby(cols, dropna=False, sort=True):
         distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
-        chosen.append(g.loc[distance.idxmin(), "run_id"])
+        chosen.append(g.loc[distance.idxmin(), "run_id"] if distance.notna().any() else g["run_id"].iloc[0])
     return chosen
 
 
-def socket_state(ss: pd.DataFrame, runs: pd.DataFrame, *, run_ids: Sequence[str] | None = None,
-                 panels: Sequence[str] = ("rates",), max_runs: int = 6, title=None):
-    """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains): one column per
-    sampled run, one row per panel kind. Default runs: a representative one per CCA x timeslice x share."""
+def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels: Sequence[str] = ("rates",),
+                 max_runs: int = 6, title: str | None = None):
+    """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains) of single flows.
+
+    One column per sampled run, one row per panel kind.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``ss`` samples are drawn.
+    run_ids : sequence of str, optional
+        The runs to show (e.g. picked with :func:`bbrlab.explore.pick_runs`); default: a representative
+        run per variant x timeslice x share (:func:`representative_runs`), at most ``max_runs``.
+    panels : sequence of str, default ("rates",)
+        Among ``"rates"`` (pacing rate, delivery rate, BBR's bw estimate), ``"inflight"`` and ``"gains"``.
+    max_runs : int, default 6
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    pandas.DataFrame
+        The ss rows drawn.
+
+    Raises
+    ------
+    ValueError
+        An unknown panel name.
+    """
+    ss, runs = tables.ss, tables.runs
     unknown = set(panels) - set(SS_PANELS)
     if unknown:
         raise ValueError(f"panels must be among {', '.join(SS_PANELS)}; got {', '.join(sorted(unknown))}")
@@ -397,17 +601,36 @@ def _run_title(info: pd.DataFrame, run_id: str) -> str:
     r = info.loc[run_id]
     if isinstance(r, pd.DataFrame):
         r = r.iloc[0]
-    return f"{r['cca']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n{level_label('cpu_share_pct', r['cpu_share_pct'])}"
+    return (f"{r['variant']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n"
+            f"{level_label('cpu_share_pct', r['cpu_share_pct'])}")
 
 
-def link_utilisation(runs: pd.DataFrame, *, x: str = "rate_mbit", hue: str = "kernel_cca",
-                     row: str | None = "streams", col: str | None = "hypervisor", title=None):
-    """Poster figure 2: link utilisation (median, IQR band, and every run as a dot) per hypervisor x
-    flows, a line per kernel + CCA, over the bandwidth."""
+def link_utilisation(tables: Tables, *, x: str = "rate_mbit", hue: str = "kernel_variant",
+                     row: str | None = "streams", col: str | None = "hypervisor", title: str | None = None):
+    """Poster figure 2: link utilisation (median, IQR band, every run as a dot) over the bandwidth.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (the poster: 0.1 % loss).
+    x : str, default "rate_mbit"
+    hue : str, default "kernel_variant"
+        One line per sender kernel and variant (``"<kernel> / <variant>"``).
+    row, col : str or None
+        Default: a row per number of flows, a column per hypervisor.
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    runs = tables.runs
     if runs.empty:
-        return facet_lines(runs, x=x, value="link_utilisation", hue="cca", row=row, col=col)
-    kernel = runs["sender_kernel"].astype("string").fillna(NOT_RECORDED)
-    data = runs.assign(kernel_cca=kernel + " / " + runs["cca"].astype("string"))
+        return facet_lines(runs, x=x, value="link_utilisation", hue="variant", row=row, col=col)
+    kernel = runs["kernel"].astype("string").fillna(NOT_RECORDED)
+    data = runs.assign(kernel_variant=kernel + " / " + runs["variant"].astype("string"))
     fig, table = facet_lines(data, x=x, value="link_utilisation", hue=hue, row=row, col=col, title=title)
     _add_run_dots(fig, data, x=x, row=row, col=col, table=table)
     return fig, table
@@ -428,29 +651,76 @@ def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFr
 TIMED_OUT_LABEL = "timed out (each copy)"
 
 
-def goodput_vs_loss(runs: pd.DataFrame, *, row: str | None = "workload", col: str | None = "cpu_share_pct",
-                    hue: str = "variant", logy: bool = True, title=None):
-    """Goodput (median, IQR band) over the configured loss, a line per CCA variant, facets workload x share.
+def goodput_vs_loss(tables: Tables, *, row: str | None = "workload", col: str | None = "cpu_share_pct",
+                    hue: str = "variant", logy: bool = True, title: str | None = None):
+    """Goodput (median, IQR band) over the configured loss, a line per variant, facets workload x share.
 
     An iperf3 run's goodput is its throughput; an rsync copy's is the bytes that arrived over its wall time,
-    including copies that ran into ``transfer_timeout_s``: each of those is also marked ``x`` at the goodput
-    it reached. Returns (figure, summary table).
+    copies that ran into ``transfer_timeout_s`` included: each of those is also marked ``x`` at the goodput
+    it reached.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (:func:`bbrlab.data.select`); its ``runs`` are drawn.
+    row, col : str or None
+        Facet columns (None: one row/column).
+    hue : str, default "variant"
+        One line per value of this column.
+    logy : bool, default True
+        Goodput falls by orders of magnitude between 0 and 30 % loss.
+    title : str, optional
+        Shown above the legend.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure ("Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and loss, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std``.
+
+    Examples
+    --------
+    >>> fig, table = plots.goodput_vs_loss(data.select(tables, ss_sampled=False))  # doctest: +SKIP
     """
-    runs = _with_variant_column(runs)
+    runs = tables.runs
     fig, table = facet_lines(runs, x="loss_pct", value="goodput_mbit", hue=hue, row=row, col=col, logy=logy,
                              title=title)
     _mark_timed_out(fig, runs, table, y="goodput_mbit", row=row, col=col, title=title)
     return fig, table
 
 
-def transfer_time_vs_loss(runs: pd.DataFrame, *, row: str | None = None, col: str | None = "cpu_share_pct",
-                          hue: str = "variant", title=None):
-    """rsync copies: wall time (median, IQR band) over the configured loss, a line per CCA variant (log y).
+def transfer_time_vs_loss(tables: Tables, *, row: str | None = None, col: str | None = "cpu_share_pct",
+                          hue: str = "variant", title: str | None = None):
+    """rsync copies: wall time (median, IQR band) over the configured loss, a line per variant (log y).
 
     A copy that timed out counts with the time it ran (its timeout), so where one did the median is a lower
-    bound; each such copy is marked ``x``. Returns (figure, summary table).
+    bound; each such copy is marked ``x``. Runs of other workloads are left out.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its rsync runs are drawn.
+    row, col : str or None
+        Facet columns.
+    hue : str, default "variant"
+        One line per value of this column.
+    title : str, optional
+        Shown above the legend.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure ("Nothing to plot: ..." without rsync copies).
+    pandas.DataFrame
+        What it drew: per line and loss, statistics of ``elapsed_s`` over the copies.
+
+    Examples
+    --------
+    >>> fig, table = plots.transfer_time_vs_loss(data.select(tables, workload="rsync"))  # doctest: +SKIP
     """
-    copies = _with_variant_column(runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0])
+    runs = tables.runs
+    copies = runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0]
     if copies.empty:
         return empty_figure("Nothing to plot: no rsync copies in the selection (workloads: [rsync])."), \
             summarise(copies, ["loss_pct"], "elapsed_s")
@@ -458,10 +728,6 @@ def transfer_time_vs_loss(runs: pd.DataFrame, *, row: str | None = None, col: st
                              title=title)
     _mark_timed_out(fig, copies, table, y="elapsed_s", row=row, col=col, title=title)
     return fig, table
-
-
-def _with_variant_column(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs if "variant" in runs.columns or runs.empty else with_variant(runs)
 
 
 def _mark_timed_out(fig, runs: pd.DataFrame, table: pd.DataFrame, *, y: str, row, col, title) -> None:

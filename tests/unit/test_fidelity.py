@@ -3,26 +3,29 @@
 import pandas as pd
 
 from bbrlab import fidelity
+from bbrlab.tables import Tables
 
 
 def _runs(points):
-    """points: (cca, timeslice_ms, share, utilisation) -> a runs table of 100 Mbit/s runs (2 reps each)."""
+    """points: (variant, timeslice_ms, share, utilisation) -> a runs table of 100 Mbit/s runs (2 reps each)."""
     rows = []
-    for i, (cca, ts, share, util) in enumerate(points):
+    for i, (variant, ts, share, util) in enumerate(points):
         for rep in range(2):
-            rows.append(dict(run_id=f"r{i}-{rep}", status="ok", cca=cca, timeslice_ms=ts, cpu_share_pct=share,
+            rows.append(dict(run_id=f"r{i}-{rep}", status="ok", variant=variant, timeslice_ms=ts, cpu_share_pct=share,
                              rtt_ms=20, rate_mbit=100, link_utilisation=util, throughput_mbit=util * 100,
-                             accelerator="tcg", sender_kernel="6.1.0-56-amd64", testbed_kind="local"))
+                             bbr_version=None if variant == "Cubic" else int(variant[4]),
+                             patched=variant.endswith("patched"),
+                             accelerator="tcg", kernel="6.1.0-56-amd64", testbed_kind="local"))
     return pd.DataFrame(rows)
 
 
 PAPER_LIKE = [
-    *[("cubic", ts, s, 0.95) for ts in (1, 10) for s in (10, 25, 50, 100)],
-    ("bbr", 1, 10, 0.05), ("bbr", 1, 25, 0.08), ("bbr", 1, 50, 0.9), ("bbr", 1, 100, 0.95),
-    ("bbr", 10, 10, 0.03), ("bbr", 10, 25, 0.04), ("bbr", 10, 50, 0.3), ("bbr", 10, 70, 0.85), ("bbr", 10, 100, 0.95),
-    ("bbr2b", 1, 10, 0.2), ("bbr2b", 1, 25, 0.85), ("bbr2b", 1, 50, 0.95), ("bbr2b", 1, 100, 0.95),
-    ("bbr2b", 10, 10, 0.1), ("bbr2b", 10, 25, 0.3), ("bbr2b", 10, 50, 0.9), ("bbr2b", 10, 70, 0.9),
-    ("bbr2b", 10, 100, 0.95),
+    *[("Cubic", ts, s, 0.95) for ts in (1, 10) for s in (10, 25, 50, 100)],
+    ("BBRv1", 1, 10, 0.05), ("BBRv1", 1, 25, 0.08), ("BBRv1", 1, 50, 0.9), ("BBRv1", 1, 100, 0.95),
+    ("BBRv1", 10, 10, 0.03), ("BBRv1", 10, 25, 0.04), ("BBRv1", 10, 50, 0.3), ("BBRv1", 10, 70, 0.85), ("BBRv1", 10, 100, 0.95),
+    ("BBRv1 patched", 1, 10, 0.2), ("BBRv1 patched", 1, 25, 0.85), ("BBRv1 patched", 1, 50, 0.95), ("BBRv1 patched", 1, 100, 0.95),
+    ("BBRv1 patched", 10, 10, 0.1), ("BBRv1 patched", 10, 25, 0.3), ("BBRv1 patched", 10, 50, 0.9), ("BBRv1 patched", 10, 70, 0.9),
+    ("BBRv1 patched", 10, 100, 0.95),
 ]
 
 
@@ -37,11 +40,11 @@ def test_paper_like_numbers_reproduce():
 
 
 def test_verdicts_flip_when_the_data_disagrees():
-    flat = [(c, ts, s, 0.95) for c in ("cubic", "bbr", "bbr2b") for ts in (1, 10) for s in (10, 25, 50, 100)]
+    flat = [(c, ts, s, 0.95) for c in ("Cubic", "BBRv1", "BBRv1 patched") for ts in (1, 10) for s in (10, 25, 50, 100)]
     med = fidelity.medians(_runs(flat))
     assert fidelity.claim_bbr_capped(med).verdict == "not reproduced"
     assert fidelity.claim_patch_lowers_threshold(med).verdict == "not reproduced"
-    starved = [(c, ts, s, 0.95 if s == 100 else 0.02) for c in ("cubic", "bbr") for ts in (1, 10)
+    starved = [(c, ts, s, 0.95 if s == 100 else 0.02) for c in ("Cubic", "BBRv1") for ts in (1, 10)
                for s in (10, 25, 50, 100)]
     assert fidelity.claim_cubic_robust(fidelity.medians(_runs(starved))).verdict == "not reproduced"
 
@@ -52,7 +55,7 @@ def test_recovery_share_needs_every_higher_share():
 
 
 def test_missing_dimensions_say_no_data():
-    only_cubic = fidelity.medians(_runs([("cubic", 1, 100, 0.95)]))
+    only_cubic = fidelity.medians(_runs([("Cubic", 1, 100, 0.95)]))
     assert fidelity.claim_bbr_capped(only_cubic).verdict == "no data"
     assert fidelity.claim_patch_lowers_threshold(only_cubic).verdict == "no data"
     empty_ss = pd.DataFrame()
@@ -60,7 +63,7 @@ def test_missing_dimensions_say_no_data():
 
 
 def test_inflight_and_gain_claims_from_samples():
-    runs = _runs([("bbr", 1, 25, 0.1), ("bbr", 1, 100, 0.95), ("bbr2b", 1, 25, 0.8)])
+    runs = _runs([("BBRv1", 1, 25, 0.1), ("BBRv1", 1, 100, 0.95), ("BBRv1 patched", 1, 25, 0.8)])
     ss = pd.DataFrame(
         [dict(run_id="r0-0", inflight_bdp=0.5, pacing_gain=1.0, app_limited=False)] * 8
         + [dict(run_id="r1-0", inflight_bdp=1.5, pacing_gain=1.0, app_limited=False)] * 8
@@ -77,3 +80,16 @@ def test_bracket_is_what_a_coarse_grid_can_say():
     assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (50.0, 100.0)  # paper's 65 % fits
     curve = pd.Series({10.0: 0.02, 25.0: 0.08, 50.0: 0.89, 100.0: 0.93})
     assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (25.0, 50.0)  # paper's 45 % fits
+
+
+def test_claims_are_checked_per_bbr_version_and_patch_pair():
+    runs = _runs([("BBRv1", 1, 25, 0.05), ("BBRv3", 1, 25, 0.04), ("BBRv3 patched", 1, 25, 0.8),
+                  ("Cubic", 1, 25, 0.95)])
+    stock, pairs = fidelity.bbr_variants(runs)
+    assert stock == ["BBRv1", "BBRv3"] and pairs == [("BBRv3", "BBRv3 patched")]
+
+    none = pd.DataFrame({"run_id": []})
+    table = fidelity.claims(Tables(runs.assign(ss_sampled=False, workload="iperf3"), none, none))
+    capped = table[table["key"] == "bbr_capped_low_share"].set_index("subject")["verdict"]
+    assert capped.to_dict() == {"BBRv1": "reproduced", "BBRv3": "reproduced"}
+    assert set(table.loc[table["key"] == "patch_lowers_threshold", "subject"]) == {"BBRv3 vs BBRv3 patched"}

@@ -207,17 +207,24 @@ def test_a_failed_client_fails_the_run():
 # -- the tables --------------------------------------------------------------------------------------
 
 def test_workload_columns_of_both_workloads():
-    iperf3 = data.transfer_fields({"cca": "bbr"}, None, 42.0)
+    from bbrlab.records_reader import run_row
+
+    scenario = {"link": {"rate_mbit": 2}, "contention": {}, "flow": {"cca": "bbr"}}
+    iperf3 = run_row({"status": "ok", "scenario": scenario, "metadata": {}}, {"throughput_mbit": 42.0}, "runs/a")
     assert iperf3["workload"] == "iperf3" and iperf3["goodput_mbit"] == 42.0 and iperf3["timed_out"] is None
-    meta = {"bytes_delivered": 720_896, "completion_s": None, "elapsed_s": 8.6, "goodput_mbit": 0.67, "timed_out": True,
-            "ssh": {"cipher": "chacha20-poly1305@openssh.com"}}
-    rsync = data.transfer_fields({"workload": "rsync", "file_mb": 4}, meta, float("nan"))
-    assert rsync == {"workload": "rsync", "file_mb": 4, "bytes_delivered": 720_896, "completion_s": None,
-                     "elapsed_s": 8.6, "goodput_mbit": 0.67, "timed_out": True, "ssh_cipher": "chacha20-poly1305@openssh.com"}
+    meta = {"transfer": {"bytes_delivered": 720_896, "completion_s": None, "elapsed_s": 8.6, "goodput_mbit": 0.67,
+                         "timed_out": True, "ssh": {"cipher": "chacha20-poly1305@openssh.com"}}}
+    flow = {"cca": "bbr", "workload": "rsync", "file_mb": 4}
+    rsync = run_row({"status": "ok", "scenario": {**scenario, "flow": flow}, "metadata": meta}, {}, "runs/b")
+    assert {k: rsync[k] for k in data.RUN_COLUMNS[-8:]} == {
+        "workload": "rsync", "goodput_mbit": 0.67, "file_mb": 4, "bytes_delivered": 720_896, "completion_s": None,
+        "elapsed_s": 8.6, "timed_out": True, "ssh_cipher": "chacha20-poly1305@openssh.com"}
 
 
 def test_progress_series_becomes_intervals_of_the_bytes_that_arrived():
-    rows = data.progress_intervals("r", {"progress": [[0.0, 0], [0.5, 0], [1.0, 125_000], [1.0, 125_000]]})
+    from bbrlab.records_reader import progress_intervals
+
+    rows = progress_intervals("r", {"progress": [[0.0, 0], [0.5, 0], [1.0, 125_000], [1.0, 125_000]]})
     assert rows == [("r", 0.0, 0.5, 0.0, None), ("r", 0.5, 1.0, 2.0, None)]
 
 
@@ -229,7 +236,7 @@ def fixture_tables(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("transfer") / "campaign"
     shutil.copytree(FIXTURES / "campaign", root)
-    return data.read_campaign(root)
+    return data.load(root)
 
 
 def _records() -> dict[str, dict]:
@@ -266,7 +273,7 @@ def test_a_copys_intervals_add_up_to_the_bytes_that_arrived(fixture_tables):
 def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(fixture_tables):
     from bbrlab import plots
 
-    fig, table = plots.goodput_vs_loss(fixture_tables.runs)
+    fig, table = plots.goodput_vs_loss(fixture_tables)
     drawn = {}
     for panel in plots.plotted_points(fig):
         for line in panel["lines"]:
@@ -279,7 +286,7 @@ def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(f
     assert [y for _, y in sorted(marks)] == pytest.approx([y for _, y in expected])
     for r in _records().values():
         if r["scenario"]["flow"].get("workload") == "rsync":
-            label = f"{r['scenario']['flow']['cca']} (original)"
+            label = {"bbr": "BBRv1", "cubic": "Cubic"}[r["scenario"]["flow"]["cca"]]
             point = (r["scenario"]["link"]["loss_pct"], pytest.approx(r["metadata"]["transfer"]["goodput_mbit"]))
             assert point in drawn[("rsync | share 100 %", label)]
     plt.close(fig)
@@ -288,12 +295,12 @@ def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(f
 def test_transfer_time_figure_and_outcomes_are_the_copies_only(fixture_tables):
     from bbrlab import plots
 
-    fig, table = plots.transfer_time_vs_loss(fixture_tables.runs)
+    fig, table = plots.transfer_time_vs_loss(fixture_tables)
     assert set(table["loss_pct"]) == {0, 1, 10, 30} and table["n"].sum() == 8
     plt.close(fig)
-    out = data.transfer_outcomes(fixture_tables.runs)
+    out = data.transfer_outcomes(fixture_tables)
     assert out["copies"].sum() == 8 and out["timed_out"].sum() == 2 and out["completed"].sum() == 6
     assert (out.loc[out["loss_pct"] == 30, "completion_s_median"].isna()).all()
-    fig, _ = plots.transfer_time_vs_loss(fixture_tables.runs[fixture_tables.runs["workload"] == "iperf3"])
+    fig, _ = plots.transfer_time_vs_loss(data.select(fixture_tables, workload="iperf3"))
     assert "no rsync copies" in fig.axes[0].texts[0].get_text()
     plt.close(fig)

@@ -10,6 +10,7 @@ to an sshd started for the run in the receiver's network namespace.
 - A copy that outlives ``transfer_timeout_s`` is a result: ok, timed out, the bytes that did arrive.
 - While the experiment link loses 50 % and a copy crawls across it, the testbed's management SSH answers.
 - A bad ``file_mb``, a loss of 60 % and an unknown workload are refused before anything changes.
+- SIGTERM while a copy runs stops both ends (sshd, rsync, ssh) and restores the testbed.
 """
 
 from __future__ import annotations
@@ -162,3 +163,41 @@ def test_bad_transfer_spec_refused_before_anything_changes(testbed, tmp_path, ov
     assert _qdiscs(testbed) == before and show_policies(testbed.sender.hypervisor, threads) == policies
     leftovers = testbed.sender.host.output(["sh", "-c", "ls -d /tmp/bbrlab-rsync.* 2>/dev/null; exit 0"])
     assert leftovers == ""
+
+
+def test_sigterm_mid_copy_stops_both_ends_and_restores_the_testbed(testbed, tmp_path):
+    """``bbrlab campaign run`` is signalled while a copy crawls (under a deadline policy): the receiver's sshd,
+    the sender's rsync and ssh, their private directories, the policy and the qdiscs are all gone after."""
+    import signal
+
+    spec = {"name": "sigterm-copy", "testbed": testbed.name, "ccas": ["cubic"], "timeslices_ms": [10],
+            "cpu_shares_pct": [50], "rtts_ms": [20], "rates_mbit": [2], "workloads": ["rsync"], "file_mb": 8,
+            "transfer_timeout_s": 120, "repetitions": 1, "max_attempts": 1}
+    path, out = tmp_path / "spec.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(spec))
+    proc = subprocess.Popen([BBRLAB, "campaign", "run", str(path), "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sender = testbed.sender.host
+    try:
+        deadline = time.monotonic() + 300
+        while not sender.run(["pgrep", "-x", "rsync"], check=False, timeout=30).ok:  # the copy is under way
+            assert proc.poll() is None, f"campaign ended early: {proc.communicate()}"
+            assert time.monotonic() < deadline, "no rsync started within 300 s"
+            time.sleep(0.5)
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert not testbed.receiver.host.run(["ss", "-ltnH", "(", "sport", "=", ":5022", ")"]).stdout.strip()
+    gone = time.monotonic() + 30  # the sender's client ends once the receiver's side is gone
+    while sender.run(["pgrep", "-x", "rsync"], check=False, timeout=30).ok:
+        assert time.monotonic() < gone, sender.output(["ps", "-eo", "pid,etimes,args"])
+        time.sleep(1)
+    assert sender.output(["sh", "-c", "ls -d /tmp/bbrlab-rsync.* 2>/dev/null; exit 0"]) == ""
+    assert not any(link.is_ours(q) for qs in link.show(testbed.emulator.host, testbed.emulator.ports).values()
+                   for q in qs)
+    assert not any(p.is_deadline for p in show_policies(testbed.sender.hypervisor, testbed.sender.vcpu_threads()).values())
+    assert not (out / "runs").exists() or not list((out / "runs").iterdir())

@@ -304,3 +304,13 @@ def test_transfer_time_figure_and_outcomes_are_the_copies_only(fixture_tables):
     fig, _ = plots.transfer_time_vs_loss(data.select(fixture_tables, workload="iperf3"))
     assert "no rsync copies" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
+
+
+def test_a_local_put_keeps_the_mode_ssh_insists_on_for_a_private_key(tmp_path):
+    from bbrlab.hosts import LocalHost
+
+    key = tmp_path / "id_ed25519"
+    key.touch(mode=0o600)
+    key.write_text("private")
+    LocalHost().put(key, str(tmp_path / "copy"))
+    assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o600

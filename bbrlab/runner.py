@@ -1,8 +1,9 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
-Read :meth:`Runner.run` top to bottom: prepare the sender, hold the link on the emulator, start the
-iperf3 server (and the sampler), put the sender's vCPUs under the deadline policy for the client's
-transfer, then read back and check what held. Each step is a context manager owned by its tool, composed
+Read :meth:`Runner.run` top to bottom: prepare the sender (and find the ceiling of the run's point in
+the calibration, if one is given), hold the link on the emulator, start the iperf3 server (and the
+sampler), put the sender's vCPUs under the deadline policy for the client's transfer while the
+emulator's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
 in one ``ExitStack``: whatever fails or interrupts the run (an exception, SIGINT, SIGTERM, SIGHUP), the
 policy comes off, the sampler and the server stop, and the link is cleared, in reverse order.
 
@@ -16,8 +17,9 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import __version__, checks, contention, iperf, link, sampling, sender
+from . import __version__, checks, contention, hostcpu, iperf, link, sampling, sender
 from . import record as rec
+from .ceiling import Calibration
 from .recovery import recover
 from .runmeta import CcaUse, RunMetadata
 from .scenario import Scenario
@@ -38,11 +40,15 @@ class Runner:
     """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
 
     Keeps what lasts between the runs of a campaign: the link set on the emulator, and what was measured
-    once about the testbed.
+    once about the testbed. With a ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to
+    the ceiling of its point (``metadata.ceiling``, its file named as ``calibration_source``); a run fails
+    when the calibration belongs to another testbed or sender kernel, or lacks the point.
     """
 
-    def __init__(self, testbed, *, ready_timeout_s: float = 15.0):
+    def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
+                 calibration_source: str | None = None):
         self.testbed, self.ready_timeout_s = testbed, ready_timeout_s
+        self.calibration, self.calibration_source = calibration, calibration_source
         self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
         self._static: dict | None = None
         self._recovered: dict | None = None
@@ -68,6 +74,8 @@ class Runner:
             checks.cca_offered(flow.cca, state.available)
             meta.module = sender.module_identity(tb.sender.host, flow.cca)
             meta.cca.bbr_version, meta.cca.patched = sender.bbr_identity(flow.cca, meta.module)
+            if self.calibration is not None:
+                meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
         meta.flow = {"client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = flow.duration_s + iperf.CLIENT_MARGIN_S
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
@@ -79,11 +87,11 @@ class Runner:
                                                        ready_timeout_s=self.ready_timeout_s))
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ss_ms, limit_s + SAMPLER_MARGIN_S)) if flow.sample_ss_ms else None
-                with meta.timed("client"), contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(),
-                                                               scenario.contention) as held:
+                with meta.timed("client"), hostcpu.watched(tb.emulator.host) as emulator_cpu, \
+                        contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = iperf.run_client(tb.sender.host, tb.receiver.experiment_ip, cca=flow.cca,
                                               duration_s=flow.duration_s, streams=flow.streams, cport=ports[0])
-                meta.contention = held.record()
+                meta.contention, meta.emulator = held.record(), {"cpu": emulator_cpu.result}
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
             with meta.timed("verify"):

@@ -36,13 +36,13 @@ import pandas as pd
 from .errors import BbrlabError
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/2"
+TABLES_SCHEMA = "bbrlab.tables/3"
 
 RUN_COLUMNS = (
     "run_id", "campaign", "status", "reason", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit",
     "buffer_bdp", "buffer_bytes", "loss_model", "loss_pct", "streams", "duration_s", "repetition",
     "throughput_mbit", "sender_throughput_mbit", "retransmits", "cpu_sender_pct", "link_utilisation",
-    "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "started_at", "source",
+    "ceiling_mbit", "accelerator", "hypervisor", "testbed_kind", "sender_kernel", "patched", "ss_sampled", "started_at", "source",
     "path",
 )
 INTERVAL_COLUMNS = ("run_id", "t_start_s", "t_end_s", "throughput_mbit", "retransmits")
@@ -160,6 +160,7 @@ def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
         "throughput_mbit": thr, "sender_throughput_mbit": summary.get("sender_throughput_mbit", float("nan")),
         "retransmits": summary.get("retransmits"), "cpu_sender_pct": summary.get("cpu_sender_pct"),
         "link_utilisation": thr / rate if rate else float("nan"),
+        "ceiling_mbit": _get(meta, "ceiling", "value_mbit"),  # the sender's CPU ceiling (bbrlab.ceiling)
         "accelerator": testbed.get("accelerator"), "hypervisor": testbed.get("hypervisor"),
         "testbed_kind": testbed.get("kind"), "sender_kernel": testbed.get("sender_kernel"),
         "patched": _is_patched(cca, meta.get("module")), "ss_sampled": flow.get("sample_ss_ms") is not None,
@@ -283,7 +284,7 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
 
 _NUMERIC_RUN = ("timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "buffer_bytes", "loss_pct",
                 "streams", "duration_s", "repetition", "throughput_mbit", "sender_throughput_mbit", "retransmits",
-                "cpu_sender_pct", "link_utilisation")
+                "cpu_sender_pct", "link_utilisation", "ceiling_mbit")
 
 
 def normalise(t: Tables) -> Tables:

@@ -7,6 +7,12 @@ dimension the claim needs), and ``measured`` says the numbers behind it.
 The paper's numbers come from KVM guests on 24-core servers; the local testbed runs under QEMU TCG on a
 small machine, where the guest needs far more host CPU per packet. A claim that does not reproduce there is
 a finding about that testbed, not a failure of the toolkit.
+
+CPU-bound points are set aside: a point whose link rate is at or above the sender's CPU ceiling at its
+timeslice, share and RTT (``ceiling_mbit``, measured by ``bbrlab calibrate``) measures the sender's CPU,
+not its congestion control, so no claim is judged on it (:func:`split_by_ceiling`). Each claim lists the
+points it set aside and why (``set_aside``); points without a ceiling (no calibration) are judged as they
+are, and the report says how many.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ PAPER_RECOVERY_PCT = {1.0: 45.0, 10.0: 65.0}
 PAPER_PATCHED_RECOVERY_PCT = {1.0: 25.0, 10.0: 40.0}  # BBRv3 patched (figure 10)
 
 
+#: Columns that make one point for the ceiling filter (its ceiling depends on timeslice, share and RTT).
+CEILING_POINT = ["cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit"]
+
+
 @dataclass
 class Claim:
     key: str
@@ -36,9 +46,54 @@ class Claim:
     measured: str
     verdict: str
     evidence: dict = field(default_factory=dict)
+    set_aside: list[str] = field(default_factory=list)  # points not judged, each with why
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class CeilingSplit:
+    """Runs split by the sender's CPU ceiling: ``judged`` (below it, or without one) and the points set aside."""
+
+    judged: pd.DataFrame
+    set_aside: pd.DataFrame  # one row per point: CEILING_POINT, ceiling_mbit, throughput_mbit, n, reason
+    points: int  # points in all
+    unchecked: int  # points without a ceiling
+
+    def reasons(self, ccas: tuple[str, ...], shares: tuple[float, float] | None = None,
+                contended_only: bool = False) -> list[str]:
+        """The set-aside points of ``ccas`` (within ``shares``, or below 100 % share), as text."""
+        a = self.set_aside
+        if a.empty:
+            return []
+        a = a[a["cca"].isin(ccas)]
+        if shares is not None:
+            a = a[a["cpu_share_pct"].between(*shares)]
+        if contended_only:
+            a = a[a["cpu_share_pct"] < 100]
+        return a["reason"].tolist()
+
+
+def split_by_ceiling(runs: pd.DataFrame) -> CeilingSplit:
+    """Keep the runs of points whose link rate is below their ceiling (or that have none); set the rest aside."""
+    if runs.empty or "ceiling_mbit" not in runs.columns:
+        n = 0 if runs.empty else len(runs.groupby(CEILING_POINT, dropna=False))
+        return CeilingSplit(runs, pd.DataFrame(columns=[*CEILING_POINT, "reason"]), n, n)
+    g = runs.groupby(CEILING_POINT, dropna=False)
+    per_point = g.agg(ceiling_mbit=("ceiling_mbit", "median"), throughput_mbit=("throughput_mbit", "median"),
+                      n=("run_id", "count")).reset_index()
+    aside = per_point[per_point["ceiling_mbit"].notna() & (per_point["rate_mbit"] >= per_point["ceiling_mbit"])]
+    aside = aside.assign(reason=[_aside_reason(r) for r in aside.itertuples()])
+    flagged = runs[CEILING_POINT].merge(aside[CEILING_POINT].assign(_aside=True), how="left", on=CEILING_POINT)
+    judged = runs[~flagged["_aside"].fillna(False).astype(bool).to_numpy()]
+    return CeilingSplit(judged, aside.reset_index(drop=True), len(per_point), int(per_point["ceiling_mbit"].isna().sum()))
+
+
+def _aside_reason(r) -> str:
+    share = "100 %" if r.cpu_share_pct >= 100 else f"{r.timeslice_ms:g} ms / {r.cpu_share_pct:g} %"
+    return (f"{r.cca} at {share}, RTT {r.rtt_ms:g} ms: link {r.rate_mbit:g} Mbit/s >= CPU ceiling "
+            f"{r.ceiling_mbit:.1f} Mbit/s (median throughput {r.throughput_mbit:.1f})")
 
 
 def medians(runs: pd.DataFrame) -> pd.DataFrame:
@@ -230,30 +285,53 @@ def claim_patched_gain(ss: pd.DataFrame, runs: pd.DataFrame, original: str = "bb
 
 
 def testbed_note(runs: pd.DataFrame) -> str:
-    """Where the data ran, from the records themselves."""
+    """Where the data ran, from the records themselves, and how its points stand to the CPU ceiling."""
     if runs.empty:
         return "no runs"
     acc = ", ".join(sorted(str(a) for a in runs["accelerator"].dropna().unique())) or "unknown"
     kern = ", ".join(sorted(str(k) for k in runs.get("sender_kernel", pd.Series()).dropna().unique())) or "unknown"
     kind = ", ".join(sorted(str(k) for k in runs.get("testbed_kind", pd.Series()).dropna().unique())) or "unknown"
-    return f"{len(runs)} runs; testbed {kind}; accelerator {acc}; sender kernel {kern}"
+    return f"{len(runs)} runs; testbed {kind}; accelerator {acc}; sender kernel {kern}; {ceiling_note(runs)}"
+
+
+def ceiling_note(runs: pd.DataFrame) -> str:
+    """How many points have a CPU ceiling and how many of them are set aside (rate at or above it)."""
+    split = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)
+    if split.points == 0:
+        return "no points"
+    if split.unchecked == split.points:
+        return "no CPU ceiling calibrated: every point judged (CPU-bound points may be among them)"
+    text = (f"CPU ceiling known for {split.points - split.unchecked} of {split.points} points, "
+            f"{len(split.set_aside)} set aside (link rate at or above it)")
+    return text + (f"; {split.unchecked} points without a ceiling judged as they are" if split.unchecked else "")
 
 
 def claims(tables) -> pd.DataFrame:
-    """Every claim as a row: key, paper, measured, verdict."""
+    """Every claim as a row: key, paper, measured, verdict, evidence, set_aside.
+
+    Each claim is judged only on points whose link rate is below the sender's CPU ceiling
+    (:func:`split_by_ceiling`); ``set_aside`` lists the points of the claim's CCAs left out and why.
+    """
     from .data import unsampled
 
-    runs = tables.runs
-    med = medians(unsampled(runs)[0])  # throughput claims: sampled runs cost the sender CPU
+    ok = tables.runs[tables.runs["status"] == "ok"] if "status" in tables.runs else tables.runs
+    plain = split_by_ceiling(unsampled(ok)[0])  # throughput claims: sampled runs cost the sender CPU
+    every = split_by_ceiling(ok)  # the ss claims rest on the sampled runs
+    med = medians(plain.judged)
     rows = [
-        claim_cubic_robust(med),
-        claim_bbr_capped(med),
-        claim_recovery_thresholds(med),
-        claim_patch_lowers_threshold(med),
-        claim_inflight_deficit(tables.ss, runs),
-        claim_patched_gain(tables.ss, runs),
+        (claim_cubic_robust(med), plain.reasons(("cubic",), contended_only=True)),
+        (claim_bbr_capped(med), plain.reasons(("bbr", "cubic"), shares=LOW_SHARES_PCT)),
+        (claim_recovery_thresholds(med), plain.reasons(("bbr",))),
+        (claim_patch_lowers_threshold(med), plain.reasons(("bbr", "bbr2b"))),
+        (claim_inflight_deficit(tables.ss, every.judged), every.reasons(("bbr",))),
+        (claim_patched_gain(tables.ss, every.judged), every.reasons(("bbr", "bbr2b"))),
     ]
-    return pd.DataFrame([c.to_dict() for c in rows])
+    for claim, aside in rows:
+        claim.set_aside = aside
+        if aside:
+            claim.measured += (f" [judged on points below the sender's CPU ceiling; {len(aside)} point(s) set "
+                               "aside]")
+    return pd.DataFrame([c.to_dict() for c, _ in rows])
 
 
 def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
@@ -267,8 +345,24 @@ def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
     for row in table.itertuples():
         cells = [str(x).replace("|", "/") for x in (row.key, row.verdict, row.paper, row.measured)]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _set_aside_lines(table)
     path = out / "fidelity.md"
     path.write_text("\n".join(lines) + "\n")
     (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records")},
                                                   indent=2, default=str))
     return path
+
+
+def _set_aside_lines(table: pd.DataFrame) -> list[str]:
+    """The report's section on the points each claim left out (none: it says so)."""
+    lines = ["", "## Points set aside", "",
+             "A point whose link rate is at or above the sender's CPU ceiling (bbrlab calibrate: Cubic over an "
+             "unshaped link at the same timeslice, share and RTT) measures the sender's CPU, not its congestion "
+             "control; no claim is judged on it."]
+    aside = table["set_aside"] if "set_aside" in table.columns else pd.Series(dtype=object)
+    if not any(isinstance(a, list) and a for a in aside):
+        return [*lines, "", "None."]
+    for key, points in zip(table["key"], aside, strict=True):
+        if isinstance(points, list) and points:
+            lines += ["", f"{key}:", *[f"- {p}" for p in points]]
+    return lines

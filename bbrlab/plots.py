@@ -171,10 +171,12 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
                 stat: str = "median", band: bool = True, logy: bool = False, ylabel: str | None = None,
-                title: str | None = None, hue_label=None):
+                title: str | None = None, hue_label=None, ceiling: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
     ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.calibrate`)
+    as a dashed line when ``value`` is the throughput and the runs carry one (see :func:`ceiling_lines`).
     Returns (figure, summary table).
     """
     needed = [x, value]
@@ -194,6 +196,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 for k, hv in enumerate(hues):
                     _draw_line(ax, _select(cell, hue, hv).sort_values(x), x, stat, band,
                                (hue_label or _hue_text)(hv), colour(hv, k))
+                if ceiling and value == "throughput_mbit":
+                    ceiling_lines(ax, _select(_select(runs, row, rv), col, cv), x=x, hue=hue, hues=hues)
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if logy:
                     ax.set_yscale("log")
@@ -205,6 +209,39 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                     ax.set_ylabel(ylabel or LABELS.get(value, value))
         _legend(fig, axes, title)
     return fig, table
+
+
+#: What the ceiling depends on besides the x axis (bbrlab.ceiling.PointKey): one dashed line per level left open.
+CEILING_DIMENSIONS = ("timeslice_ms", "rtt_ms")
+CEILING_LABEL = "CPU ceiling"
+
+
+def ceiling_lines(ax, runs: pd.DataFrame, *, x: str, hue: str | None = None, hues: Sequence = ()) -> pd.DataFrame:
+    """Draw the median ``ceiling_mbit`` over ``x`` of ``runs`` (one panel) as dashed lines; return what was drawn.
+
+    One line per timeslice and RTT the panel still mixes (a panel of one timeslice and RTT gets one line);
+    when the hue is one of them, each line takes its hue's colour. Runs without a ceiling are skipped, so
+    data without a calibration draws nothing.
+    """
+    if "ceiling_mbit" not in runs.columns or x not in runs.columns:
+        return pd.DataFrame()
+    have = runs[runs["ceiling_mbit"].notna()]
+    if have.empty:
+        return pd.DataFrame()
+    dims = [d for d in CEILING_DIMENSIONS if d in have.columns and have[d].nunique() > 1]
+    table = summarise(have, [*dims, x], "ceiling_mbit")
+    groups = table.groupby(dims, dropna=False, sort=True) if dims else [((), table)]
+    for levels_, part in groups:
+        levels_ = levels_ if isinstance(levels_, tuple) else (levels_,)
+        named = dict(zip(dims, levels_, strict=True))
+        colour_ = "0.35"
+        if hue in named and named[hue] in list(hues):
+            colour_ = colour(named[hue], list(hues).index(named[hue]))
+        extra = ", ".join(level_label(d, v) for d, v in named.items())
+        part = part.sort_values(x)
+        ax.plot(part[x], part["median"], linestyle="--", linewidth=1.0, color=colour_, marker="",
+                label=f"{CEILING_LABEL}{' (' + extra + ')' if extra else ''}", zorder=1)
+    return table
 
 
 def _hue_text(value) -> str:
@@ -237,16 +274,18 @@ def _legend(fig, axes, title: str | None = None) -> None:
 
 def throughput_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
                         hue: str = "cca", value: str = "throughput_mbit", logy: bool = False, title=None):
-    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA."""
+    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA, and
+    the sender's CPU ceiling (dashed) when the runs carry one."""
     return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
-                       logy=logy, title=title)
+                       logy=logy, title=title, ceiling=True)
 
 
 def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca", col: str | None = "timeslice_ms",
           logy: bool = True, value: str = "throughput_mbit", title=None):
-    """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value."""
+    """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value, and the
+    sender's CPU ceiling (dashed; one per RTT in an RTT sweep) when the runs carry one."""
     return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
-                       logy=logy, title=title, hue_label=lambda v: level_label(over, v))
+                       logy=logy, title=title, hue_label=lambda v: level_label(over, v), ceiling=True)
 
 
 def std_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
@@ -268,7 +307,7 @@ def patched_vs_original(runs: pd.DataFrame, *, row: str | None = "timeslice_ms",
     if runs.empty:
         return facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="cca", row=row, col=col)
     return facet_lines(spread_full_share(with_variant(runs)), x="cpu_share_pct", value="throughput_mbit",
-                       hue="variant", row=row, col=col, title=title)
+                       hue="variant", row=row, col=col, title=title, ceiling=True)
 
 
 def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "cca",

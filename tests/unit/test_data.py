@@ -163,3 +163,14 @@ def test_two_campaigns_with_the_same_grid_keep_their_runs_apart(tmp_path):
     one = t.runs["run_id"].iloc[0]
     assert one.split("/")[0] in ("first", "second")
     assert len(t.intervals[t.intervals["run_id"] == one]) == 4  # not 8: the other campaign's copy stays apart
+
+
+def test_ceiling_column_comes_from_the_records_pointer(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    record = json.loads((run_dir / "record.json").read_text())
+    record["metadata"]["ceiling"] = {"value_mbit": 41.5, "source": "calibration.json", "key": "ts1ms-sh25-rtt0ms"}
+    (run_dir / "record.json").write_text(json.dumps(record))
+    runs = data.read_campaign(campaign).runs.set_index("run_id")
+    assert runs.loc[run_dir.name, "ceiling_mbit"] == 41.5
+    assert runs.drop(run_dir.name)["ceiling_mbit"].isna().all()  # runs without a calibration carry none
+    assert runs["ceiling_mbit"].dtype == "float64"

@@ -1,8 +1,11 @@
 """The claim checks decide from the numbers they are given: each verdict flips when the data does."""
 
+import json
+
 import pandas as pd
 
 from bbrlab import fidelity
+from bbrlab.data import Tables
 
 
 def _runs(points):
@@ -77,3 +80,42 @@ def test_bracket_is_what_a_coarse_grid_can_say():
     assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (50.0, 100.0)  # paper's 65 % fits
     curve = pd.Series({10.0: 0.02, 25.0: 0.08, 50.0: 0.89, 100.0: 0.93})
     assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (25.0, 50.0)  # paper's 45 % fits
+
+
+def _with_ceiling(runs, ceiling_of):
+    return runs.assign(ceiling_mbit=[ceiling_of(r) for r in runs.itertuples()])
+
+
+def test_points_at_or_above_the_ceiling_are_set_aside_and_named():
+    # A TCG-like testbed: at 10 % share nobody, not even Cubic, carries 100 Mbit/s (ceiling 30).
+    runs = _runs([(c, ts, s, 0.28 if s == 10 else u) for c, ts, s, u in PAPER_LIKE])
+    runs = _with_ceiling(runs, lambda r: 30.0 if r.cpu_share_pct == 10 else 300.0)
+    assert fidelity.claim_cubic_robust(fidelity.medians(runs)).verdict == "partly"  # unfiltered: TCG shows
+    split = fidelity.split_by_ceiling(runs)
+    assert set(split.set_aside["cpu_share_pct"]) == {10.0} and split.unchecked == 0
+    assert (split.judged["cpu_share_pct"] != 10).all() and len(split.judged) == len(runs) - 2 * len(split.set_aside)
+    table = fidelity.claims(Tables(runs, pd.DataFrame(), pd.DataFrame()))
+    cubic = table.set_index("key").loc["cubic_robust"]
+    assert cubic["verdict"] == "reproduced" and "set aside" in cubic["measured"]
+    assert cubic["set_aside"] == ["cubic at 1 ms / 10 %, RTT 20 ms: link 100 Mbit/s >= CPU ceiling 30.0 Mbit/s "
+                                  "(median throughput 28.0)",
+                                  "cubic at 10 ms / 10 %, RTT 20 ms: link 100 Mbit/s >= CPU ceiling 30.0 Mbit/s "
+                                  "(median throughput 28.0)"]
+    assert "CPU ceiling known for" in fidelity.testbed_note(runs)
+
+
+def test_report_lists_the_points_set_aside(tmp_path):
+    runs = _with_ceiling(_runs(PAPER_LIKE), lambda r: 30.0 if r.cpu_share_pct == 10 else 300.0)
+    table = fidelity.claims(Tables(runs, pd.DataFrame(), pd.DataFrame()))
+    text = fidelity.write_report(table, fidelity.testbed_note(runs), tmp_path).read_text()
+    assert "## Points set aside" in text and "- bbr at 10 ms / 10 %, RTT 20 ms" in text
+    assert json.loads((tmp_path / "fidelity.json").read_text())["claims"][0]["set_aside"]
+
+
+def test_without_a_calibration_every_point_is_judged_and_the_note_says_so(tmp_path):
+    runs = _runs(PAPER_LIKE)
+    split = fidelity.split_by_ceiling(runs)
+    assert split.set_aside.empty and len(split.judged) == len(runs)
+    assert "no CPU ceiling calibrated" in fidelity.testbed_note(runs)
+    text = fidelity.write_report(fidelity.claims(Tables(runs, pd.DataFrame(), pd.DataFrame())), "n", tmp_path)
+    assert text.read_text().rstrip().endswith("None.")

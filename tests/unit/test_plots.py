@@ -121,3 +121,33 @@ def test_representative_run_is_the_one_closest_to_its_group_median(tables):
         r = runs.loc[run_id]
         group = runs[(runs["cca"] == r["cca"]) & (runs["cpu_share_pct"] == r["cpu_share_pct"])]["throughput_mbit"]
         assert abs(r["throughput_mbit"] - group.median()) == min(abs(group - group.median()))
+
+
+def test_the_ceiling_is_a_dashed_line_per_timeslice_with_the_median_of_its_points(tables):
+    runs = tables.runs.copy()
+    assert not plots.ceiling_lines(plt.figure().gca(), runs, x="cpu_share_pct").size  # no calibration: nothing
+    plt.close("all")
+    two = pd.concat([runs, runs.assign(timeslice_ms=10.0, run_id=runs["run_id"] + "-10")], ignore_index=True)
+    two["ceiling_mbit"] = two["cpu_share_pct"] * 2 + two["timeslice_ms"]  # any value that differs per point
+    fig, _ = plots.throughput_vs_share(two)
+    dashed = {p["title"]: ln for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"] == "CPU ceiling"}
+    assert set(dashed) == {"timeslice 1 ms | RTT 0 ms", "timeslice 10 ms | RTT 0 ms"}
+    for title, ln in dashed.items():
+        ts = 10.0 if "10 ms" in title else 1.0
+        assert ln["y"] == pytest.approx([x * 2 + ts for x in ln["x"]])
+    assert all(ln.get_linestyle() == "--" for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "CPU ceiling")
+    plt.close(fig)
+    fig, _ = plots.throughput_vs_share(two, row=None, col=None)  # one panel mixing both timeslices: a line each
+    labels = {ln["label"] for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"].startswith("CPU")}
+    assert labels == {"CPU ceiling (timeslice 1 ms)", "CPU ceiling (timeslice 10 ms)"}
+    plt.close(fig)
+
+
+def test_a_sweep_draws_the_ceiling_once_per_panel(tables):
+    runs = tables.runs.assign(ceiling_mbit=55.0)
+    runs = pd.concat([runs, runs.assign(rate_mbit=20.0, run_id=runs["run_id"] + "-20")], ignore_index=True)
+    fig, _ = plots.sweep(runs, over="rate_mbit")
+    for p in plots.plotted_points(fig):
+        ceilings = [ln for ln in p["lines"] if ln["label"] == "CPU ceiling"]
+        assert len(ceilings) == 1 and set(ceilings[0]["y"]) == {55.0}
+    plt.close(fig)

@@ -14,12 +14,18 @@ transfer with no qdisc at all on the emulator (RTT 0), to tell what netem itself
 
 Which limit was measured (:func:`classify_limit`): every run records how much of its time the sender's
 vCPU wanted the CPU (``(cpu + wait) / wall`` of the vCPU threads, from the contention evidence; time
-throttled by the deadline policy counts as waiting) and how busy the emulator was (:mod:`bbrlab.hostcpu`).
-A point is ``sender-cpu`` bound when its ceiling is clearly below the full-share ceiling at the same RTT
-(below :data:`SHARE_BOUND_FRACTION` of it: the share, not the path, limits it) or when the vCPU wanted the
-CPU at least :data:`SENDER_BOUND_DEMAND_PCT` of the time; ``emulator`` bound when the emulator's busiest
-CPU was at least :data:`EMULATOR_BOUND_BUSY_PCT` busy; both; or ``undetermined`` (neither saturated: the
-machine's other load, QEMU's I/O threads, the receiver). Each point lists its ``evidence``.
+throttled by the deadline policy counts as waiting), how busy the emulator and the sender's hypervisor
+host were (``metadata.cpu_load``, :mod:`bbrlab.hostcpu`). A point's ``limit`` names what was saturated:
+
+- ``sender-cpu``: its ceiling is clearly below the full-share ceiling at the same RTT (below
+  :data:`SHARE_BOUND_FRACTION` of it: the share, not the path, limits it), or the vCPU wanted the CPU at
+  least :data:`SENDER_BOUND_DEMAND_PCT` of the time;
+- ``emulator``: the emulator's busiest CPU was at least :data:`BUSY_PCT` busy;
+- ``host-cpu``: the sender's hypervisor host was at least :data:`BUSY_PCT` busy over all its CPUs (on
+  the local testbed: the two VMs, QEMU's I/O threads and everything else the machine runs);
+
+joined with "and" when several were, ``undetermined`` when none was (the receiver, for instance).
+Each point lists its ``evidence``.
 
 API::
 
@@ -55,8 +61,8 @@ DEFAULT_DURATION_S = 5
 RUNS_FOLDER = "calibration"
 #: Above this share of the time wanting the CPU, the sender is the limit.
 SENDER_BOUND_DEMAND_PCT = 90.0
-#: Above this busy share of its busiest CPU, the emulator is the limit.
-EMULATOR_BOUND_BUSY_PCT = 90.0
+#: Above this busy share (the emulator's busiest CPU, the hypervisor host's CPUs), that host is the limit.
+BUSY_PCT = 90.0
 #: A contended point whose ceiling is below this fraction of the full-share ceiling is limited by its share.
 SHARE_BOUND_FRACTION = 0.9
 #: Seconds a calibration run costs beyond its transfer (probe, link, server, contention, verify, record),
@@ -124,9 +130,20 @@ class CalibrationSpec:
     @classmethod
     def for_campaign(cls, spec, **overrides) -> CalibrationSpec:
         """The calibration of a :class:`~bbrlab.campaign.CampaignSpec`'s timeslices, shares and RTTs."""
-        fields = {"name": f"{spec.name}-calibration", "timeslices_ms": tuple(spec.timeslices_ms),
-                  "cpu_shares_pct": tuple(spec.cpu_shares_pct), "rtts_ms": tuple(spec.rtts_ms),
-                  "delay_split": spec.delay_split}
+        return cls.covering([spec], f"{spec.name}-calibration", **overrides)
+
+    @classmethod
+    def covering(cls, specs, name: str, **overrides) -> CalibrationSpec:
+        """One calibration for every timeslice, share and RTT of several campaign specs (same delay split)."""
+        splits = {s.delay_split for s in specs}
+        if len(splits) != 1:
+            raise ValidationError("delay_split", sorted(splits), "the same in every spec calibrated together")
+
+        def union(key: str) -> tuple:
+            return tuple(sorted({v for s in specs for v in getattr(s, key)}))
+
+        fields = {"name": name, "timeslices_ms": union("timeslices_ms"), "cpu_shares_pct": union("cpu_shares_pct"),
+                  "rtts_ms": union("rtts_ms"), "delay_split": splits.pop()}
         return cls(**{**fields, **overrides})
 
     # -- the points and the plan ------------------------------------------------------------------
@@ -200,31 +217,44 @@ def sender_usage(record: dict) -> tuple[float | None, float | None]:
     return round(used, 2), round(min(wanted, 100.0), 2)
 
 
+def cpu_load(record: dict, host: str) -> dict:
+    """``metadata.cpu_load[host]`` (``emulator`` or ``sender_hypervisor``); empty when not recorded."""
+    return (((record.get("metadata") or {}).get("cpu_load") or {}).get(host)) or {}
+
+
 def emulator_busy(record: dict) -> float | None:
     """The emulator's busiest CPU during the transfer, in % (None when the run did not record it)."""
-    cpu = ((record.get("metadata") or {}).get("emulator") or {}).get("cpu") or {}
-    return cpu.get("busiest_cpu_pct", cpu.get("busy_pct"))
+    load = cpu_load(record, "emulator")
+    return load.get("busiest_cpu_pct", load.get("busy_pct"))
+
+
+def host_busy(record: dict) -> float | None:
+    """How busy the sender's hypervisor host was over all its CPUs during the transfer, in %."""
+    return cpu_load(record, "sender_hypervisor").get("busy_pct")
 
 
 def classify_limit(sender_demand_pct: float | None, emulator_busy_pct: float | None,
-                   of_full_share: float | None = None) -> tuple[str, list[str]]:
+                   host_busy_pct: float | None = None, of_full_share: float | None = None) -> tuple[str, list[str]]:
     """The limit a point measured and the evidence for it (see the module docstring).
 
     ``of_full_share`` is the point's ceiling over the full-share ceiling at the same RTT (None at 100 %).
     """
     evidence = []
-    share_bound = of_full_share is not None and of_full_share < SHARE_BOUND_FRACTION
     if of_full_share is not None:
         evidence.append(f"ceiling {of_full_share:.0%} of the full-share ceiling")
     if sender_demand_pct is not None:
         evidence.append(f"sender vCPU wanted the CPU {sender_demand_pct:.0f} % of the time")
     if emulator_busy_pct is not None:
         evidence.append(f"emulator busiest CPU {emulator_busy_pct:.0f} % busy")
-    sender = share_bound or (sender_demand_pct is not None and sender_demand_pct >= SENDER_BOUND_DEMAND_PCT)
-    emulator = emulator_busy_pct is not None and emulator_busy_pct >= EMULATOR_BOUND_BUSY_PCT
-    if sender and emulator:
-        return "sender-cpu and emulator", evidence
-    return ("sender-cpu" if sender else "emulator" if emulator else "undetermined"), evidence
+    if host_busy_pct is not None:
+        evidence.append(f"sender's hypervisor host {host_busy_pct:.0f} % busy")
+    saturated = {
+        "sender-cpu": (of_full_share is not None and of_full_share < SHARE_BOUND_FRACTION)
+        or (sender_demand_pct is not None and sender_demand_pct >= SENDER_BOUND_DEMAND_PCT),
+        "emulator": emulator_busy_pct is not None and emulator_busy_pct >= BUSY_PCT,
+        "host-cpu": host_busy_pct is not None and host_busy_pct >= BUSY_PCT,
+    }
+    return " and ".join(k for k, v in saturated.items() if v) or "undetermined", evidence
 
 
 def _median(values: list[float]) -> float | None:
@@ -251,12 +281,13 @@ def summarise_point(key: PointKey, records: list[dict], failed: dict[int, int], 
     cpu = _median([u[0] for u in usage if u[0] is not None])
     demand = _median([u[1] for u in usage if u[1] is not None])
     emu = _median([b for r in chosen if (b := emulator_busy(r)) is not None])
+    host = _median([b for r in chosen if (b := host_busy(r)) is not None])
     times = sorted(r["started_at"] for r in records)
     return CeilingPoint(
         key=text or key.text, timeslice_ms=key.timeslice_ms, cpu_share_pct=key.cpu_share_pct, rtt_ms=key.rtt_ms,
         ceiling_mbit=measured[best]["median_mbit"] if best else None, streams=int(best) if best else None,
-        limit=classify_limit(demand, emu)[0] if best else "undetermined", sender_cpu_pct=cpu,
-        sender_demand_pct=demand, emulator_busy_pct=emu, by_streams=by_streams,
+        limit=classify_limit(demand, emu, host)[0] if best else "undetermined", sender_cpu_pct=cpu,
+        sender_demand_pct=demand, emulator_busy_pct=emu, host_busy_pct=host, by_streams=by_streams,
         testbed=_identity((records[0].get("metadata") or {}).get("testbed") or {}) if records else {},
         measured_from=times[0] if times else None, measured_to=max(r["ended_at"] for r in records) if records else None)
 
@@ -269,7 +300,7 @@ def _classify(points: list[CeilingPoint]) -> None:
             continue
         base = full.get(p.rtt_ms) if p.timeslice_ms is not None else None
         ratio = p.ceiling_mbit / base if base else None
-        p.limit, p.evidence = classify_limit(p.sender_demand_pct, p.emulator_busy_pct, ratio)
+        p.limit, p.evidence = classify_limit(p.sender_demand_pct, p.emulator_busy_pct, p.host_busy_pct, ratio)
 
 
 def full_share_reading(full_mbit_by_rtt: dict[str, float | None], bridge_mbit: float | None) -> str:
@@ -327,8 +358,9 @@ def summarise(spec: CalibrationSpec, runs_dir: Path, testbed: dict, *, created_a
         p = summarise_point(ref, grouped.get(ref, []), failures.get(ref, {}), REFERENCE_KEY)
         full = {f"{q.rtt_ms:g}": q.ceiling_mbit for q in points if q.timeslice_ms is None}
         reference = {"key": REFERENCE_KEY, "bridge_only_mbit": p.ceiling_mbit, "streams": p.streams,
-                     "limit": p.limit, "sender_demand_pct": p.sender_demand_pct,
-                     "emulator_busy_pct": p.emulator_busy_pct, "by_streams": p.by_streams,
+                     "limit": p.limit, "evidence": p.evidence, "sender_demand_pct": p.sender_demand_pct,
+                     "emulator_busy_pct": p.emulator_busy_pct, "host_busy_pct": p.host_busy_pct,
+                     "by_streams": p.by_streams,
                      "full_share_mbit_by_rtt_ms": full,
                      "reading": full_share_reading(full, p.ceiling_mbit),
                      "meaning": "100 % share, no qdisc on the emulator (bridging only, RTT 0): compare with the "
@@ -366,7 +398,9 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     """Measure the ceilings of ``spec`` on ``testbed`` and write ``out_dir/calibration.json``.
 
     The runs go to ``out_dir/calibration/<testbed-accelerator-kernel-grid>/``; complete runs there are
-    reused (a killed calibration resumes), ``fresh`` moves that folder aside first and measures anew.
+    reused (a killed calibration resumes), and when all are complete and ``calibration.json`` already
+    summarises them it is returned as it is (so runs that point to it stay valid). ``fresh`` moves that
+    folder aside first and measures anew.
     ``runner`` (a :class:`~bbrlab.runner.Runner` without a calibration) may be shared with a campaign;
     the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run.
     """
@@ -378,6 +412,9 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     runs_dir = out / RUNS_FOLDER / runs_key(described, spec)
     if fresh and runs_dir.exists():
         os.replace(runs_dir, runs_dir.with_name(f"{runs_dir.name}.replaced-{rec.now_iso().replace(':', '')}"))
+    existing = _complete_calibration(out, runs_dir)
+    if existing is not None:
+        return existing
     runner = runner or Runner(testbed)
     if getattr(runner, "calibration", None) is not None:
         raise BbrlabError("calibrate needs a Runner without a calibration (its runs define the ceilings)")
@@ -390,11 +427,11 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
         key = REFERENCE_KEY if point == spec.reference_point() else point.text
         thr = ((record.get("metadata") or {}).get("iperf") or {}).get("receiver_mbit")
         used, wanted = sender_usage(record) if record["status"] == "ok" else (None, None)
-        emu = emulator_busy(record) if record["status"] == "ok" else None
+        emu, host = (emulator_busy(record), host_busy(record)) if record["status"] == "ok" else (None, None)
         what = f"{thr:.1f} Mbit/s" if thr is not None else f"failed: {record['reason']}"
         say(f"  {key} {s['flow']['streams']} stream(s) rep {s['repetition']}: {what}"
-            + (f" (sender vCPU used {used:.0f} %, wanted {wanted:.0f} %; emulator busiest CPU {emu:.0f} %)"
-               if used is not None and emu is not None else ""))
+            + (f" (sender vCPU used {_pct(used)}, wanted {_pct(wanted)}; emulator busiest CPU {_pct(emu)}; "
+               f"host {_pct(host)})" if record["status"] == "ok" else ""))
 
     run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run)
     testbed_now = dict(described)
@@ -407,14 +444,31 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     return cal
 
 
+def _complete_calibration(out: Path, runs_dir: Path) -> Calibration | None:
+    """The calibration file in ``out`` when it summarises ``runs_dir`` and nothing is left to run there."""
+    from .campaign import status
+    from .ceiling import load
+
+    path = out / FILE_NAME
+    if not path.is_file() or not (runs_dir / "plan.json").is_file():
+        return None
+    st = status(runs_dir)
+    if st["remaining"] or st["running"]:
+        return None
+    cal = load(path)
+    return cal if cal.runs_dir == os.path.relpath(runs_dir, out) else None
+
+
 def grid_table(cal: Calibration) -> list[list[str]]:
-    """The ceilings as rows ``[rtt, timeslice, share, ceiling, streams, limit, sender used/wanted, emulator]``."""
+    """The ceilings as rows ``[key, rtt, timeslice, share, ceiling, streams, limit, sender used/wanted,
+    emulator, host]``."""
     rows = []
     for p in cal.points:
         ts = "any" if p.timeslice_ms is None else f"{p.timeslice_ms:g} ms"
-        rows.append([f"{p.rtt_ms:g} ms", ts, f"{p.cpu_share_pct:g} %",
+        rows.append([p.key, f"{p.rtt_ms:g} ms", ts, f"{p.cpu_share_pct:g} %",
                      "-" if p.ceiling_mbit is None else f"{p.ceiling_mbit:.1f}", str(p.streams or "-"), p.limit,
-                     _pct_pair(p.sender_cpu_pct, p.sender_demand_pct), _pct(p.emulator_busy_pct)])
+                     _pct_pair(p.sender_cpu_pct, p.sender_demand_pct), _pct(p.emulator_busy_pct),
+                     _pct(p.host_busy_pct)])
     return rows
 
 
@@ -428,8 +482,8 @@ def _pct_pair(a: float | None, b: float | None) -> str:
 
 def format_grid(cal: Calibration) -> str:
     """The ceiling grid as aligned text (what ``bbrlab calibrate`` prints)."""
-    head = ["RTT", "timeslice", "share", "ceiling Mbit/s", "streams", "limit", "sender CPU used / wanted",
-            "emulator busiest CPU"]
+    head = ["point", "RTT", "timeslice", "share", "ceiling Mbit/s", "streams", "limit", "sender CPU used / wanted",
+            "emulator busiest CPU", "host CPUs"]
     rows = [head, *grid_table(cal)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -438,7 +492,7 @@ def format_grid(cal: Calibration) -> str:
         bridge = "-" if r.get("bridge_only_mbit") is None else f"{r['bridge_only_mbit']:.1f} Mbit/s"
         lines.append(f"bridge reference (100 %, no qdisc on the emulator): {bridge}, {r.get('streams') or '-'} "
                      f"stream(s), sender wanted {_pct(r.get('sender_demand_pct'))}, emulator busiest CPU "
-                     f"{_pct(r.get('emulator_busy_pct'))}; {r.get('reading')}")
+                     f"{_pct(r.get('emulator_busy_pct'))}, host {_pct(r.get('host_busy_pct'))}; {r.get('reading')}")
     t = cal.testbed
     load = (cal.host_load.get("before") or {}).get("loadavg_1_5_15")
     lines.append(f"testbed {t.get('name')} ({t.get('kind')}, {t.get('accelerator')}), sender kernel "

@@ -17,7 +17,7 @@ Schema ``bbrlab.calibration/1`` (docs/calibration.md)::
      duration_s, link, delay_split}, "runs_dir": "calibration/<key>", "host_load": {...},
      "points": [{"key", "timeslice_ms" (null at 100 %), "cpu_share_pct", "rtt_ms", "ceiling_mbit",
                  "streams", "limit", "evidence", "sender_cpu_pct", "sender_demand_pct",
-                 "emulator_busy_pct", "by_streams": {"1": {"median_mbit", "repetitions_mbit", "run_ids", "failed"}, ...},
+                 "emulator_busy_pct", "host_busy_pct", "by_streams": {"1": {"median_mbit", "repetitions_mbit", "run_ids", "failed"}, ...},
                  "testbed": {...as the runs recorded it}, "measured_from", "measured_to"}],
      "reference": {"bridge_only_mbit", ...} | null}
 """
@@ -37,8 +37,9 @@ SCHEMA = "bbrlab.calibration/1"
 FILE_NAME = "calibration.json"
 #: What must be equal between the calibration's testbed and the one a run uses.
 IDENTITY = ("name", "kind", "accelerator", "sender_kernel", "sender_vcpus")
-#: Limits a point can have been measured against (see :func:`bbrlab.calibrate.classify_limit`).
-LIMITS = ("sender-cpu", "emulator", "sender-cpu and emulator", "undetermined")
+#: What a point's ``limit`` names, joined with " and " when several were saturated, or "undetermined"
+#: (see :func:`bbrlab.calibrate.classify_limit`).
+LIMITS = ("sender-cpu", "emulator", "host-cpu")
 
 
 class CalibrationMismatch(BbrlabError):
@@ -84,6 +85,7 @@ class CeilingPoint:
     sender_cpu_pct: float | None = None
     sender_demand_pct: float | None = None
     emulator_busy_pct: float | None = None
+    host_busy_pct: float | None = None
     evidence: list[str] = field(default_factory=list)
     by_streams: dict[str, dict] = field(default_factory=dict)
     testbed: dict = field(default_factory=dict)

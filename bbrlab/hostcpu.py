@@ -1,9 +1,11 @@
 """How busy a host's CPUs were over a stretch of time: two snapshots of ``/proc/stat``.
 
-A run records this for the emulator while the client transfers (``metadata.emulator.cpu``): the
-emulator forwards every packet, and under QEMU TCG it is a guest that spends far more CPU per packet
-than a real router, so it can be the limit of a fast transfer. When it was busy nearly all the time, a
-throughput says more about the emulator than about the sender (see :mod:`bbrlab.calibrate`).
+A run records this while the client transfers (``metadata.cpu_load``) for the emulator and for the host
+that runs the sender VM. The emulator forwards every packet, and under QEMU TCG it is a guest that spends
+far more CPU per packet than a real router, so it can be the limit of a fast transfer; the sender's
+hypervisor host also runs QEMU's I/O threads (and, on the local testbed, the emulator and whatever else the
+machine does). When either was busy nearly all the time, a throughput says more about it than about the
+sender's congestion control (see :mod:`bbrlab.calibrate`).
 
 ``/proc/stat`` counts, per CPU, the clock ticks spent in user, nice, system, idle, iowait, irq,
 softirq and steal time; busy is everything but idle and iowait. Forwarding happens in softirq, which is

@@ -46,7 +46,7 @@ class RunMetadata:
     link: dict | None = None  # per-run qdisc counters and the loss netem applied
     iperf: dict | None = None
     sampling: dict | None = None
-    emulator: dict | None = None  # the emulator's CPU while the client transferred (bbrlab.hostcpu)
+    cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.hostcpu)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     timing: dict[str, float | bool] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 Read :meth:`Runner.run` top to bottom: prepare the sender (and find the ceiling of the run's point in
 the calibration, if one is given), hold the link on the emulator, start the iperf3 server (and the
 sampler), put the sender's vCPUs under the deadline policy for the client's transfer while the
-emulator's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
+emulator's and the sender's hypervisor's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
 in one ``ExitStack``: whatever fails or interrupts the run (an exception, SIGINT, SIGTERM, SIGHUP), the
 policy comes off, the sampler and the server stop, and the link is cleared, in reverse order.
 
@@ -88,10 +88,12 @@ class Runner:
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ss_ms, limit_s + SAMPLER_MARGIN_S)) if flow.sample_ss_ms else None
                 with meta.timed("client"), hostcpu.watched(tb.emulator.host) as emulator_cpu, \
+                        hostcpu.watched(tb.sender.hypervisor) as hypervisor_cpu, \
                         contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = iperf.run_client(tb.sender.host, tb.receiver.experiment_ip, cca=flow.cca,
                                               duration_s=flow.duration_s, streams=flow.streams, cport=ports[0])
-                meta.contention, meta.emulator = held.record(), {"cpu": emulator_cpu.result}
+                meta.contention = held.record()
+                meta.cpu_load = {"emulator": emulator_cpu.result, "sender_hypervisor": hypervisor_cpu.result}
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
             with meta.timed("verify"):

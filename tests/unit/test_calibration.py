@@ -80,10 +80,11 @@ def test_for_campaign_takes_the_grid_and_bad_values_name_their_field():
 
 # -- summarising run records -----------------------------------------------------------------------
 
-def _record(scenario: Scenario, mbit: float, *, cpu_s=0.5, wait_s=4.0, emu=40.0, testbed=None) -> dict:
+def _record(scenario: Scenario, mbit: float, *, cpu_s=0.5, wait_s=4.0, emu=40.0, host=60.0, testbed=None) -> dict:
     meta = {"testbed": dict(testbed or TESTBED), "iperf": {"receiver_mbit": mbit},
             "contention": {"evidence": {"threads": [{"tid": 1, "cpu_s": cpu_s, "wait_s": wait_s, "wall_s": 5.0}]}},
-            "emulator": {"cpu": {"busy_pct": emu, "busiest_cpu_pct": emu}}}
+            "cpu_load": {"emulator": {"busy_pct": emu, "busiest_cpu_pct": emu},
+                         "sender_hypervisor": {"busy_pct": host}}}
     return rec.build_record(run_id=scenario.run_id, campaign="c", status="ok", reason=None, attempt=1,
                             started_at="2026-11-22T06:00:00.000Z", ended_at="2026-11-22T06:00:09.000Z",
                             scenario=scenario.to_dict(), metadata=meta)
@@ -123,8 +124,10 @@ def test_limit_follows_the_evidence():
     assert calibrate.classify_limit(95, 20)[0] == "sender-cpu"
     assert calibrate.classify_limit(50, 95)[0] == "emulator"
     assert calibrate.classify_limit(95, 95)[0] == "sender-cpu and emulator"
-    assert calibrate.classify_limit(50, 50)[0] == "undetermined"
-    assert calibrate.classify_limit(50, 50, of_full_share=0.5)[0] == "sender-cpu"
+    assert calibrate.classify_limit(50, 50, 97)[0] == "host-cpu"
+    assert calibrate.classify_limit(50, 50, 60)[0] == "undetermined"
+    limit, evidence = calibrate.classify_limit(50, 50, 60, of_full_share=0.5)
+    assert limit == "sender-cpu" and evidence[0] == "ceiling 50% of the full-share ceiling"
     assert calibrate.classify_limit(None, None)[0] == "undetermined"
 
 

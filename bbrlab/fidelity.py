@@ -30,6 +30,11 @@ LOW_SHARES_PCT = (10, 25)
 #: BBR's high gain (2.89 for v1); a sample at or above this pacing gain is "at high gain"
 HIGH_GAIN = 2.85
 
+#: The rate of the paper's figure 4 (and 10): its BBR claims are judged there when the data has it.
+PAPER_RATE_MBIT = 100.0
+#: Figure 7: medians at different bandwidths count as "the same throughput" within this ratio.
+SAME_THROUGHPUT_RATIO = 1.5
+
 # The paper's recovery thresholds (lowest CPU share with median > 80 % of the rate), BBRv1/v3, 100 Mbit/s.
 PAPER_RECOVERY_PCT = {1.0: 45.0, 10.0: 65.0}
 PAPER_PATCHED_RECOVERY_PCT = {1.0: 25.0, 10.0: 40.0}  # BBRv3 patched (figure 10)
@@ -140,7 +145,8 @@ def claim_cubic_robust(med: pd.DataFrame) -> Claim:
     frac = float((cub["utilisation"] >= RECOVERED_UTILISATION).mean())
     worst = cub.loc[cub["utilisation"].idxmin()]
     measured = (f"{frac:.0%} of contended cubic points at >= {RECOVERED_UTILISATION:.0%} utilisation; lowest "
-                f"{worst['utilisation']:.0%} at {worst['cpu_share_pct']:g} % share, {worst['timeslice_ms']:g} ms")
+                f"{worst['utilisation']:.0%} at {worst['cpu_share_pct']:g} % share, {worst['timeslice_ms']:g} ms"
+                + (f", {worst['rate_mbit']:g} Mbit/s" if cub["rate_mbit"].nunique() > 1 else ""))
     verdict = "reproduced" if frac >= 0.9 else "partly" if frac >= 0.5 else "not reproduced"
     return Claim("cubic_robust", paper, measured, verdict, {"fraction_recovered": frac})
 
@@ -238,6 +244,42 @@ def claim_patch_lowers_threshold(med: pd.DataFrame, original: str = "bbr", patch
     return Claim("patch_lowers_threshold", paper, "; ".join(parts), verdict, {"largest_utilisation_gain": gains})
 
 
+def at_paper_rate(med: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The medians at the paper's 100 Mbit/s when the data has several rates including it (the figure-4 claims
+    are about that rate), and the prefix that says so; otherwise all of them and no prefix."""
+    rates = set(med["rate_mbit"].dropna()) if "rate_mbit" in med else set()
+    if len(rates) > 1 and PAPER_RATE_MBIT in rates:
+        return med[med["rate_mbit"] == PAPER_RATE_MBIT], f"at {PAPER_RATE_MBIT:g} Mbit/s: "
+    return med, ""
+
+
+def _at_rate(claim: Claim, prefix: str) -> Claim:
+    claim.measured = prefix + claim.measured
+    return claim
+
+
+def claim_bandwidth_independent(med: pd.DataFrame, cca: str = "bbr") -> Claim:
+    paper = ("At low CPU shares all bandwidths give BBR the same throughput: it is limited by the CPU, not by the "
+             "link (figure 7).")
+    low = med[(med["cca"] == cca) & med["cpu_share_pct"].between(*LOW_SHARES_PCT)]
+    pairs = [(k, g.sort_values("rate_mbit")) for k, g in low.groupby(["timeslice_ms", "cpu_share_pct"])
+             if g["rate_mbit"].nunique() > 1]
+    if not pairs:
+        return Claim("bandwidth_independent", paper, f"needs {cca} at 10-25 % share at two or more rates", "no data")
+    parts, same = [], []
+    ratios: dict[str, float] = {}
+    for (ts, share), g in pairs:
+        ratio = float(g["throughput_mbit"].max() / g["throughput_mbit"].min()) if g["throughput_mbit"].min() > 0 \
+            else float("inf")
+        ratios[f"{ts:g}ms/{share:g}%"] = ratio
+        same.append(ratio <= SAME_THROUGHPUT_RATIO)
+        parts.append(f"{ts:g} ms / {share:g} %: " + ", ".join(
+            f"{t:.1f} Mbit/s at {r:g} Mbit/s" for r, t in zip(g["rate_mbit"], g["throughput_mbit"], strict=True)))
+    verdict = "reproduced" if all(same) else "partly" if any(same) else "not reproduced"
+    measured = "; ".join(parts) + f" (same = within a factor {SAME_THROUGHPUT_RATIO:g})"
+    return Claim("bandwidth_independent", paper, measured, verdict, {"max_over_min": ratios})
+
+
 def _ss_with_runs(ss: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     cols = ["run_id", "cca", "cpu_share_pct", "timeslice_ms"]
     return ss.merge(runs[cols], on="run_id", how="inner", suffixes=("_ss", ""))
@@ -318,11 +360,13 @@ def claims(tables) -> pd.DataFrame:
     plain = split_by_ceiling(unsampled(ok)[0])  # throughput claims: sampled runs cost the sender CPU
     every = split_by_ceiling(ok)  # the ss claims rest on the sampled runs
     med = medians(plain.judged)
+    fig4, prefix = at_paper_rate(med)  # the figure-4 claims are about 100 Mbit/s
     rows = [
         (claim_cubic_robust(med), plain.reasons(("cubic",), contended_only=True)),
-        (claim_bbr_capped(med), plain.reasons(("bbr", "cubic"), shares=LOW_SHARES_PCT)),
-        (claim_recovery_thresholds(med), plain.reasons(("bbr",))),
-        (claim_patch_lowers_threshold(med), plain.reasons(("bbr", "bbr2b"))),
+        (_at_rate(claim_bbr_capped(fig4), prefix), plain.reasons(("bbr", "cubic"), shares=LOW_SHARES_PCT)),
+        (_at_rate(claim_recovery_thresholds(fig4), prefix), plain.reasons(("bbr",))),
+        (_at_rate(claim_patch_lowers_threshold(fig4), prefix), plain.reasons(("bbr", "bbr2b"))),
+        (claim_bandwidth_independent(med), plain.reasons(("bbr",), shares=LOW_SHARES_PCT)),
         (claim_inflight_deficit(tables.ss, every.judged), every.reasons(("bbr",))),
         (claim_patched_gain(tables.ss, every.judged), every.reasons(("bbr", "bbr2b"))),
     ]

@@ -119,3 +119,33 @@ def test_without_a_calibration_every_point_is_judged_and_the_note_says_so(tmp_pa
     assert "no CPU ceiling calibrated" in fidelity.testbed_note(runs)
     text = fidelity.write_report(fidelity.claims(Tables(runs, pd.DataFrame(), pd.DataFrame())), "n", tmp_path)
     assert text.read_text().rstrip().endswith("None.")
+
+
+def _two_rates(bbr_mbit):
+    """cubic at the link rate everywhere; bbr at 10-25 % share gets bbr_mbit(rate, share) at 10 and 100 Mbit/s."""
+    rows = []
+    for i, (cca, rate, share) in enumerate((c, r, s) for c in ("cubic", "bbr") for r in (10, 100) for s in (10, 25, 100)):
+        mbit = rate * 0.95 if cca == "cubic" or share == 100 else bbr_mbit(rate, share)
+        for rep in range(2):
+            rows.append(dict(run_id=f"r{i}-{rep}", status="ok", cca=cca, timeslice_ms=10, cpu_share_pct=share,
+                             rtt_ms=20, rate_mbit=rate, link_utilisation=mbit / rate, throughput_mbit=mbit,
+                             accelerator="tcg"))
+    return pd.DataFrame(rows)
+
+
+def test_bandwidth_independence_compares_rates_at_low_shares():
+    same = fidelity.medians(_two_rates(lambda rate, share: 4.0 if rate == 10 else 5.0))
+    claim = fidelity.claim_bandwidth_independent(same)
+    assert claim.verdict == "reproduced" and "4.0 Mbit/s at 10 Mbit/s, 5.0 Mbit/s at 100 Mbit/s" in claim.measured
+    scaled = fidelity.medians(_two_rates(lambda rate, share: rate * 0.5))
+    assert fidelity.claim_bandwidth_independent(scaled).verdict == "not reproduced"
+    one_rate = fidelity.medians(_runs(PAPER_LIKE))
+    assert fidelity.claim_bandwidth_independent(one_rate).verdict == "no data"
+
+
+def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
+    runs = _two_rates(lambda rate, share: 5.0)  # bbr: 50 % of 10 Mbit/s, 5 % of 100 Mbit/s
+    table = fidelity.claims(Tables(runs, pd.DataFrame(), pd.DataFrame())).set_index("key")
+    capped = table.loc["bbr_capped_low_share"]
+    assert capped["verdict"] == "reproduced" and capped["measured"].startswith("at 100 Mbit/s: highest bbr median")
+    assert table.loc["bandwidth_independent", "verdict"] == "reproduced"

@@ -207,10 +207,26 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                     ax.set_xlabel(LABELS.get(x, x))
                 if j == 0:
                     ax.set_ylabel(ylabel or LABELS.get(value, value))
+        if ceiling and value == "throughput_mbit" and not logy:
+            _keep_data_in_view(axes, runs, table)
         _legend(fig, axes, title)
     return fig, table
 
 
+def _keep_data_in_view(axes, runs: pd.DataFrame, table: pd.DataFrame) -> None:
+    """A ceiling far above the link rates would squash the curves: the y axis then ends a little above the
+    highest rate or quartile, and the dashed line leaves the frame at the top (it is above everything drawn)."""
+    tops = [table[c].max() for c in ("q75", "median") if c in table]
+    if "rate_mbit" in runs:
+        tops.append(runs["rate_mbit"].max())
+    top = CEILING_VIEW_HEADROOM * max((t for t in tops if pd.notna(t)), default=0.0)
+    for ax in np.ravel(axes):
+        if top > 0 and ax.get_ylim()[1] > top:
+            ax.set_ylim(0, top)
+
+
+#: How far above the highest rate (or quartile) the y axis of a figure with a ceiling line ends.
+CEILING_VIEW_HEADROOM = 1.25
 #: What the ceiling depends on besides the x axis (bbrlab.ceiling.PointKey): one dashed line per level left open.
 CEILING_DIMENSIONS = ("timeslice_ms", "rtt_ms")
 CEILING_LABEL = "CPU ceiling"

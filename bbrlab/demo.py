@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SPECS_DIR = Path(__file__).resolve().parents[1] / "specs"
-DEMO_SPECS = (SPECS_DIR / "demo.yaml", SPECS_DIR / "demo-sampled.yaml")
+from .resources import specs_dir
+
+DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 
 # Measured on this project's 2-core build machine under TCG (see the issue notes); used for the estimate only.
 IMAGE_BUILD_S = 240.0

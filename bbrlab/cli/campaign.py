@@ -22,7 +22,7 @@ def register(sub) -> None:
     verbs.required = True
 
     run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
-    run.add_argument("spec", help="campaign spec (YAML)")
+    run.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     run.add_argument("--out", required=True, help="campaign directory (created; an existing one is resumed)")
     run.add_argument("--testbed", help="testbed name or file (default: the spec's 'testbed')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -41,7 +41,7 @@ def register(sub) -> None:
     st.set_defaults(func=cmd_status)
 
     plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
-    plan.add_argument("spec")
+    plan.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
     plan.set_defaults(func=cmd_plan)
 
@@ -52,8 +52,9 @@ def _hms(seconds: float) -> str:
 
 def cmd_plan(args) -> int:
     from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
+    from ..resources import spec_path
 
-    spec = load_spec(args.spec)
+    spec = load_spec(spec_path(args.spec))
     runs = spec.plan()
     info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
             "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
@@ -88,10 +89,11 @@ def cmd_run(args) -> int:
     from .. import testbed as testbed_mod
     from ..campaign import load_spec, run_campaign, status
     from ..ceiling import for_campaign
+    from ..resources import spec_path
     from ..runner import Runner
     from ..signals import Interrupted
 
-    spec = load_spec(args.spec)  # every value checked before anything is touched
+    spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     target = args.testbed or spec.testbed
     tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
     with testbed_mod.testbed_lock(tb.name):

@@ -80,7 +80,8 @@ def load(name_or_file: str | Path = "local") -> Testbed:
                            f"{'' if text == 'local' else ' --name ' + text})")
     d = state.data
     local = LocalDetails(image=d.get("image"), guest_kernel=d.get("guest_kernel"),
-                         sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {})
+                         sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {},
+                         qemu_pids={role: vm.get("pid") for role, vm in state.vms.items()})
     qemu = f"QEMU {d['qemu_version']}" if d.get("qemu_version") else None
     return from_spec(load_file(path), kind="local", hypervisor_name=qemu, local=local)
 

@@ -95,6 +95,7 @@ class LocalDetails:
     guest_kernel: str | None = None
     sender_vcpus: int | None = None
     boot_to_ssh_s: dict = field(default_factory=dict)
+    qemu_pids: dict = field(default_factory=dict)  # role -> pid of its QEMU on this machine
 
 
 @dataclass

@@ -94,7 +94,7 @@ def test_every_record_points_to_the_ceiling_of_its_point(testbed, calibrated, tm
         assert r["metadata"]["ceiling"] == {
             "value_mbit": point.ceiling_mbit, "source": "calibration.json", "key": point.key, "limit": point.limit,
             "streams": point.streams, "calibrated_at": cal.created_at, "file_sha256": cal.digest()}
-    runs = data.read_campaign(out).runs
+    runs = data.load(out).runs
     assert sorted(runs["ceiling_mbit"]) == sorted(p.ceiling_mbit for p in cal.points)
 
 

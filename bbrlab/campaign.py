@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 from . import record as rec
 from .errors import BbrlabError, ValidationError
@@ -140,8 +141,10 @@ class CampaignSpec:
         total = 0.0
         for s in self.grid():
             if s.flow.workload == "rsync":
-                rate_bit_s = s.link.rate_mbit * 1e6 * (1 - s.link.effective_loss_pct / 100)
-                copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
+                copy_s = 0.0  # an unshaped link: no rate to estimate the copy from
+                if s.link.rate_mbit is not None:
+                    rate_bit_s = s.link.rate_mbit * 1e6 * (1 - s.link.effective_loss_pct / 100)
+                    copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
                 total += self.duration_s + overhead_s
@@ -327,7 +330,21 @@ def load_spec(path: str | Path) -> CampaignSpec:
 # The campaign directory
 # ---------------------------------------------------------------------------------------------
 
-def plan_dict(spec: CampaignSpec) -> dict:
+class Planned(Protocol):
+    """What the campaign directory and the run loop need of a spec: a :class:`CampaignSpec`, or another
+    plan of scenarios such as :class:`bbrlab.calibrate.CalibrationSpec` (whose points are not a full grid).
+    ``to_dict()`` is written as ``spec.yaml`` and must hold ``max_attempts``."""
+
+    name: str
+    seed: int
+    max_attempts: int
+
+    def plan(self) -> list[Scenario]: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def plan_dict(spec: Planned) -> dict:
     return {
         "schema": PLAN_SCHEMA,
         "campaign": spec.name,
@@ -336,7 +353,7 @@ def plan_dict(spec: CampaignSpec) -> dict:
     }
 
 
-def prepare(spec: CampaignSpec, out_dir: str | Path) -> dict:
+def prepare(spec: Planned, out_dir: str | Path) -> dict:
     """Create (or re-open) the campaign directory; return the plan.
 
     A directory that already holds a different campaign's spec is refused (no silent mixing).
@@ -440,7 +457,7 @@ def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int,
                             scenario=scenario.to_dict(), metadata=of_error(error))
 
 
-def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction, *,
+def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
                 retry_failed: bool = False) -> dict:
     """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
 
@@ -474,7 +491,7 @@ class CampaignAborted(BbrlabError):
     """Several runs in a row failed all their attempts: the testbed, not the scenario, is the likely cause."""
 
 
-def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
+def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
                  on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
                  max_consecutive_failures: int = 5) -> dict:
     """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
@@ -515,7 +532,7 @@ def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *
     return status(out)
 
 
-def _progress_bar(total: int, initial: int, spec: CampaignSpec, *, enabled: bool):
+def _progress_bar(total: int, initial: int, spec: Planned, *, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=spec.name, unit="run", disable=not enabled, dynamic_ncols=True)

@@ -7,6 +7,12 @@ dimension the claim needs), and ``measured`` says the numbers behind it.
 The paper's numbers come from KVM guests on 24-core servers; the local testbed runs under QEMU TCG on a
 small machine, where the guest needs far more host CPU per packet. A claim that does not reproduce there is
 a finding about that testbed, not a failure of the toolkit.
+
+CPU-bound points are set aside: a point whose link rate is at or above the sender's CPU ceiling at its
+timeslice, share and RTT (``ceiling_mbit``, measured by ``bbrlab calibrate``, docs/calibration.md)
+measures the sender's CPU, not its congestion control, so no claim is judged on it
+(:func:`split_by_ceiling`). Each claim lists the points it set aside and why (``set_aside``); points
+without a ceiling (no calibration) are judged as they are, and :func:`testbed_note` says how many.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ HIGH_GAIN = 2.85
 # The paper's recovery thresholds (lowest CPU share with median > 80 % of the rate), BBRv1/v3, 100 Mbit/s.
 PAPER_RECOVERY_PCT = {1.0: 45.0, 10.0: 65.0}
 PAPER_PATCHED_RECOVERY_PCT = {1.0: 25.0, 10.0: 40.0}  # BBRv3 patched (figure 10)
+#: The rate of the paper's figure 4 (and 10): its BBR claims are judged there when the data has it.
+PAPER_RATE_MBIT = 100.0
+#: Figure 7: medians at different bandwidths count as "the same throughput" within this ratio.
+SAME_THROUGHPUT_RATIO = 1.5
+#: Columns that make one point for the ceiling filter (its ceiling depends on timeslice, share and RTT).
+CEILING_POINT = ["variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit"]
 
 
 @dataclass
@@ -47,6 +59,9 @@ class Claim:
         The variant(s) it was checked on, e.g. ``"BBRv3"`` or ``"BBRv1 vs BBRv1 patched"``.
     evidence : dict
         The numbers behind the verdict.
+    set_aside : list of str
+        The points of the claim's variants left out because their link rate is at or above the sender's
+        CPU ceiling, each with its ceiling and median throughput.
     """
 
     key: str
@@ -55,9 +70,76 @@ class Claim:
     verdict: str
     subject: str = ""
     evidence: dict = field(default_factory=dict)
+    set_aside: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class CeilingSplit:
+    """Runs split by the sender's CPU ceiling.
+
+    Attributes
+    ----------
+    judged : pandas.DataFrame
+        The runs of points below their ceiling, or without one.
+    set_aside : pandas.DataFrame
+        One row per point set aside: :data:`CEILING_POINT`, ``ceiling_mbit``, ``throughput_mbit`` (medians),
+        ``n`` and ``reason``.
+    points, unchecked : int
+        Points in all, and points without a ceiling.
+    """
+
+    judged: pd.DataFrame
+    set_aside: pd.DataFrame
+    points: int
+    unchecked: int
+
+    def reasons(self, variants: tuple[str, ...], shares: tuple[float, float] | None = None,
+                contended_only: bool = False) -> list[str]:
+        """The set-aside points of ``variants`` (within ``shares``, or below 100 % share), as text."""
+        a = self.set_aside
+        if a.empty:
+            return []
+        a = a[a["variant"].isin(variants)]
+        if shares is not None:
+            a = a[a["cpu_share_pct"].between(*shares)]
+        if contended_only:
+            a = a[a["cpu_share_pct"] < 100]
+        return a["reason"].tolist()
+
+
+def split_by_ceiling(runs: pd.DataFrame) -> CeilingSplit:
+    """Keep the runs of points whose link rate is below their ceiling (or that have none); set the rest aside.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table with ``ceiling_mbit`` (see :mod:`bbrlab.tables`).
+
+    Returns
+    -------
+    CeilingSplit
+    """
+    if runs.empty or "ceiling_mbit" not in runs.columns:
+        n = 0 if runs.empty else len(runs.groupby(CEILING_POINT, dropna=False))
+        return CeilingSplit(runs, pd.DataFrame(columns=[*CEILING_POINT, "reason"]), n, n)
+    g = runs.groupby(CEILING_POINT, dropna=False)
+    per_point = g.agg(ceiling_mbit=("ceiling_mbit", "median"), throughput_mbit=("throughput_mbit", "median"),
+                      n=("run_id", "count")).reset_index()
+    aside = per_point[per_point["ceiling_mbit"].notna() & (per_point["rate_mbit"] >= per_point["ceiling_mbit"])]
+    aside = aside.assign(reason=[_aside_reason(r) for r in aside.itertuples()])
+    flagged = runs[CEILING_POINT].merge(aside[CEILING_POINT].assign(_aside=True), how="left", on=CEILING_POINT)
+    judged = runs[~flagged["_aside"].fillna(False).astype(bool).to_numpy()]
+    return CeilingSplit(judged, aside.reset_index(drop=True), len(per_point),
+                        int(per_point["ceiling_mbit"].isna().sum()))
+
+
+def _aside_reason(r) -> str:
+    share = "100 %" if r.cpu_share_pct >= 100 else f"{r.timeslice_ms:g} ms / {r.cpu_share_pct:g} %"
+    return (f"{r.variant} at {share}, RTT {r.rtt_ms:g} ms: link {r.rate_mbit:g} Mbit/s >= CPU ceiling "
+            f"{r.ceiling_mbit:.1f} Mbit/s (median throughput {r.throughput_mbit:.1f})")
 
 
 def medians(runs: pd.DataFrame) -> pd.DataFrame:
@@ -138,7 +220,8 @@ def claim_cubic_robust(med: pd.DataFrame) -> Claim:
     frac = float((cub["utilisation"] >= RECOVERED_UTILISATION).mean())
     worst = cub.loc[cub["utilisation"].idxmin()]
     measured = (f"{frac:.0%} of contended Cubic points at >= {RECOVERED_UTILISATION:.0%} utilisation; lowest "
-                f"{worst['utilisation']:.0%} at {worst['cpu_share_pct']:g} % share, {worst['timeslice_ms']:g} ms")
+                f"{worst['utilisation']:.0%} at {worst['cpu_share_pct']:g} % share, {worst['timeslice_ms']:g} ms"
+                + (f", {worst['rate_mbit']:g} Mbit/s" if cub["rate_mbit"].nunique() > 1 else ""))
     verdict = "reproduced" if frac >= 0.9 else "partly" if frac >= 0.5 else "not reproduced"
     return Claim("cubic_robust", paper, measured, verdict, "Cubic", {"fraction_recovered": frac})
 
@@ -278,6 +361,57 @@ def claim_patch_lowers_threshold(med: pd.DataFrame, original: str = "BBRv1", pat
                  {"largest_utilisation_gain": gains})
 
 
+def at_paper_rate(med: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The medians at the paper's 100 Mbit/s when the data has several rates including it (the figure-4
+    claims are about that rate), and the prefix that says so; otherwise all of them and no prefix."""
+    rates = set(med["rate_mbit"].dropna()) if "rate_mbit" in med else set()
+    if len(rates) > 1 and PAPER_RATE_MBIT in rates:
+        return med[med["rate_mbit"] == PAPER_RATE_MBIT], f"at {PAPER_RATE_MBIT:g} Mbit/s: "
+    return med, ""
+
+
+def _at_rate(claim: Claim, prefix: str) -> Claim:
+    claim.measured = prefix + claim.measured
+    return claim
+
+
+def claim_bandwidth_independent(med: pd.DataFrame, variant: str = "BBRv1") -> Claim:
+    """At low CPU shares every bandwidth gives BBR the same throughput (figure 7).
+
+    Parameters
+    ----------
+    med : pandas.DataFrame
+        :func:`medians` of the runs, at two or more rates.
+    variant : str, default "BBRv1"
+
+    Returns
+    -------
+    Claim
+        ``reproduced`` when at every timeslice and 10-25 % share measured at several rates the medians
+        lie within a factor :data:`SAME_THROUGHPUT_RATIO`, ``partly`` when at some.
+    """
+    paper = ("At low CPU shares all bandwidths give BBR the same throughput: it is limited by the CPU, not by the "
+             "link (figure 7).")
+    low = med[(med["variant"] == variant) & med["cpu_share_pct"].between(*LOW_SHARES_PCT)]
+    pairs = [(k, g.sort_values("rate_mbit")) for k, g in low.groupby(["timeslice_ms", "cpu_share_pct"])
+             if g["rate_mbit"].nunique() > 1]
+    if not pairs:
+        return Claim("bandwidth_independent", paper, f"needs {variant} at 10-25 % share at two or more rates",
+                     "no data", variant)
+    parts, same = [], []
+    ratios: dict[str, float] = {}
+    for (ts, share), g in pairs:
+        low_mbit = g["throughput_mbit"].min()
+        ratio = float(g["throughput_mbit"].max() / low_mbit) if low_mbit > 0 else float("inf")
+        ratios[f"{ts:g}ms/{share:g}%"] = ratio
+        same.append(ratio <= SAME_THROUGHPUT_RATIO)
+        parts.append(f"{ts:g} ms / {share:g} %: " + ", ".join(
+            f"{t:.1f} Mbit/s at {r:g} Mbit/s" for r, t in zip(g["rate_mbit"], g["throughput_mbit"], strict=True)))
+    verdict = "reproduced" if all(same) else "partly" if any(same) else "not reproduced"
+    measured = "; ".join(parts) + f" (same = within a factor {SAME_THROUGHPUT_RATIO:g})"
+    return Claim("bandwidth_independent", paper, measured, verdict, variant, {"max_over_min": ratios})
+
+
 def _ss_with_runs(ss: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     cols = ["run_id", "variant", "cpu_share_pct", "timeslice_ms"]
     return ss.merge(runs[cols], on="run_id", how="inner", suffixes=("_ss", ""))
@@ -364,14 +498,27 @@ def testbed_note(runs: pd.DataFrame) -> str:
     Returns
     -------
     str
-        e.g. ``"54 runs; testbed local; accelerator tcg; sender kernel 6.1.0-56-amd64"``.
+        e.g. ``"54 runs; testbed local; accelerator tcg; sender kernel 6.1.0-56-amd64; CPU ceiling known for
+        ..."`` (see :func:`ceiling_note`).
     """
     if runs.empty:
         return "no runs"
     acc = ", ".join(sorted(str(a) for a in runs["accelerator"].dropna().unique())) or "unknown"
     kern = ", ".join(sorted(str(k) for k in runs.get("kernel", pd.Series()).dropna().unique())) or "unknown"
     kind = ", ".join(sorted(str(k) for k in runs.get("testbed_kind", pd.Series()).dropna().unique())) or "unknown"
-    return f"{len(runs)} runs; testbed {kind}; accelerator {acc}; sender kernel {kern}"
+    return f"{len(runs)} runs; testbed {kind}; accelerator {acc}; sender kernel {kern}; {ceiling_note(runs)}"
+
+
+def ceiling_note(runs: pd.DataFrame) -> str:
+    """How many points have a CPU ceiling and how many of them are set aside (link rate at or above it)."""
+    split = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)
+    if split.points == 0:
+        return "no points"
+    if split.unchecked == split.points:
+        return "no CPU ceiling calibrated: every point judged (CPU-bound points may be among them)"
+    text = (f"CPU ceiling known for {split.points - split.unchecked} of {split.points} points, "
+            f"{len(split.set_aside)} set aside (link rate at or above it)")
+    return text + (f"; {split.unchecked} points without a ceiling judged as they are" if split.unchecked else "")
 
 
 def bbr_variants(runs: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
@@ -391,7 +538,9 @@ def claims(tables) -> pd.DataFrame:
     """Every claim as a row: key, subject, verdict, paper, measured (and evidence).
 
     BBR's claims are checked on every stock BBR version in the data, the patch's on every version
-    with both stock and patched runs.
+    with both stock and patched runs. Each claim is judged only on points whose link rate is below the
+    sender's CPU ceiling (:func:`split_by_ceiling`); ``set_aside`` lists the points of the claim's
+    variants left out. With several rates, the figure-4 claims are judged at 100 Mbit/s.
 
     Parameters
     ----------
@@ -406,16 +555,24 @@ def claims(tables) -> pd.DataFrame:
     from .data import select
 
     runs = tables.runs
-    # throughput claims: sampling costs the sender CPU; rsync copies have goodput, not iperf3 throughput
-    med = medians(select(tables, ss_sampled=False, workload="iperf3").runs)
+    plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)  # throughput: sampling costs the sender CPU
+    every = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)  # the ss claims
+    med = medians(plain.judged)
+    fig4, prefix = at_paper_rate(med)
     stock, pairs = bbr_variants(runs)
-    rows = [claim_cubic_robust(med)]
-    rows += [claim_bbr_capped(med, v) for v in stock]
-    rows += [claim_recovery_thresholds(med, v) for v in stock]
-    rows += [claim_patch_lowers_threshold(med, o, p) for o, p in pairs]
-    rows += [claim_inflight_deficit(tables.ss, runs, v) for v in stock]
-    rows += [claim_patched_gain(tables.ss, runs, o, p) for o, p in pairs]
-    return pd.DataFrame([c.to_dict() for c in rows])
+    rows = [(claim_cubic_robust(med), plain.reasons(("Cubic",), contended_only=True))]
+    rows += [(_at_rate(claim_bbr_capped(fig4, v), prefix), plain.reasons((v, "Cubic"), shares=LOW_SHARES_PCT))
+             for v in stock]
+    rows += [(_at_rate(claim_recovery_thresholds(fig4, v), prefix), plain.reasons((v,))) for v in stock]
+    rows += [(_at_rate(claim_patch_lowers_threshold(fig4, o, p), prefix), plain.reasons((o, p))) for o, p in pairs]
+    rows += [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
+    rows += [(claim_inflight_deficit(tables.ss, every.judged, v), every.reasons((v,))) for v in stock]
+    rows += [(claim_patched_gain(tables.ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
+    for claim, aside in rows:
+        claim.set_aside = aside
+        if aside:
+            claim.measured += f" [judged below the sender's CPU ceiling; {len(aside)} point(s) set aside]"
+    return pd.DataFrame([c.to_dict() for c, _ in rows])
 
 
 def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
@@ -443,8 +600,25 @@ def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
     for row in table.itertuples():
         cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured)]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _set_aside_lines(table)
     path = out / "fidelity.md"
     path.write_text("\n".join(lines) + "\n")
     (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records")},
                                                   indent=2, default=str))
     return path
+
+
+def _set_aside_lines(table: pd.DataFrame) -> list[str]:
+    """The report's section on the points each claim left out (none: it says so)."""
+    lines = ["", "## Points set aside", "",
+             "A point whose link rate is at or above the sender's CPU ceiling (bbrlab calibrate: Cubic over an "
+             "unshaped link at the same timeslice, share and RTT) measures the sender's CPU, not its congestion "
+             "control; no claim is judged on it."]
+    aside = table["set_aside"] if "set_aside" in table.columns else pd.Series(dtype=object)
+    if not any(isinstance(a, list) and a for a in aside):
+        return [*lines, "", "None."]
+    subjects = table["subject"] if "subject" in table.columns else [""] * len(table)
+    for key, subject, points in zip(table["key"], subjects, aside, strict=True):
+        if isinstance(points, list) and points:
+            lines += ["", f"{key} ({subject}):" if subject else f"{key}:", *[f"- {p}" for p in points]]
+    return lines

@@ -218,10 +218,12 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
                 stat: str = "median", band: bool = True, logy: bool = False, ylabel: str | None = None,
-                title: str | None = None, hue_label=None):
+                title: str | None = None, hue_label=None, ceiling: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
     ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.calibrate`)
+    when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
     """
     needed = [x, value]
@@ -241,6 +243,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 for k, hv in enumerate(hues):
                     _draw_line(ax, _select(cell, hue, hv).sort_values(x), x, stat, band,
                                (hue_label or _hue_text)(hv), colour(hv, k))
+                if ceiling and value == "throughput_mbit":
+                    ceiling_lines(ax, _select(_select(runs, row, rv), col, cv), x=x, hue=hue, hues=hues)
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if logy:
                     ax.set_yscale("log")
@@ -250,8 +254,74 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                     ax.set_xlabel(LABELS.get(x, x))
                 if j == 0:
                     ax.set_ylabel(ylabel or LABELS.get(value, value))
+        if ceiling and value == "throughput_mbit" and not logy:
+            _keep_data_in_view(axes, runs, table)
         _legend(fig, axes, title)
     return fig, table
+
+
+#: What the ceiling depends on besides the x axis (bbrlab.ceiling.PointKey): one line per level a panel mixes.
+CEILING_DIMENSIONS = ("timeslice_ms", "rtt_ms")
+CEILING_LABEL = "CPU ceiling"
+#: Dash-dot, so that it is not taken for a patched variant (dashed, in its variant's colour).
+CEILING_STYLE = {"linestyle": "-.", "linewidth": 1.0, "marker": "", "zorder": 1}
+#: How far above the highest rate (or quartile) the y axis of a figure with a ceiling line ends.
+CEILING_VIEW_HEADROOM = 1.25
+
+
+def ceiling_lines(ax, runs: pd.DataFrame, *, x: str, hue: str | None = None, hues: Sequence = ()) -> pd.DataFrame:
+    """Draw the median ``ceiling_mbit`` over ``x`` of ``runs`` (one panel) as dash-dotted lines.
+
+    One line per timeslice and RTT the panel still mixes (a panel of one timeslice and RTT gets one
+    line); when the hue is one of them, each line takes its hue's colour. Runs without a ceiling are
+    skipped, so data without a calibration draws nothing.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    runs : pandas.DataFrame
+        The panel's runs.
+    x : str
+        The x column (``cpu_share_pct``).
+    hue, hues : optional
+        The figure's hue column and its levels, to colour a line per hue level.
+
+    Returns
+    -------
+    pandas.DataFrame
+        What was drawn: the median ceiling per line and x (empty when nothing was).
+    """
+    if "ceiling_mbit" not in runs.columns or x not in runs.columns:
+        return pd.DataFrame()
+    have = runs[runs["ceiling_mbit"].notna()]
+    if have.empty:
+        return pd.DataFrame()
+    dims = [d for d in CEILING_DIMENSIONS if d in have.columns and have[d].nunique() > 1]
+    table = summarise(have, [*dims, x], "ceiling_mbit")
+    groups = table.groupby(dims, dropna=False, sort=True) if dims else [((), table)]
+    for levels_, part in groups:
+        levels_ = levels_ if isinstance(levels_, tuple) else (levels_,)
+        named = dict(zip(dims, levels_, strict=True))
+        colour_ = "black"
+        if hue in named and named[hue] in list(hues):
+            colour_ = colour(named[hue], list(hues).index(named[hue]))
+        extra = ", ".join(level_label(d, v) for d, v in named.items())
+        part = part.sort_values(x)
+        ax.plot(part[x], part["median"], color=colour_, label=f"{CEILING_LABEL}{' (' + extra + ')' if extra else ''}",
+                **CEILING_STYLE)
+    return table
+
+
+def _keep_data_in_view(axes, runs: pd.DataFrame, table: pd.DataFrame) -> None:
+    """A ceiling far above the link rates would squash the curves: the y axis then ends a little above the
+    highest rate or quartile, and the ceiling line leaves the frame at the top (it is above all that is drawn)."""
+    tops = [table[c].max() for c in ("q75", "median") if c in table]
+    if "rate_mbit" in runs:
+        tops.append(runs["rate_mbit"].max())
+    top = CEILING_VIEW_HEADROOM * max((t for t in tops if pd.notna(t)), default=0.0)
+    for ax in np.ravel(axes):
+        if top > 0 and ax.get_ylim()[1] > top:
+            ax.set_ylim(0, top)
 
 
 def _hue_text(value) -> str:
@@ -289,6 +359,8 @@ def throughput_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col
     """Figures 1 and 4: median throughput (IQR band) over the CPU share, a line per variant.
 
     Runs without a policy (100 % share) whose timeslice is not recorded appear in every timeslice panel.
+    When the runs carry the sender's CPU ceiling (``ceiling_mbit``, ``bbrlab calibrate``), each panel also
+    shows it as a dash-dotted line "CPU ceiling".
 
     Parameters
     ----------
@@ -316,13 +388,16 @@ def throughput_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col
     >>> plots.save(fig, "build/figures", "fig04_throughput_vs_share")               # doctest: +SKIP
     """
     return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
-                       logy=logy, title=title)
+                       logy=logy, title=title, ceiling=True)
 
 
 def sweep(tables: Tables, *, over: str = "rate_mbit", row: str | None = "variant",
           col: str | None = "timeslice_ms", logy: bool = True, value: str = "throughput_mbit",
           title: str | None = None):
     """Figures 7/13 (``over="rate_mbit"``, log y) and 8/14 (``over="rtt_ms"``): a line per swept value.
+
+    The sender's CPU ceiling, when the runs carry one, is drawn per panel (one line per RTT, in its
+    colour, in an RTT sweep).
 
     Parameters
     ----------
@@ -347,7 +422,7 @@ def sweep(tables: Tables, *, over: str = "rate_mbit", row: str | None = "variant
     >>> fig, _ = plots.sweep(data.select(tables, rtt_ms=10), over="rate_mbit")  # doctest: +SKIP
     """
     return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
-                       logy=logy, title=title, hue_label=lambda v: level_label(over, v))
+                       logy=logy, title=title, hue_label=lambda v: level_label(over, v), ceiling=True)
 
 
 def std_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
@@ -413,7 +488,7 @@ def patched_vs_original(tables: Tables, *, row: str | None = "timeslice_ms", col
         What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
     """
     return facet_lines(spread_full_share(patched_versions(tables.runs)), x="cpu_share_pct", value="throughput_mbit",
-                       hue="variant", row=row, col=col, title=title)
+                       hue="variant", row=row, col=col, title=title, ceiling=True)
 
 
 def timeseries(tables: Tables, *, row: str | None = "variant", col: str | None = "timeslice_ms",

@@ -1,9 +1,10 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
-Read :meth:`Runner.run` top to bottom: prepare the sender, hold the link on the emulator, start the
-workload's server on the receiver (iperf3's server, or rsync's sshd: :mod:`bbrlab.workloads`) and the
-sampler, put the sender's vCPUs under the deadline policy for the client's transfer, then read back and
-check what held. Each step is a context manager owned by its tool, composed
+Read :meth:`Runner.run` top to bottom: prepare the sender (and find the ceiling of the run's point in
+the calibration, if one is given), hold the link on the emulator, start the workload's server on the
+receiver (iperf3's server, or rsync's sshd: :mod:`bbrlab.workloads`) and the sampler, put the sender's
+vCPUs under the deadline policy for the client's transfer while the emulator's and the sender's
+hypervisor's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
 in one ``ExitStack``: whatever fails or interrupts the run (an exception, SIGINT, SIGTERM, SIGHUP), the
 policy comes off, the sampler and the server stop, and the link is cleared, in reverse order.
 
@@ -17,8 +18,9 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import __version__, checks, contention, link, sampling, sender, workloads
+from . import __version__, checks, contention, hostcpu, link, sampling, sender, workloads
 from . import record as rec
+from .ceiling import Calibration
 from .recovery import recover
 from .runmeta import CcaUse, RunMetadata
 from .scenario import Scenario
@@ -39,11 +41,15 @@ class Runner:
     """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
 
     Keeps what lasts between the runs of a campaign: the link set on the emulator, and what was measured
-    once about the testbed.
+    once about the testbed. With a ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to
+    the ceiling of its point (``metadata.ceiling``, its file named as ``calibration_source``); a run fails
+    when the calibration belongs to another testbed or sender kernel, or lacks the point.
     """
 
-    def __init__(self, testbed, *, ready_timeout_s: float = 15.0):
+    def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
+                 calibration_source: str | None = None):
         self.testbed, self.ready_timeout_s = testbed, ready_timeout_s
+        self.calibration, self.calibration_source = calibration, calibration_source
         self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
         self._static: dict | None = None
         self._recovered: dict | None = None
@@ -71,6 +77,8 @@ class Runner:
             meta.module = sender.module_identity(tb.sender.host, flow.cca)
             meta.cca.bbr_version, meta.cca.patched = sender.bbr_identity(flow.cca, meta.module)
             prepared = work.prepare(tb, flow)
+            if self.calibration is not None:
+                meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = work.client_limit_s(flow)
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
@@ -84,10 +92,12 @@ class Runner:
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ss_ms, limit_s + SAMPLER_MARGIN_S,
                         server_port=endpoint.port)) if flow.sample_ss_ms else None
-                with meta.timed("client"), contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(),
-                                                               scenario.contention) as held:
+                with meta.timed("client"), hostcpu.watched(tb.emulator.host) as emulator_cpu, \
+                        hostcpu.watched(tb.sender.hypervisor) as hypervisor_cpu, \
+                        contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention = held.record()
+                meta.cpu_load = {"emulator": emulator_cpu.result, "sender_hypervisor": hypervisor_cpu.result}
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
             with meta.timed("verify"):

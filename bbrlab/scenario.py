@@ -59,14 +59,16 @@ class Link:
     """The emulated bottleneck: delay, rate, buffer and loss, as set on the emulator.
 
     ``buffer_bdp`` sizes the token bucket's queue in bandwidth-delay products (the paper uses 1);
-    ``buffer_bytes`` gives it directly instead. ``delay_split``: ``symmetric`` puts RTT/2 on each
+    ``buffer_bytes`` gives it directly instead. ``rate_mbit=None`` is an *unshaped* link: the delay (and
+    loss) only, no token bucket and so no bottleneck queue (both buffers ``None``); build it with
+    :meth:`unshaped`. It measures what the sender can carry at all (``bbrlab calibrate``). ``delay_split``: ``symmetric`` puts RTT/2 on each
     direction, ``forward`` puts the whole RTT on the data direction.
     Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
     as netem's ``loss gemodel p r 1-h 1-k``.
     """
 
     rtt_ms: float
-    rate_mbit: float
+    rate_mbit: float | None
     buffer_bdp: float | None = 1.0
     buffer_bytes: int | None = None
     loss_model: LossModel = "none"
@@ -85,8 +87,14 @@ class Link:
 
     def validate(self) -> None:
         _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
-        _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
-        if (self.buffer_bdp is None) == (self.buffer_bytes is None):
+        if self.rate_mbit is None:
+            if self.buffer_bdp is not None or self.buffer_bytes is not None:
+                raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
+                                      "none when rate_mbit is None (an unshaped link has no bottleneck queue; "
+                                      "use Link.unshaped)")
+        else:
+            _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
+        if self.rate_mbit is not None and (self.buffer_bdp is None) == (self.buffer_bytes is None):
             raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
                                   "exactly one of buffer_bdp or buffer_bytes")
         if self.buffer_bdp is not None:
@@ -109,15 +117,30 @@ class Link:
             raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
         _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
 
+    @classmethod
+    def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
+        """A link with ``rtt_ms`` of delay and no rate limit (other fields as keywords, e.g. ``delay_split``)."""
+        return cls(rtt_ms=rtt_ms, rate_mbit=None, buffer_bdp=None, buffer_bytes=None, **kwargs)
+
     # -- derived quantities ----------------------------------------------------------------
     @property
-    def bdp_bytes(self) -> int:
-        """Bandwidth-delay product of the configured link in bytes."""
+    def shaped(self) -> bool:
+        """Whether a token bucket limits the rate (False for :meth:`unshaped` links)."""
+        return self.rate_mbit is not None
+
+    @property
+    def bdp_bytes(self) -> int | None:
+        """Bandwidth-delay product of the configured link in bytes (None when unshaped)."""
+        if self.rate_mbit is None:
+            return None
         return int(round(self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1e3))
 
     @property
-    def queue_limit_bytes(self) -> int:
-        """Bottleneck queue in bytes; never below two full packets so the link can work at all."""
+    def queue_limit_bytes(self) -> int | None:
+        """Bottleneck queue in bytes; never below two full packets so the link can work at all (None when
+        unshaped: there is no bottleneck queue)."""
+        if self.rate_mbit is None:
+            return None
         if self.buffer_bytes is not None:
             q = self.buffer_bytes
         else:
@@ -289,5 +312,6 @@ class Scenario:
         c, li, f = self.contention, self.link, self.flow
         share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
         workload = "" if f.workload == "iperf3" else f"{f.workload}-"
+        rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
         return (f"{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
-                f"{li.rate_mbit:g}mbit-r{self.repetition:02d}-{digest}")
+                f"{rate}-r{self.repetition:02d}-{digest}")

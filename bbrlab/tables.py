@@ -91,6 +91,9 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("retransmits", "float64", "TCP retransmissions (iperf3 sender sum)", lambda v: v.summary.get("retransmits")),
     Column("cpu_sender_pct", "float64", "iperf3's sender CPU use [%]", lambda v: v.summary.get("cpu_sender_pct")),
     Column("link_utilisation", "float64", "throughput / rate (0..1)", lambda v: v.utilisation),
+    Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "
+           "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
+           lambda v: (v.meta.get("ceiling") or {}).get("value_mbit")),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",

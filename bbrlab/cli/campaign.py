@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import sys
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -28,6 +29,10 @@ def register(sub) -> None:
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
     run.add_argument("--retry-failed", action="store_true",
                      help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
+    run.add_argument("--calibration", type=Path, metavar="PATH",
+                     help="the sender's CPU ceilings to point every run to: a calibration.json or a directory "
+                          "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
+                          "made on another testbed, accelerator or sender kernel is refused")
     run.set_defaults(func=cmd_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
@@ -88,6 +93,7 @@ def cmd_status(args) -> int:
 def cmd_run(args) -> int:
     from .. import testbed as testbed_mod
     from ..campaign import load_spec, run_campaign, status
+    from ..ceiling import for_campaign
     from ..resources import spec_path
     from ..runner import Runner
     from ..signals import Interrupted
@@ -96,7 +102,11 @@ def cmd_run(args) -> int:
     target = args.testbed or spec.testbed
     tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
     with testbed_mod.testbed_lock(tb.name):
-        runner = Runner(tb)
+        calibration, source = for_campaign(tb, args.out, spec.plan(), args.calibration)
+        print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
+              f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
+              file=sys.stderr)
+        runner = Runner(tb, calibration=calibration, calibration_source=source)
         try:
             st = run_campaign(spec, args.out, runner, progress=not args.no_progress,
                               retry_failed=args.retry_failed)

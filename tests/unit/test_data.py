@@ -209,3 +209,14 @@ def test_an_emptied_selection_names_only_the_condition_that_emptied_it(campaign)
     assert sel.notes == ["no runs with rtt_ms in [10] (the data has [0]): the selection is empty"]
     with pytest.raises(BbrlabError, match="no column 'colour'"):
         data.select(t, rtt_ms=10, colour=None)  # a typo is an error even when it asks for any value
+
+
+def test_ceiling_column_comes_from_the_records_pointer(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    record = json.loads((run_dir / "record.json").read_text())
+    record["metadata"]["ceiling"] = {"value_mbit": 41.5, "source": "calibration.json", "key": "ts1ms-sh25-rtt0ms"}
+    (run_dir / "record.json").write_text(json.dumps(record))
+    runs = data.load(campaign).runs.set_index("run_id")
+    assert runs.loc[run_dir.name, "ceiling_mbit"] == 41.5
+    assert runs.drop(run_dir.name)["ceiling_mbit"].isna().all()  # runs without a calibration carry none
+    assert runs["ceiling_mbit"].dtype == "float64"

@@ -1,5 +1,7 @@
 """The claim checks decide from the numbers they are given: each verdict flips when the data does."""
 
+import json
+
 import pandas as pd
 
 from bbrlab import fidelity
@@ -93,3 +95,77 @@ def test_claims_are_checked_per_bbr_version_and_patch_pair():
     capped = table[table["key"] == "bbr_capped_low_share"].set_index("subject")["verdict"]
     assert capped.to_dict() == {"BBRv1": "reproduced", "BBRv3": "reproduced"}
     assert set(table.loc[table["key"] == "patch_lowers_threshold", "subject"]) == {"BBRv3 vs BBRv3 patched"}
+
+
+NONE = pd.DataFrame({"run_id": []})
+
+
+def _with_ceiling(runs, ceiling_of):
+    return runs.assign(ceiling_mbit=[ceiling_of(r) for r in runs.itertuples()], ss_sampled=False)
+
+
+def _claims(runs):
+    return fidelity.claims(Tables(runs.assign(ss_sampled=False, workload="iperf3"), NONE, NONE))
+
+
+def test_points_at_or_above_the_ceiling_are_set_aside_and_named():
+    # A TCG-like testbed: at 10 % share nobody, not even Cubic, carries 100 Mbit/s (ceiling 30).
+    runs = _runs([(v, ts, s, 0.28 if s == 10 else u) for v, ts, s, u in PAPER_LIKE])
+    runs = _with_ceiling(runs, lambda r: 30.0 if r.cpu_share_pct == 10 else 300.0)
+    assert fidelity.claim_cubic_robust(fidelity.medians(runs)).verdict == "partly"  # unfiltered: TCG shows
+    split = fidelity.split_by_ceiling(runs)
+    assert set(split.set_aside["cpu_share_pct"]) == {10.0} and split.unchecked == 0
+    assert (split.judged["cpu_share_pct"] != 10).all() and len(split.judged) == len(runs) - 2 * len(split.set_aside)
+    cubic = _claims(runs).set_index("key").loc["cubic_robust"]
+    assert cubic["verdict"] == "reproduced" and "set aside" in cubic["measured"]
+    assert cubic["set_aside"] == ["Cubic at 1 ms / 10 %, RTT 20 ms: link 100 Mbit/s >= CPU ceiling 30.0 Mbit/s "
+                                  "(median throughput 28.0)",
+                                  "Cubic at 10 ms / 10 %, RTT 20 ms: link 100 Mbit/s >= CPU ceiling 30.0 Mbit/s "
+                                  "(median throughput 28.0)"]
+    assert "CPU ceiling known for 26 of 26 points, 6 set aside" in fidelity.testbed_note(runs)
+
+
+def test_report_lists_the_points_set_aside(tmp_path):
+    runs = _with_ceiling(_runs(PAPER_LIKE), lambda r: 30.0 if r.cpu_share_pct == 10 else 300.0)
+    text = fidelity.write_report(_claims(runs), fidelity.testbed_note(runs), tmp_path).read_text()
+    assert "## Points set aside" in text and "recovery_thresholds (BBRv1):" in text
+    assert "- BBRv1 at 10 ms / 10 %, RTT 20 ms" in text
+    assert json.loads((tmp_path / "fidelity.json").read_text())["claims"][0]["set_aside"]
+
+
+def test_without_a_calibration_every_point_is_judged_and_the_note_says_so(tmp_path):
+    runs = _runs(PAPER_LIKE)
+    split = fidelity.split_by_ceiling(runs)
+    assert split.set_aside.empty and len(split.judged) == len(runs)
+    assert "no CPU ceiling calibrated" in fidelity.testbed_note(runs)
+    text = fidelity.write_report(_claims(runs), "n", tmp_path)
+    assert text.read_text().rstrip().endswith("None.")
+
+
+def _two_rates(bbr_mbit):
+    """Cubic at the link rate everywhere; BBRv1 at 10-25 % share gets bbr_mbit(rate) at 10 and 100 Mbit/s."""
+    rows = []
+    points = [(v, r, s) for v in ("Cubic", "BBRv1") for r in (10, 100) for s in (10, 25, 100)]
+    for i, (variant, rate, share) in enumerate(points):
+        mbit = rate * 0.95 if variant == "Cubic" or share == 100 else bbr_mbit(rate)
+        for rep in range(2):
+            rows.append(dict(run_id=f"r{i}-{rep}", status="ok", variant=variant, timeslice_ms=10, cpu_share_pct=share,
+                             rtt_ms=20, rate_mbit=rate, link_utilisation=mbit / rate, throughput_mbit=mbit,
+                             bbr_version=None if variant == "Cubic" else 1, patched=False, accelerator="tcg"))
+    return pd.DataFrame(rows)
+
+
+def test_bandwidth_independence_compares_rates_at_low_shares():
+    same = fidelity.medians(_two_rates(lambda rate: 4.0 if rate == 10 else 5.0))
+    claim = fidelity.claim_bandwidth_independent(same)
+    assert claim.verdict == "reproduced" and "4.0 Mbit/s at 10 Mbit/s, 5.0 Mbit/s at 100 Mbit/s" in claim.measured
+    scaled = fidelity.medians(_two_rates(lambda rate: rate * 0.5))
+    assert fidelity.claim_bandwidth_independent(scaled).verdict == "not reproduced"
+    assert fidelity.claim_bandwidth_independent(fidelity.medians(_runs(PAPER_LIKE))).verdict == "no data"
+
+
+def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
+    table = _claims(_two_rates(lambda rate: 5.0)).set_index("key")  # 50 % of 10 Mbit/s, 5 % of 100 Mbit/s
+    capped = table.loc["bbr_capped_low_share"]
+    assert capped["verdict"] == "reproduced" and capped["measured"].startswith("at 100 Mbit/s: highest BBRv1 median")
+    assert table.loc["bandwidth_independent", "verdict"] == "reproduced"

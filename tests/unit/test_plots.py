@@ -144,3 +144,50 @@ def test_authors_versions_and_patch_are_separate_lines(tmp_path):
     v3p = next(ln for ln in ts10["lines"] if ln["label"] == "BBRv3 patched")
     assert v3p["y"] == pytest.approx([medians[("BBRv3 patched", 10.0, s)] for s in (25.0, 50.0, 100.0)])
     plt.close(fig)
+
+
+def _with_runs(tables, runs):
+    import dataclasses
+
+    return dataclasses.replace(tables, runs=runs)
+
+
+def test_the_ceiling_is_a_line_per_timeslice_with_the_median_of_its_points(tables):
+    runs = tables.runs.copy()
+    assert not plots.ceiling_lines(plt.figure().gca(), runs, x="cpu_share_pct").size  # no calibration: nothing
+    plt.close("all")
+    two = pd.concat([runs, runs.assign(timeslice_ms=10.0, run_id=runs["run_id"] + "-10")], ignore_index=True)
+    two["ceiling_mbit"] = two["cpu_share_pct"] * 2 + two["timeslice_ms"]  # any value that differs per point
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, two))
+    drawn = {p["title"]: ln for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"] == "CPU ceiling"}
+    assert set(drawn) == {"timeslice 1 ms | RTT 0 ms", "timeslice 10 ms | RTT 0 ms"}
+    for title, ln in drawn.items():
+        ts = 10.0 if "10 ms" in title else 1.0
+        assert ln["y"] == pytest.approx([x * 2 + ts for x in ln["x"]])
+    styles = {ln.get_linestyle() for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "CPU ceiling"}
+    assert styles == {"-."}  # not dashed: dashed lines are patched variants
+    plt.close(fig)
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, two), row=None, col=None)  # both timeslices in one panel
+    labels = {ln["label"] for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"].startswith("CPU")}
+    assert labels == {"CPU ceiling (timeslice 1 ms)", "CPU ceiling (timeslice 10 ms)"}
+    plt.close(fig)
+
+
+def test_a_sweep_draws_the_ceiling_once_per_panel(tables):
+    runs = tables.runs.assign(ceiling_mbit=55.0)
+    runs = pd.concat([runs, runs.assign(rate_mbit=20.0, run_id=runs["run_id"] + "-20")], ignore_index=True)
+    fig, _ = plots.sweep(_with_runs(tables, runs), over="rate_mbit")
+    for p in plots.plotted_points(fig):
+        ceilings = [ln for ln in p["lines"] if ln["label"] == "CPU ceiling"]
+        assert len(ceilings) == 1 and set(ceilings[0]["y"]) == {55.0}
+    plt.close(fig)
+
+
+def test_a_ceiling_far_above_the_rates_does_not_squash_the_curves(tables):
+    runs = tables.runs.assign(ceiling_mbit=10_000.0)
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, runs))
+    top = fig.axes[0].get_ylim()[1]
+    assert top == pytest.approx(plots.CEILING_VIEW_HEADROOM * max(runs["rate_mbit"].max(),
+                                                                   runs["throughput_mbit"].max()), rel=0.3)
+    assert top < 10_000
+    plt.close(fig)

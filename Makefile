@@ -15,13 +15,13 @@ help:
 	@echo "make test     unit and real-system tests (boots the local testbed)"
 	@echo "make figures  execute every notebook on DATA=$(DATA) into OUT=$(OUT)"
 	@echo "make bench    benchmarks, printed as numbers and ratios"
-	@echo "make lint     ruff, and notebooks committed without outputs"
+	@echo "make lint     ruff (code and notebooks), notebooks formatted and committed without outputs"
 	@echo "make setup    Debian packages + virtual environment (.venv) + Jupyter kernel"
 	@echo "make sampler  build the netlink socket sampler (static C, cached by its source hash)"
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install-system-packages
+$(STAMP): pyproject.toml setup.py Makefile scripts/install-system-packages
 	scripts/install-system-packages
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -51,7 +51,8 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 lint: setup
-	$(BIN)/ruff check bbrlab tests benchmarks
+	$(BIN)/ruff check bbrlab tests benchmarks notebooks
+	$(BIN)/ruff format --check notebooks
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 clean:

@@ -42,9 +42,10 @@ def client_result(result, flow: Flow) -> iperf.IperfResult:
     return parsed
 
 
-def data_ports(parsed: iperf.IperfResult, ports: list[int]) -> None:
-    if sorted(parsed.data_ports) != ports:
-        raise RunFailed(f"iperf3's data streams used local ports {list(parsed.data_ports)}, expected {ports}")
+def data_ports(used: list[int], ports: list[int], what: str = "iperf3's data streams") -> None:
+    """The data connections used the local ports the run bound them to."""
+    if sorted(used) != sorted(ports):
+        raise RunFailed(f"{what} used local ports {list(used)}, expected {ports}")
 
 
 #: iperf3 (3.12) sets the congestion control on a data socket only after connecting and sending its 37-byte
@@ -80,12 +81,13 @@ def sample_rows(kind: str, text: str, ports) -> list[dict]:
     return sockdiag.rows(text, ports=ports)
 
 
-def samples(sampled, parsed: iperf.IperfResult, cca: str, interval_ms: float) -> dict:
-    """The sampler saw the data streams, under ``cca``; returns what the record keeps about sampling:
+def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> dict:
+    """The sampler saw the data connections (local ``data_ports``), under ``cca``; returns what the record
+    keeps about sampling:
     the sampler (kind, binary and its SHA-256), the asked and achieved interval (median, p99, longest gap),
     samples, missed ticks, guest CPU per sample, and ``ss_seen`` (the CCAs seen on the data streams)."""
     try:
-        rows = sample_rows(sampled.kind, sampled.text, parsed.data_ports)
+        rows = sample_rows(sampled.kind, sampled.text, data_ports)
         summary = _sampler_summary(sampled.kind, sampled.text)
     except BbrlabError as e:
         raise RunFailed(f"the {sampled.kind} sampler's samples: {e}") from None

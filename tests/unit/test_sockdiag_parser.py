@@ -317,7 +317,7 @@ def test_log_kind_and_dispatch():
 
 def test_data_reads_samples_log_into_the_ss_table(tmp_path):
     """A run directory with a samples.log (BPF) fills the ss table like an ss.log does."""
-    from bbrlab import data
+    from bbrlab.records_reader import read_run
 
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
@@ -325,7 +325,7 @@ def test_data_reads_samples_log_into_the_ss_table(tmp_path):
         '{"run_id": "r1", "status": "ok", "scenario": {"link": {"rate_mbit": 100}, "contention": {}, '
         '"flow": {"cca": "bbr", "sample_ms": 10, "sampler": "bpf"}}, "metadata": {}}')
     (run / "samples.log").write_text(_text("live-bbr-both.bpf.log.gz"))
-    rows = data.read_run(tmp_path, "runs/r1")
+    rows = read_run(tmp_path, "runs/r1")
     assert rows.run["sampler"] == "bpf" and rows.run["ss_sampled"] is True
     assert len(rows.ss) == len(sockdiag.rows(_text("live-bbr-both.bpf.log.gz"))) and not rows.notes
     assert set(rows.ss[0]) == set(SS_COLUMNS)

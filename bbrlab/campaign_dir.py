@@ -1,8 +1,8 @@
 """The campaign directory (``--out``): what may be used as one, and repairing one on resume.
 
-``--out`` is accepted when it is missing, empty, or holds an earlier run of the same spec (its
-``plan.json`` lists the same runs). Anything else is refused with the reason, before anything is
-written: a campaign never writes ``spec.yaml``, ``plan.json``, ``runs/`` or ``.tmp/`` over files it
+``--out`` is accepted when it is missing, empty (or holds only what ``bbrlab calibrate --out`` made
+there for it), or holds an earlier run of the same spec (its ``plan.json`` lists the same runs).
+Anything else is refused with the reason, before anything is written: a campaign never writes ``spec.yaml``, ``plan.json``, ``runs/`` or ``.tmp/`` over files it
 did not make (``--out .`` in a folder holding the user's own ``spec.yaml`` used to overwrite it).
 
 On resume, :func:`repair` looks at what earlier processes left:
@@ -32,6 +32,9 @@ SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".lock"
 SET_ASIDE = "set-aside"
+#: What ``bbrlab calibrate --out DIR`` leaves for the campaign that follows it (bbrlab.ceiling, bbrlab.calibrate).
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_DIR = "calibration"
 #: What a campaign leaves in its directory before ``plan.json`` exists (a crash between the two writes).
 _OWN_TEMPORARY = re.compile(r"\.spec\.yaml\.tmp|\.plan\.json\.\d+\.tmp")
 
@@ -62,10 +65,26 @@ def _identity(spec_dict: object) -> object:
     return {k: v for k, v in spec_dict.items() if k != "testbed"} if isinstance(spec_dict, dict) else spec_dict
 
 
+def _is_calibration(out: Path, entry: str) -> bool:
+    """``bbrlab calibrate --out DIR`` before the campaign: ``calibration.json`` (schema
+    ``bbrlab.calibration/...``) and ``calibration/``, whose folders are campaign directories of their own."""
+    path = out / entry
+    if path.is_symlink():
+        return False
+    if entry == CALIBRATION_FILE and path.is_file():
+        data = read_json(path) if path.stat().st_size < 10_000_000 else None
+        return isinstance(data, dict) and str(data.get("schema", "")).startswith("bbrlab.calibration/")
+    if entry == CALIBRATION_DIR and path.is_dir():
+        return all(d.is_dir() and not d.is_symlink() and (d / PLAN_FILE).is_file() for d in path.iterdir())
+    return False
+
+
 def _is_own_before_plan(out: Path, entry: str, spec_text: str) -> bool:
     path = out / entry
     if entry == LOCK_FILE or _OWN_TEMPORARY.fullmatch(entry):
         return path.is_file() and not path.is_symlink()
+    if entry in (CALIBRATION_FILE, CALIBRATION_DIR):
+        return _is_calibration(out, entry)
     if entry == SPEC_FILE and path.is_file() and not path.is_symlink():
         try:
             return path.read_text() == spec_text

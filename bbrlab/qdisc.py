@@ -39,6 +39,14 @@ wake-up. Measured on the TCG emulator VM at 100 Mbit/s (UDP at the rate, frames 
 2 ms gave 97.2-98.3 Mbit/s, 5 ms 99.2 Mbit/s. tbf splits GRO super-packets that exceed the burst,
 so the burst does not need to hold 64 KiB.
 
+Unshaped links
+--------------
+A :meth:`~bbrlab.scenario.Link.unshaped` link (no rate) gets netem alone on the data port: the delay (and
+loss), no token bucket, so no bottleneck queue of the emulator's making; with no delay at all no qdisc is
+set. netem's limit cannot come from the link's BDP then: it is sized for
+:data:`UNSHAPED_SIZING_RATE_MBIT` over the RTT, far above what a sender here can send, so that netem
+still never drops and whatever limits the transfer is outside the emulator's qdiscs.
+
 Jitter: netem sorts its queue by send time, so jitter reorders packets. It is off by default and
 is applied to the data direction only. Loss is applied to the data direction only (one bottleneck
 with one loss process). Gilbert-Elliott: ``Link.ge_h_pct``/``ge_k_pct`` are h and k (the chance of
@@ -67,6 +75,8 @@ NETEM_MIN_LIMIT_PACKETS = 1000
 NETEM_LIMIT_HEADROOM = 4
 TBF_BURST_TIME_MS = 4.0
 TBF_BURST_MIN_PACKETS = 10
+#: The rate an unshaped link's netem queue is sized for (its packet limit; memory is used only when filled).
+UNSHAPED_SIZING_RATE_MBIT = 10_000.0
 #: Bytes a full-size packet takes at the qdisc: the IP MTU plus the Ethernet header.
 ETHERNET_HEADER_BYTES = 14
 #: tbf's netlink rate field without the 64-bit extension is 32-bit bytes/s (about 34 Gbit/s).
@@ -173,6 +183,9 @@ class LinkTree:
 # -- building the tree from a Link ---------------------------------------------------------------
 def netem_limit_packets(link: Link) -> int:
     """netem's queue in packets, large enough never to drop (see the module docstring)."""
+    if not link.shaped:
+        sized_bytes = UNSHAPED_SIZING_RATE_MBIT * 1e6 / 8 * link.rtt_ms / 1e3
+        return max(NETEM_MIN_LIMIT_PACKETS, math.ceil(NETEM_LIMIT_HEADROOM * sized_bytes / link.mtu_bytes))
     full_packets = (link.bdp_bytes + link.queue_limit_bytes) / link.mtu_bytes
     return max(NETEM_MIN_LIMIT_PACKETS, math.ceil(NETEM_LIMIT_HEADROOM * full_packets))
 
@@ -188,6 +201,12 @@ def check_kernel_limits(link: Link) -> None:
     """Raise :class:`ValidationError` when ``link``'s qdiscs would not fit the kernel's fields: tbf's
     ``limit`` and ``burst`` are 32-bit byte counts, its burst time a 32-bit tick count, netem's ``limit``
     a 32-bit packet count. Computed from the same functions that build the tree."""
+    if netem_limit_packets(link) > U32_MAX:
+        raise ValidationError("link.rtt_ms" if not link.shaped else "link.buffer_bdp",
+                              link.rtt_ms if not link.shaped else link.buffer_bdp,
+                              f"a path of at most {U32_MAX} packets in netem's queue (a 32-bit count)")
+    if not link.shaped:
+        return  # no token bucket
     queue = link.queue_limit_bytes
     if queue > U32_MAX:
         field = "link.buffer_bdp" if link.buffer_bytes is None else "link.buffer_bytes"
@@ -203,9 +222,6 @@ def check_kernel_limits(link: Link) -> None:
             "link.rate_mbit", link.rate_mbit,
             f"at least {min_rate_mbit:.6g} Mbit/s with an MTU of {link.mtu_bytes} bytes: tbf's bucket of {burst} bytes "
             f"must drain within {TBF_MAX_BURST_TIME_S:.1f} s (a 32-bit count of psched ticks)")
-    if netem_limit_packets(link) > U32_MAX:
-        raise ValidationError("link.buffer_bdp", link.buffer_bdp,
-                              f"a path of at most {U32_MAX} packets in netem's queue (a 32-bit count)")
 
 
 def _loss(link: Link) -> Loss | None:
@@ -222,16 +238,19 @@ def _us(ms: float) -> int:
 
 
 def data_port_tree(link: Link, ifname: str) -> PortTree:
-    """netem (delay, jitter, loss) at the root with tbf below it; tbf alone when netem has nothing to do."""
+    """netem (delay, jitter, loss) at the root with tbf below it; tbf alone when netem has nothing to do;
+    netem alone (or nothing) for an unshaped link."""
     delay_ms = link.one_way_delays_ms()[0]
     loss = _loss(link)
+    needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
+    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=netem_limit_packets(link),
+                  loss=loss, seed=link.loss_seed) if needs_netem else None
+    if not link.shaped:
+        return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),) if netem else ())
     tbf = Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=tbf_burst_bytes(link),
               limit_bytes=link.queue_limit_bytes)
-    needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
-    if not needs_netem:
+    if netem is None:
         return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", tbf),))
-    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=netem_limit_packets(link),
-                  loss=loss, seed=link.loss_seed)
     return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),
                                      QdiscNode(CHILD_HANDLE, CHILD_PARENT, tbf)))
 

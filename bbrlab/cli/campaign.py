@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import sys
+from pathlib import Path
 
 from .common import changing
 
@@ -23,7 +24,7 @@ def register(sub) -> None:
     verbs.required = True
 
     run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
-    run.add_argument("spec", help="campaign spec (YAML)")
+    run.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     run.add_argument("--out", required=True,
                      help="campaign directory: a new or empty one, or one this spec ran into before (resumed)")
     run.add_argument("--testbed", metavar="NAME|FILE",
@@ -33,6 +34,10 @@ def register(sub) -> None:
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
     run.add_argument("--retry-failed", action="store_true",
                      help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
+    run.add_argument("--calibration", type=Path, metavar="PATH",
+                     help="the sender's CPU ceilings to point every run to: a calibration.json or a directory "
+                          "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
+                          "made on another testbed, accelerator or sender kernel is refused")
     run.set_defaults(func=run_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
@@ -41,7 +46,7 @@ def register(sub) -> None:
     st.set_defaults(func=run_status)
 
     plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
-    plan.add_argument("spec")
+    plan.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
     plan.set_defaults(func=run_plan)
 
@@ -52,8 +57,9 @@ def _hms(seconds: float) -> str:
 
 def run_plan(args) -> int:
     from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
+    from ..resources import spec_path
 
-    spec = load_spec(args.spec)
+    spec = load_spec(spec_path(args.spec))
     runs = spec.plan()
     info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
             "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
@@ -61,10 +67,15 @@ def run_plan(args) -> int:
     if args.json:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
+    what = f"of {spec.duration_s:g} s"
+    if "rsync" in spec.workloads:
+        what = (f"(iperf3: {spec.duration_s:g} s; rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)"
+                if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
-          f"of {spec.duration_s:g} s, order {spec.order} (seed {spec.seed})")
+          f"{what}, order {spec.order} (seed {spec.seed})")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
-          "per run)")
+          "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
+                       spec.workloads else "") + ")")
     for s in runs[:5]:
         print(f"  {s.run_id}")
     if len(runs) > 5:
@@ -87,18 +98,24 @@ def run_status(args) -> int:
 def run_run(args) -> int:
     from .. import testbed as testbed_mod
     from ..campaign import announcing, check_admission, check_out_dir, load_spec, run_campaign, status
+    from ..ceiling import for_campaign
     from ..contention import read_kernel_limits
+    from ..resources import spec_path
     from ..runner import Runner
     from ..signals import Interrupted
     from ..testbed.target import resolve
 
-    spec = load_spec(args.spec)  # every value checked before anything is touched
+    spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     check_out_dir(spec, args.out)
     tb = testbed_mod.load(resolve(args.testbed or spec.testbed))  # reads the testbed file / state only
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
     with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
-        runner = Runner(tb)
+        calibration, source = for_campaign(tb, args.out, spec.plan(), args.calibration)
+        print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
+              f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
+              file=sys.stderr)
+        runner = Runner(tb, calibration=calibration, calibration_source=source)
         try:
             st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
                               progress=not args.no_progress, retry_failed=args.retry_failed)

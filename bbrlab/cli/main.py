@@ -27,7 +27,8 @@ Typical session on one machine (root):
 #: The subcommands, in the order ``bbrlab --help`` lists them: module ``bbrlab.cli.<name>`` defines
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
-COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "campaign", "ingest", "figures", "demo")
+COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "ingest", "figures",
+            "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,6 +30,11 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     With ``load_bbr2b`` the patched BBR (``bbr2b``, see ``kernels/``) is built on this machine against the
     guest kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be done
     the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check.
+
+    The socket samplers (:mod:`bbrlab.sockdiag`) are built (cached) and put into the sender too, so no run
+    copies them. They are copied rather than baked into the guest image: an image recipe that hashed their
+    sources would rebuild the image (minutes) at every change of a sampler, and branches with different
+    samplers would prune each other's images. A sampled run checks the SHA-256 of its copy anyway.
     """
     from .local import lifecycle
 
@@ -38,7 +43,24 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     tb = load(name)
     if load_bbr2b:
         _load_bbr2b(tb, progress)
+    _install_samplers(tb, progress)
     return tb
+
+
+def _install_samplers(tb: Testbed, progress: bool) -> None:
+    import sys
+
+    from .. import sockdiag
+    from ..errors import BbrlabError
+
+    for kind in sockdiag.KINDS:
+        try:
+            deployed = sockdiag.ensure_on_host(tb.sender.host, kind=kind)
+        except BbrlabError as e:
+            print(f"bbrlab: warning: the {kind} sampler is not in the sender: {e}", file=sys.stderr)
+            continue
+        if progress and deployed.copied:
+            print(f"{kind} sampler copied to the sender ({deployed.path}, sha256 {deployed.sha256[:12]})", flush=True)
 
 
 def _load_bbr2b(tb: Testbed, progress: bool) -> None:

@@ -200,6 +200,13 @@ README_NOT_RUN = {
     "bbrlab testbed down": "ends the session's testbed (the session fixture brings it down; test_testbed covers down)",
     "bbrlab figures --data runs/demo --out build/figures": "test_figures renders every notebook",
     "bbrlab campaign run SPEC --testbed lab.yaml --out DIR": "a lab's testbed file (placeholders)",
+    "bbrlab figures --data DIR": "a placeholder (the figures command above)",
+    "bbrlab calibrate": "the command's name in the text",
+    "bbrlab calibrate specs/demo.yaml --out runs/demo": "5-10 minutes for the demo grid; test_calibrate_testbed "
+                                                       "runs the command on a small grid",
+    "bbrlab calibrate --show runs/demo": "needs that calibration; test_calibrate_testbed shows one",
+    "bbrlab campaign run specs/loss-transfer-local.yaml --out runs/loss": "rsync copies under loss take minutes "
+                                                                          "each; test_transfer_testbed runs them",
 }
 
 

@@ -225,6 +225,21 @@ def test_out_may_be_missing_empty_or_this_campaign(tmp_path):
         assert again == []
 
 
+def test_out_prepared_by_bbrlab_calibrate_is_accepted(tmp_path):
+    """`bbrlab calibrate SPEC --out DIR` writes calibration.json and calibration/<key>/ (a campaign of its own)
+    before `bbrlab campaign run SPEC --out DIR`."""
+    (tmp_path / "calibration.json").write_text(json.dumps({"schema": "bbrlab.calibration/1", "points": []}))
+    key = tmp_path / "calibration" / "local-tcg-6.1-abc"
+    campaign.run_campaign(spec(name="cal"), key, _writer([]), progress=False)
+    calls: list = []
+    assert campaign.run_campaign(spec(), tmp_path, _writer(calls), progress=False)["done"] == 8
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "calibration.json").write_text(json.dumps({"schema": "mine"}))
+    with pytest.raises(OutDirError, match="calibration.json"):
+        campaign.run_campaign(spec(), other, _writer([]), progress=False)
+
+
 def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(tmp_path):
     s = spec()
     (tmp_path / "spec.yaml").write_text(campaign.spec_yaml(s))  # what prepare writes before plan.json

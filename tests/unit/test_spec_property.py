@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from bbrlab.campaign import MAX_RUNS, CampaignSpec, spec_from_yaml
 from bbrlab.errors import ValidationError, key_name
 
-KEYS = [f.name for f in dataclasses.fields(CampaignSpec)]
+KEYS = [f.name for f in dataclasses.fields(CampaignSpec)] + ["sample_ss_ms"]  # + the older form of sample_ms
 #: Field names a ValidationError may give besides a key (or "key[i]", "key[i] with ...").
 OTHER_FIELDS = {"spec", "grid x repetitions", "plan"}
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -41,6 +41,11 @@ plausible = {
     "repetitions": st.integers(min_value=-1, max_value=2000),
     "duration_s": numbers,
     "sample_ss_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
+    "sample_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
+    "sampler": st.sampled_from(["bpf", "netlink", "ss", "tcpdump", None]),
+    "workloads": st.lists(st.sampled_from(["iperf3", "rsync", "scp", ""]), max_size=3),
+    "file_mb": numbers,
+    "transfer_timeout_s": numbers,
     "order": st.sampled_from(["blocked-random", "sequential", "random", "shuffled"]),
     "seed": st.integers(min_value=-1, max_value=2**64),
     "max_attempts": st.integers(min_value=-1, max_value=12),
@@ -58,6 +63,7 @@ valid = st.fixed_dictionaries({
     "buffers_bdp": st.lists(st.floats(min_value=0.01, max_value=20), min_size=1, max_size=2, unique=True),
     "losses_pct": st.lists(st.floats(min_value=0, max_value=60), min_size=1, max_size=2, unique=True),
     "repetitions": st.integers(min_value=1, max_value=3),
+    "workloads": st.lists(st.sampled_from(["iperf3", "rsync"]), min_size=1, max_size=2, unique=True),
 })
 
 

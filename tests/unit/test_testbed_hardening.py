@@ -21,7 +21,7 @@ from bbrlab.testbed import target
 ACTS_ON_A_TESTBED = {("testbed", "status"), ("testbed", "shell"), ("link", "set"), ("link", "show"),
                      ("link", "clear"), ("link", "validate"), ("contention", "set"), ("contention", "show"),
                      ("contention", "clear"), ("kernel", "load"), ("kernel", "status"), ("kernel", "set"),
-                     ("campaign", "run")}
+                     ("campaign", "run"), ("calibrate", None)}
 
 
 def _verbs(parser: argparse.ArgumentParser) -> dict[tuple[str, str | None], argparse.ArgumentParser]:

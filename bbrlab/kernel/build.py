@@ -31,6 +31,8 @@ from .source import (
     check_sha256,
     prepare_source,
     read_expected_sha256,
+    read_expected_sha256s,
+    sha256_file,
 )
 
 #: The repository's ``kernels/`` directory (patches, hashes, the Kbuild template).
@@ -58,13 +60,15 @@ class ModuleBuild:
     source_sha256: str
     headers_dir: Path
     kernel_release: str
+    make_args: tuple[str, ...] = ()  # see make_overrides()
 
     def cache_key(self) -> str:
         """Hash of the inputs: same key, same module. Headers count through their Module.symvers."""
         symvers = self.headers_dir / "Module.symvers"
         symvers_sha = hashlib.sha256(symvers.read_bytes()).hexdigest() if symvers.is_file() else "-"
         text = "|".join([str(BUILD_RECIPE_VERSION), self.patch_sha256, self.source_sha256,
-                         self.kernel_release, symvers_sha, hashlib.sha256(KBUILD_TEMPLATE.read_bytes()).hexdigest()])
+                         self.kernel_release, symvers_sha, hashlib.sha256(KBUILD_TEMPLATE.read_bytes()).hexdigest(),
+                         *self.make_args])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -166,13 +170,40 @@ def expected_sha256_for(patch_path: Path, expected_sha256: str | None) -> str:
     return read_expected_sha256(sidecar)
 
 
+def expected_sha256s_for(patch_path: Path, expected_sha256: str | None) -> tuple[str, ...]:
+    """Every source hash a patch accepts: the one given, else all lines of its ``SOURCE.sha256``."""
+    if expected_sha256:
+        return (check_sha256(expected_sha256),)
+    expected_sha256_for(patch_path, None)  # the same message when the sidecar is missing
+    return read_expected_sha256s(patch_path.parent / "SOURCE.sha256")
+
+
+def make_overrides(headers_dir: Path) -> tuple[str, ...]:
+    """``make`` variables that let this machine build against ``headers_dir``.
+
+    A distribution's headers name the compiler the kernel was built with (``CONFIG_CC_VERSION_TEXT``,
+    e.g. bullseye's ``gcc-10``); when that is not installed here, the default ``gcc`` builds the
+    module (vermagic does not record the compiler). Headers whose kernel generates BTF for modules
+    call ``pahole``; without it the module is built without BTF (BPF introspection only).
+    """
+    config = headers_dir / ".config"
+    text = config.read_text(errors="replace") if config.is_file() else ""
+    out = []
+    m = re.search(r'^CONFIG_CC_VERSION_TEXT="(\S+)', text, re.M)
+    if m and shutil.which(m.group(1)) is None:
+        out.append("CC=gcc")
+    if re.search(r"^CONFIG_DEBUG_INFO_BTF_MODULES=y", text, re.M) and shutil.which("pahole") is None:
+        out.append("CONFIG_DEBUG_INFO_BTF_MODULES=")
+    return tuple(out)
+
+
 def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path | None = None, *,
                source: str | Path = DEFAULT_SOURCE, expected_sha256: str | None = None,
                release: str | None = None) -> ModuleBuild:
     """Check every input (patch, headers, source hash) and return the build they define."""
     patch = Path(patch_path).expanduser().resolve()
     check_patch(patch)
-    expected = expected_sha256_for(patch, expected_sha256)
+    expected = expected_sha256s_for(patch, expected_sha256)
     if headers_dir:
         headers = Path(headers_dir)
     elif release:
@@ -186,8 +217,8 @@ def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path |
     if release and release != kernel_release:
         raise BuildError(f"headers {headers} build for {kernel_release}, not for the target's {release}")
     pristine = prepare_source(source, expected)
-    return ModuleBuild(patch, hashlib.sha256(patch.read_bytes()).hexdigest(), pristine, expected,
-                       headers.resolve(), kernel_release)
+    return ModuleBuild(patch, hashlib.sha256(patch.read_bytes()).hexdigest(), pristine, sha256_file(pristine),
+                       headers.resolve(), kernel_release, make_overrides(headers))
 
 
 def _apply_patch(build: ModuleBuild, tree: Path) -> Path:
@@ -217,7 +248,7 @@ def modinfo_field(ko_path: Path, field: str) -> str:
 
 
 def _compile(build: ModuleBuild, src_dir: Path) -> Path:
-    res = LocalHost().run(["make", "-C", str(build.headers_dir), f"M={src_dir}", "modules"],
+    res = LocalHost().run(["make", "-C", str(build.headers_dir), f"M={src_dir}", *build.make_args, "modules"],
                           check=False, timeout=900)
     if not res.ok:
         raise BuildError(f"building the module against {build.headers_dir} failed:\n"

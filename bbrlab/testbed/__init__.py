@@ -4,6 +4,8 @@ One API for the local testbed on this machine and for a real lab described by a 
 
     import bbrlab.testbed as testbed
     tb = testbed.up()                        # local: build/boot (or reuse) and return a Testbed
+    tb = testbed.up(kernel="debian-5.10")    # the same testbed, its sender rebooted into Debian 11's kernel
+    testbed.sender_kernel(tb)                # SenderKernel: release, origin, package/version or path+sha256
     tb.sender.host.run(["uname", "-r"])
     tb.sender.vcpu_threads()                 # for SCHED_DEADLINE, from QMP
     testbed.status(tb)                       # reachability, kernels, CCAs, qdiscs, QEMU pid, accel
@@ -16,39 +18,82 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import TestbedError
+from ..kernel.sender import DEFAULT_KERNEL, ResolvedKernel, SenderKernel
 from .file import TestbedSpec, load_file
 from .lock import image_lock, lock_path, testbed_lock
 from .roles import EmulatorRole, Role, SenderRole, Testbed, from_spec
 
-__all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
-           "load_file", "testbed_lock", "image_lock", "lock_path"]
+__all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel", "DEFAULT_KERNEL",
+           "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path", "check_kernel",
+           "sender_kernel"]
 
 
-def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True) -> Testbed:
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True,
+       kernel: str | Path = DEFAULT_KERNEL) -> Testbed:
     """Bring the local testbed ``name`` up (idempotent: a running one is reused) and return it.
 
+    ``kernel`` is the sender's kernel: ``debian-6.1`` (default, the guest image's), ``debian-5.10``,
+    ``debian-6.12``, or a path to a kernel directory or linux-image .deb (see
+    :mod:`bbrlab.kernel.sender`); it is checked before anything boots. A running testbed with the same
+    sender is reused; one whose sender runs another kernel (or vCPU count) reboots only the sender.
+
     With ``load_bbr2b`` the patched BBR (``bbr2b``, see ``kernels/``) is built on this machine against the
-    guest kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be done
-    the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check.
+    sender kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be
+    done the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check (use
+    :func:`check_kernel` with ``need_bbr2b=True`` before a campaign to refuse such a kernel early).
     """
     from .local import lifecycle
 
     with testbed_lock(name):
-        lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress)
+        resolved = check_kernel(kernel, progress=progress)
+        lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress, kernel=resolved)
     tb = load(name)
     if load_bbr2b:
-        _load_bbr2b(tb, progress)
+        _load_bbr2b(tb, resolved, progress)
     return tb
 
 
-def _load_bbr2b(tb: Testbed, progress: bool) -> None:
+def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = False,
+                 progress: bool = False) -> ResolvedKernel:
+    """Resolve and check a sender kernel without booting it (downloads and caches a Debian one).
+
+    Raises :class:`~bbrlab.errors.ValidationError` (field ``kernel``) for a bad name or path, a file
+    that is not a bzImage, or a kernel without virtio/ext4/fw_cfg/inet_diag/tcp_diag; with
+    ``need_bbr2b`` also :class:`bbrlab.kernel.bbr2b.Bbr2bUnavailable` when bbr2b cannot be had for it.
+    The call a campaign makes for each of its kernels before its first run.
+    """
     import sys
 
-    from .. import kernel
+    from ..kernel.bbr2b import check_bbr2b
+    from .local import lifecycle
+
+    def say(message: str) -> None:
+        if progress:
+            print(message, file=sys.stderr, flush=True)
+
+    resolved = lifecycle.resolve_sender_kernel(kernel, say)
+    if need_bbr2b:
+        check_bbr2b(resolved, say)
+    return resolved
+
+
+def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
+    """The kernel the local testbed's sender was booted with (``metadata.kernel`` of its runs)."""
+    extra = tb.extra if isinstance(tb, Testbed) else load(tb).extra
+    if not extra.get("sender_kernel"):
+        raise TestbedError("this testbed records no sender kernel (a lab testbed, or one started before kernels "
+                           "were recorded: bring it up again)")
+    return SenderKernel.from_dict(extra["sender_kernel"])
+
+
+def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
+    import sys
+
     from ..errors import BbrlabError
+    from ..kernel.bbr2b import ensure_bbr2b_for
 
     try:
-        ident = kernel.ensure_bbr2b(tb.sender.host)
+        ident = ensure_bbr2b_for(tb.sender.host, resolved)
     except BbrlabError as e:
         print(f"bbrlab: warning: bbr2b not loaded in the sender: {e}", file=sys.stderr)
         return
@@ -79,7 +124,7 @@ def load(name_or_file: str | Path = "local") -> Testbed:
         raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
                            f"{'' if text == 'local' else ' --name ' + text})")
     extra = {k: state.data.get(k) for k in ("qemu_version", "image", "guest_kernel", "sender_vcpus",
-                                           "boot_to_ssh_s")}
+                                           "boot_to_ssh_s", "sender_kernel")}
     extra["kind"] = "local"
     return from_spec(load_file(path), extra=extra)
 

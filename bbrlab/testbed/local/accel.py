@@ -46,7 +46,8 @@ def cached_kvm_probe() -> AccelProbe | None:
     path = _cache_file()
     if not path.is_file():
         return None
-    return AccelProbe(**json.loads(path.read_text()))
+    data = json.loads(path.read_text())  # fields another bbrlab version added are ignored
+    return AccelProbe(**{k: v for k, v in data.items() if k in AccelProbe.__dataclass_fields__})
 
 
 def _save(result: AccelProbe) -> None:

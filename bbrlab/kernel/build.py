@@ -61,6 +61,7 @@ class ModuleBuild:
     headers_dir: Path
     kernel_release: str
     make_args: tuple[str, ...] = ()  # see make_overrides()
+    fuzz: int = 0  # patch(1) fuzz allowed; 0 unless a patch is known to need context slack
 
     def cache_key(self) -> str:
         """Hash of the inputs: same key, same module. Headers count through their Module.symvers."""
@@ -68,7 +69,7 @@ class ModuleBuild:
         symvers_sha = hashlib.sha256(symvers.read_bytes()).hexdigest() if symvers.is_file() else "-"
         text = "|".join([str(BUILD_RECIPE_VERSION), self.patch_sha256, self.source_sha256,
                          self.kernel_release, symvers_sha, hashlib.sha256(KBUILD_TEMPLATE.read_bytes()).hexdigest(),
-                         *self.make_args])
+                         *self.make_args, *([f"fuzz={self.fuzz}"] if self.fuzz else [])])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -199,8 +200,14 @@ def make_overrides(headers_dir: Path) -> tuple[str, ...]:
 
 def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path | None = None, *,
                source: str | Path = DEFAULT_SOURCE, expected_sha256: str | None = None,
-               release: str | None = None) -> ModuleBuild:
-    """Check every input (patch, headers, source hash) and return the build they define."""
+               release: str | None = None, fuzz: int = 0) -> ModuleBuild:
+    """Check every input (patch, headers, source hash) and return the build they define.
+
+    ``fuzz`` > 0 lets the patch apply with that much context slack (GNU patch ``--fuzz``); the
+    value is part of the build's identity.
+    """
+    if isinstance(fuzz, bool) or not isinstance(fuzz, int) or not 0 <= fuzz <= 2:
+        raise BbrlabError(f"fuzz = {fuzz!r} is not allowed: 0, 1 or 2")
     patch = Path(patch_path).expanduser().resolve()
     check_patch(patch)
     expected = expected_sha256s_for(patch, expected_sha256)
@@ -218,15 +225,15 @@ def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path |
         raise BuildError(f"headers {headers} build for {kernel_release}, not for the target's {release}")
     pristine = prepare_source(source, expected)
     return ModuleBuild(patch, hashlib.sha256(patch.read_bytes()).hexdigest(), pristine, sha256_file(pristine),
-                       headers.resolve(), kernel_release, make_overrides(headers))
+                       headers.resolve(), kernel_release, make_overrides(headers), fuzz)
 
 
 def _apply_patch(build: ModuleBuild, tree: Path) -> Path:
-    """Copy the pristine file into ``tree`` and apply the patch there, without fuzz."""
+    """Copy the pristine file into ``tree`` and apply the patch there (no fuzz unless the build allows it)."""
     target = tree / SOURCE_MEMBER
     target.parent.mkdir(parents=True)
     shutil.copyfile(build.source_path, target)
-    res = LocalHost().run(["patch", "-p1", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "-r", "-",
+    res = LocalHost().run(["patch", "-p1", "--batch", f"--fuzz={build.fuzz}", "--no-backup-if-mismatch", "-r", "-",
                            "-d", str(tree), "-i", str(build.patch_path)], check=False, timeout=60)
     if not res.ok:
         raise BuildError(f"patch {build.patch_path} does not apply to {build.source_path}: "
@@ -240,6 +247,20 @@ def _ident_source(build: ModuleBuild) -> str:
             f'MODULE_INFO(bbrlab_patch_sha256, "{build.patch_sha256}");\n'
             f'MODULE_INFO(bbrlab_source_sha256, "{build.source_sha256}");\n'
             f'MODULE_VERSION("bbrlab-{build.patch_sha256[:12]}");\n')
+
+
+def local_includes(source_text: str) -> list[str]:
+    """Headers a source file takes from its own directory (``#include "name.h"``)."""
+    return sorted(set(re.findall(r'^\s*#\s*include\s+"([^"/]+\.h)"', source_text, re.M)))
+
+
+def _copy_local_include(build: ModuleBuild, header: str, src_dir: Path) -> None:
+    """BBRv3's tcp_bbr.c includes net/ipv4/tcp_dctcp.h: an out-of-tree build carries such headers along."""
+    found = build.source_path.parent / header
+    if not found.is_file():
+        raise BuildError(f"the patched source includes \"{header}\" from net/ipv4/, which {build.source_path.parent} "
+                         f"does not hold: give the kernel tree (not a lone tcp_bbr.c or a tarball) as the source")
+    shutil.copyfile(found, src_dir / header)
 
 
 def modinfo_field(ko_path: Path, field: str) -> str:
@@ -269,6 +290,8 @@ def build_in(build: ModuleBuild, out_dir: str | Path) -> BuiltModule:
         src_dir = Path(tmp) / "module"
         src_dir.mkdir()
         shutil.copyfile(patched, src_dir / f"tcp_{name}.c")
+        for header in local_includes(patched.read_text()):
+            _copy_local_include(build, header, src_dir)
         (src_dir / "bbrlab_ident.c").write_text(_ident_source(build))
         (src_dir / "Kbuild").write_text(KBUILD_TEMPLATE.read_text().replace("@NAME@", name))
         ko = _compile(build, src_dir)

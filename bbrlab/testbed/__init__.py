@@ -80,10 +80,10 @@ def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = Fals
 def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
     """The kernel the local testbed's sender was booted with (``metadata.kernel`` of its runs)."""
     extra = tb.extra if isinstance(tb, Testbed) else load(tb).extra
-    if not extra.get("sender_kernel"):
+    if not extra.get("sender_kernel_identity"):
         raise TestbedError("this testbed records no sender kernel (a lab testbed, or one started before kernels "
                            "were recorded: bring it up again)")
-    return SenderKernel.from_dict(extra["sender_kernel"])
+    return SenderKernel.from_dict(extra["sender_kernel_identity"])
 
 
 def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
@@ -124,7 +124,9 @@ def load(name_or_file: str | Path = "local") -> Testbed:
         raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
                            f"{'' if text == 'local' else ' --name ' + text})")
     extra = {k: state.data.get(k) for k in ("qemu_version", "image", "guest_kernel", "sender_vcpus",
-                                           "boot_to_ssh_s", "sender_kernel")}
+                                           "boot_to_ssh_s")}
+    # describe() measures "sender_kernel" (uname -r) itself; the recorded identity gets its own key
+    extra["sender_kernel_identity"] = state.data.get("sender_kernel")
     extra["kind"] = "local"
     return from_spec(load_file(path), extra=extra)
 

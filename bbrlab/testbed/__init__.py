@@ -43,7 +43,10 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     :func:`check_kernel` with ``need_bbr2b=True`` before a campaign to refuse such a kernel early).
     """
     from .local import lifecycle
+    from .local.state import check_name
 
+    check_name(name)
+    lifecycle.check_vcpus(sender_vcpus)
     with testbed_lock(name):
         resolved = check_kernel(kernel, progress=progress)
         lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress, kernel=resolved)

@@ -107,3 +107,21 @@ def test_a_real_kernel_without_tcp_diag_is_refused_naming_it(tmp_path):
     with pytest.raises(ValidationError) as err:
         sender.resolve(str(mine))
     assert "tcp_diag (CONFIG_INET_TCP_DIAG" in str(err.value) and str(mine) in str(err.value)
+
+
+def test_testbed_up_refuses_a_bad_kernel_before_anything_changes(tmp_path, capsys):
+    import bbrlab.testbed as tbmod
+    from bbrlab.cli.main import main
+    from bbrlab.testbed.local import plumbing
+    from bbrlab.testbed.local.state import state_dir
+
+    fake = tmp_path / "kernel"
+    fake.mkdir()
+    (fake / "bzImage").write_text("not a kernel\n")
+    with pytest.raises(ValidationError, match="is not a bzImage"):
+        tbmod.up("zz-kern", progress=False, kernel=str(fake))
+    assert main(["testbed", "up", "--name", "zz-kern", "--kernel", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert "kernel = " in err and "does not exist" in err
+    assert not state_dir("zz-kern").exists()
+    assert not plumbing.netns_exists(plumbing.link_netns("zz-kern"))

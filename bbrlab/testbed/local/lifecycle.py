@@ -14,6 +14,7 @@ bridge stay), which is what a campaign over several kernels needs between kernel
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -243,7 +244,7 @@ def _reboot_sender(state: State, sender_vcpus: int, resolved: sender_kernel.Reso
         say(f"sender: stopped QEMU pid {vm['pid']}")
     _record_sender(state, sender_vcpus, resolved, boot)
     link_ns = plumbing.link_netns(state.name)
-    fd = plumbing.open_tap(link_ns, "tap-s")  # the old tap went with the old QEMU
+    fd = _reopen_tap(link_ns, "tap-s")  # the old tap went with the old QEMU
     try:
         plumbing.make_bridge(link_ns, "br-a", ["tap-s"])
         spec = _sender_spec(state, sender_vcpus, state.data["accelerator"], state.dir / "id_ed25519", fd, boot,
@@ -278,6 +279,18 @@ def _ensure_ssh_key(folder: Path) -> Path:
                         "-f", str(key)], check=True, capture_output=True, timeout=30)
     key.chmod(0o600)
     return key
+
+
+def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:
+    """Open tap ``ifname`` again after its QEMU exited (the kernel may still be tearing the old one down)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return plumbing.open_tap(ns, ifname)
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise TestbedError(f"cannot open tap {ifname} in {ns} again: {e}") from e
+            time.sleep(0.05)
 
 
 def _sender_spec(state: State, sender_vcpus: int, accelerator: str, key: Path, tap_fd: int,

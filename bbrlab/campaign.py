@@ -31,6 +31,7 @@ SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import json
@@ -46,6 +47,7 @@ from pathlib import Path
 from . import record as rec
 from .errors import BbrlabError, ValidationError
 from .scenario import Contention, Flow, Link, Scenario, check_cca
+from .signals import interruptible
 
 PLAN_SCHEMA = "bbrlab.plan/1"
 ORDERS = ("blocked-random", "sequential", "random")
@@ -363,7 +365,9 @@ def directory_lock(out_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-#: A run function: (scenario, staging directory, run_id, attempt) -> record dict (status ok or failed).
+#: A run function: ``run_fn(scenario, staging_dir, *, run_id, attempt) -> metadata`` writes the run's files into
+#: ``staging_dir`` and returns the record's ``metadata``; it raises when the run fails (the exception may carry
+#: the metadata measured so far, see :mod:`bbrlab.runmeta`).
 RunFunction = Callable[..., dict]
 
 
@@ -380,20 +384,24 @@ def failure_reason(error: BaseException) -> str:
     return text
 
 
-def _failure_record(spec: CampaignSpec, scenario: Scenario, attempt: int, started_at: str, error: BaseException) -> dict:
-    return rec.build_record(
-        run_id=scenario.run_id, campaign=spec.name, status="failed",
-        reason=failure_reason(error), attempt=attempt, started_at=started_at,
-        ended_at=rec.now_iso(), scenario=scenario.to_dict(), metadata={},
-    )
+def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int, started_at: str,
+                   error: BaseException) -> dict:
+    """The record of a failed attempt: the reason, with where it was raised, and what the run measured."""
+    from .runmeta import of_error
+
+    return rec.build_record(run_id=run_id, campaign=campaign, status="failed", reason=failure_reason(error),
+                            attempt=attempt, started_at=started_at, ended_at=rec.now_iso(),
+                            scenario=scenario.to_dict(), metadata=of_error(error))
 
 
 def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction, *,
                 retry_failed: bool = False) -> dict:
     """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
 
-    Attempts are numbered across processes (``failed/<run_id>.a<N>``). ``retry_failed`` grants a run
-    whose attempts are used up ``max_attempts`` more.
+    This is the one place where a run's failure becomes a record. Attempts are numbered across
+    processes (``failed/<run_id>.a<N>``); ``retry_failed`` grants a run whose attempts are used up
+    ``max_attempts`` more. An interruption (:class:`bbrlab.signals.Interrupted`, KeyboardInterrupt) is
+    not a failure of the run: nothing is committed, the attempt is not counted, and it propagates.
     """
     attempt = len(rec.failed_attempts(out, scenario.run_id))
     last_attempt = attempt + spec.max_attempts if retry_failed else spec.max_attempts
@@ -403,11 +411,13 @@ def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFu
         staging = rec.staging_dir(out, scenario.run_id)
         started = rec.now_iso()
         try:
-            record = run_fn(scenario, staging, run_id=scenario.run_id, campaign=spec.name, attempt=attempt)
-        except (KeyboardInterrupt, SystemExit):
-            raise
+            metadata = run_fn(scenario, staging, run_id=scenario.run_id, attempt=attempt)
         except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
-            record = _failure_record(spec, scenario, attempt, started, e)
+            record = failure_record(scenario.run_id, spec.name, scenario, attempt, started, e)
+        else:
+            record = rec.build_record(run_id=scenario.run_id, campaign=spec.name, status="ok", reason=None,
+                                      attempt=attempt, started_at=started, ended_at=rec.now_iso(),
+                                      scenario=scenario.to_dict(), metadata=metadata)
         rec.commit(staging, out, record)
         if record["status"] == "ok":
             break
@@ -423,13 +433,15 @@ def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *
                  max_consecutive_failures: int = 5) -> dict:
     """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
 
+    SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.signals.Interrupted` once the running
+    run's context managers have restored the testbed; that run is not counted and is run again on resume.
     Runs whose attempts are used up are skipped unless ``retry_failed``. After
     ``max_consecutive_failures`` runs in a row fail every attempt, the campaign stops with
     :class:`CampaignAborted` (so a testbed outage does not burn the attempts of the whole plan).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with directory_lock(out):
+    with directory_lock(out), interruptible():
         plan = prepare(spec, out)
         rec.clear_tmp(out)
         todo = [Scenario.from_dict(r["scenario"]) for r in plan["runs"] if not rec.is_complete(out, r["run_id"])]
@@ -452,7 +464,8 @@ def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *
                         f"{failed_in_a_row} runs in a row failed every attempt; last: {record['reason']}. "
                         f"Fix the cause, then run again (add --retry-failed to retry those runs)")
         finally:
-            bar.close()
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                bar.close()
     return status(out)
 
 

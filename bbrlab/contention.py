@@ -19,7 +19,7 @@ What it does, in order:
    and the refusal is explained;
 3. while the body runs, optionally check the policy every ``watch_interval_s``; at the end read the
    policy back again and the CPU time each thread used (``/proc/<tid>/schedstat``) against wall time;
-4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT) and on SIGTERM.
+4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT), SIGTERM and SIGHUP.
 
 Where the VM runs on this machine the syscalls are used directly (:mod:`bbrlab.sched`); on another
 hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.hosts.Host` (``method="chrt"``).
@@ -459,10 +459,11 @@ class PolicyWatch(threading.Thread):
 
 @contextmanager
 def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
-    """While active, SIGTERM and SIGINT first call ``restore`` and then act as before.
+    """While active, SIGTERM, SIGINT and SIGHUP first call ``restore`` and then act as before.
 
-    After restoring, a previous Python handler is called; otherwise SIGINT raises
-    ``KeyboardInterrupt`` and SIGTERM raises ``SystemExit(143)``, so ``finally`` blocks and outer
+    After restoring, a previous Python handler is called (inside a campaign: :mod:`bbrlab.signals`, which
+    ends the run); otherwise SIGINT raises ``KeyboardInterrupt`` and SIGTERM/SIGHUP raise
+    ``SystemExit(128 + signal)``, so ``finally`` blocks and outer
     context managers still run. An ignored signal stays ignored. Signals can only be handled in the
     main thread; elsewhere this does nothing (the ``finally`` of :func:`contended` still restores
     on exceptions).
@@ -488,7 +489,7 @@ def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
         else:
             raise SystemExit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         prev = signal.getsignal(sig)
         if prev in (signal.SIG_IGN, None):
             continue

@@ -31,3 +31,7 @@ class ValidationError(BbrlabError, ValueError):
 
 class TestbedError(BbrlabError):
     """The testbed is missing, not reachable, or not in the state an operation needs."""
+
+
+class RunFailed(BbrlabError):
+    """Something that must hold for a valid measurement did not; the message is the run record's reason."""

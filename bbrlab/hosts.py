@@ -15,7 +15,8 @@ import os
 import shlex
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +108,29 @@ class Host:
 
     def write_text(self, path: str, text: str, *, sudo: bool = False) -> None:
         self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=text, sudo=sudo)
+
+    def write_value(self, path: str, value: object, *, sudo: bool = False) -> None:
+        """Write one short value to a pseudo-file (sysfs, procfs) in ONE write() call, as an argument.
+
+        :meth:`write_text` streams stdin, which invoke forwards a byte at a time: ``cat`` can then write
+        ``2`` and the newline separately, and the kernel refuses the lone newline (EINVAL).
+        """
+        self.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1"', "sh", path, str(value)], sudo=sudo)
+
+    @contextmanager
+    def private_dir(self, purpose: str) -> Iterator[str]:
+        """A fresh directory only we can use (``mktemp -d``: unpredictable name, mode 0700), removed at
+        the end of the ``with`` block. Per-run files (logs, stop files) go there, never at names in a
+        world-writable directory that another user could plant a link at."""
+        if not purpose.isidentifier():
+            raise ValueError(f"purpose must be a short identifier, not {purpose!r}")
+        path = self.output(["mktemp", "-d", "-t", f"bbrlab-{purpose}.XXXXXXXX"], timeout=30)
+        if not path.startswith("/"):
+            raise BbrlabError(f"[{self.name}] mktemp -d printed {path!r}, not a directory path")
+        try:
+            yield path
+        finally:
+            self.run(["rm", "-rf", "--one-file-system", "--", path], check=False, timeout=30)
 
     def exists(self, path: str) -> bool:
         return self.run(["test", "-e", path], check=False).ok

@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from .errors import BbrlabError, ValidationError
-from .hosts import Host
+from .hosts import Host, Result
 from .scenario import check_cca
 
 DEFAULT_PORT = 5201
@@ -97,6 +99,41 @@ def start_server(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetim
         stop(host, pid)
         raise
     return pid
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running one-test iperf3 server: its host, pid, port and log (in a private directory)."""
+
+    host: Host
+    pid: int
+    port: int
+    log_path: str
+
+
+@contextmanager
+def server(host: Host, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0,
+           ready_timeout_s: float = 10.0) -> Iterator[Server]:
+    """An iperf3 server on ``host`` for the ``with`` block: listening when the block starts, stopped
+    (SIGKILL after 10 s) and its private log directory removed when it ends, whatever happened."""
+    with host.private_dir("iperf3") as directory:
+        log_path = f"{directory}/server.json"
+        pid = start_server(host, log_path, port=port, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
+        try:
+            yield Server(host, pid, port, log_path)
+        finally:
+            stop(host, pid)
+
+
+def run_client(host: Host, server_ip: str, *, cca: str, duration_s: float, streams: int = 1,
+               port: int = DEFAULT_PORT, cport: int | None = None, ssh_margin_s: float = 30.0) -> Result:
+    """Run the client on ``host`` (the sender) to completion; its result, whatever the exit code.
+
+    The client runs under ``timeout`` on the host itself; ``ssh_margin_s`` more is allowed for the
+    command as a whole (a slow or contended guest), then :class:`~bbrlab.hosts.CommandTimeout`.
+    """
+    argv = client_argv(server_ip, cca=cca, duration_s=duration_s, streams=streams, port=port, cport=cport)
+    return host.run(argv, timeout=duration_s + CLIENT_MARGIN_S + ssh_margin_s, check=False)
 
 
 #: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the

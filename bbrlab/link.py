@@ -16,9 +16,10 @@ the ports are cleared again before the error propagates.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .errors import TestbedError, ValidationError
 from .hosts import CommandError, Host
@@ -327,3 +328,86 @@ def validate(testbed, link: Link, **kwargs) -> dict:
     from .link_validate import validate as _validate
 
     return _validate(testbed, link, **kwargs)
+
+
+# -- the link of a campaign: set once, kept while it does not change, counted per run ----------------------
+def counters(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
+    """Packet and drop counters of bbrlab's qdiscs from a read-back: ``{"data"|"ack": {kind: {...}}}``.
+
+    ``ports = (sender_side, receiver_side)``: the receiver side carries data, the sender side ACKs.
+    """
+    roles = dict(zip(("ack", "data"), ports, strict=True))
+    out: dict = {}
+    for role, ifname in roles.items():
+        out[role] = {q.get("kind"): {k: int(q.get(k) or 0) for k in ("packets", "bytes", "drops", "backlog")}
+                     for q in readbacks.get(ifname, []) if is_ours(q) or str(q.get("parent", "")).startswith("bb")}
+    return out
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    """``after - before`` for every counter present in both (backlog is a level, kept as ``after``)."""
+    out: dict = {}
+    for role, kinds in after.items():
+        out[role] = {}
+        for kind, values in kinds.items():
+            old = before.get(role, {}).get(kind, {})
+            out[role][kind] = {k: v if k == "backlog" else v - old.get(k, 0) for k, v in values.items()}
+    return out
+
+
+def loss_observed(delta: dict) -> dict:
+    """What netem dropped on the data port, separated from the bottleneck's (tbf's) drops.
+
+    netem counts as its own drops the packets it loses on purpose, its own overflow and what its child
+    (tbf) refuses; the packets that reached netem are what left the tree plus every drop.
+    """
+    netem = delta.get("data", {}).get("netem")
+    if netem is None:
+        return {"entered": None, "netem_dropped": 0, "fraction": None}
+    tbf_drops = delta.get("data", {}).get("tbf", {}).get("drops", 0)
+    dropped = netem["drops"] - tbf_drops
+    entered = netem["packets"] + netem["drops"]
+    return {"entered": entered, "netem_dropped": dropped, "fraction": dropped / entered if entered else None}
+
+
+class EmulatorLink:
+    """The emulated link of one campaign on an emulator: knows what it set.
+
+    :meth:`holding` sets ``link`` only when it differs from what this object set last (the VMs and qdiscs
+    stay up between runs), and clears the ports if anything fails inside the block: after a failure the
+    emulator's state is unknown, so the next run sets the link again. :meth:`close` takes bbrlab's qdiscs
+    off at the end of a campaign.
+    """
+
+    def __init__(self, host: Host, ports: Sequence[str]):
+        self.host, self.ports = host, tuple(ports)
+        self.current: Link | None = None
+
+    @contextlib.contextmanager
+    def holding(self, link: Link) -> Iterator[bool]:
+        """The ``with`` block runs on ``link``; yields whether it had to be (re)configured."""
+        changed = self.current != link
+        if changed:
+            self.current = None
+            set(self.host, self.ports, link)
+            self.current = link
+        try:
+            yield changed
+        except BaseException:
+            self.forget()
+            raise
+
+    def readback(self) -> dict[str, list[dict]]:
+        """The qdiscs on the ports as the kernel reports them now (with counters)."""
+        return show(self.host, self.ports)
+
+    def forget(self) -> None:
+        """Clear the ports, best effort (the error that led here is what gets reported)."""
+        self.current = None
+        with contextlib.suppress(Exception):
+            clear(self.host, self.ports)
+
+    def close(self) -> None:
+        """Take bbrlab's qdiscs off the ports (raises if the kernel keeps one)."""
+        self.current = None
+        clear(self.host, self.ports)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import uuid
 
 from . import iperf
 from .errors import TestbedError
@@ -38,6 +37,17 @@ UDP_FRAME_OVERHEAD_BYTES = 42
 VALIDATE_PORT = 5211
 
 _PING_TIME = re.compile(r"\btime[=<]([0-9.]+) ms")
+
+
+def check_uncontended(testbed) -> None:
+    """Raise :class:`TestbedError` when the sender's vCPU threads are under a deadline policy."""
+    from .contention import show_policies
+
+    threads = testbed.sender.vcpu_threads()
+    held = [tid for tid, p in show_policies(testbed.sender.hypervisor, threads).items() if p.is_deadline]
+    if held:
+        raise TestbedError(f"the sender's vCPU thread(s) {held} run under SCHED_DEADLINE: validating the link "
+                           f"now would measure the contention, not the link (bbrlab contention clear first)")
 
 
 def ping_rtts_ms(sender: Host, target_ip: str, *, count: int, interval_s: float) -> tuple[list[float], int]:
@@ -73,15 +83,9 @@ def _udp_client_argv(server_ip: str, port: int, rate_bit: int, *, duration_s: fl
 
 def _with_server(testbed, client_argv: list[str], port: int) -> str:
     """Run one iperf3 test: server (one-off) on the receiver, client on the sender; the client's JSON text."""
-    rx = testbed.receiver.host
-    log = f"/tmp/bbrlab-validate-{uuid.uuid4().hex[:8]}.json"
-    pid = iperf.start_server(rx, log, port=port, lifetime_s=180)
-    try:
+    with iperf.server(testbed.receiver.host, port=port, lifetime_s=180):
         res = testbed.sender.host.run(client_argv, check=False, timeout=180)
-        return res.stdout or res.stderr
-    finally:
-        iperf.stop(rx, pid)
-        rx.run(["rm", "-f", log], check=False)
+    return res.stdout or res.stderr
 
 
 def _udp_counts(data: dict) -> tuple[int, int, float]:
@@ -138,8 +142,11 @@ def validate(testbed, link: Link, *, pings: int = 200, ping_interval_s: float = 
              tcp_s: float = 5.0, loss_packets: int = 10_000, cca: str = "cubic") -> dict:
     """Measure the link that is set on ``testbed`` and compare with ``link`` (see the module docstring).
 
-    The caller holds the testbed lock; the link must already be set (:func:`bbrlab.link.set`).
+    The caller holds the testbed lock; the link must already be set (:func:`bbrlab.link.set`). Refused
+    while any vCPU thread of the sender runs under SCHED_DEADLINE: the numbers would describe the
+    contention, not the link.
     """
+    check_uncontended(testbed)
     out = {"rtt_ms": measure_rtt(testbed, link, count=pings, interval_s=ping_interval_s),
            "udp_mbit": measure_udp(testbed, link, duration_s=udp_s)}
     if link.effective_loss_pct > 0:

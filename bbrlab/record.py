@@ -1,4 +1,4 @@
-"""The run record (schema ``bbrlab.run/1``, docs/run-record.md) and its crash-safe storage.
+"""The run record (schema ``bbrlab.run/2``, docs/run-record.md) and its crash-safe storage.
 
 A run is written into ``CAMPAIGN/.tmp/<run_id>.<pid>/`` and only then renamed, as a whole directory,
 to ``runs/<run_id>`` (status ok) or ``failed/<run_id>.a<N>`` (a failed attempt). Every file is fsynced
@@ -16,11 +16,25 @@ from pathlib import Path
 
 from .errors import BbrlabError
 
-RECORD_SCHEMA = "bbrlab.run/1"
+RECORD_SCHEMA = "bbrlab.run/2"
+#: Earlier schemas readers still accept (bbrlab.run/1: before the typed run metadata of the run recipe).
+READABLE_SCHEMAS = ("bbrlab.run/1", RECORD_SCHEMA)
 RECORD_FILE = "record.json"
 RUNS = "runs"
 FAILED = "failed"
 TMP = ".tmp"
+
+
+def git_commit() -> str | None:
+    """The short commit of the bbrlab checkout this runs from (None when not a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
 
 
 def now_iso() -> str:

@@ -35,9 +35,13 @@ BBR's own BDP is ``bdp_bytes = bw x mrtt`` from ``bbr:(bw:..., mrtt:...)``, so `
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from .errors import BbrlabError, ValidationError
+from .hosts import Host
+from .iperf import RUNNING_SH
 
 #: iperf3's default server port: the data and control connections go there.
 IPERF_PORT = 5201
@@ -114,6 +118,95 @@ def sampler_argv(interval_ms: float, stop_after_s: float, stop_file: str,
         raise ValidationError("stop_file", stop_file, "an absolute path without newlines")
     return ["bash", "-c", SAMPLER_BASH, "bbrlab-ss-sampler", str(int(round(interval_ms * 1000))),
             str(int(stop_after_s)), stop_file, *ss_filter(data_ports, server_port)]
+
+
+class SamplerError(BbrlabError):
+    """The sampler could not be stopped or its samples could not be fetched."""
+
+
+@dataclass
+class Sampler:
+    """A sampler running on ``host`` for one run. ``text`` is what it wrote (footer included), set when
+    the ``with`` block of :func:`sampler` ends normally."""
+
+    kind: str
+    host: Host
+    pid: int
+    directory: str
+    interval_ms: float
+    text: str | None = None
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.directory}/samples.log"
+
+    @property
+    def stop_path(self) -> str:
+        return f"{self.directory}/stop"
+
+
+#: Stop a sampler: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0). It finishes its current
+#: sample and writes its footer; after 10 s it is killed. One command: round trips to a contended guest are slow.
+_STOP = RUNNING_SH + r"""
+touch "$1"
+i=0
+while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
+if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
+exit 0
+"""
+
+
+@contextmanager
+def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: float, *,
+            server_port: int = IPERF_PORT) -> Iterator[Sampler]:
+    """Sample the flow's data connections (local ``ports``) on ``host`` during the ``with`` block.
+
+    Everything is checked before the sampler starts. It writes into a private directory on the host
+    (``mktemp -d``) and stops by itself after ``stop_after_s`` whatever happens to this process. When
+    the block ends normally, the sampler is asked to stop, its log is fetched into ``Sampler.text`` and
+    the directory removed; when the block fails, it is stopped without fetching anything.
+    """
+    if not ports:
+        raise ValidationError("ports", ports, "the data streams' local ports (at least one)")
+    probe_argv = sampler_argv(interval_ms, stop_after_s, "/nonexistent", data_ports=ports, server_port=server_port)
+    del probe_argv  # validated; the real stop file is only known once the directory exists
+    with host.private_dir("sampler") as directory:
+        handle = Sampler("ss", host, 0, directory, interval_ms)
+        handle.pid = host.spawn(sampler_argv(interval_ms, stop_after_s, handle.stop_path, data_ports=ports,
+                                             server_port=server_port), handle.log_path)
+        ended_normally = False
+        try:
+            yield handle
+            ended_normally = True
+        finally:
+            handle.text = _stop(handle, fetch=ended_normally)
+
+
+def _stop(handle: Sampler, *, fetch: bool) -> str | None:
+    res = handle.host.run(["sh", "-c", _STOP, "bbrlab-stop", handle.stop_path, str(handle.pid), handle.log_path,
+                           "1" if fetch else "0"], timeout=60, check=False)
+    if fetch and not res.ok:
+        raise SamplerError(f"could not fetch the samples from {handle.host.name}: {res.stderr.strip()[:300]}")
+    return res.stdout if fetch else None
+
+
+#: Samplers left by a killed process (private directories of ours holding a log): ask each to stop; a
+#: directory already asked to stop by an earlier recovery is removed (its sampler ended within seconds).
+_STOP_STRAYS = r"""
+n=0
+for d in "${TMPDIR:-/tmp}"/bbrlab-sampler.*; do
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -e "$d/samples.log" ] || continue
+    if [ -e "$d/stop" ]; then rm -rf -- "$d"; else touch "$d/stop" && n=$((n + 1)); fi
+done
+echo "$n"
+"""
+
+
+def stop_strays(host: Host) -> int:
+    """Stop samplers that a killed predecessor left running on ``host``; return how many were asked to."""
+    out = host.output(["sh", "-c", _STOP_STRAYS], timeout=30, check=False)
+    return int(out) if out.isdigit() else 0
 
 
 def parse_sampler_footer(text: str) -> dict | None:

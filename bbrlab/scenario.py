@@ -191,6 +191,9 @@ class Flow:
     def validate(self) -> None:
         check_cca(self.cca, "flow.cca")
         _check_range("flow.duration_s", self.duration_s, 1, 3600, unit="s")
+        if self.duration_s != int(self.duration_s):
+            raise ValidationError("flow.duration_s", self.duration_s,
+                                  "a whole number of seconds from 1 to 3600 (iperf3 -t counts whole seconds)")
         if not isinstance(self.streams, int) or isinstance(self.streams, bool):
             raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
         _check_range("flow.streams", self.streams, 1, 128)

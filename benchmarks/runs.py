@@ -51,17 +51,13 @@ def _overhead(tb, n_runs: int) -> list[float]:
 
 
 def _sampler(tb, share_pct: float) -> dict:
-    from bbrlab.runner import Runner
+    from bbrlab.runner import run_once
     from bbrlab.scenario import Contention, Flow, Link, Scenario
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
                         Flow("cubic", duration_s=10, sample_ss_ms=10))
-    runner = Runner(tb)
     with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
-        try:
-            record = runner.run(scenario, Path(out))
-        finally:
-            runner.close()
+        record = run_once(tb, scenario, out)
     if record["status"] != "ok":
         raise RuntimeError(f"sampled run failed: {record['reason']}")
     return record["metadata"]["sampling"] | {"throughput_mbit": record["metadata"]["iperf"]["receiver_mbit"]}

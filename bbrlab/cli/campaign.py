@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -80,8 +81,9 @@ def cmd_status(args) -> int:
 
 def cmd_run(args) -> int:
     from .. import testbed as testbed_mod
-    from ..campaign import load_spec, run_campaign
+    from ..campaign import load_spec, run_campaign, status
     from ..runner import Runner
+    from ..signals import Interrupted
 
     spec = load_spec(args.spec)  # every value checked before anything is touched
     target = args.testbed or spec.testbed
@@ -91,6 +93,12 @@ def cmd_run(args) -> int:
         try:
             st = run_campaign(spec, args.out, runner, progress=not args.no_progress,
                               retry_failed=args.retry_failed)
+        except Interrupted:
+            st = status(args.out)
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                print(f"bbrlab: campaign {spec.name} stopped: {st['done']}/{st['planned']} runs complete in "
+                      f"{args.out}; the run in flight was not recorded. The same command resumes it.", file=sys.stderr)
+            raise
         finally:
             if not args.keep_link:
                 try:

@@ -9,6 +9,7 @@ import sys
 
 from .. import __version__
 from ..errors import BbrlabError
+from ..signals import Interrupted
 
 DESCRIPTION = """\
 bbrlab measures TCP congestion control (cubic, bbr, patched bbr) from a sender VM whose
@@ -42,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tell(message: str) -> None:
+    """Print to stderr, if there still is one (after SIGHUP the terminal may be gone)."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bbrlab: error: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:
+        _tell(f"bbrlab: {e}; what the command had changed on the testbed was restored")
+        return e.exit_code
     except KeyboardInterrupt:
-        print("bbrlab: interrupted", file=sys.stderr)
+        _tell("bbrlab: interrupted")
         return 130
     return int(rc or 0)
 

@@ -73,8 +73,8 @@ def run_status(args) -> int:
     if args.json:
         print(json.dumps(st, indent=2))
         return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
-    print(f"testbed {st['name']}: accelerator {st['accelerator']}"
-          + (f", QEMU {st['qemu_version']}" if st.get("qemu_version") else ""))
+    print(f"testbed {st['name']} ({st['kind']}): accelerator {st['accelerator']}"
+          + (f", {st['hypervisor']}" if st.get("hypervisor") else ""))
     for name, r in st["roles"].items():
         if not r.get("reachable"):
             print(f"  {name:<9} UNREACHABLE ({r['host']}): {r.get('error', '')}")

@@ -149,11 +149,11 @@ def set_params(host: Host, name: str, **params: object) -> dict:
     written: list[str] = []
     try:
         for key, value in values.items():
-            host.write_text(f"/sys/module/{name}/parameters/{key}", f"{value}\n", sudo=True)
+            host.write_value(f"/sys/module/{name}/parameters/{key}", value, sudo=True)
             written.append(key)
     except BbrlabError as e:
         for key in written:  # put back what this call changed
-            host.write_text(f"/sys/module/{name}/parameters/{key}", before[key] + "\n", sudo=True)
+            host.write_value(f"/sys/module/{name}/parameters/{key}", before[key], sudo=True)
         raise ModuleLoadError(f"setting {name} parameters on {host.name} failed, restored: {e}") from e
     after = _params_as_numbers(read_params(host, name))
     wrong = {k: after.get(k) for k, v in values.items() if after.get(k) != v}

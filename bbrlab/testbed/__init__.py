@@ -21,11 +21,11 @@ from ..errors import TestbedError
 from ..kernel.sender import DEFAULT_KERNEL, ResolvedKernel, SenderKernel
 from .file import TestbedSpec, load_file
 from .lock import image_lock, lock_path, testbed_lock
-from .roles import EmulatorRole, Role, SenderRole, Testbed, from_spec
+from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_spec
 
-__all__ = ["Testbed", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel", "DEFAULT_KERNEL",
-           "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path", "check_kernel",
-           "sender_kernel"]
+__all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel",
+           "DEFAULT_KERNEL", "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path",
+           "check_kernel", "sender_kernel"]
 
 
 def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True,
@@ -82,11 +82,11 @@ def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = Fals
 
 def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
     """The kernel the local testbed's sender was booted with (``metadata.kernel`` of its runs)."""
-    extra = tb.extra if isinstance(tb, Testbed) else load(tb).extra
-    if not extra.get("sender_kernel_identity"):
+    local = (tb if isinstance(tb, Testbed) else load(tb)).local
+    if local is None or local.sender_kernel_identity is None:
         raise TestbedError("this testbed records no sender kernel (a lab testbed, or one started before kernels "
                            "were recorded: bring it up again)")
-    return SenderKernel.from_dict(extra["sender_kernel_identity"])
+    return local.sender_kernel_identity
 
 
 def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
@@ -126,12 +126,13 @@ def load(name_or_file: str | Path = "local") -> Testbed:
     if not path.is_file() or state is None or state.phase != "up":
         raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
                            f"{'' if text == 'local' else ' --name ' + text})")
-    extra = {k: state.data.get(k) for k in ("qemu_version", "image", "guest_kernel", "sender_vcpus",
-                                           "boot_to_ssh_s")}
-    # describe() measures "sender_kernel" (uname -r) itself; the recorded identity gets its own key
-    extra["sender_kernel_identity"] = state.data.get("sender_kernel")
-    extra["kind"] = "local"
-    return from_spec(load_file(path), extra=extra)
+    d = state.data
+    identity = SenderKernel.from_dict(d["sender_kernel"]) if d.get("sender_kernel") else None
+    local = LocalDetails(image=d.get("image"), guest_kernel=d.get("guest_kernel"),
+                         sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {},
+                         sender_kernel_identity=identity)
+    qemu = f"QEMU {d['qemu_version']}" if d.get("qemu_version") else None
+    return from_spec(load_file(path), kind="local", hypervisor_name=qemu, local=local)
 
 
 def status(tb: Testbed | str | Path = "local") -> dict:

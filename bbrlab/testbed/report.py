@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from .roles import Role, Testbed
 
 QDISCS = ("netem", "tbf", "fq", "htb")
@@ -51,5 +53,6 @@ def testbed_status(tb: Testbed) -> dict:
         sender["qemu_pid"] = tb.sender.qemu_pid()
     except Exception as e:  # noqa: BLE001
         sender["vcpu_error"] = str(e)[:300]
-    return {"name": tb.name, "accelerator": tb.accelerator, **{k: v for k, v in tb.extra.items() if v},
-            "roles": roles}
+    details = asdict(tb.local) if tb.local else {}
+    return {"name": tb.name, "kind": tb.kind, "accelerator": tb.accelerator, "hypervisor": tb.hypervisor_name,
+            **{k: v for k, v in details.items() if v}, "roles": roles}

@@ -12,10 +12,11 @@ lab are driven by the same code::
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..errors import TestbedError
 from ..hosts import Host, LocalHost, NetnsHost, SSHHost
+from ..kernel.sender import SenderKernel
 from ..vcpu import explicit_vcpu_threads, libvirt_vcpu_threads, qmp_vcpu_threads, qmp_vcpu_threads_remote
 from .file import RoleSpec, SSHSpec, TestbedSpec
 
@@ -86,9 +87,29 @@ class EmulatorRole(Role):
     ports: tuple[str, str] = ("eth1", "eth2")
 
 
+@dataclass(frozen=True)
+class LocalDetails:
+    """How a local testbed was started, from its state: the guest image, its kernel, the sender's vCPUs,
+    and how long each VM took from QEMU's start to answering SSH."""
+
+    image: str | None = None
+    guest_kernel: str | None = None
+    sender_vcpus: int | None = None
+    boot_to_ssh_s: dict = field(default_factory=dict)
+    #: The sender's kernel as booted (name, release, origin, package or path, sha256 of its bzImage).
+    #: describe() measures ``sender_kernel`` (its ``uname -r``) separately.
+    sender_kernel_identity: SenderKernel | None = None
+
+
 @dataclass
 class Testbed:
-    """Three roles and how the testbed runs (``accelerator``: kvm, tcg or unknown)."""
+    """Three roles and how the testbed runs.
+
+    ``kind`` is ``local`` (built on this machine by ``bbrlab testbed up``) or ``lab`` (a testbed file);
+    ``accelerator`` is kvm, tcg or unknown; ``hypervisor_name`` names what runs the sender VM as far as it
+    is known (the local testbed's QEMU version; the host it runs on is ``sender.hypervisor``); ``local``
+    holds the local testbed's details.
+    """
 
     name: str
     sender: SenderRole
@@ -96,7 +117,9 @@ class Testbed:
     receiver: Role
     accelerator: str = "unknown"
     spec: TestbedSpec | None = field(default=None, repr=False)
-    extra: dict = field(default_factory=dict)  # local testbed: qemu version, image, pids
+    kind: str = "lab"
+    hypervisor_name: str | None = None
+    local: LocalDetails | None = None
 
     @property
     def roles(self) -> dict[str, Role]:
@@ -104,8 +127,8 @@ class Testbed:
 
     def describe(self) -> dict:
         """What a run record needs to know about the testbed, measured now."""
-        out = {"name": self.name, "accelerator": self.accelerator, "host_kernel": platform.release(),
-               **self.extra}
+        out = {"name": self.name, "kind": self.kind, "accelerator": self.accelerator, "hypervisor": self.hypervisor_name,
+               "host_kernel": platform.release(), **(asdict(self.local) if self.local else {})}
         for name, role in self.roles.items():
             try:
                 out[f"{name}_kernel"] = role.kernel_release()
@@ -119,11 +142,15 @@ class Testbed:
         self.sender.hypervisor.close()
 
 
-def from_spec(spec: TestbedSpec, extra: dict | None = None) -> Testbed:
+def from_spec(spec: TestbedSpec, *, kind: str = "lab", hypervisor_name: str | None = None,
+              local: LocalDetails | None = None) -> Testbed:
     """Role objects for a validated testbed file."""
     s, e, r = spec.roles["sender"], spec.roles["emulator"], spec.roles["receiver"]
-    hypervisor: Host = ssh_host("sender-hypervisor", s.hypervisor) if s.hypervisor else LocalHost()
-    sender = SenderRole("sender", role_host(s), s.experiment_ip, s, hypervisor=hypervisor, vcpu=dict(s.vcpu))
+    hypervisor_host: Host = ssh_host("sender-hypervisor", s.hypervisor) if s.hypervisor else LocalHost()
+    sender = SenderRole("sender", role_host(s), s.experiment_ip, s, hypervisor=hypervisor_host, vcpu=dict(s.vcpu))
     emulator = EmulatorRole("emulator", role_host(e), e.experiment_ip, e, ports=e.ports)
     receiver = Role("receiver", role_host(r), r.experiment_ip, r)
-    return Testbed(spec.name, sender, emulator, receiver, spec.accelerator, spec, dict(extra or {}))
+    if hypervisor_name is None:  # a lab: as far as the file says (how its vCPU threads are found)
+        hypervisor_name = {"qmp_socket": "QEMU", "libvirt_domain": "libvirt"}.get(next(iter(s.vcpu), ""))
+    return Testbed(spec.name, sender, emulator, receiver, spec.accelerator, spec, kind=kind,
+                   hypervisor_name=hypervisor_name, local=local)

@@ -115,7 +115,7 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
 
 def _check_record(run_dir: Path, testbed) -> None:
     record = json.loads((run_dir / "record.json").read_text())
-    assert record["schema"] == "bbrlab.run/1" and record["status"] == "ok" and record["reason"] is None
+    assert record["schema"] == "bbrlab.run/2" and record["status"] == "ok" and record["reason"] is None
     iperf = json.loads((run_dir / "iperf.json").read_text())
     scenario, meta = record["scenario"], record["metadata"]
     cca = scenario["flow"]["cca"]

@@ -101,7 +101,7 @@ def test_linux_source_6_1_builds_boots_as_the_sender_and_carries_bbr(testbed, tm
     assert result.bbr2b["name"] == "bbr2b" and result.bbr2b["kernel_release"] == result.release
     assert json.loads((out / "kernel.json").read_text())["release"] == result.release
 
-    name, vcpus = testbed.name, testbed.extra["sender_vcpus"]
+    name, vcpus = testbed.name, testbed.local.sender_vcpus
     try:
         tb = tbmod.up(name, sender_vcpus=vcpus, progress=True, kernel=str(out))
         try:

@@ -56,7 +56,7 @@ def _check_sender(tb, kernel_name: str, emulator_pid: int, log_dir) -> str:
 
 
 def test_sender_cycles_through_debian_kernels_rebooting_only_the_sender(testbed, tmp_path):
-    name, vcpus = testbed.name, testbed.extra["sender_vcpus"]
+    name, vcpus = testbed.name, testbed.local.sender_vcpus
     emulator_pid = State.load(name).vms["emulator"]["pid"]
     try:
         tb = tbmod.up(name, sender_vcpus=vcpus, progress=False, kernel="debian-5.10")

@@ -110,7 +110,7 @@ def test_status_reports_each_role_and_the_senders_vcpu_threads(testbed):
     assert roles["emulator"]["qdiscs"]["tbf"] in ("loaded", "module", "builtin")
     threads = roles["sender"]["vcpu_threads"]
     pid = roles["sender"]["qemu_pid"]
-    assert len(threads) == testbed.extra["sender_vcpus"]
+    assert len(threads) == testbed.local.sender_vcpus
     assert qemu.is_our_qemu(pid, lifecycle.vm_name(testbed.name, "sender"))
     for i, tid in enumerate(threads):
         assert os.path.isdir(f"/proc/{pid}/task/{tid}")
@@ -127,7 +127,7 @@ def test_experiment_plumbing_stays_out_of_the_root_namespace(testbed):
 
 def test_second_up_reuses_the_running_testbed(testbed):
     before = State.load(testbed.name).vms
-    again = tbmod.up(testbed.name, sender_vcpus=testbed.extra["sender_vcpus"], progress=False)
+    again = tbmod.up(testbed.name, sender_vcpus=testbed.local.sender_vcpus, progress=False)
     assert State.load(testbed.name).vms == before
     assert again.sender.vcpu_threads() == testbed.sender.vcpu_threads()
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from bbrlab import iperf
-from bbrlab.runner import client_port
+from bbrlab.runner import client_ports
 
 
 def test_client_ports_below_the_ephemeral_range_and_vary():
-    ports = {client_port(f"run-{i}", 1) for i in range(200)}
+    ports = {client_ports(f"run-{i}", 1, 1)[0] for i in range(200)}
     assert all(20_000 <= p and p + 127 < 32_768 for p in ports)
     assert len(ports) > 50
-    assert len({client_port("x", attempt) for attempt in range(1, 6)}) > 1  # a retry moves to other ports
+    assert len({client_ports("x", attempt, 1)[0] for attempt in range(1, 6)}) > 1  # a retry moves to other ports
+    four = client_ports("y", 1, 4)
+    assert four == list(range(four[0], four[0] + 4)) and four[-1] < 32_768
 
 
 def test_client_argv_is_a_literal_argument_list():

@@ -43,9 +43,14 @@ ip link set eth1 up
 ip addr add {SENDER_IP}/{SUBNET_PREFIX} dev eth1
 ethtool -K eth1 tso on gso on || echo "bbrlab-init: could not turn TSO on for eth1"
 """
+#: The emulator forwards packet by packet: no GRO (its NICs accept no GSO frames either, see qemu.VmSpec), so
+#: netem's delay and loss apply to each wire packet as the scenario says, not to aggregates.
 EMULATOR_SETUP = """\
 ip link add br0 type bridge stp_state 0 forward_delay 0
-for port in eth1 eth2; do ip link set "$port" master br0; ip link set "$port" up; done
+for port in eth1 eth2; do
+    ethtool -K "$port" gro off || echo "bbrlab-init: could not turn GRO off for $port"
+    ip link set "$port" master br0; ip link set "$port" up
+done
 ip link set br0 up
 """
 
@@ -310,7 +315,7 @@ def _vm_specs(state: State, sender_vcpus: int, accelerator: str, key: Path, fds:
         "emulator": qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
                                 folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"),
                                 setup_script=state.dir / "emulator-setup.sh", tap_fds=[fds["ea"], fds["eb"]],
-                                mac_tag=2, ssh_port=qemu.free_local_port()),
+                                mac_tag=2, ssh_port=qemu.free_local_port(), receive_offloads=False),
     }
 
 

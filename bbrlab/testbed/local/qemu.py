@@ -56,6 +56,10 @@ class VmSpec:
     tap_fds: list[int] = field(default_factory=list)
     mac_tag: int = 1  # distinct per VM of a testbed: experiment MACs are 52:54:00:77:<tag>:1<n>
     boot: BootFiles | None = None  # None: the guest image's kernel and initrd
+    #: Whether the experiment NICs accept segmentation-offloaded (GSO) frames. The emulator's must not: netem
+    #: applies delay and loss per packet it sees, and a 64 KB aggregate of the sender's TSO would lose ~40
+    #: segments at once where the scenario asks for independent losses. Off, the host segments before delivery.
+    receive_offloads: bool = True
 
     @property
     def overlay(self) -> Path:
@@ -115,9 +119,10 @@ def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
         argv += ["-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
                  "-device", "virtio-net-pci,netdev=mgmt,addr=0x3"]
     for i, fd in enumerate(spec.tap_fds):
+        offloads = "" if spec.receive_offloads else ",guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off"
         argv += ["-netdev", f"tap,id=exp{i + 1},fd={fd}",
                  "-device", f"virtio-net-pci,netdev=exp{i + 1},mac=52:54:00:77:{spec.mac_tag:02x}:{0x10 + i:02x}"
-                 f",addr={0x4 + i:#x}"]
+                 f",addr={0x4 + i:#x}{offloads}"]
     if spec.authorized_key_file:
         argv += ["-fw_cfg", f"name=opt/bbrlab/authorized_keys,file={spec.authorized_key_file}"]
     if spec.setup_script:

@@ -1,0 +1,75 @@
+"""Signals that end a measurement: SIGINT (Ctrl-C), SIGTERM (kill, a scheduler), SIGHUP (a dropped SSH session).
+
+Inside :func:`interruptible` each of them raises :class:`Interrupted` in the main thread, wherever it is.
+Because it is an exception, every ``finally`` and every context manager on the way out runs: the deadline
+policy comes off the vCPU threads, the qdiscs come off the emulator, the iperf3 server and the sampler stop.
+:class:`Interrupted` derives from ``BaseException``, so ``except Exception`` (a run's failure handling)
+does not swallow it, and the campaign knows not to count the interrupted run as an attempt.
+
+A second signal while the first is being handled does not raise again (that would cut the restoring
+short); it is noted and the process ends once the restoring is done. Python only delivers signals to
+the main thread; elsewhere :func:`interruptible` changes nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: The signals that end a campaign (and the exit status a shell reports for each: 128 + number).
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it names an event
+    """A signal asked bbrlab to stop; ``signum`` is which one."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_state = threading.local()
+
+
+def _active() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """While active, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (once). Nests: an inner
+    ``interruptible()`` inside an active one changes nothing. An ignored signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread() or _active():
+        yield
+        return
+    raised: list[int] = []
+
+    def handler(signum, frame):
+        if raised:
+            print(f"bbrlab: {signal.Signals(signum).name} received; still restoring the testbed",
+                  file=sys.stderr, flush=True)
+            return
+        raised.append(signum)
+        raise Interrupted(signum)
+
+    previous = {}
+    for sig in HANDLED:
+        prev = signal.getsignal(sig)
+        if prev in (signal.SIG_IGN, None):
+            continue
+        previous[sig] = prev
+        signal.signal(sig, handler)
+    _state.depth = 1
+    try:
+        yield
+    finally:
+        _state.depth = 0
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)

@@ -1,0 +1,43 @@
+"""A run function without a testbed, for exercising the Dask campaign engine with real worker processes.
+
+It writes one file, waits ``BBRLAB_TEST_RUN_S`` seconds (default 0.3) and returns metadata naming the
+process that ran it; ``python -m tests.engine_runs DIR`` drives a 12-run campaign on two such workers
+(used by the driver-kill test).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from bbrlab.campaign import CampaignSpec
+
+
+def spec() -> CampaignSpec:
+    return CampaignSpec.from_dict({"name": "engine", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10],
+                                   "cpu_shares_pct": [25, 50, 100], "rtts_ms": [20], "rates_mbit": [50],
+                                   "repetitions": 1, "duration_s": 2, "max_attempts": 2})
+
+
+def slow_run(scenario, staging, *, run_id, attempt):
+    (staging / "iperf.json").write_text("{}")
+    time.sleep(float(os.environ.get("BBRLAB_TEST_RUN_S", "0.3")))
+    return {"pid": os.getpid()}
+
+
+def main(out: str) -> int:
+    from distributed import Client
+
+    from bbrlab import distributed as d
+
+    with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
+        d.wait_for_workers(client, 2)
+        print("started", flush=True)
+        d.run_campaign_distributed(spec(), Path(out), client, progress=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

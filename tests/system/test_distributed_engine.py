@@ -1,0 +1,98 @@
+"""The Dask campaign engine with real worker processes and a run function that needs no testbed: every run
+exactly once and both workers used; a worker SIGKILLed mid-run and a driver SIGKILLed mid-campaign lose
+and duplicate nothing. (Real local testbeds on the engine: tests/system/test_distributed_testbeds.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bbrlab import campaign
+from tests.engine_runs import slow_run, spec
+
+pytestmark = pytest.mark.system
+ROOT = Path(__file__).parents[2]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/record.json"))]
+
+
+def _exactly_once(out: Path) -> list[dict]:
+    plan = json.loads((out / "plan.json").read_text())
+    records = _records(out)
+    assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in plan["runs"])
+    assert campaign.status(out)["done"] == len(plan["runs"]) == 12
+    return records
+
+
+def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
+    from distributed import Client
+
+    from bbrlab import distributed as d
+
+    with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
+        d.wait_for_workers(client, 2)
+        st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
+    assert st["failed_attempts"] == 0
+    records = _exactly_once(tmp_path)
+    assert {r["metadata"]["worker"]["testbed"] for r in records} == {"a", "b"}
+    assert all(r["metadata"]["worker"]["host"] for r in records)
+    assert len({r["metadata"]["pid"] for r in records}) == 2  # two worker processes did the work
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypatch):
+    from distributed import Client
+
+    from bbrlab import distributed as d
+
+    monkeypatch.setenv("BBRLAB_TEST_RUN_S", "1.0")
+    with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
+        d.wait_for_workers(client, 2)
+        victim = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"].endswith("-a"))
+        pid = client.run(os.getpid, workers=[victim])[victim]
+
+        def kill_when_busy():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if client.processing(workers=[victim]).get(victim):
+                    time.sleep(0.3)  # well inside the 1 s run
+                    os.kill(pid, signal.SIGKILL)
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
+        killer.join()
+    assert st["failed_attempts"] == 0 and st["done"] == 12
+    records = _exactly_once(tmp_path)
+    assert pid not in {r["metadata"]["pid"] for r in records} or len(records) == 12
+
+
+def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path):
+    env = {**os.environ, "BBRLAB_TEST_RUN_S": "0.5"}
+    argv = [sys.executable, "-m", "tests.engine_runs", str(tmp_path)]
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("runs/*/record.json"))) < 4:
+            assert first.poll() is None and time.monotonic() < deadline, "the first driver ended too early"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert 4 <= len(_records(tmp_path)) < 12
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    _exactly_once(tmp_path)

@@ -79,3 +79,25 @@ def cca_identity(host: Host, cca: str) -> CcaIdentity:
     if cca not in found:
         raise TestbedError(f"{host.name} offers no congestion control {cca!r} (it offers {', '.join(found)})")
     return found[cca]
+
+
+class CcaIdentities:
+    """The probe's answers for one host, taken once per boot of its kernel and reused.
+
+    The run path calls :meth:`get` for every run (before contention is applied); the host is probed
+    again only when its ``/proc/sys/kernel/random/boot_id`` changed (the sender was rebooted, e.g.
+    into another kernel), so a campaign pays the probe once per kernel block.
+    """
+
+    def __init__(self) -> None:
+        self.boot_id: str | None = None
+        self.found: dict[str, CcaIdentity] = {}
+
+    def get(self, host: Host, cca: str) -> CcaIdentity:
+        boot_id = host.output(["cat", "/proc/sys/kernel/random/boot_id"])
+        if boot_id != self.boot_id:
+            self.found, self.boot_id = probe_ccas(host), boot_id
+        if cca not in self.found:
+            raise TestbedError(f"{host.name} offers no congestion control {cca!r} (it offers "
+                               f"{', '.join(self.found)})")
+        return self.found[cca]

@@ -125,3 +125,21 @@ def test_testbed_up_refuses_a_bad_kernel_before_anything_changes(tmp_path, capsy
     assert "kernel = " in err and "does not exist" in err
     assert not state_dir("zz-kern").exists()
     assert not plumbing.netns_exists(plumbing.link_netns("zz-kern"))
+
+
+def test_cca_probe_on_this_host_kernel():
+    """This machine's kernel (6.18, BBR built in) answers the same probe the sender runs."""
+    from bbrlab.hosts import LocalHost
+    from bbrlab.kernel.ccaprobe import CcaIdentities, probe_ccas
+
+    host = LocalHost()
+    found = probe_ccas(host)
+    offered = host.read_text("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
+    assert list(found) == offered
+    assert found["cubic"].bbr_version is None and found["reno"].bbr_version is None
+    if "bbr" in found:
+        assert (found["bbr"].bbr_version, found["bbr"].info_bytes, found["bbr"].patched) == (1, 20, False)
+    cache = CcaIdentities()
+    assert cache.get(host, "cubic") == found["cubic"] and cache.boot_id
+    with pytest.raises(Exception, match="no congestion control 'nope'"):
+        cache.get(host, "nope")

@@ -85,6 +85,10 @@ def run_status(args) -> int:
         if name == "sender":
             print(f"  {'':<9} QEMU pid {r.get('qemu_pid')}  vCPU threads {r.get('vcpu_threads')}"
                   + (f"  ({r['vcpu_error']})" if r.get("vcpu_error") else ""))
+            if st.get("sender_kernel_identity"):
+                from ..kernel.sender import SenderKernel
+
+                print(f"  {'':<9} booted: {SenderKernel.from_dict(st['sender_kernel_identity']).label}")
     return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
 
 

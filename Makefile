@@ -8,7 +8,11 @@ STAMP := $(VENV)/.setup-done
 DATA ?= data
 OUT ?= build/figures
 
+<<<<<<< HEAD
 .PHONY: help setup test test-slow test-unit test-system demo figures bench lint clean
+=======
+.PHONY: help setup sampler test test-unit test-system demo figures bench lint clean
+>>>>>>> main
 
 help:
 	@echo "make demo     run the demo campaign on the local testbed and render the figures"
@@ -16,18 +20,22 @@ help:
 	@echo "make test-slow the slow tests: a sender kernel built from linux-source-6.1 and booted (tens of minutes)"
 	@echo "make figures  execute every notebook on DATA=$(DATA) into OUT=$(OUT)"
 	@echo "make bench    benchmarks, printed as numbers and ratios"
-	@echo "make lint     ruff, and notebooks committed without outputs"
+	@echo "make lint     ruff (code and notebooks), notebooks formatted and committed without outputs"
 	@echo "make setup    Debian packages + virtual environment (.venv) + Jupyter kernel"
+	@echo "make sampler  build the netlink socket sampler (static C, cached by its source hash)"
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install-system-packages
+$(STAMP): pyproject.toml setup.py Makefile scripts/install-system-packages
 	scripts/install-system-packages
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name bbrlab --display-name "bbrlab (.venv)" > /dev/null
 	touch $@
+
+sampler: setup
+	$(BIN)/python -m bbrlab.sockdiag
 
 test: setup
 	$(BIN)/pytest tests -m "not slow"
@@ -51,7 +59,8 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 lint: setup
-	$(BIN)/ruff check bbrlab tests benchmarks
+	$(BIN)/ruff check bbrlab tests benchmarks notebooks
+	$(BIN)/ruff format --check notebooks
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 clean:

@@ -10,11 +10,15 @@ Spec keys (see specs/*.yaml)::
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
     buffers_bdp: [1]
-    losses_pct: [0]             # > 0 means uniform random loss
+    losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
+    workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
+    file_mb: 160                # rsync: the file's size in 10^6 bytes
+    transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
     repetitions: 30
-    duration_s: 20
-    sample_ss_ms: null          # e.g. 10 for the sampled runs of figures 5, 6, 9, 11
+    duration_s: 20              # iperf3's test duration
+    sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
+    sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
     order: blocked-random       # or sequential, random
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
@@ -43,10 +47,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 from . import record as rec
 from .errors import BbrlabError, ValidationError
-from .scenario import Contention, Flow, Link, Scenario, check_cca
+from .scenario import (
+    DEFAULT_FILE_MB,
+    DEFAULT_SAMPLER,
+    DEFAULT_TRANSFER_TIMEOUT_S,
+    Contention,
+    Flow,
+    Link,
+    Scenario,
+    check_cca,
+)
 from .signals import interruptible
 
 PLAN_SCHEMA = "bbrlab.plan/1"
@@ -54,6 +68,8 @@ ORDERS = ("blocked-random", "sequential", "random")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
 ESTIMATED_OVERHEAD_S = 2.0
+#: Seconds an rsync run costs beyond its copy (the receiver's sshd, keys, the SSH handshake).
+ESTIMATED_RSYNC_OVERHEAD_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -70,9 +86,13 @@ class CampaignSpec:
     buffers_bdp: tuple[float, ...] = (1.0,)
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
+    workloads: tuple[str, ...] = ("iperf3",)
+    file_mb: float = DEFAULT_FILE_MB
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     repetitions: int = 30
     duration_s: float = 20.0
-    sample_ss_ms: int | None = None
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
@@ -84,21 +104,30 @@ class CampaignSpec:
         return _validate(data)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        """The spec as stored in ``spec.yaml``; the workload keys only when they differ from their defaults,
+        so the directory of a campaign made before workloads existed still matches its spec."""
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {k: v for k, v in d.items() if k not in _WORKLOAD_DEFAULTS or v != _WORKLOAD_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
     def grid(self) -> list[Scenario]:
         """Every parameter combination, repetition 0, in a fixed nested order."""
-        points = itertools.product(self.ccas, self.timeslices_ms, self.cpu_shares_pct, self.rtts_ms,
+        points = itertools.product(self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct, self.rtts_ms,
                                    self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
 
-    def _scenario(self, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
+    def _scenario(self, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
         link = Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
                     loss_pct=loss, delay_split=self.delay_split)
-        flow = Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ss_ms=self.sample_ss_ms)
-        return Scenario(link, Contention(ts, share), flow, repetition)
+        return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition)
+
+    def flow(self, workload: str, cca: str, streams: int) -> Flow:
+        """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
+        if workload == "rsync":
+            return Flow(cca=cca, streams=streams, sample_ms=self.sample_ms, sampler=self.sampler, workload="rsync",
+                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s)
+        return Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
+                    sampler=self.sampler)
 
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``."""
@@ -119,7 +148,19 @@ class CampaignSpec:
         return out
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
-        return len(self.grid()) * self.repetitions * (self.duration_s + overhead_s)
+        """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
+        rate less its loss, at most ``transfer_timeout_s``."""
+        total = 0.0
+        for s in self.grid():
+            if s.flow.workload == "rsync":
+                copy_s = 0.0  # an unshaped link: no rate to estimate the copy from
+                if s.link.rate_mbit is not None:
+                    rate_bit_s = s.link.rate_mbit * 1e6 * (1 - s.link.effective_loss_pct / 100)
+                    copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
+                total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
+            else:
+                total += self.duration_s + overhead_s
+        return total * self.repetitions
 
 
 def _with_repetition(s: Scenario, r: int) -> Scenario:
@@ -133,6 +174,9 @@ def _with_repetition(s: Scenario, r: int) -> Scenario:
 _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
           "streams")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
+#: The workload keys and their defaults (left out of spec.yaml when unchanged).
+_WORKLOAD_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
+                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S}
 
 
 def _number(key: str, value: object, *, integer: bool = False) -> float | int:
@@ -159,7 +203,7 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
     out = []
     for i, v in enumerate(values):
-        if key != "ccas":
+        if key not in ("ccas", "workloads"):
             _number(f"{key}[{i}]", v, integer=key == "streams")
         try:
             probe(v)
@@ -171,10 +215,32 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     return tuple(out)
 
 
+def _sampling(d: dict) -> dict:
+    """``sample_ms`` and ``sampler``; the older ``sample_ss_ms: N`` means ``sample_ms: N, sampler: ss``."""
+    out: dict = {}
+    if d.get("sample_ss_ms") is not None:
+        if d.get("sample_ms") is not None or "sampler" in d:
+            raise ValidationError("sample_ss_ms", d["sample_ss_ms"], "absent when sample_ms or sampler is given "
+                                  "(sample_ss_ms: N is the older form of sample_ms: N with sampler: ss)")
+        d = {"sample_ms": d["sample_ss_ms"], "sampler": "ss"}
+        key = "sample_ss_ms"
+    else:
+        key = "sample_ms"
+    if d.get("sample_ms") is not None:
+        out["sample_ms"] = _number(key, d["sample_ms"], integer=True)
+    if "sampler" in d:
+        out["sampler"] = d["sampler"]
+    try:
+        Flow("cubic", sample_ms=out.get("sample_ms"), sampler=out.get("sampler", DEFAULT_SAMPLER))
+    except ValidationError as e:
+        raise _rename_field(e, key if e.field.endswith("sample_ms") else e.field.split(".")[-1]) from None
+    return out
+
+
 def _validate(data: object) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)}
+    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(str(key), data[key], f"a known key: {', '.join(sorted(known))}")
@@ -205,6 +271,9 @@ def _validate(data: object) -> CampaignSpec:
             lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    if "workloads" in d:
+        checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
+                                           lambda v: Flow("cubic", workload=v))
     scalars = _check_scalars(d)
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
@@ -223,12 +292,14 @@ def _check_scalars(d: dict) -> dict:
             Flow("cubic", duration_s=out["duration_s"])
         except ValidationError as e:
             raise _rename_field(e, "duration_s") from None
-    if d.get("sample_ss_ms") is not None:
-        out["sample_ss_ms"] = _number("sample_ss_ms", d["sample_ss_ms"], integer=True)
-        try:
-            Flow("cubic", sample_ss_ms=out["sample_ss_ms"])
-        except ValidationError as e:
-            raise _rename_field(e, "sample_ss_ms") from None
+    out.update(_sampling(d))
+    for key in ("file_mb", "transfer_timeout_s"):
+        if key in d:
+            out[key] = _number(key, d[key])
+            try:
+                Flow("cubic", workload="rsync", **{key: out[key]})
+            except ValidationError as e:
+                raise _rename_field(e, key) from None
     if "order" in d:
         if d["order"] not in ORDERS:
             raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")
@@ -253,7 +324,14 @@ def _check_scalars(d: dict) -> dict:
 
 
 def _check_combinations(spec: CampaignSpec) -> None:
-    """Pairs that are invalid together (a deadline period out of the kernel's range)."""
+    """Pairs that are invalid together (a deadline period out of the kernel's range, rsync over several
+    streams)."""
+    if "rsync" in spec.workloads:
+        for j, streams in enumerate(spec.streams):
+            if streams != 1:
+                raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
+                                      "1 for the rsync workload (one SSH connection); run other stream counts "
+                                      "in an iperf3-only campaign")
     for i, ts in enumerate(spec.timeslices_ms):
         for j, share in enumerate(spec.cpu_shares_pct):
             try:
@@ -281,7 +359,21 @@ def load_spec(path: str | Path) -> CampaignSpec:
 # The campaign directory
 # ---------------------------------------------------------------------------------------------
 
-def plan_dict(spec: CampaignSpec) -> dict:
+class Planned(Protocol):
+    """What the campaign directory and the run loop need of a spec: a :class:`CampaignSpec`, or another
+    plan of scenarios such as :class:`bbrlab.calibrate.CalibrationSpec` (whose points are not a full grid).
+    ``to_dict()`` is written as ``spec.yaml`` and must hold ``max_attempts``."""
+
+    name: str
+    seed: int
+    max_attempts: int
+
+    def plan(self) -> list[Scenario]: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def plan_dict(spec: Planned) -> dict:
     return {
         "schema": PLAN_SCHEMA,
         "campaign": spec.name,
@@ -290,7 +382,7 @@ def plan_dict(spec: CampaignSpec) -> dict:
     }
 
 
-def prepare(spec: CampaignSpec, out_dir: str | Path) -> dict:
+def prepare(spec: Planned, out_dir: str | Path) -> dict:
     """Create (or re-open) the campaign directory; return the plan.
 
     A directory that already holds a different campaign's spec is refused (no silent mixing).
@@ -394,7 +486,7 @@ def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int,
                             scenario=scenario.to_dict(), metadata=of_error(error))
 
 
-def execute_run(spec: CampaignSpec, out: Path, scenario: Scenario, run_fn: RunFunction, *,
+def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
                 retry_failed: bool = False) -> dict:
     """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
 
@@ -428,7 +520,7 @@ class CampaignAborted(BbrlabError):
     """Several runs in a row failed all their attempts: the testbed, not the scenario, is the likely cause."""
 
 
-def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
+def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
                  on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
                  max_consecutive_failures: int = 5) -> dict:
     """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
@@ -469,7 +561,7 @@ def run_campaign(spec: CampaignSpec, out_dir: str | Path, run_fn: RunFunction, *
     return status(out)
 
 
-def _progress_bar(total: int, initial: int, spec: CampaignSpec, *, enabled: bool):
+def _progress_bar(total: int, initial: int, spec: Planned, *, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=spec.name, unit="run", disable=not enabled, dynamic_ncols=True)

@@ -42,22 +42,64 @@ def client_result(result, flow: Flow) -> iperf.IperfResult:
     return parsed
 
 
-def data_ports(parsed: iperf.IperfResult, ports: list[int]) -> None:
-    if sorted(parsed.data_ports) != ports:
-        raise RunFailed(f"iperf3's data streams used local ports {list(parsed.data_ports)}, expected {ports}")
+def data_ports(used: list[int], ports: list[int], what: str = "iperf3's data streams") -> None:
+    """The data connections used the local ports the run bound them to."""
+    if sorted(used) != sorted(ports):
+        raise RunFailed(f"{what} used local ports {list(used)}, expected {ports}")
 
 
-def samples(text: str, parsed: iperf.IperfResult, cca: str) -> dict:
-    """The sampler saw the data streams, under ``cca``; returns what the record keeps about sampling."""
-    rows = sampling.parse_ss_log(text, ports=parsed.data_ports)
-    seen = sorted({r["cca"] for r in rows})
-    summary = {"rows": len(rows), "ss_seen": seen, "footer": sampling.parse_sampler_footer(text),
-               "interval": sampling.achieved_interval_ms(text)}
-    if not rows:
-        raise RunFailed("the sampler saw no data connection")
+#: iperf3 (3.12) sets the congestion control on a data socket only after connecting and sending its 37-byte
+#: cookie: samples taken before that show the sender's default CCA.
+IPERF_COOKIE_BYTES = 37
+
+
+def sampler_can_read(sampler: str, cca: str, bbr_version: int | None) -> None:
+    """The BPF sampler decodes BBR's private state with BBRv1's layout: refuse any other BBR before the run."""
+    if sampler == "bpf" and bbr_version not in (None, 1):
+        raise RunFailed(f"the bpf sampler reads BBRv1's state only; {cca} is BBRv{bbr_version}: sample it with "
+                        "sampler: netlink")
+
+
+def _sampler_summary(kind: str, text: str) -> dict:
+    from . import sockdiag
+
+    if kind != "ss":
+        return sockdiag.summary(text)
+    footer = sampling.parse_sampler_footer(text) or {}
+    return {"kind": "ss", "samples": footer.get("samples"), "missed_ticks": None,
+            "cpu_s": footer.get("cpu_s"), "cpu_per_sample_ms": footer.get("cpu_per_sample_ms"),
+            "interval": sockdiag.interval_stats([round(t * 1e9) for t in sampling.sample_times(text)]),
+            "ended": "stop_file" if footer else "killed (no footer)"}
+
+
+def sample_rows(kind: str, text: str, ports) -> list[dict]:
+    """The ss table's rows of a sampler log of ``kind`` (ss, netlink or bpf), data streams only."""
+    from . import sockdiag
+
+    if kind == "ss":
+        return sampling.parse_ss_log(text, ports=ports)
+    return sockdiag.rows(text, ports=ports)
+
+
+def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> dict:
+    """The sampler saw the data connections (local ``data_ports``), under ``cca``; returns what the record
+    keeps about sampling:
+    the sampler (kind, binary and its SHA-256), the asked and achieved interval (median, p99, longest gap),
+    samples, missed ticks, guest CPU per sample, and ``ss_seen`` (the CCAs seen on the data streams)."""
+    try:
+        rows = sample_rows(sampled.kind, sampled.text, data_ports)
+        summary = _sampler_summary(sampled.kind, sampled.text)
+    except BbrlabError as e:
+        raise RunFailed(f"the {sampled.kind} sampler's samples: {e}") from None
+    carrying = [r for r in rows if r["bytes_sent"] > IPERF_COOKIE_BYTES]
+    seen = sorted({r["cca"] for r in carrying})
+    out = {"kind": sampled.kind, "binary": sampled.binary, "asked_interval_ms": interval_ms, "rows": len(rows),
+           "ss_seen": seen, **{k: v for k, v in summary.items() if k not in ("kind", "asked_interval_ms")}}
+    if not carrying:
+        raise RunFailed("the sampler saw no data connection carrying data")
     if seen != [cca]:
         raise RunFailed(f"the sampler saw congestion control {seen} on the data streams, asked for {cca!r}")
-    return summary
+    return out
 
 
 def contention_held(record: dict, scenario: Scenario) -> None:

@@ -1,8 +1,10 @@
 """``make demo``: the whole method once, on the local testbed, in under about 30 minutes.
 
 Steps: bring the local testbed up (building the guest image the first time), load the patched BBR
-(``bbr2b``) in the sender, run the demo campaigns (a throughput grid and one ss-sampled run per CCA),
-ingest, execute every notebook, bring the testbed down, and say where the figures are.
+(``bbr2b``) in the sender, calibrate the sender's CPU ceiling over the demo's timeslices and shares
+(``bbrlab calibrate``, into the first campaign's directory), run the demo campaigns (a throughput grid at
+two rates and one ss-sampled run per CCA) with every record pointing to its ceiling, ingest, execute
+every notebook, bring the testbed down, and say where the figures are.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SPECS_DIR = Path(__file__).resolve().parents[1] / "specs"
-DEMO_SPECS = (SPECS_DIR / "demo.yaml", SPECS_DIR / "demo-sampled.yaml")
+from .resources import specs_dir
+
+DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 
 # Measured on this project's 2-core build machine under TCG (see the issue notes); used for the estimate only.
 IMAGE_BUILD_S = 240.0
 BOOT_S = 90.0
 FIGURES_S = 120.0
+#: The demo's calibration: 2 repetitions of 5 s per point and stream count (the CLI's default is 3).
+CALIBRATION_REPETITIONS = 2
 
 
 @dataclass
@@ -26,17 +31,27 @@ class DemoPlan:
     specs: list  # CampaignSpec
     image_cached: bool
     testbed_running: bool
+    calibration: object = None  # CalibrationSpec covering every spec's timeslices, shares and RTTs
 
     @property
     def runs(self) -> int:
-        return sum(len(s.plan()) for s in self.specs)
+        return sum(len(s.plan()) for s in self.specs) + (len(self.calibration.plan()) if self.calibration else 0)
 
     @property
     def expected_s(self) -> float:
         total = sum(s.expected_duration_s() for s in self.specs) + FIGURES_S
+        if self.calibration is not None:
+            total += self.calibration.expected_duration_s()
         if not self.testbed_running:
             total += BOOT_S + (0 if self.image_cached else IMAGE_BUILD_S)
         return total
+
+
+def calibration_spec(specs):
+    """The demo's calibration: every timeslice, share and RTT of its specs, fewer repetitions than the CLI's."""
+    from .calibrate import CalibrationSpec
+
+    return CalibrationSpec.covering(specs, "demo-calibration", repetitions=CALIBRATION_REPETITIONS)
 
 
 def _say(step: str, text: str) -> None:
@@ -50,14 +65,16 @@ def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
 
     specs = [load_spec(p) for p in spec_paths]  # every value checked before anything starts
     return DemoPlan(specs, image_cached=image.cached_image() is not None,
-                    testbed_running=lifecycle.running(State.load(name)))
+                    testbed_running=lifecycle.running(State.load(name)), calibration=calibration_spec(specs))
 
 
 def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, spec_paths=DEMO_SPECS,
              name: str = "local") -> int:
     from . import kernel
     from . import testbed as testbed_mod
+    from .calibrate import calibrate, format_grid
     from .campaign import run_campaign
+    from .ceiling import source_for
     from .cli.main import main as cli_main
     from .runner import Runner
 
@@ -70,17 +87,22 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
     started_here = not plan.testbed_running
     failures = 0
     try:
-        _say("1/5", "local testbed up")
+        _say("1/6", "local testbed up")
         tb = testbed_mod.up(name, progress=True, load_bbr2b=False)  # loaded next, strictly
-        _say("2/5", "patched BBR (bbr2b) in the sender")
+        _say("2/6", "patched BBR (bbr2b) in the sender")
         ident = kernel.ensure_bbr2b(tb.sender.host)
         print(f"bbr2b loaded: srcversion {ident.get('srcversion')}, patch {str(ident.get('patch_sha256'))[:12]}")
-        _say("3/5", "campaigns")
         with testbed_mod.testbed_lock(name):
             runner = Runner(tb)
             try:
+                _say("3/6", "the sender's CPU ceiling at each timeslice and share (bbrlab calibrate)")
+                cal = calibrate(tb, plan.calibration, runs_dir / plan.specs[0].name, runner=runner, progress=True)
+                print(format_grid(cal), flush=True)
+                runner.calibration = cal
+                _say("4/6", "campaigns")
                 for spec in plan.specs:
                     out = runs_dir / spec.name
+                    runner.calibration_source = source_for(cal, out)
                     st = run_campaign(spec, out, runner, progress=True)
                     failures += st["failed"] + st["remaining"]
                     print(f"{spec.name}: {st['done']}/{st['planned']} runs complete in {out}")
@@ -88,9 +110,9 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
                 runner.close()
     finally:
         if started_here and not keep_testbed:
-            _say("4/5", "local testbed down")
+            _say("5/6", "local testbed down")
             testbed_mod.down(name, progress=True)
-    _say("5/5", "tables and figures")
+    _say("6/6", "tables and figures")
 
     # Through the figures command itself, so the demo renders exactly what `bbrlab figures` does.
     rc = cli_main(["figures", "--data", str(runs_dir), "--out", str(figures_dir)])

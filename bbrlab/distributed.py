@@ -64,11 +64,13 @@ class TestbedPlugin(WorkerPlugin):
 
     name = PLUGIN_NAME
 
-    def __init__(self, testbed: str, run_function: Callable | None = None):
+    def __init__(self, testbed: str, run_function: Callable | None = None, cpus: list[int] | None = None):
         self.testbed_ref = testbed
         self.run_function = run_function
+        self.cpus = cpus  # a local testbed's CPU partition (bbrlab.testbed.isolation), None: not isolated
         self.testbed = None
         self.runner = None
+        self.partition = None
         self._lock = None
 
     def setup(self, worker=None) -> None:
@@ -76,11 +78,17 @@ class TestbedPlugin(WorkerPlugin):
             self.runner = self.run_function
             return
         from . import testbed as testbed_mod
+        from .recovery import recover
         from .runner import Runner
+        from .testbed import isolation
 
         self.testbed = testbed_mod.load(self.testbed_ref)
         self._lock = testbed_mod.testbed_lock(self.testbed.name, timeout_s=60)
         self._lock.__enter__()
+        recover(self.testbed)  # a deadline policy left behind would keep its thread from moving
+        if self.cpus is not None and self.testbed.kind == "local":
+            pids = [pid for pid in self.testbed.local.qemu_pids.values() if pid]
+            self.partition = isolation.isolate_testbed(self.testbed.name, self.cpus, pids)
         self.runner = Runner(self.testbed)
 
     def teardown(self, worker=None) -> None:
@@ -88,14 +96,19 @@ class TestbedPlugin(WorkerPlugin):
         if self.testbed is None:
             return
         from .recovery import recover
+        from .testbed import isolation
 
         try:
             recover(self.testbed)
             self.runner.close()
         finally:
-            self.testbed.close()
-            if self._lock is not None:
-                self._lock.__exit__(None, None, None)
+            try:
+                if self.partition is not None:
+                    isolation.remove(self.partition)
+            finally:
+                self.testbed.close()
+                if self._lock is not None:
+                    self._lock.__exit__(None, None, None)
 
     @property
     def label(self) -> str:
@@ -193,22 +206,39 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
     return status(out)
 
 
-def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, dashboard: bool = False):
+def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, dashboard: bool = False,
+                  isolate: bool | None = None):
     """A Dask cluster on this machine with one single-threaded worker process per testbed (a Nanny each,
-    so a worker that dies is noticed and its task runs again elsewhere)."""
+    so a worker that dies is noticed and its task runs again elsewhere).
+
+    ``isolate`` (default: when more than one local testbed and no ``run_function``) gives each local testbed
+    an exclusive CPU partition (:mod:`bbrlab.testbed.isolation`); it raises before any worker starts when the
+    machine cannot isolate that many.
+    """
     from distributed import Nanny, Scheduler, SpecCluster
+
+    from .testbed import isolation
 
     quiet_logs()
     if len(set(testbeds)) != len(testbeds):
         raise BbrlabError(f"each testbed can be given once: {testbeds}")
+    local = [t for t in testbeds if _is_local_name(t)]
+    if isolate is None:
+        isolate = run_function is None and len(local) > 1
+    cpus = isolation.plan(local) if isolate else {}
     workers = {
         f"testbed-{i}-{name}": {"cls": Nanny, "options": {
-            "nthreads": 1, "resources": {RESOURCE: 1}, "plugins": {TestbedPlugin(name, run_function)},
-            "name": f"testbed-{i}-{name}"}}
+            "nthreads": 1, "resources": {RESOURCE: 1}, "name": f"testbed-{i}-{name}",
+            "plugins": {TestbedPlugin(name, run_function, cpus.get(name))}}}
         for i, name in enumerate(testbeds)
     }
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0" if dashboard else None}}
     return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="bbrlab")
+
+
+def _is_local_name(ref: str) -> bool:
+    """A local testbed's name (not a lab's testbed file)."""
+    return "/" not in ref and not ref.endswith((".yaml", ".yml")) and not Path(ref).is_file()
 
 
 def quiet_logs() -> None:

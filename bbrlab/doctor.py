@@ -42,6 +42,12 @@ TOOLS = {
     "chrt": (["chrt", "--version"], r"(\d[\d.]+)", "util-linux"),
     "ssh": (["ssh", "-V"], r"(OpenSSH_\S+)", "openssh-client"),
     "ssh-keygen": (["ssh-keygen", "-?"], r"()", "openssh-client"),
+    # the receiver of rsync runs (docs/transfer.md): a per-run sshd whose key may only run rrsync
+    "sshd": (["sshd", "-V"], r"(OpenSSH_[^\s,]+)", "openssh-server"),
+    "rsync": (["rsync", "--version"], r"version (\S+)", "rsync"),
+    "rrsync": (["rrsync", "-help"], r"()", "rsync"),
+    "clang": (["clang", "--version"], r"clang version (\S+)", "clang"),  # the BPF sampler (bbrlab.sockdiag)
+    "bpftool": (["bpftool", "version"], r"v(\S+)", "bpftool"),
 }
 
 

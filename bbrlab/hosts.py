@@ -179,7 +179,9 @@ class LocalHost(Host):
         return os.geteuid() == 0
 
     def put(self, local_path: str | Path, remote_path: str) -> None:
+        """Copy a file here, keeping its mode (as fabric's ``put`` does for an SSH host)."""
         shutil.copyfile(local_path, remote_path)
+        shutil.copymode(local_path, remote_path)
 
     def get(self, remote_path: str, local_path: str | Path) -> None:
         shutil.copyfile(remote_path, local_path)

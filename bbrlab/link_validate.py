@@ -23,7 +23,7 @@ import re
 import statistics
 
 from . import iperf
-from .errors import TestbedError
+from .errors import TestbedError, ValidationError
 from .hosts import Host
 from .scenario import Link
 
@@ -146,6 +146,9 @@ def validate(testbed, link: Link, *, pings: int = 200, ping_interval_s: float = 
     while any vCPU thread of the sender runs under SCHED_DEADLINE: the numbers would describe the
     contention, not the link.
     """
+    if not link.shaped:
+        raise ValidationError("link.rate_mbit", None, "a rate: validate measures the link against its rate "
+                              "(what an unshaped path carries is measured by bbrlab calibrate)")
     check_uncontended(testbed)
     out = {"rtt_ms": measure_rtt(testbed, link, count=pings, interval_s=ping_interval_s),
            "udp_mbit": measure_udp(testbed, link, duration_s=udp_s)}

@@ -1,10 +1,11 @@
 """The paper's figures from bbrlab's tables, in one publication style.
 
-Every figure function takes tables (see :mod:`bbrlab.data`) and returns ``(figure, table)``: the
-matplotlib Figure and the DataFrame it plotted (medians with 25th/75th percentiles over repetitions,
-or the raw rows for time series), so a notebook can show, save or check both. :func:`save` writes PDF
-(for papers) and PNG (for a quick look) plus ``<name>.points.json``, the coordinates read back from the
-figure's lines, so anyone can verify a figure against the table without parsing an image.
+Every figure function takes :class:`~bbrlab.tables.Tables` (from :func:`bbrlab.data.load` and
+:func:`bbrlab.data.select`) and returns ``(figure, table)``: the matplotlib Figure and the DataFrame it
+plotted (medians with 25th/75th percentiles over repetitions, or the raw rows for time series), so a
+notebook can show, save or check both. :func:`save` writes PDF (for papers) and PNG (for a quick look)
+plus ``<name>.points.json``, the coordinates read back from the figure's lines, so anyone can verify a
+figure against the table without parsing an image.
 
 Facet dimensions that the data lacks never raise: an empty selection gives a figure that says what is
 missing, and a column with no values collapses to a single facet labelled "not recorded".
@@ -24,6 +25,7 @@ import pandas as pd
 from matplotlib.collections import LineCollection
 
 from .data import summarise
+from .tables import Tables
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "font.size": 8, "axes.titlesize": 8,
@@ -31,30 +33,59 @@ STYLE = {
     "lines.markersize": 3.5, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False, "pdf.fonttype": 42, "ps.fonttype": 42, "legend.frameon": False,
 }
-#: Fixed colours so a CCA looks the same in every figure.
-CCA_COLOURS = {"cubic": "#4d4d4d", "reno": "#999999", "bbr": "#1f77b4", "bbr1": "#1f77b4", "bbr2": "#2ca02c",
-               "bbr3": "#d62728", "bbrv3": "#d62728", "bbr2b": "#ff7f0e"}
+#: Fixed colours so a congestion control (its ``variant``, see :mod:`bbrlab.identity`) looks the same in
+#: every figure; patched variants take a darker shade of their version's colour and are drawn dashed.
+VARIANT_COLOURS = {"Cubic": "#4d4d4d", "Reno": "#999999", "BBRv1": "#1f77b4", "BBRv1 patched": "#0b3c6b",
+                   "BBRv2": "#2ca02c", "BBRv2 patched": "#145214", "BBRv3": "#d62728", "BBRv3 patched": "#ff7f0e"}
 FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
-          "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]"}
+          "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]",
+          "loss_pct": "loss [%]", "goodput_mbit": "goodput [Mbit/s]", "elapsed_s": "transfer time [s]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
 FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
-               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "sender_kernel": "kernel"}
-UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%"}
+               "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "variant": "",
+               "kernel": "kernel", "load_pct": "load", "workload": ""}
+UNITS = {"timeslice_ms": "ms", "rtt_ms": "ms", "rate_mbit": "Mbit/s", "cpu_share_pct": "%", "loss_pct": "%",
+         "load_pct": "%"}
 NOT_RECORDED = "not recorded"
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 2.3, 1.8
 
 
 @contextmanager
 def style():
-    """Apply the publication style for the figures made inside the block."""
+    """Apply the publication style (:data:`STYLE`) to the figures made inside the block.
+
+    Examples
+    --------
+    >>> with plots.style():          # doctest: +SKIP
+    ...     fig, ax = plt.subplots()
+    """
     with plt.rc_context(STYLE):
         yield
 
 
 def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
-    """Write ``name.pdf`` / ``name.png`` and ``name.points.json`` (what the lines show) into ``out_dir``."""
+    """Write a figure as ``name.pdf`` / ``name.png`` and ``name.points.json`` (what its lines show).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    out_dir : str or pathlib.Path
+        Created if missing.
+    name : str
+        File name without suffix, e.g. ``"fig04_throughput_vs_share"``.
+    formats : sequence of str, default ("pdf", "png")
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written; ``points.json`` is :func:`plotted_points` of the figure.
+
+    Examples
+    --------
+    >>> plots.save(fig, "build/figures", "fig04_throughput_vs_share")  # doctest: +SKIP
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -69,7 +100,12 @@ def save(fig, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "
 
 
 def show(fig) -> None:
-    """Display a figure once in a notebook (then close it to free its memory)."""
+    """Display a figure once in a notebook, then close it (frees its memory; no second copy at the end).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    """
     try:
         from IPython.display import display
 
@@ -79,8 +115,18 @@ def show(fig) -> None:
 
 
 def plotted_points(fig) -> list[dict]:
-    """Per axes: its title and every labelled line's x/y, read from the figure's artists
-    (a collection of many run lines is listed with its ``segments``, [[x, y], ...] per run)."""
+    """What a figure shows, read back from its artists (to check a figure without parsing an image).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+
+    Returns
+    -------
+    list of dict
+        Per axes: ``title``, ``xlabel``, ``ylabel`` and ``lines``, each ``{"label", "x", "y"}`` (a
+        collection of many run lines: ``{"label", "segments"}``, [[x, y], ...] per run).
+    """
     out = []
     for ax in fig.axes:
         lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata())}
@@ -130,7 +176,8 @@ def _select(df: pd.DataFrame, col: str | None, value) -> pd.DataFrame:
 
 
 def colour(key, index: int) -> str:
-    return CCA_COLOURS.get(str(key).lower(), FALLBACK[index % len(FALLBACK)])
+    """The fixed colour of a variant label, else the index-th colour of the default cycle."""
+    return VARIANT_COLOURS.get(str(key), FALLBACK[index % len(FALLBACK)])
 
 
 def _grid(n_rows: int, n_cols: int, sharey: bool = True):
@@ -171,10 +218,12 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
                 stat: str = "median", band: bool = True, logy: bool = False, ylabel: str | None = None,
-                title: str | None = None, hue_label=None):
+                title: str | None = None, hue_label=None, ceiling: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
     ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.calibrate`)
+    when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
     """
     needed = [x, value]
@@ -194,6 +243,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 for k, hv in enumerate(hues):
                     _draw_line(ax, _select(cell, hue, hv).sort_values(x), x, stat, band,
                                (hue_label or _hue_text)(hv), colour(hv, k))
+                if ceiling and value == "throughput_mbit":
+                    ceiling_lines(ax, _select(_select(runs, row, rv), col, cv), x=x, hue=hue, hues=hues)
                 ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
                 if logy:
                     ax.set_yscale("log")
@@ -203,8 +254,74 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                     ax.set_xlabel(LABELS.get(x, x))
                 if j == 0:
                     ax.set_ylabel(ylabel or LABELS.get(value, value))
+        if ceiling and value == "throughput_mbit" and not logy:
+            _keep_data_in_view(axes, runs, table)
         _legend(fig, axes, title)
     return fig, table
+
+
+#: What the ceiling depends on besides the x axis (bbrlab.ceiling.PointKey): one line per level a panel mixes.
+CEILING_DIMENSIONS = ("timeslice_ms", "rtt_ms")
+CEILING_LABEL = "CPU ceiling"
+#: Dash-dot, so that it is not taken for a patched variant (dashed, in its variant's colour).
+CEILING_STYLE = {"linestyle": "-.", "linewidth": 1.0, "marker": "", "zorder": 1}
+#: How far above the highest rate (or quartile) the y axis of a figure with a ceiling line ends.
+CEILING_VIEW_HEADROOM = 1.25
+
+
+def ceiling_lines(ax, runs: pd.DataFrame, *, x: str, hue: str | None = None, hues: Sequence = ()) -> pd.DataFrame:
+    """Draw the median ``ceiling_mbit`` over ``x`` of ``runs`` (one panel) as dash-dotted lines.
+
+    One line per timeslice and RTT the panel still mixes (a panel of one timeslice and RTT gets one
+    line); when the hue is one of them, each line takes its hue's colour. Runs without a ceiling are
+    skipped, so data without a calibration draws nothing.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    runs : pandas.DataFrame
+        The panel's runs.
+    x : str
+        The x column (``cpu_share_pct``).
+    hue, hues : optional
+        The figure's hue column and its levels, to colour a line per hue level.
+
+    Returns
+    -------
+    pandas.DataFrame
+        What was drawn: the median ceiling per line and x (empty when nothing was).
+    """
+    if "ceiling_mbit" not in runs.columns or x not in runs.columns:
+        return pd.DataFrame()
+    have = runs[runs["ceiling_mbit"].notna()]
+    if have.empty:
+        return pd.DataFrame()
+    dims = [d for d in CEILING_DIMENSIONS if d in have.columns and have[d].nunique() > 1]
+    table = summarise(have, [*dims, x], "ceiling_mbit")
+    groups = table.groupby(dims, dropna=False, sort=True) if dims else [((), table)]
+    for levels_, part in groups:
+        levels_ = levels_ if isinstance(levels_, tuple) else (levels_,)
+        named = dict(zip(dims, levels_, strict=True))
+        colour_ = "black"
+        if hue in named and named[hue] in list(hues):
+            colour_ = colour(named[hue], list(hues).index(named[hue]))
+        extra = ", ".join(level_label(d, v) for d, v in named.items())
+        part = part.sort_values(x)
+        ax.plot(part[x], part["median"], color=colour_, label=f"{CEILING_LABEL}{' (' + extra + ')' if extra else ''}",
+                **CEILING_STYLE)
+    return table
+
+
+def _keep_data_in_view(axes, runs: pd.DataFrame, table: pd.DataFrame) -> None:
+    """A ceiling far above the link rates would squash the curves: the y axis then ends a little above the
+    highest rate or quartile, and the ceiling line leaves the frame at the top (it is above all that is drawn)."""
+    tops = [table[c].max() for c in ("q75", "median") if c in table]
+    if "rate_mbit" in runs:
+        tops.append(runs["rate_mbit"].max())
+    top = CEILING_VIEW_HEADROOM * max((t for t in tops if pd.notna(t)), default=0.0)
+    for ax in np.ravel(axes):
+        if top > 0 and ax.get_ylim()[1] > top:
+            ax.set_ylim(0, top)
 
 
 def _hue_text(value) -> str:
@@ -214,7 +331,8 @@ def _hue_text(value) -> str:
 def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str, color: str) -> None:
     if part.empty:
         return
-    ax.plot(part[x], part[stat], marker="o", label=label, color=color)
+    ax.plot(part[x], part[stat], marker="o", label=label, color=color,
+            linestyle="--" if " patched" in label else "-")  # patched variants: dashed, whatever the colour
     if band and stat == "median":
         ax.fill_between(part[x], part["q25"], part["q75"], color=color, alpha=0.18, linewidth=0)
 
@@ -235,46 +353,167 @@ def _legend(fig, axes, title: str | None = None) -> None:
 
 # -- the paper's figures --------------------------------------------------------------------------
 
-def throughput_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                        hue: str = "cca", value: str = "throughput_mbit", logy: bool = False, title=None):
-    """Figures 1 and 4: median throughput (IQR band) vs CPU share; facets timeslice x RTT, a line per CCA."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
-                       logy=logy, title=title)
+def throughput_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        hue: str = "variant", value: str = "throughput_mbit", logy: bool = False,
+                        title: str | None = None):
+    """Figures 1 and 4: median throughput (IQR band) over the CPU share, a line per variant.
+
+    Runs without a policy (100 % share) whose timeslice is not recorded appear in every timeslice panel.
+    When the runs carry the sender's CPU ceiling (``ceiling_mbit``, ``bbrlab calibrate``), each panel also
+    shows it as a dash-dotted line "CPU ceiling".
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (:func:`bbrlab.data.select`); its ``runs`` are drawn.
+    row, col : str or None
+        Columns that facet the figure into rows and columns of panels (None: one row/column).
+    hue : str, default "variant"
+        One line per value of this column.
+    value : str, default "throughput_mbit"
+        What the y axis shows (``link_utilisation`` for utilisation).
+    logy : bool, default False
+    title : str, optional
+        Shown above the legend.
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+
+    Examples
+    --------
+    >>> fig, table = plots.throughput_vs_share(data.select(tables, rate_mbit=100))  # doctest: +SKIP
+    >>> plots.save(fig, "build/figures", "fig04_throughput_vs_share")               # doctest: +SKIP
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=hue, row=row, col=col,
+                       logy=logy, title=title, ceiling=True)
 
 
-def sweep(runs: pd.DataFrame, *, over: str = "rate_mbit", row: str | None = "cca", col: str | None = "timeslice_ms",
-          logy: bool = True, value: str = "throughput_mbit", title=None):
-    """Figures 7/13 (``over='rate_mbit'``, log y) and 8/14 (``over='rtt_ms'``): a line per swept value."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
-                       logy=logy, title=title, hue_label=lambda v: level_label(over, v))
+def sweep(tables: Tables, *, over: str = "rate_mbit", row: str | None = "variant",
+          col: str | None = "timeslice_ms", logy: bool = True, value: str = "throughput_mbit",
+          title: str | None = None):
+    """Figures 7/13 (``over="rate_mbit"``, log y) and 8/14 (``over="rtt_ms"``): a line per swept value.
+
+    The sender's CPU ceiling, when the runs carry one, is drawn per panel (one line per RTT, in its
+    colour, in an RTT sweep).
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``runs`` are drawn over the CPU share.
+    over : str, default "rate_mbit"
+        The swept column: one line per value.
+    row, col : str or None
+        Facets (default: a row per variant, a column per timeslice).
+    logy : bool, default True
+    value : str, default "throughput_mbit"
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+
+    Examples
+    --------
+    >>> fig, _ = plots.sweep(data.select(tables, rtt_ms=10), over="rate_mbit")  # doctest: +SKIP
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value=value, hue=over, row=row, col=col,
+                       logy=logy, title=title, hue_label=lambda v: level_label(over, v), ceiling=True)
 
 
-def std_vs_share(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                 hue: str = "cca", title=None):
-    """Figure 12: standard deviation of the per-run throughputs vs CPU share."""
-    return facet_lines(spread_full_share(runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
+def std_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                 hue: str = "variant", title: str | None = None):
+    """Figure 12: the standard deviation of the per-run throughputs over the CPU share.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; repetitions of a point are its runs.
+    row, col : str or None
+    hue : str, default "variant"
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    return facet_lines(spread_full_share(tables.runs), x="cpu_share_pct", value="throughput_mbit", hue=hue, row=row,
                        col=col, stat="std", band=False, ylabel=LABELS["std"], title=title)
 
 
-def with_variant(runs: pd.DataFrame) -> pd.DataFrame:
-    """Add ``variant``: ``"<cca> (patched)"`` or ``"<cca> (original)"``."""
-    tag = np.where(runs["patched"].fillna(False).astype(bool), "patched", "original")
-    return runs.assign(variant=runs["cca"].astype(str) + " (" + tag + ")")
+def patched_versions(runs: pd.DataFrame) -> pd.DataFrame:
+    """BBR runs of every BBR version that has patched runs: the patched and the stock ones.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows of BBR versions with patched runs (e.g. BBRv3 and BBRv3 patched); none without.
+    """
+    if runs.empty or "bbr_version" not in runs:
+        return runs.iloc[0:0]
+    bbr = runs[runs["bbr_version"].notna()]
+    versions = set(bbr.loc[bbr["patched"].astype(bool), "bbr_version"])
+    return bbr[bbr["bbr_version"].isin(versions)]
 
 
-def patched_vs_original(runs: pd.DataFrame, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
-                        title=None):
-    """Figures 10/15: medians of patched and original BBR side by side."""
-    if runs.empty:
-        return facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="cca", row=row, col=col)
-    return facet_lines(spread_full_share(with_variant(runs)), x="cpu_share_pct", value="throughput_mbit",
-                       hue="variant", row=row, col=col, title=title)
+def patched_vs_original(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
+                        title: str | None = None):
+    """Figures 10/15: medians of patched and stock BBR of the same version side by side.
+
+    Figure 10 is BBRv3 vs BBRv3 patched, figure 15 BBRv1; versions without patched runs (and CCAs that
+    are not BBR) are left out (:func:`patched_versions`).
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection.
+    row, col : str or None
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    return facet_lines(spread_full_share(patched_versions(tables.runs)), x="cpu_share_pct", value="throughput_mbit",
+                       hue="variant", row=row, col=col, title=title, ceiling=True)
 
 
-def timeseries(intervals: pd.DataFrame, runs: pd.DataFrame, *, row: str | None = "cca",
-               col: str | None = "timeslice_ms", alpha: float = 0.5, title=None):
-    """Figure 5: throughput over time, one thin line per run, facets CCA x timeslice."""
-    keep = [c for c in ("run_id", "cca", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
+def timeseries(tables: Tables, *, row: str | None = "variant", col: str | None = "timeslice_ms",
+               alpha: float = 0.5, title: str | None = None):
+    """Figure 5: throughput over time, one thin line per run, facets variant x timeslice.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``intervals`` (iperf3's per-interval receiver throughput summed over streams)
+        are drawn, one line per run of its ``runs``.
+    row, col : str or None
+    alpha : float, default 0.5
+        Line opacity (many runs overlap).
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    pandas.DataFrame
+        The intervals drawn, with the run columns the facets use. Lines are labelled with run ids
+        (see ``points.json``); above :data:`MANY_LINES` runs per panel one line collection per variant.
+    """
+    runs, intervals = tables.runs, tables.intervals
+    keep = [c for c in ("run_id", "variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit") if c in runs]
     table = intervals.merge(runs[keep], on="run_id", how="inner") if len(intervals) else intervals
     if table.empty:
         return empty_figure("Nothing to plot: no iperf3 intervals for the selected runs."), table
@@ -302,7 +541,7 @@ MANY_LINES = 200
 
 
 def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
-    """One line per run (throughput at each interval's end), coloured by CCA."""
+    """One line per run (throughput at each interval's end), coloured by variant."""
     if cell.empty:
         return
     cell = cell.sort_values(["run_id", "t_end_s"], kind="stable")
@@ -310,14 +549,14 @@ def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     xs = np.split(cell["t_end_s"].to_numpy(dtype=float), starts[1:])
     ys = np.split(cell["throughput_mbit"].to_numpy(dtype=float), starts[1:])
-    ccas = cell["cca"].astype(str).to_numpy()[starts]
+    variants = cell["variant"].astype(str).to_numpy()[starts]
     if len(starts) <= MANY_LINES:
         for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
-            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(ccas[k], k), label=str(ids[starts[k]]))
+            ax.plot(x, y, alpha=alpha, linewidth=0.8, color=colour(variants[k], k), label=str(ids[starts[k]]))
         return
-    for k, cca in enumerate(sorted(set(ccas))):
-        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, ccas, strict=True) if c == cca]
-        ax.add_collection(LineCollection(segs, colors=colour(cca, k), alpha=alpha, linewidths=0.5, label=cca))
+    for k, variant in enumerate(sorted(set(variants))):
+        segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, variants, strict=True) if c == variant]
+        ax.add_collection(LineCollection(segs, colors=colour(variant, k), alpha=alpha, linewidths=0.5, label=variant))
     ax.autoscale_view()
 
 
@@ -330,9 +569,25 @@ SS_PANELS = {
 SS_YLABELS = {"rates": "rate [Mbit/s]", "inflight": "inflight [BBR BDP]", "gains": "gain"}
 
 
-def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timeslice_ms", "cpu_share_pct"),
+def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "timeslice_ms", "cpu_share_pct"),
                         have: Sequence[str] | None = None) -> list[str]:
-    """One run per group: the run whose throughput is closest to its group's median (a typical sample)."""
+    """One typical run per group: the run whose throughput is closest to its group's median.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+    by : sequence of str, default ("variant", "timeslice_ms", "cpu_share_pct")
+        The groups.
+    have : sequence of str, optional
+        Only these run ids qualify (e.g. runs with ss samples).
+
+    Returns
+    -------
+    list of str
+        One run id per group, in group order; a group without throughputs (e.g. the authors' socket
+        logs) gives its first run.
+    """
     pool = runs if have is None else runs[runs["run_id"].isin(have)]
     if pool.empty:
         return []
@@ -340,14 +595,40 @@ def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("cca", "timesli
     chosen = []
     for _, g in pool.groupby(cols, dropna=False, sort=True):
         distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
-        chosen.append(g.loc[distance.idxmin(), "run_id"])
+        chosen.append(g.loc[distance.idxmin(), "run_id"] if distance.notna().any() else g["run_id"].iloc[0])
     return chosen
 
 
-def socket_state(ss: pd.DataFrame, runs: pd.DataFrame, *, run_ids: Sequence[str] | None = None,
-                 panels: Sequence[str] = ("rates",), max_runs: int = 6, title=None):
-    """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains): one column per
-    sampled run, one row per panel kind. Default runs: a representative one per CCA x timeslice x share."""
+def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels: Sequence[str] = ("rates",),
+                 max_runs: int = 6, title: str | None = None):
+    """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains) of single flows.
+
+    One column per sampled run, one row per panel kind.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its ``ss`` samples are drawn.
+    run_ids : sequence of str, optional
+        The runs to show (e.g. picked with :func:`bbrlab.explore.pick_runs`); default: a representative
+        run per variant x timeslice x share (:func:`representative_runs`), at most ``max_runs``.
+    panels : sequence of str, default ("rates",)
+        Among ``"rates"`` (pacing rate, delivery rate, BBR's bw estimate), ``"inflight"`` and ``"gains"``.
+    max_runs : int, default 6
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    pandas.DataFrame
+        The ss rows drawn.
+
+    Raises
+    ------
+    ValueError
+        An unknown panel name.
+    """
+    ss, runs = tables.ss, tables.runs
     unknown = set(panels) - set(SS_PANELS)
     if unknown:
         raise ValueError(f"panels must be among {', '.join(SS_PANELS)}; got {', '.join(sorted(unknown))}")
@@ -355,7 +636,7 @@ def socket_state(ss: pd.DataFrame, runs: pd.DataFrame, *, run_ids: Sequence[str]
     ids = list(run_ids) if run_ids is not None else representative_runs(runs, have=sampled)[:max_runs]
     table = ss[ss["run_id"].isin(ids)] if len(ss) else ss
     if table.empty:
-        return empty_figure("Nothing to plot: no ss samples for the selected runs (sample with flow.sample_ss_ms)."), \
+        return empty_figure("Nothing to plot: no ss samples for the selected runs (sample with flow.sample_ms)."), \
             table
     ids = [i for i in ids if i in set(table["run_id"])]
     info = runs.set_index("run_id")
@@ -395,17 +676,36 @@ def _run_title(info: pd.DataFrame, run_id: str) -> str:
     r = info.loc[run_id]
     if isinstance(r, pd.DataFrame):
         r = r.iloc[0]
-    return f"{r['cca']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n{level_label('cpu_share_pct', r['cpu_share_pct'])}"
+    return (f"{r['variant']} | {level_label('timeslice_ms', r['timeslice_ms'])}\n"
+            f"{level_label('cpu_share_pct', r['cpu_share_pct'])}")
 
 
-def link_utilisation(runs: pd.DataFrame, *, x: str = "rate_mbit", hue: str = "kernel_cca",
-                     row: str | None = "streams", col: str | None = "hypervisor", title=None):
-    """Poster figure 2: link utilisation (median, IQR band, and every run as a dot) per hypervisor x
-    flows, a line per kernel + CCA, over the bandwidth."""
+def link_utilisation(tables: Tables, *, x: str = "rate_mbit", hue: str = "kernel_variant",
+                     row: str | None = "streams", col: str | None = "hypervisor", title: str | None = None):
+    """Poster figure 2: link utilisation (median, IQR band, every run as a dot) over the bandwidth.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (the poster: 0.1 % loss).
+    x : str, default "rate_mbit"
+    hue : str, default "kernel_variant"
+        One line per sender kernel and variant (``"<kernel> / <variant>"``).
+    row, col : str or None
+        Default: a row per number of flows, a column per hypervisor.
+    title : str, optional
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (a figure that says "Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and x, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std`` over repetitions.
+    """
+    runs = tables.runs
     if runs.empty:
-        return facet_lines(runs, x=x, value="link_utilisation", hue="cca", row=row, col=col)
-    kernel = runs["sender_kernel"].astype("string").fillna(NOT_RECORDED)
-    data = runs.assign(kernel_cca=kernel + " / " + runs["cca"].astype("string"))
+        return facet_lines(runs, x=x, value="link_utilisation", hue="variant", row=row, col=col)
+    kernel = runs["kernel"].astype("string").fillna(NOT_RECORDED)
+    data = runs.assign(kernel_variant=kernel + " / " + runs["variant"].astype("string"))
     fig, table = facet_lines(data, x=x, value="link_utilisation", hue=hue, row=row, col=col, title=title)
     _add_run_dots(fig, data, x=x, row=row, col=col, table=table)
     return fig, table
@@ -419,3 +719,105 @@ def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFr
     for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
         cell = _select(_select(data, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
         ax.scatter(cell[x], cell["link_utilisation"], s=4, color="black", alpha=0.25, label="_runs", zorder=1)
+
+
+# -- loss sweeps: goodput and transfer time of iperf3 and rsync ------------------------------------------
+
+TIMED_OUT_LABEL = "timed out (each copy)"
+
+
+def goodput_vs_loss(tables: Tables, *, row: str | None = "workload", col: str | None = "cpu_share_pct",
+                    hue: str = "variant", logy: bool = True, title: str | None = None):
+    """Goodput (median, IQR band) over the configured loss, a line per variant, facets workload x share.
+
+    An iperf3 run's goodput is its throughput; an rsync copy's is the bytes that arrived over its wall time,
+    copies that ran into ``transfer_timeout_s`` included: each of those is also marked ``x`` at the goodput
+    it reached.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection (:func:`bbrlab.data.select`); its ``runs`` are drawn.
+    row, col : str or None
+        Facet columns (None: one row/column).
+    hue : str, default "variant"
+        One line per value of this column.
+    logy : bool, default True
+        Goodput falls by orders of magnitude between 0 and 30 % loss.
+    title : str, optional
+        Shown above the legend.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure ("Nothing to plot: ..." when the selection is empty).
+    pandas.DataFrame
+        What it drew: per line and loss, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std``.
+
+    Examples
+    --------
+    >>> fig, table = plots.goodput_vs_loss(data.select(tables, ss_sampled=False))  # doctest: +SKIP
+    """
+    runs = tables.runs
+    fig, table = facet_lines(runs, x="loss_pct", value="goodput_mbit", hue=hue, row=row, col=col, logy=logy,
+                             title=title)
+    _mark_timed_out(fig, runs, table, y="goodput_mbit", row=row, col=col, title=title)
+    return fig, table
+
+
+def transfer_time_vs_loss(tables: Tables, *, row: str | None = None, col: str | None = "cpu_share_pct",
+                          hue: str = "variant", title: str | None = None):
+    """rsync copies: wall time (median, IQR band) over the configured loss, a line per variant (log y).
+
+    A copy that timed out counts with the time it ran (its timeout), so where one did the median is a lower
+    bound; each such copy is marked ``x``. Runs of other workloads are left out.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection; its rsync runs are drawn.
+    row, col : str or None
+        Facet columns.
+    hue : str, default "variant"
+        One line per value of this column.
+    title : str, optional
+        Shown above the legend.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure ("Nothing to plot: ..." without rsync copies).
+    pandas.DataFrame
+        What it drew: per line and loss, statistics of ``elapsed_s`` over the copies.
+
+    Examples
+    --------
+    >>> fig, table = plots.transfer_time_vs_loss(data.select(tables, workload="rsync"))  # doctest: +SKIP
+    """
+    runs = tables.runs
+    copies = runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0]
+    if copies.empty:
+        return empty_figure("Nothing to plot: no rsync copies in the selection (workloads: [rsync])."), \
+            summarise(copies, ["loss_pct"], "elapsed_s")
+    fig, table = facet_lines(copies, x="loss_pct", value="elapsed_s", hue=hue, row=row, col=col, logy=True,
+                             title=title)
+    _mark_timed_out(fig, copies, table, y="elapsed_s", row=row, col=col, title=title)
+    return fig, table
+
+
+def _mark_timed_out(fig, runs: pd.DataFrame, table: pd.DataFrame, *, y: str, row, col, title) -> None:
+    """Each timed-out run as an ``x`` at its loss and ``y``, in its facet; the legend says what ``x`` means."""
+    if table.empty or "timed_out" not in runs.columns:
+        return
+    late = runs[runs["timed_out"].fillna(False).astype(bool)]
+    if late.empty:
+        return
+    rows, cols = levels(table, row), levels(table, col)
+    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
+        cell = _select(_select(late, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
+        if len(cell):
+            ax.plot(cell["loss_pct"], cell[y], linestyle="none", marker="x", markersize=5, color="black",
+                    label=TIMED_OUT_LABEL)
+    for legend in list(fig.legends):
+        legend.remove()
+    _legend(fig, np.array(fig.axes), title)

@@ -39,6 +39,14 @@ wake-up. Measured on the TCG emulator VM at 100 Mbit/s (UDP at the rate, frames 
 2 ms gave 97.2-98.3 Mbit/s, 5 ms 99.2 Mbit/s. tbf splits GRO super-packets that exceed the burst,
 so the burst does not need to hold 64 KiB.
 
+Unshaped links
+--------------
+A :meth:`~bbrlab.scenario.Link.unshaped` link (no rate) gets netem alone on the data port: the delay (and
+loss), no token bucket, so no bottleneck queue of the emulator's making; with no delay at all no qdisc is
+set. netem's limit cannot come from the link's BDP then: it is sized for
+:data:`UNSHAPED_SIZING_RATE_MBIT` over the RTT, far above what a sender here can send, so that netem
+still never drops and whatever limits the transfer is outside the emulator's qdiscs.
+
 Jitter: netem sorts its queue by send time, so jitter reorders packets. It is off by default and
 is applied to the data direction only. Loss is applied to the data direction only (one bottleneck
 with one loss process). Gilbert-Elliott: ``Link.ge_h_pct``/``ge_k_pct`` are h and k (the chance of
@@ -67,6 +75,8 @@ NETEM_MIN_LIMIT_PACKETS = 1000
 NETEM_LIMIT_HEADROOM = 4
 TBF_BURST_TIME_MS = 4.0
 TBF_BURST_MIN_PACKETS = 10
+#: The rate an unshaped link's netem queue is sized for (its packet limit; memory is used only when filled).
+UNSHAPED_SIZING_RATE_MBIT = 10_000.0
 #: Bytes a full-size packet takes at the qdisc: the IP MTU plus the Ethernet header.
 ETHERNET_HEADER_BYTES = 14
 #: tbf's netlink rate field without the 64-bit extension is 32-bit bytes/s (about 34 Gbit/s).
@@ -169,6 +179,9 @@ class LinkTree:
 # -- building the tree from a Link ---------------------------------------------------------------
 def netem_limit_packets(link: Link) -> int:
     """netem's queue in packets, large enough never to drop (see the module docstring)."""
+    if not link.shaped:
+        sized_bytes = UNSHAPED_SIZING_RATE_MBIT * 1e6 / 8 * link.rtt_ms / 1e3
+        return max(NETEM_MIN_LIMIT_PACKETS, math.ceil(NETEM_LIMIT_HEADROOM * sized_bytes / link.mtu_bytes))
     full_packets = (link.bdp_bytes + link.queue_limit_bytes) / link.mtu_bytes
     return max(NETEM_MIN_LIMIT_PACKETS, math.ceil(NETEM_LIMIT_HEADROOM * full_packets))
 
@@ -194,16 +207,19 @@ def _us(ms: float) -> int:
 
 
 def data_port_tree(link: Link, ifname: str) -> PortTree:
-    """netem (delay, jitter, loss) at the root with tbf below it; tbf alone when netem has nothing to do."""
+    """netem (delay, jitter, loss) at the root with tbf below it; tbf alone when netem has nothing to do;
+    netem alone (or nothing) for an unshaped link."""
     delay_ms = link.one_way_delays_ms()[0]
     loss = _loss(link)
+    needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
+    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=netem_limit_packets(link),
+                  loss=loss, seed=link.loss_seed) if needs_netem else None
+    if not link.shaped:
+        return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),) if netem else ())
     tbf = Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=tbf_burst_bytes(link),
               limit_bytes=link.queue_limit_bytes)
-    needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
-    if not needs_netem:
+    if netem is None:
         return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", tbf),))
-    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=netem_limit_packets(link),
-                  loss=loss, seed=link.loss_seed)
     return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),
                                      QdiscNode(CHILD_HANDLE, CHILD_PARENT, tbf)))
 

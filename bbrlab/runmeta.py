@@ -25,6 +25,7 @@ class CcaUse:
     requested: str
     available: list[str] = field(default_factory=list)
     iperf_sender: str | None = None  # iperf3's sender_tcp_congestion
+    socket: str | None = None  # rsync: TCP_CONGESTION read back from the SSH connection's own socket
     ss_seen: list[str] | None = None  # what the sampler saw on the data streams (sampled runs)
     bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
     patched: bool = False
@@ -45,7 +46,10 @@ class RunMetadata:
     qdiscs: dict | None = None
     link: dict | None = None  # per-run qdisc counters and the loss netem applied
     iperf: dict | None = None
+    transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: dict | None = None
+    cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.hostcpu)
+    ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     timing: dict[str, float | bool] = field(default_factory=dict)
 

@@ -1,8 +1,10 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
-Read :meth:`Runner.run` top to bottom: prepare the sender, hold the link on the emulator, start the
-iperf3 server (and the sampler), put the sender's vCPUs under the deadline policy for the client's
-transfer, then read back and check what held. Each step is a context manager owned by its tool, composed
+Read :meth:`Runner.run` top to bottom: prepare the sender (and find the ceiling of the run's point in
+the calibration, if one is given), hold the link on the emulator, start the workload's server on the
+receiver (iperf3's server, or rsync's sshd: :mod:`bbrlab.workloads`) and the sampler, put the sender's
+vCPUs under the deadline policy for the client's transfer while the emulator's and the sender's
+hypervisor's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
 in one ``ExitStack``: whatever fails or interrupts the run (an exception, SIGINT, SIGTERM, SIGHUP), the
 policy comes off, the sampler and the server stop, and the link is cleared, in reverse order.
 
@@ -16,14 +18,17 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import __version__, checks, contention, iperf, link, sampling, sender
+from . import __version__, checks, contention, hostcpu, link, sampling, sender, workloads
 from . import record as rec
+from .ceiling import Calibration
 from .recovery import recover
 from .runmeta import CcaUse, RunMetadata
 from .scenario import Scenario
 
 #: Seconds the sampler and the server may outlive the client's own limit before they stop by themselves.
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
+#: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
+SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -38,11 +43,15 @@ class Runner:
     """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
 
     Keeps what lasts between the runs of a campaign: the link set on the emulator, and what was measured
-    once about the testbed.
+    once about the testbed. With a ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to
+    the ceiling of its point (``metadata.ceiling``, its file named as ``calibration_source``); a run fails
+    when the calibration belongs to another testbed or sender kernel, or lacks the point.
     """
 
-    def __init__(self, testbed, *, ready_timeout_s: float = 15.0):
+    def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
+                 calibration_source: str | None = None):
         self.testbed, self.ready_timeout_s = testbed, ready_timeout_s
+        self.calibration, self.calibration_source = calibration, calibration_source
         self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
         self._static: dict | None = None
         self._recovered: dict | None = None
@@ -60,6 +69,7 @@ class Runner:
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
         tb, flow = self.testbed, scenario.flow
+        work = workloads.for_flow(flow)
         self._describe(meta)
         with meta.timed("probe"):
             state = sender.prepare(tb.sender.host)
@@ -68,39 +78,44 @@ class Runner:
             checks.cca_offered(flow.cca, state.available)
             meta.module = sender.module_identity(tb.sender.host, flow.cca)
             meta.cca.bbr_version, meta.cca.patched = sender.bbr_identity(flow.cca, meta.module)
-        meta.flow = {"client_ports": ports, "server_ip": tb.receiver.experiment_ip}
-        limit_s = flow.duration_s + iperf.CLIENT_MARGIN_S
+            if flow.sample_ms:
+                checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
+            prepared = work.prepare(tb, flow)
+            if self.calibration is not None:
+                meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
+        meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
+        limit_s = work.client_limit_s(flow)
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
             meta.timing["link_set"] = changed
             before = link.counters(self.link.readback(), tb.emulator.ports)
             with ExitStack() as traffic:
                 with meta.timed("setup"):
-                    traffic.enter_context(iperf.server(tb.receiver.host, lifetime_s=limit_s + SERVER_MARGIN_S,
-                                                       ready_timeout_s=self.ready_timeout_s))
+                    endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
+                                                                 ready_timeout_s=self.ready_timeout_s))
+                    meta.flow["server_port"] = endpoint.port
                     sampled = traffic.enter_context(sampling.sampler(
-                        tb.sender.host, ports, flow.sample_ss_ms, limit_s + SAMPLER_MARGIN_S)) if flow.sample_ss_ms else None
-                with meta.timed("client"), contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(),
-                                                               scenario.contention) as held:
-                    result = iperf.run_client(tb.sender.host, tb.receiver.experiment_ip, cca=flow.cca,
-                                              duration_s=flow.duration_s, streams=flow.streams, cport=ports[0])
+                        tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
+                        server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
+                with meta.timed("client"), hostcpu.watched(tb.emulator.host) as emulator_cpu, \
+                        hostcpu.watched(tb.sender.hypervisor) as hypervisor_cpu, \
+                        contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
+                    result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention = held.record()
+                meta.cpu_load = {"emulator": emulator_cpu.result, "sender_hypervisor": hypervisor_cpu.result}
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
             with meta.timed("verify"):
-                self._verify(scenario, out, meta, result, sampled, before, ports)
+                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
 
-    def _verify(self, scenario: Scenario, out: Path, meta: RunMetadata, result, sampled, before, ports) -> None:
+    def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,
+                sampled, before, ports) -> None:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
-        rec.write_file(out / "iperf.json", result.stdout)
-        parsed = checks.client_result(result, flow)
-        meta.cca.iperf_sender = parsed.sender_tcp_congestion
-        meta.iperf = {k: v for k, v in parsed.to_dict().items() if k != "intervals"}
+        data_ports = work.verify(flow, endpoint, result, ports, out, meta)
         if sampled is not None:
-            rec.write_file(out / "ss.log", sampled.text)
-            meta.sampling = checks.samples(sampled.text, parsed, flow.cca)
+            rec.write_file(out / SAMPLE_FILES[sampled.kind], sampled.text)
+            meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
             meta.cca.ss_seen = meta.sampling.pop("ss_seen")
-        checks.data_ports(parsed, ports)
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
         delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))

@@ -1,4 +1,9 @@
-"""Sampling TCP socket state with ``ss -tin`` during a run, and parsing what ss printed.
+"""Sampling TCP socket state during a run: the sampler's life in a run, the ``ss -tin`` loop, and its parser.
+
+:func:`sampler` runs any of the three samplers for the length of a ``with`` block: ``bpf`` and ``netlink``
+(:mod:`bbrlab.sockdiag`, the cheap ones; docs/sampling.md) or the ``ss`` loop described here, which forks
+``ss`` for every sample and stays for cross-checks. All three fill the same table (the rows of
+:func:`parse_ss_log`, with the units and the inflight and BDP definitions below).
 
 The sampler runs INSIDE the sender (the contended VM): a small bash loop that, every
 ``interval_ms``, writes ``# t=<unix seconds>`` and then what ``ss -tinH state established FILTER``
@@ -111,7 +116,7 @@ def sampler_argv(interval_ms: float, stop_after_s: float, stop_file: str,
                  data_ports: Sequence[int] | None = None, server_port: int = IPERF_PORT) -> list[str]:
     """The command that runs the sampler on the sender (an argument list: nothing is shell-joined)."""
     if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or not 1 <= interval_ms <= 10_000:
-        raise ValidationError("sample_ss_ms", interval_ms, "1 <= sample_ss_ms <= 10000 ms")
+        raise ValidationError("sample_ms", interval_ms, "1 <= sample_ms <= 10000 ms")
     if not 1 <= stop_after_s <= 86_400:
         raise ValidationError("stop_after_s", stop_after_s, "1 <= stop_after_s <= 86400 s")
     if not stop_file.startswith("/") or "\n" in stop_file:
@@ -121,13 +126,14 @@ def sampler_argv(interval_ms: float, stop_after_s: float, stop_file: str,
 
 
 class SamplerError(BbrlabError):
-    """The sampler could not be stopped or its samples could not be fetched."""
+    """The sampler could not be started, stopped, or its samples could not be fetched."""
 
 
 @dataclass
 class Sampler:
     """A sampler running on ``host`` for one run. ``text`` is what it wrote (footer included), set when
-    the ``with`` block of :func:`sampler` ends normally."""
+    the ``with`` block of :func:`sampler` ends normally; ``binary`` names the program that ran (netlink
+    and bpf: path, sha256, source_sha256, whether this run copied it)."""
 
     kind: str
     host: Host
@@ -135,6 +141,7 @@ class Sampler:
     directory: str
     interval_ms: float
     text: str | None = None
+    binary: dict | None = None
 
     @property
     def log_path(self) -> str:
@@ -156,27 +163,61 @@ if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
 exit 0
 """
 
+#: Wait until a netlink or BPF sampler has written "# ready" (opened its socket, resp. loaded and attached
+#: its program): $1 log, $2 pid. Fails, printing the log, when the sampler exits first or after 60 s.
+_WAIT_READY = RUNNING_SH + r"""
+i=0
+until grep -q '^# ready' "$1" 2>/dev/null; do
+    running "$2" || { cat "$1"; exit 1; }
+    [ $i -lt 1200 ] || { echo "not ready after 60 s"; exit 1; }
+    sleep 0.05; i=$((i + 1))
+done
+"""
+
+
+def _argv(kind: str, binary_path: str, interval_ms: float, stop_after_s: float, stop_file: str,
+          ports: Sequence[int], server_port: int) -> list[str]:
+    from . import sockdiag
+
+    if kind == "ss":
+        return sampler_argv(interval_ms, stop_after_s, stop_file, data_ports=ports, server_port=server_port)
+    return sockdiag.sampler_argv(binary_path, interval_ms, stop_after_s, stop_file, ports, server_port, kind=kind)
+
 
 @contextmanager
 def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: float, *,
-            server_port: int = IPERF_PORT) -> Iterator[Sampler]:
+            server_port: int = IPERF_PORT, kind: str = "ss") -> Iterator[Sampler]:
     """Sample the flow's data connections (local ``ports``) on ``host`` during the ``with`` block.
 
-    Everything is checked before the sampler starts. It writes into a private directory on the host
-    (``mktemp -d``) and stops by itself after ``stop_after_s`` whatever happens to this process. When
-    the block ends normally, the sampler is asked to stop, its log is fetched into ``Sampler.text`` and
-    the directory removed; when the block fails, it is stopped without fetching anything.
+    ``kind``: ``bpf`` (in-kernel program), ``netlink`` (inet_diag client) or ``ss`` (the fork loop); see
+    :mod:`bbrlab.sockdiag`. Everything is checked before the sampler starts; a netlink or BPF sampler is
+    copied to the host first when its copy there is missing or differs, and the block starts only once the
+    sampler is ready (its socket open, resp. its program loaded), so the transfer is sampled from its
+    start and pays none of the sampler's start-up. It writes into a private directory on the host
+    (``mktemp -d``) and stops by itself after ``stop_after_s`` whatever happens to this process. When the
+    block ends normally, the sampler is asked to stop, its log is fetched into ``Sampler.text`` and the
+    directory removed; when the block fails, it is stopped without fetching anything.
     """
+    from . import sockdiag
+
+    if kind not in ("ss", *sockdiag.KINDS):
+        raise ValidationError("sampler", kind, f"one of ss, {', '.join(sockdiag.KINDS)}")
     if not ports:
         raise ValidationError("ports", ports, "the data streams' local ports (at least one)")
-    probe_argv = sampler_argv(interval_ms, stop_after_s, "/nonexistent", data_ports=ports, server_port=server_port)
-    del probe_argv  # validated; the real stop file is only known once the directory exists
+    _argv(kind, "/validated", interval_ms, stop_after_s, "/nonexistent", ports, server_port)  # checks every value
+    deployed = sockdiag.ensure_on_host(host, kind=kind) if kind != "ss" else None
     with host.private_dir("sampler") as directory:
-        handle = Sampler("ss", host, 0, directory, interval_ms)
-        handle.pid = host.spawn(sampler_argv(interval_ms, stop_after_s, handle.stop_path, data_ports=ports,
-                                             server_port=server_port), handle.log_path)
+        handle = Sampler(kind, host, 0, directory, interval_ms, binary=deployed.to_dict() if deployed else None)
+        handle.pid = host.spawn(_argv(kind, deployed.path if deployed else "", interval_ms, stop_after_s,
+                                      handle.stop_path, ports, server_port), handle.log_path)
         ended_normally = False
         try:
+            if deployed is not None:
+                ready = host.run(["sh", "-c", _WAIT_READY, "bbrlab-wait", handle.log_path, str(handle.pid)],
+                                 timeout=90, check=False)
+                if not ready.ok:
+                    raise SamplerError(f"the {kind} sampler on {host.name} did not start: "
+                                       f"{(ready.stdout + ready.stderr).strip()[-600:]}")
             yield handle
             ended_normally = True
         finally:

@@ -21,6 +21,15 @@ CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
 DEADLINE_PERIOD_MIN_US = 100
 DEADLINE_PERIOD_MAX_US = 4_194_304
 DEADLINE_RUNTIME_MIN_NS = 1024
+#: Highest loss a link may have: beyond half the packets lost a transfer measures the loss, not the CCA.
+MAX_LOSS_PCT = 50
+
+#: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.transfer).
+WORKLOADS = ("iperf3", "rsync")
+DEFAULT_FILE_MB = 160
+DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
+#: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
+MAX_FILE_MB = 1024
 
 LossModel = Literal["none", "uniform", "gemodel"]
 DelaySplit = Literal["symmetric", "forward"]
@@ -50,14 +59,16 @@ class Link:
     """The emulated bottleneck: delay, rate, buffer and loss, as set on the emulator.
 
     ``buffer_bdp`` sizes the token bucket's queue in bandwidth-delay products (the paper uses 1);
-    ``buffer_bytes`` gives it directly instead. ``delay_split``: ``symmetric`` puts RTT/2 on each
+    ``buffer_bytes`` gives it directly instead. ``rate_mbit=None`` is an *unshaped* link: the delay (and
+    loss) only, no token bucket and so no bottleneck queue (both buffers ``None``); build it with
+    :meth:`unshaped`. It measures what the sender can carry at all (``bbrlab calibrate``). ``delay_split``: ``symmetric`` puts RTT/2 on each
     direction, ``forward`` puts the whole RTT on the data direction.
     Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
     as netem's ``loss gemodel p r 1-h 1-k``.
     """
 
     rtt_ms: float
-    rate_mbit: float
+    rate_mbit: float | None
     buffer_bdp: float | None = 1.0
     buffer_bytes: int | None = None
     loss_model: LossModel = "none"
@@ -76,8 +87,14 @@ class Link:
 
     def validate(self) -> None:
         _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
-        _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
-        if (self.buffer_bdp is None) == (self.buffer_bytes is None):
+        if self.rate_mbit is None:
+            if self.buffer_bdp is not None or self.buffer_bytes is not None:
+                raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
+                                      "none when rate_mbit is None (an unshaped link has no bottleneck queue; "
+                                      "use Link.unshaped)")
+        else:
+            _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
+        if self.rate_mbit is not None and (self.buffer_bdp is None) == (self.buffer_bytes is None):
             raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
                                   "exactly one of buffer_bdp or buffer_bytes")
         if self.buffer_bdp is not None:
@@ -86,7 +103,7 @@ class Link:
             _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
         if self.loss_model not in ("none", "uniform", "gemodel"):
             raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
-        _check_range("link.loss_pct", self.loss_pct, 0, 100, unit="%")
+        _check_range("link.loss_pct", self.loss_pct, 0, MAX_LOSS_PCT, unit="%")
         if self.loss_model == "none" and self.loss_pct:
             raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
         for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
@@ -100,15 +117,30 @@ class Link:
             raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
         _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
 
+    @classmethod
+    def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
+        """A link with ``rtt_ms`` of delay and no rate limit (other fields as keywords, e.g. ``delay_split``)."""
+        return cls(rtt_ms=rtt_ms, rate_mbit=None, buffer_bdp=None, buffer_bytes=None, **kwargs)
+
     # -- derived quantities ----------------------------------------------------------------
     @property
-    def bdp_bytes(self) -> int:
-        """Bandwidth-delay product of the configured link in bytes."""
+    def shaped(self) -> bool:
+        """Whether a token bucket limits the rate (False for :meth:`unshaped` links)."""
+        return self.rate_mbit is not None
+
+    @property
+    def bdp_bytes(self) -> int | None:
+        """Bandwidth-delay product of the configured link in bytes (None when unshaped)."""
+        if self.rate_mbit is None:
+            return None
         return int(round(self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1e3))
 
     @property
-    def queue_limit_bytes(self) -> int:
-        """Bottleneck queue in bytes; never below two full packets so the link can work at all."""
+    def queue_limit_bytes(self) -> int | None:
+        """Bottleneck queue in bytes; never below two full packets so the link can work at all (None when
+        unshaped: there is no bottleneck queue)."""
+        if self.rate_mbit is None:
+            return None
         if self.buffer_bytes is not None:
             q = self.buffer_bytes
         else:
@@ -176,17 +208,39 @@ class Contention:
         return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
 
 
+#: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
+#: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
+SAMPLERS = ("bpf", "netlink", "ss")
+DEFAULT_SAMPLER = "bpf"
+
+
 @dataclass(frozen=True)
 class Flow:
-    """The iperf3 transfer from the (contended) sender to the receiver."""
+    """What the (contended) sender sends to the receiver: the workload and its congestion control.
+
+    ``workload`` ``iperf3`` (the default) is a bulk transfer of ``duration_s`` over ``streams`` connections;
+    ``rsync`` copies one incompressible file of ``file_mb`` (10^6 bytes) over one SSH connection, ended
+    after ``transfer_timeout_s`` if it has not finished (see :mod:`bbrlab.transfer`). The fields of the
+    other workload keep their defaults and are left out of :meth:`to_dict`.
+
+    ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled). Records
+    written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict` reads them,
+    and :meth:`to_dict` writes unsampled and ss-sampled flows in that same form, so their run ids do not change.
+    """
 
     cca: str
     duration_s: float = 20.0
     streams: int = 1
-    sample_ss_ms: int | None = None
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
+    workload: str = "iperf3"
+    file_mb: float = DEFAULT_FILE_MB
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
 
     def __post_init__(self):
         self.validate()
+        if self.sample_ms is None:  # the sampler of an unsampled flow means nothing: one form for equality
+            object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
 
     def validate(self) -> None:
         check_cca(self.cca, "flow.cca")
@@ -197,8 +251,64 @@ class Flow:
         if not isinstance(self.streams, int) or isinstance(self.streams, bool):
             raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
         _check_range("flow.streams", self.streams, 1, 128)
-        if self.sample_ss_ms is not None:
-            _check_range("flow.sample_ss_ms", self.sample_ss_ms, 1, 10_000, unit="ms")
+        if self.sample_ms is not None:
+            if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
+                raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
+            _check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
+        if self.sampler not in SAMPLERS:
+            raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
+        if self.workload not in WORKLOADS:
+            raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+        _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
+        _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
+        self._check_workload_fields()
+
+    def _check_workload_fields(self) -> None:
+        """Each workload's own fields; the other workload's must stay at their defaults."""
+        if self.workload == "rsync":
+            if self.streams != 1:
+                raise ValidationError("flow.streams", self.streams, "1 for the rsync workload (one SSH connection)")
+            if self.duration_s != Flow.duration_s:
+                raise ValidationError("flow.duration_s", self.duration_s,
+                                      f"left at {Flow.duration_s:g} for rsync (a copy lasts until the file is "
+                                      "there or transfer_timeout_s has passed)")
+            return
+        for name in ("file_mb", "transfer_timeout_s"):
+            if getattr(self, name) != getattr(Flow, name):
+                raise ValidationError(f"flow.{name}", getattr(self, name),
+                                      f"left at {getattr(Flow, name):g} for {self.workload} (it applies to rsync only)")
+
+    @property
+    def file_bytes(self) -> int:
+        """The size of rsync's file in bytes (``file_mb`` x 10^6)."""
+        return int(round(self.file_mb * 1e6))
+
+    def to_dict(self) -> dict:
+        """The flow as recorded: an iperf3 flow exactly as before workloads existed (so its run id is
+        unchanged), an rsync flow without ``duration_s``; an unsampled or ss-sampled flow with
+        ``sample_ss_ms`` as before the samplers had a choice, a flow sampled otherwise with ``sample_ms``
+        and ``sampler``."""
+        d = asdict(self)
+        if self.workload == "iperf3":
+            for name in ("workload", "file_mb", "transfer_timeout_s"):
+                del d[name]
+        else:
+            del d["duration_s"]
+        if self.sample_ms is None or self.sampler == "ss":
+            d["sample_ss_ms"] = d.pop("sample_ms")
+            del d["sampler"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Flow:
+        """A flow from :meth:`to_dict`'s form, or from a record made before the samplers had a choice."""
+        d = dict(d)
+        legacy = d.pop("sample_ss_ms", None)
+        if legacy is not None:
+            if d.get("sample_ms") is not None:
+                raise ValidationError("flow.sample_ss_ms", legacy, "absent when flow.sample_ms is given")
+            d["sample_ms"], d["sampler"] = legacy, "ss"
+        return cls(**d)
 
 
 SCENARIO_SCHEMA_VERSION = 1
@@ -219,13 +329,13 @@ class Scenario:
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": asdict(self.link),
             "contention": asdict(self.contention),
-            "flow": asdict(self.flow),
+            "flow": self.flow.to_dict(),
             "repetition": self.repetition,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
-        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow(**d["flow"]), d.get("repetition", 0))
+        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0))
 
     @property
     def run_id(self) -> str:
@@ -234,5 +344,7 @@ class Scenario:
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
         share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
-        return (f"{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
-                f"{li.rate_mbit:g}mbit-r{self.repetition:02d}-{digest}")
+        workload = "" if f.workload == "iperf3" else f"{f.workload}-"
+        rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
+        return (f"{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+                f"{rate}-r{self.repetition:02d}-{digest}")

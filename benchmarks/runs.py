@@ -1,11 +1,13 @@
-"""Per-run overhead and the ss sampler's cost, on the local testbed (holds the testbed lock).
+"""Per-run overhead and the samplers' cost through the run path, on the local testbed (holds its lock).
 
 Printed:
 
 - wall time per run / iperf3 duration for 20 s runs through the campaign engine (probe, link when
   changed, server, contention, client, verify, atomic record), goal <= 1.10;
-- the ss sampler inside the sender VM asked for 10 ms: CPU per sample (its own /proc/self/stat ticks,
-  ss included) and the achieved interval (median, mean, p95), without and with a 25 % CPU share.
+- a 10 s cubic run sampled every 10 ms by each sampler (bpf, netlink, ss), without and with a 25 % CPU
+  share (10 ms timeslice), as a campaign runs it: samples, missed ticks, guest CPU per sample and the
+  achieved interval (median, p99, longest gap) from the run record (benchmarks/sampling.py compares the
+  samplers side by side, with the perturbation).
 
 ``BBRLAB_BENCH_RUNS`` (default 3) sets how many overhead runs; ``BBRLAB_TESTBED`` the testbed name.
 """
@@ -50,12 +52,12 @@ def _overhead(tb, n_runs: int) -> list[float]:
     return walls
 
 
-def _sampler(tb, share_pct: float) -> dict:
+def _sampler(tb, share_pct: float, kind: str) -> dict:
     from bbrlab.runner import run_once
     from bbrlab.scenario import Contention, Flow, Link, Scenario
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
-                        Flow("cubic", duration_s=10, sample_ss_ms=10))
+                        Flow("cubic", duration_s=10, sample_ms=10, sampler=kind))
     with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
         record = run_once(tb, scenario, out)
     if record["status"] != "ok":
@@ -78,12 +80,13 @@ def main() -> None:
             print(f"wall/duration: first run {walls[0] / DURATION_S:.3f} (sets the link), "
                   f"following runs mean {sum(steady) / len(steady) / DURATION_S:.3f} (goal <= {GOAL_RATIO})")
             for share in (100, 25):
-                s = _sampler(tb, share)
-                f, iv = s["footer"], s["interval"]
-                print(f"ss sampler asked 10 ms, cpu share {share} %: {f['samples']} samples, "
-                      f"CPU {f['cpu_per_sample_ms']:.2f} ms per sample ({f['cpu_s']:.2f} s in all), achieved "
-                      f"interval median {iv['median_ms']:.1f} ms, mean {iv['mean_ms']:.1f} ms, p95 "
-                      f"{iv['p95_ms']:.1f} ms; throughput {s['throughput_mbit']:.1f} Mbit/s")
+                for kind in ("bpf", "netlink", "ss"):
+                    s = _sampler(tb, share, kind)
+                    iv = s["interval"]
+                    print(f"{kind:7s} sampler asked 10 ms, cpu share {share} %: {s['samples']} samples, "
+                          f"{s['missed_ticks']} ticks missed, CPU {s['cpu_per_sample_ms']:.3f} ms per sample, "
+                          f"achieved interval median {iv['median_ms']:.1f} ms, p99 {iv['p99_ms']:.1f} ms, longest "
+                          f"gap {iv['longest_gap_ms']:.1f} ms; throughput {s['throughput_mbit']:.1f} Mbit/s")
         finally:
             tb.close()
 

@@ -170,8 +170,8 @@ def record_run(pair: NetnsPair, scenario: Scenario, campaign_dir: Path, campaign
                        "-C", flow.cca, "-J"]
         client = subprocess.Popen(pair.in_sender(*client_argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
-        if flow.sample_ss_ms:
-            sampler = threading.Thread(target=_sample_ss, args=(pair, flow.sample_ss_ms / 1000, stop, samples))
+        if flow.sample_ms:
+            sampler = threading.Thread(target=_sample_ss, args=(pair, flow.sample_ms / 1000, stop, samples))
             sampler.start()
         policy = _policy_of_client(pair, client.pid)
         out, err = client.communicate(timeout=flow.duration_s + 30)
@@ -185,7 +185,7 @@ def record_run(pair: NetnsPair, scenario: Scenario, campaign_dir: Path, campaign
         raise RuntimeError(f"iperf3 failed: {report.get('error') or err}")
     (tmp / "iperf.json").write_text(out)
     data_ports = {c["local_port"] for c in report["start"]["connected"]}
-    if flow.sample_ss_ms:
+    if flow.sample_ms:
         (tmp / "ss.log").write_text(_filter_ss_blocks(samples, data_ports))
     record = _record(scenario, campaign, started, report, policy)
     record["metadata"]["qdiscs"] = read_qdiscs(pair)
@@ -268,7 +268,7 @@ def small_grid(duration_s: float = 2, repetitions: int = 2) -> list[Scenario]:
         for share in (25, 100):
             for rep in range(repetitions):
                 out.append(Scenario(link, Contention(timeslice_ms=1, cpu_share_pct=share),
-                                    Flow(cca=cca, duration_s=duration_s, streams=1, sample_ss_ms=200), rep))
+                                    Flow(cca=cca, duration_s=duration_s, streams=1, sample_ms=200, sampler="ss"), rep))
     return out
 
 

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import sys
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -21,13 +22,17 @@ def register(sub) -> None:
     verbs.required = True
 
     run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
-    run.add_argument("spec", help="campaign spec (YAML)")
+    run.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     run.add_argument("--out", required=True, help="campaign directory (created; an existing one is resumed)")
     run.add_argument("--testbed", help="testbed name or file (default: the spec's 'testbed')")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
     run.add_argument("--retry-failed", action="store_true",
                      help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
+    run.add_argument("--calibration", type=Path, metavar="PATH",
+                     help="the sender's CPU ceilings to point every run to: a calibration.json or a directory "
+                          "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
+                          "made on another testbed, accelerator or sender kernel is refused")
     run.set_defaults(func=cmd_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
@@ -36,7 +41,7 @@ def register(sub) -> None:
     st.set_defaults(func=cmd_status)
 
     plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
-    plan.add_argument("spec")
+    plan.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
     plan.set_defaults(func=cmd_plan)
 
@@ -47,8 +52,9 @@ def _hms(seconds: float) -> str:
 
 def cmd_plan(args) -> int:
     from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
+    from ..resources import spec_path
 
-    spec = load_spec(args.spec)
+    spec = load_spec(spec_path(args.spec))
     runs = spec.plan()
     info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
             "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
@@ -56,10 +62,15 @@ def cmd_plan(args) -> int:
     if args.json:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
+    what = f"of {spec.duration_s:g} s"
+    if "rsync" in spec.workloads:
+        what = (f"(iperf3: {spec.duration_s:g} s; rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)"
+                if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
-          f"of {spec.duration_s:g} s, order {spec.order} (seed {spec.seed})")
+          f"{what}, order {spec.order} (seed {spec.seed})")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
-          "per run)")
+          "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
+                       spec.workloads else "") + ")")
     for s in runs[:5]:
         print(f"  {s.run_id}")
     if len(runs) > 5:
@@ -82,14 +93,20 @@ def cmd_status(args) -> int:
 def cmd_run(args) -> int:
     from .. import testbed as testbed_mod
     from ..campaign import load_spec, run_campaign, status
+    from ..ceiling import for_campaign
+    from ..resources import spec_path
     from ..runner import Runner
     from ..signals import Interrupted
 
-    spec = load_spec(args.spec)  # every value checked before anything is touched
+    spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     target = args.testbed or spec.testbed
     tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
     with testbed_mod.testbed_lock(tb.name):
-        runner = Runner(tb)
+        calibration, source = for_campaign(tb, args.out, spec.plan(), args.calibration)
+        print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
+              f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
+              file=sys.stderr)
+        runner = Runner(tb, calibration=calibration, calibration_source=source)
         try:
             st = run_campaign(spec, args.out, runner, progress=not args.no_progress,
                               retry_failed=args.retry_failed)

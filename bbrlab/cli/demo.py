@@ -9,7 +9,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "demo", help="boot the local testbed, run the demo campaigns, render every figure",
         description="Runs the whole method once on this machine: local testbed up (the guest image is built "
-                    "the first time), bbr2b loaded in the sender, the campaigns in specs/demo.yaml and "
+                    "the first time), bbr2b loaded in the sender, the sender's CPU ceiling calibrated "
+                    "(bbrlab calibrate), the campaigns in specs/demo.yaml and "
                     "specs/demo-sampled.yaml, ingest, every notebook, testbed down. Prints the expected "
                     "duration first and where the figures are at the end. Run it again to resume: complete "
                     "runs are kept.")
@@ -27,6 +28,8 @@ def run(args) -> int:
 
     if args.plan:
         plan = make_plan()
+        c = plan.calibration
+        print(f"{c.name}: {len(c.plan())} runs of {c.duration_s:g} s (the CPU ceiling at {len(c.points())} points)")
         for s in plan.specs:
             print(f"{s.name}: {len(s.plan())} runs of {s.duration_s:g} s")
         print(f"expected: about {plan.expected_s / 60:.0f} minutes (image cached: {plan.image_cached}, "

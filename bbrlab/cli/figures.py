@@ -1,13 +1,24 @@
-"""``bbrlab figures``: execute every analysis notebook with papermill into an output directory."""
+"""``bbrlab figures``: execute every analysis notebook with papermill into an output directory.
+
+The notebooks are the ones installed with bbrlab (``bbrlab.resources.notebooks_dir()``) unless
+``--notebooks`` names another folder. Each runs non-interactively (parameter ``interactive=False``) in a
+kernel reached over local IPC sockets in Jupyter's private runtime folder rather than TCP, so nothing
+listens on the network and the kernel has no transport warning to print; an idle kernel is shut down by
+message without a prior SIGINT (which ipykernel reported as a KeyboardInterrupt).
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from ..errors import BbrlabError
 
-DEFAULT_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+#: A UNIX socket path must fit in 108 bytes; longer runtime folders fall back to a private temp folder.
+MAX_IPC_PREFIX = 90
 
 
 def register(sub) -> None:
@@ -17,7 +28,8 @@ def register(sub) -> None:
                                    "to OUT/notebooks/ and the figures (PDF, PNG, points.json) to OUT/.")
     p.add_argument("--data", type=Path, default=Path("data"), help="data directory (default: data/)")
     p.add_argument("--out", type=Path, default=Path("build/figures"), help="output directory (default: build/figures)")
-    p.add_argument("--notebooks", type=Path, default=DEFAULT_NOTEBOOKS, help="folder of .ipynb files")
+    p.add_argument("--notebooks", type=Path, default=None,
+                   help="folder of .ipynb files (default: the notebooks installed with bbrlab)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these notebooks (names without .ipynb)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel (default: bbrlab if registered, else python3)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=YAML",
@@ -84,11 +96,58 @@ def parse_params(items: list[str]) -> dict:
     return params
 
 
+def notebook_parameters(notebooks: list[Path], extra: dict) -> dict[Path, dict]:
+    """Per notebook, the parameters it declares out of ``interactive=False`` and ``extra``; a name in
+    ``extra`` that no notebook declares is an error (a typo would otherwise change nothing)."""
+    import papermill
+
+    declared = {nb: set(papermill.inspect_notebook(str(nb))) for nb in notebooks}
+    known = set().union(*declared.values())
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        raise BbrlabError(f"--param {', '.join(unknown)}: no notebook has such a parameter; they have: "
+                          f"{', '.join(sorted(known - {'data_dir', 'out_dir'}))}")
+    wanted = {"interactive": False, **extra}
+    return {nb: {k: v for k, v in wanted.items() if k in names} for nb, names in declared.items()}
+
+
+def ipc_kernel_manager():
+    """A Jupyter kernel manager whose kernels listen on IPC sockets (files in a 0700 folder), not TCP."""
+    from jupyter_client import AsyncKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
+    from traitlets import default
+
+    class IpcKernelManager(AsyncKernelManager):
+        """IPC transport; and no SIGINT before the shutdown request of an idle kernel (papermill shuts
+        kernels down only after the last cell; the signal made ipykernel log a KeyboardInterrupt)."""
+
+        async def _async_interrupt_kernel(self) -> None:
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
+
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            folder = jupyter_runtime_dir()
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            prefix = os.path.join(folder, f"bbrlab-kernel-{uuid.uuid4().hex[:12]}")
+            if len(prefix) > MAX_IPC_PREFIX:
+                prefix = os.path.join(tempfile.mkdtemp(prefix="bbrlab-kernel-"), "k")
+            return prefix
+
+    return IpcKernelManager
+
+
 def run(args) -> int:
     import papermill
 
-    extra = parse_params(args.param)
-    notebooks = notebooks_in(args.notebooks, args.only)
+    from ..resources import notebooks_dir
+
+    notebooks = notebooks_in(args.notebooks or notebooks_dir(), args.only)
+    params = notebook_parameters(notebooks, parse_params(args.param))
     data_dir, out_dir = args.data.resolve(), args.out.resolve()
     check_data(data_dir)
     kernel = pick_kernel(args.kernel)
@@ -100,8 +159,9 @@ def run(args) -> int:
         t0 = time.monotonic()
         try:
             papermill.execute_notebook(str(nb), str(executed_dir / nb.name), kernel_name=kernel,
-                                       parameters={**extra, "data_dir": str(data_dir), "out_dir": str(out_dir)},
-                                       cwd=str(nb.parent), progress_bar=False, execution_timeout=args.timeout)
+                                       parameters={**params[nb], "data_dir": str(data_dir), "out_dir": str(out_dir)},
+                                       cwd=str(out_dir), progress_bar=False, execution_timeout=args.timeout,
+                                       kernel_manager_class=ipc_kernel_manager())
         except papermill.PapermillExecutionError as e:
             failed.append(nb.stem)
             print(f"FAILED ({e.ename}: {e.evalue}); see {executed_dir / nb.name}")

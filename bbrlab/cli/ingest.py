@@ -18,23 +18,23 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import authors, data
+    from .. import data
 
     sources = data.find_sources(args.dir)
     if not sources:
         raise BbrlabError(f"{args.dir}: no campaign (runs/, failed/ or plan.json) and no authors' layout "
                           "(logs/<timestamp>/meta.json) here or in its subfolders")
     for kind, path in sources:
-        if kind == "bbrlab":
-            result = data.ingest(path, force=args.force)
-            tables = result.tables
-            how = "all reused from tables/" if result.cached else f"{result.read} read, {result.reused} reused"
-        else:
-            tables = authors.read_authors(path)
-            how = "authors' layout (not cached)"
+        tables = data.load(path, force=args.force)
+        src = tables.sources[0]
+        how = "all reused from tables/" if src["read"] == 0 else f"{src['read']} read, {src['reused']} reused"
+        if kind == "authors":
+            how += " (authors' layout)"
+        statuses = tables.runs["status"].value_counts().to_dict()
+        detail = ", ".join(f"{statuses[s]} {s}" for s in sorted(statuses, key=lambda s: (s != "ok", s)))
         c = tables.counts()
-        print(f"{path}: {c['runs']} runs ({c['ok']} ok, {c['runs'] - c['ok']} failed), "
-              f"{c['intervals']} intervals, {c['ss']} ss samples; {how}")
+        print(f"{path}: {c['runs']} runs ({detail or 'none'}), {c['intervals']} intervals, {c['ss']} ss samples; "
+              f"{how}")
         for note in tables.notes:
             print(f"  note: {note}")
     return 0

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import resources
 from ..errors import BbrlabError
 from ..hosts import LocalHost
 from .source import (
@@ -35,8 +36,8 @@ from .source import (
     sha256_file,
 )
 
-#: The repository's ``kernels/`` directory (patches, hashes, the Kbuild template).
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+#: The ``kernels/`` folder (patches, hashes, the Kbuild template), in a checkout or an installed package.
+KERNELS_DIR = resources.kernels_dir()
 #: The inflight-deficit patch for mainline BBRv1 (Linux 6.1).
 DEFAULT_PATCH = KERNELS_DIR / "bbr1" / "inflight-deficit.patch"
 KBUILD_TEMPLATE = KERNELS_DIR / "Kbuild.in"

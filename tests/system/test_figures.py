@@ -41,20 +41,28 @@ def campaign(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rendered(campaign, tmp_path_factory):
     out = tmp_path_factory.mktemp("figures")
+    # every run of this campaign is ss-sampled (throughput figures leave sampled runs out unless asked) and
+    # lossless (the poster's figure selects 0.1 % loss by default)
     proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(campaign),
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--out", str(out), "-p", "include_sampled=true", "-p", "loss_pct=0"],
+                          capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc.stdout
 
 
+#: The host's mainline kernel registers BBRv1 as bbr.
+LABELS = {"bbr": "BBRv1", "cubic": "Cubic"}
+
+
 def medians_from_raw_files(campaign: Path, value) -> dict:
-    """(cca, cpu_share_pct) -> median of value(report, record) over repetitions, without bbrlab.data."""
+    """(label, cpu_share_pct) -> median of value(report, record) over repetitions, without bbrlab.data."""
     groups = defaultdict(list)
     for run in (campaign / "runs").iterdir():
         record = json.loads((run / "record.json").read_text())
         report = json.loads((run / "iperf.json").read_text())
         sc = record["scenario"]
-        groups[(sc["flow"]["cca"], sc["contention"]["cpu_share_pct"])].append(value(report, sc))
+        groups[(LABELS[sc["flow"]["cca"]], sc["contention"]["cpu_share_pct"])].append(value(report, sc))
     return {k: statistics.median(v) for k, v in groups.items()}
 
 
@@ -86,7 +94,7 @@ def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campa
     per_cca = defaultdict(list)
     for run in (campaign / "runs").iterdir():
         record, report = (json.loads((run / n).read_text()) for n in ("record.json", "iperf.json"))
-        per_cca[record["scenario"]["flow"]["cca"]].append(
+        per_cca[LABELS[record["scenario"]["flow"]["cca"]]].append(
             report["end"]["sum_received"]["bits_per_second"] / 1e6 / record["scenario"]["link"]["rate_mbit"])
     lines = {line["label"].split(" / ")[-1]: line["y"] for line in panels[0]["lines"]}
     assert lines.keys() == per_cca.keys()
@@ -110,3 +118,32 @@ def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
             series.append([r["bw_mbit"] for r in rows])
     for y in drawn:
         assert any(len(y) == len(s) and y == pytest.approx(s) for s in series)
+
+
+@pytest.fixture(scope="module")
+def rendered_authors(tmp_path_factory):
+    """Every notebook, through the CLI, on the authors'-layout fixture (a copy: load writes its cache)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("authors")
+    shutil.copytree(ROOT / "tests" / "fixtures" / "authors", root / "dataset")
+    out = root / "figures"
+    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(root / "dataset"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def labels_of(out: Path, figure: str) -> set[str]:
+    panels = json.loads((out / f"{figure}.points.json").read_text())
+    return {line["label"] for p in panels for line in p["lines"]}
+
+
+def test_notebooks_on_the_authors_layout_keep_versions_and_the_patch_apart(rendered_authors):
+    out = rendered_authors
+    assert {"BBRv1", "BBRv3", "BBRv3 patched", "Cubic"} <= labels_of(out, "fig04_throughput_vs_share")
+    assert {"BBRv3", "BBRv3 patched"} <= labels_of(out, "fig10_15_patched_vs_original")
+    titles = [p["title"] for p in json.loads((out / "fig11_gains.points.json").read_text())]
+    assert any(t.startswith("BBRv3 patched") for t in titles) and any(t.startswith("BBRv1 |") for t in titles)
+    claims = json.loads((out / "fidelity.json").read_text())["claims"]
+    assert {"BBRv1 vs BBRv1 patched", "BBRv3 vs BBRv3 patched"} <= {c["subject"] for c in claims}

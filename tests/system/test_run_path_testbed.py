@@ -127,7 +127,7 @@ def test_no_per_run_file_at_a_predictable_tmp_name(testbed, tmp_path):
     """Links planted where earlier versions wrote (/tmp/bbrlab-iperf3-server-<run>.log on the receiver,
     /tmp/bbrlab-ss-<run>.log and .stop on the sender) are not followed; per-run files go to private
     directories that are gone after the run."""
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2, sample_ss_ms=100))
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2, sample_ms=100, sampler="ss"))
     run_id = scenario.run_id
     victim = "/root/bbrlab-victim"
     plant = (f'echo keep > {victim} && ln -sfn {victim} /tmp/bbrlab-iperf3-server-{run_id}.log && '

@@ -26,7 +26,7 @@ def spec(**over) -> CampaignSpec:
 
 def test_defaults_from_the_issue():
     s = CampaignSpec.from_dict({k: v for k, v in BASE.items() if k not in ("repetitions", "duration_s")})
-    assert s.repetitions == 30 and s.duration_s == 20 and s.sample_ss_ms is None
+    assert s.repetitions == 30 and s.duration_s == 20 and s.sample_ms is None and s.sampler == "bpf"
     assert s.order == "blocked-random" and s.seed == 1 and s.buffers_bdp == (1.0,) and s.losses_pct == (0.0,)
 
 
@@ -81,6 +81,9 @@ def test_sequential_keeps_repetitions_together():
         ({"repetitions": 0}, "repetitions"),
         ({"duration_s": 0.5}, "duration_s"),
         ({"sample_ss_ms": 0}, "sample_ss_ms"),
+        ({"sample_ms": 0}, "sample_ms"),
+        ({"sample_ms": 10, "sampler": "perf"}, "sampler"),
+        ({"sample_ss_ms": 10, "sampler": "bpf"}, "sample_ss_ms"),
         ({"order": "shuffled"}, "order"),
         ({"seed": -1}, "seed"),
         ({"max_attempts": 0}, "max_attempts"),
@@ -281,3 +284,15 @@ def test_failure_reason_says_where_a_bare_error_came_from():
     except EOFError as e:
         reason = failure_reason(e)
     assert reason.startswith("EOFError: ") and "in read_channel" in reason and "test_campaign_spec.py:" in reason
+
+
+def test_sampler_choice_and_the_older_key():
+    assert spec(sample_ms=10).plan()[0].flow.sampler == "bpf"
+    assert spec(sample_ms=10, sampler="netlink").plan()[0].flow.sampler == "netlink"
+    older = spec(sample_ss_ms=100)
+    assert (older.sample_ms, older.sampler) == (100, "ss")
+    # an ss-sampled or unsampled flow serialises as before the samplers had a choice: same run ids
+    assert older.plan()[0].to_dict()["flow"] == {"cca": older.ccas[0], "duration_s": older.duration_s,
+                                                  "streams": 1, "sample_ss_ms": 100}
+    assert "sample_ss_ms" in spec().plan()[0].to_dict()["flow"]
+    assert spec(sample_ms=10).plan()[0].to_dict()["flow"]["sampler"] == "bpf"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bbrlab import data
+from bbrlab import data, table_cache
 from bbrlab.errors import BbrlabError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign"
@@ -26,7 +26,7 @@ def iperf(run_dir):
 
 
 def test_runs_table_matches_each_record_and_iperf_report(campaign):
-    t = data.read_campaign(campaign)
+    t = data.load(campaign)
     assert t.counts() == {"runs": 8, "ok": 8, "intervals": 32, "ss": 75}
     assert list(t.runs.columns) == list(data.RUN_COLUMNS)
     for run_dir in (campaign / "runs").iterdir():
@@ -43,7 +43,7 @@ def test_runs_table_matches_each_record_and_iperf_report(campaign):
 
 
 def test_intervals_sum_streams_per_interval(campaign):
-    t = data.read_campaign(campaign)
+    t = data.load(campaign)
     run_dir = next((campaign / "runs").iterdir())
     rows = t.intervals[t.intervals["run_id"] == run_dir.name].sort_values("t_start_s")
     sums = [i["sum"] for i in iperf(run_dir)["intervals"]]
@@ -52,7 +52,7 @@ def test_intervals_sum_streams_per_interval(campaign):
 
 
 def test_ss_rows_only_for_iperf_data_ports_with_inflight_in_bdp(campaign):
-    t = data.read_campaign(campaign)
+    t = data.load(campaign)
     ports = {}
     for run_dir in (campaign / "runs").iterdir():
         ports[run_dir.name] = {c["local_port"] for c in iperf(run_dir)["start"]["connected"]}
@@ -64,24 +64,29 @@ def test_ss_rows_only_for_iperf_data_ports_with_inflight_in_bdp(campaign):
     assert t.ss["t_s"].min() >= 0
 
 
+def read_reused(t):
+    (source,) = t.sources
+    return source["read"], source["reused"]
+
+
 def test_cache_is_reused_when_unchanged_and_only_changed_runs_are_reread(campaign):
-    first = data.ingest(campaign)
-    assert (first.read, first.reused, first.cached) == (8, 0, False)
+    first = data.load(campaign)
+    assert read_reused(first) == (8, 0)
     assert {p.name for p in (campaign / "tables").iterdir()} == {
         "runs.parquet", "intervals.parquet", "ss.parquet", "manifest.json"}
-    again = data.ingest(campaign)
-    assert again.cached and again.read == 0
-    pd.testing.assert_frame_equal(again.tables.runs, first.tables.runs)
+    again = data.load(campaign)
+    assert read_reused(again) == (0, 8)
+    pd.testing.assert_frame_equal(again.runs, first.runs)
     # change one run's record: only that run is read again, and the change shows
     run_dir = sorted((campaign / "runs").iterdir())[0]
     record = json.loads((run_dir / "record.json").read_text())
     record["campaign"] = "renamed"
     (run_dir / "record.json").write_text(json.dumps(record))
-    third = data.ingest(campaign)
-    assert (third.read, third.reused, third.cached) == (1, 7, False)
-    assert third.tables.counts() == first.tables.counts()
-    assert third.tables.runs.set_index("run_id").loc[run_dir.name, "campaign"] == "renamed"
-    assert data.ingest(campaign, force=True).read == 8
+    third = data.load(campaign)
+    assert read_reused(third) == (1, 7)
+    assert third.counts() == first.counts()
+    assert third.runs.set_index("run_id").loc[run_dir.name, "campaign"] == "renamed"
+    assert read_reused(data.load(campaign, force=True)) == (8, 0)
 
 
 def test_failed_runs_are_kept_flagged_and_tmp_is_ignored(campaign):
@@ -92,7 +97,7 @@ def test_failed_runs_are_kept_flagged_and_tmp_is_ignored(campaign):
     record.update(status="failed", reason="iperf3 exited 1")
     (failed / "record.json").write_text(json.dumps(record))
     shutil.copytree(run_dir, campaign / ".tmp" / "half-written")
-    t = data.read_campaign(campaign)
+    t = data.load(campaign)
     assert t.counts()["runs"] == 9 and t.counts()["ok"] == 8
     bad = t.runs[t.runs["status"] == "failed"].iloc[0]
     assert bad["reason"] == "iperf3 exited 1" and bad["path"].startswith("failed/")
@@ -102,36 +107,69 @@ def test_failed_runs_are_kept_flagged_and_tmp_is_ignored(campaign):
 def test_unreadable_run_is_noted_not_fatal(campaign):
     run_dir = sorted((campaign / "runs").iterdir())[0]
     (run_dir / "record.json").write_text("{not json")
-    t = data.read_campaign(campaign)
+    t = data.load(campaign)
     assert t.counts()["runs"] == 7 and any("unreadable run" in n for n in t.notes)
 
 
 def test_process_pool_gives_the_same_tables(campaign, monkeypatch):
-    monkeypatch.setattr(data, "PARALLEL_MIN_RUNS", 1)
-    pooled = data.read_campaign(campaign, cache=False, workers=2)
-    serial = data.read_campaign(campaign, cache=False, workers=1)
+    monkeypatch.setattr(table_cache, "PARALLEL_MIN_UNITS", 1)
+    pooled = data.load(campaign, cache=False, workers=2)
+    serial = data.load(campaign, cache=False, workers=1)
     key = ["run_id"]
     pd.testing.assert_frame_equal(pooled.runs.sort_values(key).reset_index(drop=True),
                                   serial.runs.sort_values(key).reset_index(drop=True))
 
 
-def test_filters_and_summaries(campaign):
-    t = data.read_campaign(campaign)
-    bbr = data.apply_filters(t, {"cca": "bbr", "cpu_share_pct": [25]})
+def test_select_is_strict_and_says_what_it_left_out(campaign):
+    t = data.load(campaign)
+    bbr = data.select(t, {"variant": "BBRv1"}, cpu_share_pct=[25])
     assert set(bbr.runs["cca"]) == {"bbr"} and len(bbr.runs) == 2
-    assert set(bbr.intervals["run_id"]) == set(bbr.runs["run_id"])
-    with pytest.raises(BbrlabError, match="unknown column 'colour'"):
-        data.apply_filters(t, {"colour": "red"})
-    s = data.summarise(t.runs, ["cca", "cpu_share_pct"])
-    row = s[(s["cca"] == "bbr") & (s["cpu_share_pct"] == 25)].iloc[0]
+    assert set(bbr.intervals["run_id"]) == set(bbr.runs["run_id"]) and set(bbr.ss["run_id"]) <= set(bbr.runs["run_id"])
+    assert bbr.notes == ["variant in ['BBRv1']: kept 4 of 8 runs (left out variant ['Cubic'])",
+                         "cpu_share_pct in [25]: kept 2 of 4 runs (left out cpu_share_pct [100])"]
+    absent = data.select(t, rate_mbit=50)
+    assert absent.runs.empty and absent.intervals.empty and absent.ss.empty
+    assert absent.notes == ["no runs with rate_mbit in [50] (the data has [100]): the selection is empty"]
+    unrecorded = data.select(t, load_pct=50)
+    assert unrecorded.runs.empty and "the data has none" in unrecorded.notes[0]
+    assert len(data.select(t, rate_mbit=None).runs) == 8  # None: any value
+    with pytest.raises(BbrlabError, match="no column 'colour'"):
+        data.select(t, colour="red")
+
+
+def test_select_leaves_out_runs_that_are_not_ok_unless_asked(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    failed = campaign / "failed" / f"{run_dir.name}.a1"
+    shutil.copytree(run_dir, failed)
+    record = json.loads((failed / "record.json").read_text())
+    (failed / "record.json").write_text(json.dumps({**record, "status": "failed", "reason": "iperf3 exited 1"}))
+    t = data.load(campaign)
+    assert len(data.select(t).runs) == 8 and data.select(t).notes == ["left out runs that are not ok: 1 failed"]
+    assert len(data.select(t, ok_only=False).runs) == 9
+
+
+def test_summaries_and_dimension_checks(campaign):
+    t = data.load(campaign)
+    bbr = data.select(t, cca="bbr", cpu_share_pct=25)
+    s = data.summarise(t.runs, ["variant", "cpu_share_pct"])
+    row = s[(s["variant"] == "BBRv1") & (s["cpu_share_pct"] == 25)].iloc[0]
     assert row["n"] == 2 and row["median"] == pytest.approx(bbr.runs["throughput_mbit"].median())
+    assert data.check_dimensions(t, {"cpu_share_pct": 2}, ["rtt_ms"]) == []
+    assert data.check_dimensions(t, {"rtt_ms": 2}, ["variant"]) == [
+        "rtt_ms: the figure varies it over 2+ values, the data has [0]",
+        "variant: the figure assumes one value, the selection has ['BBRv1', 'Cubic']"]
+
+
+def test_sampled_runs_are_kept_out_of_throughput_selections(campaign):
+    t = data.load(campaign)
+    assert t.runs["ss_sampled"].all()  # the fixture's runs were all sampled
+    throughput = data.select(t, ss_sampled=False)
+    assert throughput.runs.empty and "(the data has [True])" in throughput.notes[0]
 
 
 def test_missing_directory_and_empty_data_dir(tmp_path):
-    with pytest.raises(BbrlabError, match="no such campaign"):
-        data.read_campaign(tmp_path / "nope")
+    assert data.load(tmp_path / "nope").counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0}
     assert data.load(tmp_path).counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0}
-
 
 
 def run_cli(*argv):
@@ -142,7 +180,7 @@ def run_cli(*argv):
 def test_ingest_command_prints_counts_and_reuses_tables(campaign):
     first = run_cli("ingest", str(campaign))
     assert first.returncode == 0, first.stderr
-    assert "8 runs (8 ok, 0 failed), 32 intervals, 75 ss samples; 8 read, 0 reused" in first.stdout
+    assert "8 runs (8 ok), 32 intervals, 75 ss samples; 8 read, 0 reused" in first.stdout
     again = run_cli("ingest", str(campaign))
     assert "all reused from tables/" in again.stdout
     assert "8 read" in run_cli("ingest", str(campaign), "--force").stdout
@@ -163,3 +201,22 @@ def test_two_campaigns_with_the_same_grid_keep_their_runs_apart(tmp_path):
     one = t.runs["run_id"].iloc[0]
     assert one.split("/")[0] in ("first", "second")
     assert len(t.intervals[t.intervals["run_id"] == one]) == 4  # not 8: the other campaign's copy stays apart
+
+
+def test_an_emptied_selection_names_only_the_condition_that_emptied_it(campaign):
+    t = data.load(campaign)
+    sel = data.select(t, rtt_ms=10, rate_mbit=100, streams=None)
+    assert sel.notes == ["no runs with rtt_ms in [10] (the data has [0]): the selection is empty"]
+    with pytest.raises(BbrlabError, match="no column 'colour'"):
+        data.select(t, rtt_ms=10, colour=None)  # a typo is an error even when it asks for any value
+
+
+def test_ceiling_column_comes_from_the_records_pointer(campaign):
+    run_dir = sorted((campaign / "runs").iterdir())[0]
+    record = json.loads((run_dir / "record.json").read_text())
+    record["metadata"]["ceiling"] = {"value_mbit": 41.5, "source": "calibration.json", "key": "ts1ms-sh25-rtt0ms"}
+    (run_dir / "record.json").write_text(json.dumps(record))
+    runs = data.load(campaign).runs.set_index("run_id")
+    assert runs.loc[run_dir.name, "ceiling_mbit"] == 41.5
+    assert runs.drop(run_dir.name)["ceiling_mbit"].isna().all()  # runs without a calibration carry none
+    assert runs["ceiling_mbit"].dtype == "float64"

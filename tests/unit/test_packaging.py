@@ -34,3 +34,32 @@ def test_notebooks_committed_without_outputs():
         for cell in cells:
             assert not cell.get("outputs"), f"{nb.name} has outputs committed"
             assert cell.get("execution_count") is None, f"{nb.name} has execution counts committed"
+
+
+def _notebooks():
+    import json
+
+    return {nb.stem: json.loads(nb.read_text()) for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+
+
+def test_notebooks_are_the_source_run_by_the_bbrlab_kernel_with_a_parameters_cell():
+    notebooks = _notebooks()
+    assert set(notebooks) == {"fidelity", "link_utilisation", "loss_sweep", "patched_vs_original", "socket_state",
+                              "throughput_vs_share", "timeseries"}
+    assert not list((ROOT / "notebooks").glob("_generate*")), "nothing generates the notebooks"
+    for name, nb in notebooks.items():
+        assert nb["metadata"]["kernelspec"]["name"] == "bbrlab", name
+        tagged = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
+        assert len(tagged) == 1, name
+        names = [line.split("=")[0].strip() for line in "".join(tagged[0]["source"]).splitlines() if "=" in line]
+        assert {"data_dir", "out_dir", "filters", "include_sampled"} <= set(names), name
+        assert len(names) == len(set(names)), f"{name}: a parameter assigned twice"
+        assert ("interactive" in names) == (name in ("socket_state", "timeseries")), name
+
+
+def test_notebook_cells_use_the_one_selection_rule():
+    for name, nb in _notebooks().items():
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        assert "data.load(data_dir)" in code, name
+        for gone in ("apply_filters", "unsampled", "missing_dimensions", "read_campaign", "ingest("):
+            assert gone not in code, f"{name} calls {gone}"

@@ -18,16 +18,20 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 def tables(tmp_path_factory):
     root = tmp_path_factory.mktemp("plots")
     shutil.copytree(FIXTURES / "campaign", root / "campaign")
-    return data.read_campaign(root / "campaign")
+    return data.load(root / "campaign")
+
+
+#: What the fixture's runs are: stock bbr of a mainline (6.18) kernel, i.e. BBRv1, and Cubic.
+LABELS = {"bbr": "BBRv1", "cubic": "Cubic"}
 
 
 def raw_medians():
-    """(cca, share) -> median receiver throughput, straight from the fixture's JSON files."""
+    """(label, share) -> median receiver throughput, straight from the fixture's JSON files."""
     groups = {}
     for run in (FIXTURES / "campaign" / "runs").iterdir():
         sc = json.loads((run / "record.json").read_text())["scenario"]
         bps = json.loads((run / "iperf.json").read_text())["end"]["sum_received"]["bits_per_second"]
-        groups.setdefault((sc["flow"]["cca"], sc["contention"]["cpu_share_pct"]), []).append(bps / 1e6)
+        groups.setdefault((LABELS[sc["flow"]["cca"]], sc["contention"]["cpu_share_pct"]), []).append(bps / 1e6)
     return {k: statistics.median(v) for k, v in groups.items()}
 
 
@@ -37,27 +41,27 @@ def lines_of(fig):
 
 
 def test_throughput_vs_share_draws_the_medians_and_returns_them(tables):
-    fig, table = plots.throughput_vs_share(tables.runs)
+    fig, table = plots.throughput_vs_share(tables)
     drawn = lines_of(fig)
     assert drawn.keys() == raw_medians().keys()
     for key, median in raw_medians().items():
         assert drawn[key] == pytest.approx(median)
-        row = table[(table["cca"] == key[0]) & (table["cpu_share_pct"] == key[1])].iloc[0]
+        row = table[(table["variant"] == key[0]) & (table["cpu_share_pct"] == key[1])].iloc[0]
         assert row["median"] == pytest.approx(median) and row["q25"] <= row["median"] <= row["q75"]
     assert [ax.get_title() for ax in fig.axes] == ["timeslice 1 ms | RTT 0 ms"]
     plt.close(fig)
 
 
 def test_std_vs_share_draws_the_sample_standard_deviation(tables):
-    fig, table = plots.std_vs_share(tables.runs)
+    fig, table = plots.std_vs_share(tables)
     runs = tables.runs
     bbr25 = runs[(runs["cca"] == "bbr") & (runs["cpu_share_pct"] == 25)]["throughput_mbit"]
-    assert lines_of(fig)[("bbr", 25.0)] == pytest.approx(statistics.stdev(bbr25))
+    assert lines_of(fig)[("BBRv1", 25.0)] == pytest.approx(statistics.stdev(bbr25))
     plt.close(fig)
 
 
 def test_save_writes_pdf_png_and_points(tables, tmp_path):
-    fig, _ = plots.link_utilisation(tables.runs)
+    fig, _ = plots.link_utilisation(tables)
     paths = plots.save(fig, tmp_path / "out", "lu")
     assert sorted(p.name for p in paths) == ["lu.pdf", "lu.png", "lu.points.json"]
     assert (tmp_path / "out/lu.pdf").read_bytes()[:4] == b"%PDF"
@@ -66,11 +70,9 @@ def test_save_writes_pdf_png_and_points(tables, tmp_path):
 
 
 def test_empty_selection_gives_a_note_not_an_exception(tables):
-    for fig, table in (plots.throughput_vs_share(tables.runs.iloc[0:0]), plots.sweep(tables.runs.iloc[0:0]),
-                       plots.timeseries(tables.intervals.iloc[0:0], tables.runs),
-                       plots.socket_state(tables.ss.iloc[0:0], tables.runs),
-                       plots.patched_vs_original(tables.runs.iloc[0:0]),
-                       plots.link_utilisation(tables.runs.iloc[0:0])):
+    empty = data.select(tables, rate_mbit=1)
+    for fig, table in (plots.throughput_vs_share(empty), plots.sweep(empty), plots.timeseries(empty),
+                       plots.socket_state(empty), plots.patched_vs_original(empty), plots.link_utilisation(empty)):
         texts = [t.get_text() for ax in fig.axes for t in ax.texts]
         assert any(t.startswith("Nothing to plot") for t in texts) and len(table) == 0
         plt.close(fig)
@@ -78,10 +80,10 @@ def test_empty_selection_gives_a_note_not_an_exception(tables):
 
 def test_missing_dimension_collapses_to_one_labelled_facet(tables):
     runs = tables.runs.assign(rtt_ms=float("nan"))
-    fig, _ = plots.throughput_vs_share(runs)
+    fig, _ = plots.throughput_vs_share(tables.with_runs(runs, []))
     assert [ax.get_title() for ax in fig.axes] == ["timeslice 1 ms | RTT not recorded"]
     no_column = tables.runs.drop(columns=["hypervisor"])
-    fig2, _ = plots.link_utilisation(no_column)
+    fig2, _ = plots.link_utilisation(tables.with_runs(no_column, []))
     assert len(fig2.axes) == 1
     plt.close(fig)
     plt.close(fig2)
@@ -94,23 +96,29 @@ def test_full_share_runs_without_timeslice_appear_in_every_timeslice_facet():
     assert sorted(spread[spread["run_id"] == "c"]["timeslice_ms"]) == [1.0, 10.0]
 
 
-def test_patched_runs_are_labelled_as_such(tables):
+def test_patched_and_stock_runs_of_one_version_are_drawn_apart(tables):
     runs = tables.runs.copy()
-    runs.loc[runs["cca"] == "bbr", "patched"] = True
-    fig, table = plots.patched_vs_original(runs)
-    assert set(table["variant"]) == {"bbr (patched)", "cubic (original)"}
+    second = (runs["cca"] == "bbr") & (runs["repetition"] == 1)
+    runs.loc[second, ["patched", "variant"]] = [True, "BBRv1 patched"]
+    fig, table = plots.patched_vs_original(tables.with_runs(runs, []))
+    assert set(table["variant"]) == {"BBRv1", "BBRv1 patched"}  # Cubic has no patched version: left out
+    drawn = {ln["label"] for p in plots.plotted_points(fig) for ln in p["lines"]}
+    assert drawn == {"BBRv1", "BBRv1 patched"}
+    plt.close(fig)
+    fig, table = plots.patched_vs_original(tables)
+    assert table.empty  # no patched runs: nothing to compare
     plt.close(fig)
 
 
 def test_socket_state_draws_the_sampled_values_and_checks_panel_names(tables):
     run_id = tables.ss.loc[tables.ss["cca"] == "bbr", "run_id"].iloc[0]
-    fig, table = plots.socket_state(tables.ss, tables.runs, run_ids=[run_id], panels=("rates", "inflight"))
+    fig, table = plots.socket_state(tables, run_ids=[run_id], panels=("rates", "inflight"))
     bw = next(ln for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"] == "BBR bw estimate")
     expected = tables.ss[tables.ss["run_id"] == run_id].sort_values("t_s")["bw_mbit"]
     assert bw["y"] == pytest.approx(list(expected))
     plt.close(fig)
     with pytest.raises(ValueError, match="panels"):
-        plots.socket_state(tables.ss, tables.runs, panels=("colours",))
+        plots.socket_state(tables, panels=("colours",))
 
 
 def test_representative_run_is_the_one_closest_to_its_group_median(tables):
@@ -121,3 +129,65 @@ def test_representative_run_is_the_one_closest_to_its_group_median(tables):
         r = runs.loc[run_id]
         group = runs[(runs["cca"] == r["cca"]) & (runs["cpu_share_pct"] == r["cpu_share_pct"])]["throughput_mbit"]
         assert abs(r["throughput_mbit"] - group.median()) == min(abs(group - group.median()))
+
+
+def test_authors_versions_and_patch_are_separate_lines(tmp_path):
+    shutil.copytree(FIXTURES / "authors", tmp_path / "authors")
+    sel = data.select(data.load(tmp_path / "authors"), rate_mbit=100, rtt_ms=20, streams=1, loss_pct=0,
+                      ss_sampled=False, contention_mode=["deadline", "none"])
+    fig, table = plots.throughput_vs_share(sel, col=None)
+    drawn = lines_of(fig)
+    assert {label for label, _ in drawn} == {"Cubic", "BBRv1", "BBRv1 patched", "BBRv3", "BBRv3 patched"}
+    medians = sel.runs.groupby(["variant", "timeslice_ms", "cpu_share_pct"])["throughput_mbit"].median()
+    panels = plots.plotted_points(fig)
+    ts10 = next(p for p in panels if p["title"] == "timeslice 10 ms")
+    v3p = next(ln for ln in ts10["lines"] if ln["label"] == "BBRv3 patched")
+    assert v3p["y"] == pytest.approx([medians[("BBRv3 patched", 10.0, s)] for s in (25.0, 50.0, 100.0)])
+    plt.close(fig)
+
+
+def _with_runs(tables, runs):
+    import dataclasses
+
+    return dataclasses.replace(tables, runs=runs)
+
+
+def test_the_ceiling_is_a_line_per_timeslice_with_the_median_of_its_points(tables):
+    runs = tables.runs.copy()
+    assert not plots.ceiling_lines(plt.figure().gca(), runs, x="cpu_share_pct").size  # no calibration: nothing
+    plt.close("all")
+    two = pd.concat([runs, runs.assign(timeslice_ms=10.0, run_id=runs["run_id"] + "-10")], ignore_index=True)
+    two["ceiling_mbit"] = two["cpu_share_pct"] * 2 + two["timeslice_ms"]  # any value that differs per point
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, two))
+    drawn = {p["title"]: ln for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"] == "CPU ceiling"}
+    assert set(drawn) == {"timeslice 1 ms | RTT 0 ms", "timeslice 10 ms | RTT 0 ms"}
+    for title, ln in drawn.items():
+        ts = 10.0 if "10 ms" in title else 1.0
+        assert ln["y"] == pytest.approx([x * 2 + ts for x in ln["x"]])
+    styles = {ln.get_linestyle() for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "CPU ceiling"}
+    assert styles == {"-."}  # not dashed: dashed lines are patched variants
+    plt.close(fig)
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, two), row=None, col=None)  # both timeslices in one panel
+    labels = {ln["label"] for p in plots.plotted_points(fig) for ln in p["lines"] if ln["label"].startswith("CPU")}
+    assert labels == {"CPU ceiling (timeslice 1 ms)", "CPU ceiling (timeslice 10 ms)"}
+    plt.close(fig)
+
+
+def test_a_sweep_draws_the_ceiling_once_per_panel(tables):
+    runs = tables.runs.assign(ceiling_mbit=55.0)
+    runs = pd.concat([runs, runs.assign(rate_mbit=20.0, run_id=runs["run_id"] + "-20")], ignore_index=True)
+    fig, _ = plots.sweep(_with_runs(tables, runs), over="rate_mbit")
+    for p in plots.plotted_points(fig):
+        ceilings = [ln for ln in p["lines"] if ln["label"] == "CPU ceiling"]
+        assert len(ceilings) == 1 and set(ceilings[0]["y"]) == {55.0}
+    plt.close(fig)
+
+
+def test_a_ceiling_far_above_the_rates_does_not_squash_the_curves(tables):
+    runs = tables.runs.assign(ceiling_mbit=10_000.0)
+    fig, _ = plots.throughput_vs_share(_with_runs(tables, runs))
+    top = fig.axes[0].get_ylim()[1]
+    assert top == pytest.approx(plots.CEILING_VIEW_HEADROOM * max(runs["rate_mbit"].max(),
+                                                                   runs["throughput_mbit"].max()), rel=0.3)
+    assert top < 10_000
+    plt.close(fig)

@@ -131,3 +131,21 @@ def test_lock_holder_says_what_it_is_doing_and_other_names_are_independent(tmp_p
         with lock.testbed_lock("other", timeout_s=1):  # another testbed's lock is free
             pass
     assert lock.holder("unit") is None
+
+
+def test_isolation_plan_gives_each_testbed_cpus_of_its_own_or_refuses():
+    import pytest
+
+    from bbrlab.errors import TestbedError
+    from bbrlab.testbed import isolation
+
+    assert isolation.plan(["a", "b"], cpus=[0, 1], kind="v1") == {"a": [0], "b": [1]}
+    assert isolation.plan(["a", "b"], cpus=[0, 1, 2, 3, 4], kind="v1") == {"a": [0, 1, 2], "b": [3, 4]}
+    assert isolation.plan(["a", "b"], cpus=[0, 1, 2], kind="v2") == {"a": [1], "b": [2]}  # v2 keeps CPU 0
+    with pytest.raises(TestbedError, match="3 local testbeds need 3 CPUs of their own; this machine can give 2"):
+        isolation.plan(["a", "b", "c"], cpus=[0, 1], kind="v1")
+    with pytest.raises(TestbedError, match="one kept for the system"):
+        isolation.plan(["a", "b"], cpus=[0, 1], kind="v2")
+    with pytest.raises(TestbedError, match="no cpuset cgroup"):
+        isolation.plan(["a", "b"], cpus=[0, 1], kind=None)
+    assert isolation._parse_cpus("0-2,5") == [0, 1, 2, 5]

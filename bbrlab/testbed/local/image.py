@@ -40,7 +40,7 @@ IMAGE_SIZE_MB = 2048
 INIT_PATH = "/usr/local/sbin/bbrlab-init"
 GUEST_TOOLS = (
     "iperf3", "iproute2", "openssh-server", "ethtool", "kmod", "python3-minimal",
-    "iputils-ping", "procps", "initramfs-tools", "busybox", "linux-base",
+    "iputils-ping", "procps", "initramfs-tools", "busybox", "linux-base", "rsync",
 )
 # Modules Debian's initramfs must carry to find the root disk (no udev coldplug in minbase).
 INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "ext4")

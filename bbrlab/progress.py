@@ -1,0 +1,150 @@
+"""How many bytes of a file a receiver holds, sampled on the receiver while a copy runs.
+
+rsync's progress series: the receiver's copy grows as data arrives (rsync writes it in place), so its size
+over time is what was delivered, read where it was delivered, at no CPU cost to the contended sender.
+
+The poller is a small bash loop on the receiver host, the same shape as the socket sampler
+(:mod:`bbrlab.sampling`): a fixed schedule (``t0 + k x interval``, missed ticks skipped), pauses with
+``read -t`` rather than ``sleep``, a stop file for a clean end (with one last sample) and a deadline so it
+can never outlive a run. Each line is ``<unix time, s> <bytes>``; the file not there yet counts 0 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .errors import BbrlabError, ValidationError
+from .hosts import Host
+from .iperf import RUNNING_SH
+
+POLL_BASH = r"""
+set -u
+interval_us=$1; stop_after_s=$2; stop_file=$3; path=$4
+exec {pause_fd}<> <(:)
+now_us() { local t=$EPOCHREALTIME; printf -v "$1" '%s' "${t/[.,]/}"; }
+sample() {
+    local t=$EPOCHREALTIME size=0
+    [[ -e $path ]] && size=$(stat -c %s -- "$path")
+    printf '%s %s\n' "${t/,/.}" "$size"
+}
+now_us start; next=$start; end=$(( start + stop_after_s * 1000000 ))
+while [[ ! -e $stop_file ]]; do
+    now_us now
+    (( now >= end )) && break
+    sample
+    next=$(( next + interval_us ))
+    now_us now
+    if (( next <= now )); then next=$(( next + ((now - next) / interval_us + 1) * interval_us )); fi
+    wait_us=$(( next - now ))
+    printf -v pause '%d.%06d' $(( wait_us / 1000000 )) $(( wait_us % 1000000 ))
+    read -r -t "$pause" -u "$pause_fd" _ || :
+done
+sample
+echo "# end"
+"""
+
+#: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0): ask the poller to stop, wait for its
+#: last sample (at most 10 s, then SIGKILL), print the log.
+_STOP = RUNNING_SH + r"""
+touch "$1"
+i=0
+while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
+if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
+exit 0
+"""
+
+
+class ProgressError(BbrlabError):
+    """The progress poller's samples could not be fetched."""
+
+
+@dataclass
+class Poller:
+    """A poller running on ``host``; ``text`` is its log, set when the ``with`` block ends normally."""
+
+    host: Host
+    pid: int
+    directory: str
+    path: str
+    interval_ms: float
+    text: str | None = field(default=None, repr=False)
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.directory}/progress.log"
+
+    @property
+    def stop_path(self) -> str:
+        return f"{self.directory}/stop"
+
+
+def poll_argv(path: str, interval_ms: float, stop_after_s: float, stop_file: str) -> list[str]:
+    """The poller's command (an argument list)."""
+    if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or not 10 <= interval_ms <= 60_000:
+        raise ValidationError("interval_ms", interval_ms, "10 <= interval_ms <= 60000 ms")
+    if not 1 <= stop_after_s <= 86_400 * 2:
+        raise ValidationError("stop_after_s", stop_after_s, "1 <= stop_after_s <= 172800 s")
+    for name, value in (("path", path), ("stop_file", stop_file)):
+        if not value.startswith("/") or "\n" in value:
+            raise ValidationError(name, value, "an absolute path without newlines")
+    return ["bash", "-c", POLL_BASH, "bbrlab-progress", str(int(round(interval_ms * 1000))),
+            str(int(stop_after_s)), stop_file, path]
+
+
+@contextmanager
+def poller(host: Host, path: str, interval_ms: float, stop_after_s: float) -> Iterator[Poller]:
+    """Sample the size of ``path`` on ``host`` every ``interval_ms`` during the ``with`` block.
+
+    Its log lives in a private directory on ``host``. When the block ends normally the poller takes one
+    last sample, its log is fetched into :attr:`Poller.text`; when the block fails it is stopped without
+    fetching. Either way the directory is removed.
+    """
+    poll_argv(path, interval_ms, stop_after_s, "/nonexistent")  # everything checked before anything starts
+    with host.private_dir("progress") as directory:
+        handle = Poller(host, 0, directory, path, interval_ms)
+        handle.pid = host.spawn(poll_argv(path, interval_ms, stop_after_s, handle.stop_path), handle.log_path)
+        ended_normally = False
+        try:
+            yield handle
+            ended_normally = True
+        finally:
+            res = host.run(["sh", "-c", _STOP, "bbrlab-stop", handle.stop_path, str(handle.pid), handle.log_path,
+                            "1" if ended_normally else "0"], timeout=60, check=False)
+            if ended_normally:
+                if not res.ok:
+                    raise ProgressError(f"could not fetch the progress samples from {host.name}: "
+                                        f"{res.stderr.strip()[:300]}")
+                handle.text = res.stdout
+
+
+_LINE = re.compile(r"^([0-9]+(?:\.[0-9]+)?) ([0-9]+)$")
+
+
+def parse(text: str) -> list[tuple[float, int]]:
+    """``(unix time in s, bytes)`` per sample of a poller's log, in order (``#`` lines skipped)."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if m:
+            out.append((float(m.group(1)), int(m.group(2))))
+    return out
+
+
+def series(samples: list[tuple[float, int]]) -> list[list[float]]:
+    """``[t_s, bytes]`` pairs with ``t_s`` counted from the first sample (the poller starts before the copy)."""
+    if not samples:
+        return []
+    t0 = samples[0][0]
+    return [[round(t - t0, 6), n] for t, n in samples]
+
+
+def first_byte_s(samples: list[tuple[float, int]]) -> float | None:
+    """Seconds from the first sample to the first one that saw any bytes (None: nothing arrived)."""
+    for t, n in samples:
+        if n > 0:
+            return round(t - samples[0][0], 6)
+    return None

@@ -1,0 +1,1 @@
+"""Kernel patches and build recipes, installed as package data ``bbrlab.kernels`` (see setup.py, bbrlab.resources)."""

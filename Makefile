@@ -8,11 +8,7 @@ STAMP := $(VENV)/.setup-done
 DATA ?= data
 OUT ?= build/figures
 
-<<<<<<< HEAD
-.PHONY: help setup test test-slow test-unit test-system demo figures bench lint clean
-=======
-.PHONY: help setup sampler test test-unit test-system demo figures bench lint clean
->>>>>>> main
+.PHONY: help setup sampler test test-slow test-unit test-system demo figures bench lint clean
 
 help:
 	@echo "make demo     run the demo campaign on the local testbed and render the figures"

@@ -38,19 +38,14 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     sender is reused; one whose sender runs another kernel (or vCPU count) reboots only the sender.
 
     With ``load_bbr2b`` the patched BBR (``bbr2b``, see ``kernels/``) is built on this machine against the
-<<<<<<< HEAD
     sender kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be
     done the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check (use
     :func:`check_kernel` with ``need_bbr2b=True`` before a campaign to refuse such a kernel early).
-=======
-    guest kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be done
-    the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check.
 
     The socket samplers (:mod:`bbrlab.sockdiag`) are built (cached) and put into the sender too, so no run
     copies them. They are copied rather than baked into the guest image: an image recipe that hashed their
     sources would rebuild the image (minutes) at every change of a sampler, and branches with different
     samplers would prune each other's images. A sampled run checks the SHA-256 of its copy anyway.
->>>>>>> main
     """
     from .local import lifecycle
     from .local.state import check_name
@@ -62,8 +57,8 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
         lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress, kernel=resolved)
     tb = load(name)
     if load_bbr2b:
-<<<<<<< HEAD
         _load_bbr2b(tb, resolved, progress)
+    _install_samplers(tb, progress)
     return tb
 
 
@@ -100,13 +95,6 @@ def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
     return local.sender_kernel_identity
 
 
-def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
-=======
-        _load_bbr2b(tb, progress)
-    _install_samplers(tb, progress)
-    return tb
-
-
 def _install_samplers(tb: Testbed, progress: bool) -> None:
     import sys
 
@@ -123,8 +111,7 @@ def _install_samplers(tb: Testbed, progress: bool) -> None:
             print(f"{kind} sampler copied to the sender ({deployed.path}, sha256 {deployed.sha256[:12]})", flush=True)
 
 
-def _load_bbr2b(tb: Testbed, progress: bool) -> None:
->>>>>>> main
+def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
     import sys
 
     from ..errors import BbrlabError
@@ -165,11 +152,8 @@ def load(name_or_file: str | Path = "local") -> Testbed:
     identity = SenderKernel.from_dict(d["sender_kernel"]) if d.get("sender_kernel") else None
     local = LocalDetails(image=d.get("image"), guest_kernel=d.get("guest_kernel"),
                          sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {},
-<<<<<<< HEAD
-                         sender_kernel_identity=identity)
-=======
+                         sender_kernel_identity=identity,
                          qemu_pids={role: vm.get("pid") for role, vm in state.vms.items()})
->>>>>>> main
     qemu = f"QEMU {d['qemu_version']}" if d.get("qemu_version") else None
     return from_spec(load_file(path), kind="local", hypervisor_name=qemu, local=local)
 

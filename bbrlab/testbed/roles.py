@@ -96,13 +96,10 @@ class LocalDetails:
     guest_kernel: str | None = None
     sender_vcpus: int | None = None
     boot_to_ssh_s: dict = field(default_factory=dict)
-<<<<<<< HEAD
     #: The sender's kernel as booted (name, release, origin, package or path, sha256 of its bzImage).
     #: describe() measures ``sender_kernel`` (its ``uname -r``) separately.
     sender_kernel_identity: SenderKernel | None = None
-=======
     qemu_pids: dict = field(default_factory=dict)  # role -> pid of its QEMU on this machine
->>>>>>> main
 
 
 @dataclass

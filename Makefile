@@ -8,11 +8,12 @@ STAMP := $(VENV)/.setup-done
 DATA ?= data
 OUT ?= build/figures
 
-.PHONY: help setup sampler test test-unit test-system demo figures bench lint clean
+.PHONY: help setup sampler test test-slow test-unit test-system demo figures bench lint clean
 
 help:
 	@echo "make demo     run the demo campaign on the local testbed and render the figures"
-	@echo "make test     unit and real-system tests (boots the local testbed)"
+	@echo "make test     unit and real-system tests (boots the local testbed), without the slow ones"
+	@echo "make test-slow the slow tests: a sender kernel built from linux-source-6.1 and booted (tens of minutes)"
 	@echo "make figures  execute every notebook on DATA=$(DATA) into OUT=$(OUT)"
 	@echo "make bench    benchmarks, printed as numbers and ratios"
 	@echo "make lint     ruff (code and notebooks), notebooks formatted and committed without outputs"
@@ -33,13 +34,16 @@ sampler: setup
 	$(BIN)/python -m bbrlab.sockdiag
 
 test: setup
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests -m "not slow"
+
+test-slow: setup
+	$(BIN)/pytest tests -m slow
 
 test-unit: setup
 	$(BIN)/pytest tests -m "not system"
 
 test-system: setup
-	$(BIN)/pytest tests -m system
+	$(BIN)/pytest tests -m "system and not slow"
 
 demo: setup
 	$(BIN)/bbrlab demo

@@ -44,5 +44,5 @@ packages, package_dir, package_data = data_packages()
 setup(
     packages=find_namespace_packages(include=["bbrlab", "bbrlab.*"], exclude=["*__pycache__*"]) + packages,
     package_dir=package_dir,
-    package_data={"bbrlab": ["testbed/local/guest/*", "**/*.c", "**/*.h"], **package_data},
+    package_data={"bbrlab": ["testbed/local/guest/*", "kernel/guest/*", "**/*.c", "**/*.h"], **package_data},
 )

@@ -173,6 +173,25 @@ def check_guest_kernel_sources() -> list[Check]:
     return out
 
 
+def check_sender_kernel_tools() -> list[Check]:
+    """What other sender kernels need: a static busybox for their initramfs, the archive keyring and
+    gpgv to verify the Debian mirror, and the tools ``bbrlab kernel build-tree`` compiles with."""
+    from .kernel.debian import KEYRING
+    from .testbed.local.kernelboot import BUSYBOX
+
+    out = []
+    for label, present, pkg in (
+        ("sender initramfs busybox", BUSYBOX.is_file(), "busybox-static"),
+        ("Debian archive keyring", KEYRING.is_file(), "debian-archive-keyring"),
+        ("gpgv", shutil.which("gpgv") is not None, "gpgv"),
+        ("kernel build tools (flex, bison)", bool(shutil.which("flex") and shutil.which("bison")), "flex bison"),
+        ("libelf headers", os.path.isfile("/usr/include/gelf.h"), "libelf-dev"),
+    ):
+        out.append(Check(label, "ok" if present else "missing", "present" if present else "not installed",
+                         "" if present else f"apt-get install -y {pkg}  (or: make setup)"))
+    return out
+
+
 def run_checks(probe_kvm: bool = False) -> list[Check]:
     checks = [
         Check("host kernel", "info", os.uname().release),
@@ -182,5 +201,6 @@ def run_checks(probe_kvm: bool = False) -> list[Check]:
         check_kvm(probe=probe_kvm),
         *check_tools(),
         *check_guest_kernel_sources(),
+        *check_sender_kernel_tools(),
     ]
     return checks

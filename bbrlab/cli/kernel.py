@@ -34,6 +34,35 @@ def register(sub) -> None:
     add_force_option(st)
     st.set_defaults(func=run_status)
 
+    bt = verbs.add_parser("build-tree", help="build a sender kernel and its bbr2b from a kernel source tree",
+                          description="Configures (x86_64_defconfig + kvm_guest.config + kernels/sender-kernel.config), "
+                                      "builds bzImage and modules under nice with make O=OUT/build (the tree is not "
+                                      "written to), installs them into OUT and builds bbr2b against the result. "
+                                      "Boot it with: bbrlab testbed up --kernel OUT")
+    bt.add_argument("--source", required=True, help="the kernel source tree (a google/bbr checkout, an unpacked "
+                    "linux-source, ...); nothing is downloaded")
+    bt.add_argument("--out", required=True, help="the kernel directory to create (bzImage, lib/modules, bbr2b/)")
+    bt.add_argument("--jobs", type=int, default=None, help="make -j (default: the number of CPUs)")
+    bt.add_argument("--nice", type=int, default=10, help="nice level of the compile (default 10; 0 = not niced)")
+    bt.add_argument("--localversion", default="-bbrlab", help="appended to the release (default -bbrlab)")
+    bt.add_argument("--no-bbr2b", action="store_true", help="build the kernel only")
+    bt.add_argument("--bbr2b-patch", help="patch for bbr2b (default: the one kernels/ lists for the tree's tcp_bbr.c; "
+                    "kernels/bbr3 for a BBRv3 tree)")
+    bt.add_argument("--bbr2b-sha256", help="accept this tcp_bbr.c hash for the bbr2b patch (recorded in build.json)")
+    bt.add_argument("--bbr2b-fuzz", type=int, default=0, help="context slack for the bbr2b patch, 0-2 (default 0)")
+    bt.set_defaults(func=run_build_tree)
+
+    chk = verbs.add_parser("check", help="resolve and check a sender kernel (name or path) without booting it")
+    chk.add_argument("kernel", help="debian-6.1, debian-5.10, debian-6.12, or a kernel directory / linux-image .deb")
+    chk.add_argument("--bbr2b", action="store_true", help="also check bbr2b can be had for it (downloads sources)")
+    chk.add_argument("--json", action="store_true", help="machine-readable output")
+    chk.set_defaults(func=run_check)
+
+    cc = verbs.add_parser("ccas", help="each congestion control of the running sender: BBR version, patched, module")
+    _target_args(cc)
+    add_force_option(cc)
+    cc.set_defaults(func=run_ccas)
+
     s = verbs.add_parser("set", help="change module parameters, e.g. deficit_gain=1000 deficit_enable=0")
     s.add_argument("assignments", nargs="+", metavar="PARAM=VALUE")
     s.add_argument("--name", default="bbr2b", help="module name (default bbr2b)")
@@ -143,4 +172,56 @@ def run_set(args) -> int:
     finally:
         host.close()
     _print({"params": after}, args.json)
+    return 0
+
+
+def _progress(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_build_tree(args) -> int:
+    from ..kernel.tree import build_tree
+
+    result = build_tree(args.source, args.out, jobs=args.jobs, nice=args.nice, localversion=args.localversion,
+                        bbr2b=not args.no_bbr2b, bbr2b_patch=args.bbr2b_patch, bbr2b_sha256=args.bbr2b_sha256,
+                        bbr2b_fuzz=args.bbr2b_fuzz, progress=_progress)
+    print(f"built {result.release} in {result.build_s:.0f} s into {result.out}; boot it with: "
+          f"bbrlab testbed up --kernel {result.out}")
+    return 0
+
+
+def run_check(args) -> int:
+    from ..testbed import check_kernel
+
+    resolved = check_kernel(args.kernel, need_bbr2b=args.bbr2b, progress=not args.json)
+    data = {"kernel": resolved.kernel.to_dict(), "features": resolved.features.found,
+            "evidence": resolved.features.evidence}
+    if args.bbr2b:
+        from ..kernel.bbr2b import plan_bbr2b
+
+        data["bbr2b_patch"] = plan_bbr2b(resolved).patch
+    _print(data, args.json)
+    return 0
+
+
+def run_ccas(args) -> int:
+    from ..kernel.ccaprobe import probe_ccas
+
+    host, testbed = _target(args)
+    if testbed:
+        refuse_if_busy(testbed, args.force, "run commands on its sender")
+    try:
+        found = probe_ccas(host)
+    finally:
+        host.close()
+    if args.json:
+        print(json.dumps({k: v.to_dict() for k, v in found.items()}, indent=2))
+        return 0
+    for ident in found.values():
+        version = f"BBRv{ident.bbr_version}" if ident.bbr_version else "not BBR"
+        origin = f"module {ident.module}" if ident.module else "built in"
+        patch = f", patched ({ident.patch_sha256[:12]})" if ident.patched else ""
+        print(f"{ident.name:<10} {version:<8} {origin}{patch}")
     return 0

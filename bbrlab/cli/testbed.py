@@ -33,6 +33,10 @@ def register(sub) -> None:
     up.add_argument("--quiet", action="store_true", help="no progress lines")
     up.add_argument("--no-bbr2b", action="store_true",
                     help="do not build and load the patched BBR (bbr2b) in the sender (loaded by default)")
+    up.add_argument("--kernel", default="debian-6.1", metavar="KERNEL",
+                    help="the sender's kernel: debian-6.1 (default, the image's), debian-5.10, debian-6.12, or a path "
+                         "to a kernel directory (bzImage + lib/modules/<release>) or a linux-image .deb; a running "
+                         "testbed with another sender kernel reboots only its sender")
     up.set_defaults(func=run_up)
 
     down = verbs.add_parser("down", help="stop the VMs and remove every namespace, tap and bridge of the testbed")
@@ -62,9 +66,10 @@ def run_up(args) -> int:
     name = check_name(args.name or os.environ.get(ENV, "").strip() or DEFAULT_NAME)
     with changing(name, "testbed up"):
         tb = testbed.up(name, sender_vcpus=args.sender_vcpus, progress=not args.quiet,
-                        load_bbr2b=not args.no_bbr2b)
+                        load_bbr2b=not args.no_bbr2b, kernel=args.kernel)
     print(f"testbed '{tb.name}' is up ({tb.accelerator}); sender {tb.sender.experiment_ip} -> "
-          f"receiver {tb.receiver.experiment_ip} through the emulator ({', '.join(tb.emulator.ports)})")
+          f"receiver {tb.receiver.experiment_ip} through the emulator ({', '.join(tb.emulator.ports)}); "
+          f"sender kernel {testbed.sender_kernel(tb).label}")
     return 0
 
 
@@ -109,6 +114,10 @@ def run_status(args) -> int:
         if name == "sender":
             print(f"  {'':<9} QEMU pid {r.get('qemu_pid')}  vCPU threads {r.get('vcpu_threads')}"
                   + (f"  ({r['vcpu_error']})" if r.get("vcpu_error") else ""))
+            if st.get("sender_kernel_identity"):
+                from ..kernel.sender import SenderKernel
+
+                print(f"  {'':<9} booted: {SenderKernel.from_dict(st['sender_kernel_identity']).label}")
     return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
 
 

@@ -65,10 +65,24 @@ def ensure_module(host: Host, patch_path=DEFAULT_PATCH, *, source=DEFAULT_SOURCE
     return load(host, cached_build(build))
 
 
-def ensure_bbr2b(host: Host) -> dict:
-    """The testbed hook: make sure ``bbr2b`` (the inflight-deficit BBR) is loaded on ``host``.
+def ensure_bbr2b(host: Host, kernel=None) -> dict:
+    """Make sure ``bbr2b`` (the inflight-deficit BBR) is loaded on ``host``; return :func:`module_identity`.
 
     Builds it here if it is not cached under ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/modules/<hash>/``,
-    loads it (nothing happens if the same build is loaded), returns :func:`module_identity`.
+    loads it (nothing happens if the same build is loaded). ``kernel`` (a resolved sender kernel,
+    :class:`bbrlab.kernel.sender.ResolvedKernel`) picks the headers, source and patch for that kernel
+    (:mod:`bbrlab.kernel.bbr2b`); without it the host's release decides: this machine's
+    ``/usr/src/linux-headers-<release>`` when installed, else a Debian kernel bbrlab fetched with
+    that release.
     """
+    from . import debian, sender
+    from .bbr2b import ensure_bbr2b_for
+
+    if kernel is not None:
+        return ensure_bbr2b_for(host, kernel)
+    release = host.output(["uname", "-r"])
+    if not default_headers_dir(release).is_dir():
+        for name in debian.SUITE_KERNELS:
+            if debian.pinned_release(name) == release:
+                return ensure_bbr2b_for(host, sender.resolve(name))
     return ensure_module(host, DEFAULT_PATCH)

@@ -32,6 +32,8 @@ from .source import (
     check_sha256,
     prepare_source,
     read_expected_sha256,
+    read_expected_sha256s,
+    sha256_file,
 )
 
 #: The ``kernels/`` folder (patches, hashes, the Kbuild template), in a checkout or an installed package.
@@ -59,13 +61,16 @@ class ModuleBuild:
     source_sha256: str
     headers_dir: Path
     kernel_release: str
+    make_args: tuple[str, ...] = ()  # see make_overrides()
+    fuzz: int = 0  # patch(1) fuzz allowed; 0 unless a patch is known to need context slack
 
     def cache_key(self) -> str:
         """Hash of the inputs: same key, same module. Headers count through their Module.symvers."""
         symvers = self.headers_dir / "Module.symvers"
         symvers_sha = hashlib.sha256(symvers.read_bytes()).hexdigest() if symvers.is_file() else "-"
         text = "|".join([str(BUILD_RECIPE_VERSION), self.patch_sha256, self.source_sha256,
-                         self.kernel_release, symvers_sha, hashlib.sha256(KBUILD_TEMPLATE.read_bytes()).hexdigest()])
+                         self.kernel_release, symvers_sha, hashlib.sha256(KBUILD_TEMPLATE.read_bytes()).hexdigest(),
+                         *self.make_args, *([f"fuzz={self.fuzz}"] if self.fuzz else [])])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -167,13 +172,46 @@ def expected_sha256_for(patch_path: Path, expected_sha256: str | None) -> str:
     return read_expected_sha256(sidecar)
 
 
+def expected_sha256s_for(patch_path: Path, expected_sha256: str | None) -> tuple[str, ...]:
+    """Every source hash a patch accepts: the one given, else all lines of its ``SOURCE.sha256``."""
+    if expected_sha256:
+        return (check_sha256(expected_sha256),)
+    expected_sha256_for(patch_path, None)  # the same message when the sidecar is missing
+    return read_expected_sha256s(patch_path.parent / "SOURCE.sha256")
+
+
+def make_overrides(headers_dir: Path) -> tuple[str, ...]:
+    """``make`` variables that let this machine build against ``headers_dir``.
+
+    A distribution's headers name the compiler the kernel was built with (``CONFIG_CC_VERSION_TEXT``,
+    e.g. bullseye's ``gcc-10``); when that is not installed here, the default ``gcc`` builds the
+    module (vermagic does not record the compiler). Headers whose kernel generates BTF for modules
+    call ``pahole``; without it the module is built without BTF (BPF introspection only).
+    """
+    config = headers_dir / ".config"
+    text = config.read_text(errors="replace") if config.is_file() else ""
+    out = []
+    m = re.search(r'^CONFIG_CC_VERSION_TEXT="(\S+)', text, re.M)
+    if m and shutil.which(m.group(1)) is None:
+        out.append("CC=gcc")
+    if re.search(r"^CONFIG_DEBUG_INFO_BTF_MODULES=y", text, re.M) and shutil.which("pahole") is None:
+        out.append("CONFIG_DEBUG_INFO_BTF_MODULES=")
+    return tuple(out)
+
+
 def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path | None = None, *,
                source: str | Path = DEFAULT_SOURCE, expected_sha256: str | None = None,
-               release: str | None = None) -> ModuleBuild:
-    """Check every input (patch, headers, source hash) and return the build they define."""
+               release: str | None = None, fuzz: int = 0) -> ModuleBuild:
+    """Check every input (patch, headers, source hash) and return the build they define.
+
+    ``fuzz`` > 0 lets the patch apply with that much context slack (GNU patch ``--fuzz``); the
+    value is part of the build's identity.
+    """
+    if isinstance(fuzz, bool) or not isinstance(fuzz, int) or not 0 <= fuzz <= 2:
+        raise BbrlabError(f"fuzz = {fuzz!r} is not allowed: 0, 1 or 2")
     patch = Path(patch_path).expanduser().resolve()
     check_patch(patch)
-    expected = expected_sha256_for(patch, expected_sha256)
+    expected = expected_sha256s_for(patch, expected_sha256)
     if headers_dir:
         headers = Path(headers_dir)
     elif release:
@@ -187,16 +225,16 @@ def plan_build(patch_path: str | Path = DEFAULT_PATCH, headers_dir: str | Path |
     if release and release != kernel_release:
         raise BuildError(f"headers {headers} build for {kernel_release}, not for the target's {release}")
     pristine = prepare_source(source, expected)
-    return ModuleBuild(patch, hashlib.sha256(patch.read_bytes()).hexdigest(), pristine, expected,
-                       headers.resolve(), kernel_release)
+    return ModuleBuild(patch, hashlib.sha256(patch.read_bytes()).hexdigest(), pristine, sha256_file(pristine),
+                       headers.resolve(), kernel_release, make_overrides(headers), fuzz)
 
 
 def _apply_patch(build: ModuleBuild, tree: Path) -> Path:
-    """Copy the pristine file into ``tree`` and apply the patch there, without fuzz."""
+    """Copy the pristine file into ``tree`` and apply the patch there (no fuzz unless the build allows it)."""
     target = tree / SOURCE_MEMBER
     target.parent.mkdir(parents=True)
     shutil.copyfile(build.source_path, target)
-    res = LocalHost().run(["patch", "-p1", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "-r", "-",
+    res = LocalHost().run(["patch", "-p1", "--batch", f"--fuzz={build.fuzz}", "--no-backup-if-mismatch", "-r", "-",
                            "-d", str(tree), "-i", str(build.patch_path)], check=False, timeout=60)
     if not res.ok:
         raise BuildError(f"patch {build.patch_path} does not apply to {build.source_path}: "
@@ -212,13 +250,27 @@ def _ident_source(build: ModuleBuild) -> str:
             f'MODULE_VERSION("bbrlab-{build.patch_sha256[:12]}");\n')
 
 
+def local_includes(source_text: str) -> list[str]:
+    """Headers a source file takes from its own directory (``#include "name.h"``)."""
+    return sorted(set(re.findall(r'^\s*#\s*include\s+"([^"/]+\.h)"', source_text, re.M)))
+
+
+def _copy_local_include(build: ModuleBuild, header: str, src_dir: Path) -> None:
+    """BBRv3's tcp_bbr.c includes net/ipv4/tcp_dctcp.h: an out-of-tree build carries such headers along."""
+    found = build.source_path.parent / header
+    if not found.is_file():
+        raise BuildError(f"the patched source includes \"{header}\" from net/ipv4/, which {build.source_path.parent} "
+                         f"does not hold: give the kernel tree (not a lone tcp_bbr.c or a tarball) as the source")
+    shutil.copyfile(found, src_dir / header)
+
+
 def modinfo_field(ko_path: Path, field: str) -> str:
     """One ``modinfo -F`` field of a ``.ko`` file (empty if absent)."""
     return LocalHost().output(["modinfo", "-F", field, str(ko_path)], timeout=30)
 
 
 def _compile(build: ModuleBuild, src_dir: Path) -> Path:
-    res = LocalHost().run(["make", "-C", str(build.headers_dir), f"M={src_dir}", "modules"],
+    res = LocalHost().run(["make", "-C", str(build.headers_dir), f"M={src_dir}", *build.make_args, "modules"],
                           check=False, timeout=900)
     if not res.ok:
         raise BuildError(f"building the module against {build.headers_dir} failed:\n"
@@ -239,6 +291,8 @@ def build_in(build: ModuleBuild, out_dir: str | Path) -> BuiltModule:
         src_dir = Path(tmp) / "module"
         src_dir.mkdir()
         shutil.copyfile(patched, src_dir / f"tcp_{name}.c")
+        for header in local_includes(patched.read_text()):
+            _copy_local_include(build, header, src_dir)
         (src_dir / "bbrlab_ident.c").write_text(_ident_source(build))
         (src_dir / "Kbuild").write_text(KBUILD_TEMPLATE.read_text().replace("@NAME@", name))
         ko = _compile(build, src_dir)

@@ -50,13 +50,28 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def read_expected_sha256s(path: str | Path) -> tuple[str, ...]:
+    """Every hash in a ``SOURCE.sha256`` file (``sha256sum`` format, one verified source per line).
+
+    A patch that applies unchanged to several kernels' ``tcp_bbr.c`` (e.g. 6.1 and 6.12) lists
+    each file it was checked against; any of them is accepted.
+    """
+    values = []
+    for line in Path(path).read_text().splitlines():
+        value = line.split()[0].lower() if line.strip() else ""
+        if not value:
+            continue
+        if not _HEX64.match(value):
+            raise BbrlabError(f"{path}: expected a SHA-256 (64 hex digits) as first field, found {value!r}")
+        values.append(value)
+    if not values:
+        raise BbrlabError(f"{path}: no SHA-256 in it")
+    return tuple(values)
+
+
 def read_expected_sha256(path: str | Path) -> str:
-    """The hash in a ``SOURCE.sha256`` file (``sha256sum`` format; the first field counts)."""
-    text = Path(path).read_text().strip()
-    value = text.split()[0].lower() if text else ""
-    if not _HEX64.match(value):
-        raise BbrlabError(f"{path}: expected a SHA-256 (64 hex digits) as first field, found {value!r}")
-    return value
+    """The first hash in a ``SOURCE.sha256`` file (the source the patch was written for)."""
+    return read_expected_sha256s(path)[0]
 
 
 def check_sha256(value: str) -> str:
@@ -111,19 +126,20 @@ def locate_source(source: str | Path, member: str = SOURCE_MEMBER) -> Path:
     return path
 
 
-def prepare_source(source_tarball_or_dir: str | Path, expected_sha256: str,
+def prepare_source(source_tarball_or_dir: str | Path, expected_sha256: str | tuple[str, ...] | list[str],
                    member: str = SOURCE_MEMBER) -> Path:
-    """Return the pristine ``tcp_bbr.c`` if its SHA-256 is ``expected_sha256``, else refuse.
+    """Return the pristine ``tcp_bbr.c`` if its SHA-256 is (one of) ``expected_sha256``, else refuse.
 
     Nothing is patched or built before this check passes, so a wrong source never gets further.
     """
-    expected = check_sha256(expected_sha256)
+    wanted = [expected_sha256] if isinstance(expected_sha256, str) else list(expected_sha256)
+    expected = [check_sha256(v) for v in wanted]
     path = locate_source(source_tarball_or_dir, member)
     found = sha256_file(path)
-    if found != expected:
+    if found not in expected:
         origin = f" (from {source_tarball_or_dir})" if Path(source_tarball_or_dir) != path else ""
         raise SourceMismatchError(
             f"kernel source {path}{origin} is not the file the patch was written for: "
-            f"expected sha256 {expected}, found {found}. Use the matching kernel source "
+            f"expected sha256 {' or '.join(expected)}, found {found}. Use the matching kernel source "
             f"(e.g. Debian's linux-source-6.1), or port the patch and update its SOURCE.sha256.")
     return path

@@ -4,6 +4,8 @@ One API for the local testbed on this machine and for a real lab described by a 
 
     import bbrlab.testbed as testbed
     tb = testbed.up()                        # local: build/boot (or reuse) and return a Testbed
+    tb = testbed.up(kernel="debian-5.10")    # the same testbed, its sender rebooted into Debian 11's kernel
+    testbed.sender_kernel(tb)                # SenderKernel: release, origin, package/version or path+sha256
     tb.sender.host.run(["uname", "-r"])
     tb.sender.vcpu_threads()                 # for SCHED_DEADLINE, from QMP
     testbed.status(tb)                       # reachability, kernels, CCAs, qdiscs, QEMU pid, accel
@@ -16,20 +18,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import TestbedError
+from ..kernel.sender import DEFAULT_KERNEL, ResolvedKernel, SenderKernel
 from .file import TestbedSpec, load_file
 from .lock import image_lock, lock_path, testbed_lock
 from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_spec
 
-__all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "up", "down", "load", "status",
-           "load_file", "testbed_lock", "image_lock", "lock_path"]
+__all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel",
+           "DEFAULT_KERNEL", "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path",
+           "check_kernel", "sender_kernel"]
 
 
-def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True) -> Testbed:
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True,
+       kernel: str | Path = DEFAULT_KERNEL) -> Testbed:
     """Bring the local testbed ``name`` up (idempotent: a running one is reused) and return it.
 
+    ``kernel`` is the sender's kernel: ``debian-6.1`` (default, the guest image's), ``debian-5.10``,
+    ``debian-6.12``, or a path to a kernel directory or linux-image .deb (see
+    :mod:`bbrlab.kernel.sender`); it is checked before anything boots. A running testbed with the same
+    sender is reused; one whose sender runs another kernel (or vCPU count) reboots only the sender.
+
     With ``load_bbr2b`` the patched BBR (``bbr2b``, see ``kernels/``) is built on this machine against the
-    guest kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be done
-    the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check.
+    sender kernel's headers (cached) and loaded in the sender beside stock ``bbr``. When that cannot be
+    done the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check (use
+    :func:`check_kernel` with ``need_bbr2b=True`` before a campaign to refuse such a kernel early).
 
     The socket samplers (:mod:`bbrlab.sockdiag`) are built (cached) and put into the sender too, so no run
     copies them. They are copied rather than baked into the guest image: an image recipe that hashed their
@@ -37,14 +48,51 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     samplers would prune each other's images. A sampled run checks the SHA-256 of its copy anyway.
     """
     from .local import lifecycle
+    from .local.state import check_name
 
+    check_name(name)
+    lifecycle.check_vcpus(sender_vcpus)
     with testbed_lock(name):
-        lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress)
+        resolved = check_kernel(kernel, progress=progress)
+        lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress, kernel=resolved)
     tb = load(name)
     if load_bbr2b:
-        _load_bbr2b(tb, progress)
+        _load_bbr2b(tb, resolved, progress)
     _install_samplers(tb, progress)
     return tb
+
+
+def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = False,
+                 progress: bool = False) -> ResolvedKernel:
+    """Resolve and check a sender kernel without booting it (downloads and caches a Debian one).
+
+    Raises :class:`~bbrlab.errors.ValidationError` (field ``kernel``) for a bad name or path, a file
+    that is not a bzImage, or a kernel without virtio/ext4/fw_cfg/inet_diag/tcp_diag; with
+    ``need_bbr2b`` also :class:`bbrlab.kernel.bbr2b.Bbr2bUnavailable` when bbr2b cannot be had for it.
+    The call a campaign makes for each of its kernels before its first run.
+    """
+    import sys
+
+    from ..kernel.bbr2b import check_bbr2b
+    from .local import lifecycle
+
+    def say(message: str) -> None:
+        if progress:
+            print(message, file=sys.stderr, flush=True)
+
+    resolved = lifecycle.resolve_sender_kernel(kernel, say)
+    if need_bbr2b:
+        check_bbr2b(resolved, say)
+    return resolved
+
+
+def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
+    """The kernel the local testbed's sender was booted with (``metadata.kernel`` of its runs)."""
+    local = (tb if isinstance(tb, Testbed) else load(tb)).local
+    if local is None or local.sender_kernel_identity is None:
+        raise TestbedError("this testbed records no sender kernel (a lab testbed, or one started before kernels "
+                           "were recorded: bring it up again)")
+    return local.sender_kernel_identity
 
 
 def _install_samplers(tb: Testbed, progress: bool) -> None:
@@ -63,14 +111,14 @@ def _install_samplers(tb: Testbed, progress: bool) -> None:
             print(f"{kind} sampler copied to the sender ({deployed.path}, sha256 {deployed.sha256[:12]})", flush=True)
 
 
-def _load_bbr2b(tb: Testbed, progress: bool) -> None:
+def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
     import sys
 
-    from .. import kernel
     from ..errors import BbrlabError
+    from ..kernel.bbr2b import ensure_bbr2b_for
 
     try:
-        ident = kernel.ensure_bbr2b(tb.sender.host)
+        ident = ensure_bbr2b_for(tb.sender.host, resolved)
     except BbrlabError as e:
         print(f"bbrlab: warning: bbr2b not loaded in the sender: {e}", file=sys.stderr)
         return
@@ -102,8 +150,10 @@ def load(name_or_file: str | Path = "local") -> Testbed:
         raise TestbedError(f"the local testbed '{text}' is not up (run: bbrlab testbed up"
                            f"{'' if text == 'local' else ' --name ' + text})")
     d = state.data
+    identity = SenderKernel.from_dict(d["sender_kernel"]) if d.get("sender_kernel") else None
     local = LocalDetails(image=d.get("image"), guest_kernel=d.get("guest_kernel"),
                          sender_vcpus=d.get("sender_vcpus"), boot_to_ssh_s=d.get("boot_to_ssh_s") or {},
+                         sender_kernel_identity=identity,
                          qemu_pids={role: vm.get("pid") for role, vm in state.vms.items()})
     qemu = f"QEMU {d['qemu_version']}" if d.get("qemu_version") else None
     return from_spec(load_file(path), kind="local", hypervisor_name=qemu, local=local)

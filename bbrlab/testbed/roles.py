@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import TestbedError
 from ..hosts import Host, LocalHost, NetnsHost, SSHHost
+from ..kernel.sender import SenderKernel
 from ..vcpu import explicit_vcpu_threads, libvirt_vcpu_threads, qmp_vcpu_threads, qmp_vcpu_threads_remote
 from .file import RoleSpec, SSHSpec, TestbedSpec
 
@@ -95,6 +96,9 @@ class LocalDetails:
     guest_kernel: str | None = None
     sender_vcpus: int | None = None
     boot_to_ssh_s: dict = field(default_factory=dict)
+    #: The sender's kernel as booted (name, release, origin, package or path, sha256 of its bzImage).
+    #: describe() measures ``sender_kernel`` (its ``uname -r``) separately.
+    sender_kernel_identity: SenderKernel | None = None
     qemu_pids: dict = field(default_factory=dict)  # role -> pid of its QEMU on this machine
 
 

@@ -20,7 +20,7 @@ from bbrlab.testbed import target
 #: Commands that act on a testbed (``testbed up/down`` name the one they create or remove with --name).
 ACTS_ON_A_TESTBED = {("testbed", "status"), ("testbed", "shell"), ("link", "set"), ("link", "show"),
                      ("link", "clear"), ("link", "validate"), ("contention", "set"), ("contention", "show"),
-                     ("contention", "clear"), ("kernel", "load"), ("kernel", "status"), ("kernel", "set"),
+                     ("contention", "clear"), ("kernel", "load"), ("kernel", "status"), ("kernel", "set"), ("kernel", "ccas"),
                      ("campaign", "run"), ("calibrate", None)}
 
 
@@ -53,7 +53,8 @@ def test_handlers_follow_one_naming_convention():
     for (command, verb), p in _verbs(build_parser()).items():
         func = p.get_default("func")
         assert func.__module__ == f"bbrlab.cli.{command}"
-        assert func.__name__ == (f"run_{verb}" if verb else "run"), (command, verb, func.__name__)
+        expected = f"run_{verb.replace('-', '_')}" if verb else "run"
+        assert func.__name__ == expected, (command, verb, func.__name__)
 
 
 def test_every_command_acting_on_a_testbed_takes_testbed_with_the_shared_default():

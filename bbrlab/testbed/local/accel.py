@@ -56,9 +56,10 @@ def cached_kvm_probe() -> AccelProbe | None:
     """The cached answer for this host kernel and QEMU, or None when never probed, expired or unreadable."""
     path = _cache_file()
     try:
-        result = AccelProbe(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())  # fields another bbrlab version added are ignored
+        result = AccelProbe(**{k: v for k, v in data.items() if k in AccelProbe.__dataclass_fields__})
         age_s = time.time() - path.stat().st_mtime
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
     return None if result.expired(age_s) else result
 

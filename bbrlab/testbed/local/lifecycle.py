@@ -1,14 +1,20 @@
 """Bringing the local testbed up and down.
 
-``up`` builds (or reuses) the guest image, decides KVM or TCG, creates the namespaces and taps,
-boots the sender and emulator VMs in parallel, waits until both answer SSH and the receiver
-namespace can ping the sender through the emulator's bridge, and writes ``testbed.yaml`` in the
-state directory (the same form as a lab's testbed file). Every resource is recorded in
-``state.json`` before it is created; any failure calls :func:`down`, which removes all of it.
+``up`` resolves and checks the sender's kernel (:mod:`bbrlab.kernel.sender`), builds (or reuses)
+the guest image, decides KVM or TCG, creates the namespaces and taps, boots the sender and
+emulator VMs in parallel, waits until both answer SSH and the receiver namespace can ping the
+sender through the emulator's bridge, and writes ``testbed.yaml`` in the state directory (the same
+form as a lab's testbed file). Every resource is recorded in ``state.json`` before it is created;
+any failure calls :func:`down`, which removes all of it.
+
+A running testbed is reused when the sender already runs the requested kernel with the requested
+vCPUs; when only the sender differs, only the sender VM is rebooted (the emulator, namespaces and
+bridge stay), which is what a campaign over several kernels needs between kernel blocks.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -18,8 +24,10 @@ from pathlib import Path
 
 from ...errors import TestbedError, ValidationError
 from ...hosts import SSHHost
+from ...kernel import DEFAULT_SOURCE, default_headers_dir
+from ...kernel import sender as sender_kernel
 from ..file import RoleSpec, SSHSpec, TestbedSpec, write_file
-from . import accel, image, plumbing, qemu
+from . import accel, image, kernelboot, plumbing, qemu
 from .state import State, check_name
 
 SUBNET_PREFIX = 24
@@ -112,22 +120,68 @@ def _ssh_true(port: int, key: Path, known_hosts: Path, timeout_s: float) -> bool
         host.close()
 
 
+# -- the sender's kernel --------------------------------------------------------------------------
+def resolve_sender_kernel(kernel: str | Path = sender_kernel.DEFAULT_KERNEL,
+                          progress=lambda s: None) -> sender_kernel.ResolvedKernel:
+    """Resolve and check the sender kernel ``kernel`` (a name or a path); nothing boots.
+
+    ``debian-6.1`` is the guest image's own kernel (the image is built first if needed); other
+    names and paths are resolved by :func:`bbrlab.kernel.sender.resolve`.
+    """
+    def from_image() -> sender_kernel.ResolvedKernel:
+        img = image.ensure_image(progress)
+        package, version = image.guest_kernel_package()
+        return sender_kernel.image_kernel(img.kernel, img.initrd, package, version,
+                                          default_headers_dir(img.kernel_release), DEFAULT_SOURCE)
+
+    return sender_kernel.resolve(kernel, image_kernel=from_image, progress=progress)
+
+
+def _boot_record(boot: qemu.BootFiles) -> dict:
+    return {"kernel": str(boot.kernel), "initrd": str(boot.initrd),
+            "modules_disk": str(boot.modules_disk) if boot.modules_disk else None}
+
+
+def _sender_matches(state: State, sender_vcpus: int, boot: qemu.BootFiles) -> bool:
+    return state.data.get("sender_vcpus") == sender_vcpus and state.data.get("sender_boot") == _boot_record(boot)
+
+
 # -- up -------------------------------------------------------------------------------------------
-def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True) -> Path:
-    """Bring the local testbed up (or find it running); return the path of its testbed file."""
+def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True,
+       kernel: str | Path | sender_kernel.ResolvedKernel = sender_kernel.DEFAULT_KERNEL) -> Path:
+    """Bring the local testbed up (or find it running); return the path of its testbed file.
+
+    ``kernel`` is the sender's kernel (a name or path, see :mod:`bbrlab.kernel.sender`, or one
+    already resolved), checked before anything boots or stops. A running testbed whose sender
+    differs (kernel or vCPUs) gets a new sender only.
+    """
     check_name(name)
     check_vcpus(sender_vcpus)
     say = Progress(progress)
+    resolved = kernel if isinstance(kernel, sender_kernel.ResolvedKernel) else resolve_sender_kernel(kernel, say)
+    boot = kernelboot.boot_files(resolved, say)
+    img = image.ensure_image(say)
     state = State.load(name)
-    if running(state) and state.data.get("sender_vcpus") == sender_vcpus and _all_ssh_ready(state):
-        say(f"testbed '{name}' already up (accelerator {state.data.get('accelerator')}): reusing it")
+    if running(state) and state.data.get("image") == str(img.folder) and _all_ssh_ready(state):
+        if _sender_matches(state, sender_vcpus, boot):
+            say(f"testbed '{name}' already up (accelerator {state.data.get('accelerator')}, sender kernel "
+                f"{resolved.kernel.release}): reusing it")
+            return testbed_file(name)
+        say(f"testbed '{name}' up with another sender ({state.data.get('sender_kernel', {}).get('release')}, "
+            f"{state.data.get('sender_vcpus')} vCPU): rebooting the sender only")
+        try:
+            _reboot_sender(state, sender_vcpus, resolved, boot, say)
+        except BaseException:
+            say("sender reboot failed: removing the testbed")
+            down(name, progress=progress)
+            raise
         return testbed_file(name)
     if state is not None and (state.phase != "down" or state.vms or state.netns):
         say(f"testbed '{name}' partly present or configured differently: cleaning up first")
     down(name, progress=progress)  # also catches a stray QEMU or namespace of this name
     state = State(name)
     try:
-        _bring_up(state, sender_vcpus, say)
+        _bring_up(state, sender_vcpus, resolved, boot, say)
     except BaseException:
         say("up failed: removing what it created")
         down(name, progress=progress)
@@ -140,10 +194,18 @@ def _all_ssh_ready(state: State) -> bool:
     return all(ssh_ready(v["ssh_port"], d / "id_ed25519", d / "known_hosts") for v in state.vms.values())
 
 
-def _bring_up(state: State, sender_vcpus: int, say: Progress) -> None:
-    t_start = time.monotonic()
-    state.data.update(phase="starting", sender_vcpus=sender_vcpus)
+def _record_sender(state: State, sender_vcpus: int, resolved: sender_kernel.ResolvedKernel,
+                   boot: qemu.BootFiles) -> None:
+    state.data.update(sender_vcpus=sender_vcpus, sender_kernel=resolved.kernel.to_dict(),
+                      sender_boot=_boot_record(boot), sender_features=dict(resolved.features.found))
     state.save()
+
+
+def _bring_up(state: State, sender_vcpus: int, resolved: sender_kernel.ResolvedKernel, boot: qemu.BootFiles,
+              say: Progress) -> None:
+    t_start = time.monotonic()
+    state.data.update(phase="starting")
+    _record_sender(state, sender_vcpus, resolved, boot)
     img = image.ensure_image(say)
     accelerator = _choose_accelerator(say)
     state.data.update(accelerator=accelerator, image=str(img.folder), guest_kernel=img.kernel_release,
@@ -159,7 +221,7 @@ def _bring_up(state: State, sender_vcpus: int, say: Progress) -> None:
     try:
         plumbing.make_bridge(link_ns, "br-a", ["tap-s", "tap-ea"])
         plumbing.set_address(rx_ns, "rx0", RECEIVER_IP, SUBNET_PREFIX)
-        specs = _vm_specs(state, img, sender_vcpus, accelerator, key, fds)
+        specs = _vm_specs(state, sender_vcpus, accelerator, key, fds, boot)
         for role, spec in specs.items():
             _launch(state, role, spec, img, say)
     finally:
@@ -167,12 +229,40 @@ def _bring_up(state: State, sender_vcpus: int, say: Progress) -> None:
             os.close(fd)  # QEMU holds its own copies; the taps live as long as QEMU does
     _write_known_hosts(state, img)
     _write_testbed_file(state, key)
-    boot = _wait_ssh(state, specs, say)
+    boot_s = _wait_ssh(state, specs, say)
     _wait_ping(state, RECEIVER_IP, say)
-    state.data.update(phase="up", boot_to_ssh_s=boot, up_s=round(time.monotonic() - t_start, 1))
+    state.data.update(phase="up", boot_to_ssh_s=boot_s, up_s=round(time.monotonic() - t_start, 1))
     state.save()
-    say(f"testbed '{state.name}' up in {time.monotonic() - t_start:.1f} s ({accelerator}; boot to SSH: "
-        + ", ".join(f"{r} {s:.1f} s" for r, s in boot.items()) + ")")
+    say(f"testbed '{state.name}' up in {time.monotonic() - t_start:.1f} s ({accelerator}; sender kernel "
+        f"{resolved.kernel.release}; boot to SSH: " + ", ".join(f"{r} {s:.1f} s" for r, s in boot_s.items()) + ")")
+
+
+def _reboot_sender(state: State, sender_vcpus: int, resolved: sender_kernel.ResolvedKernel,
+                   boot: qemu.BootFiles, say: Progress) -> None:
+    """Stop the sender VM and boot it again with ``boot``; emulator, namespaces and bridge stay."""
+    t_start = time.monotonic()
+    img = image.GuestImage(Path(state.data["image"]))
+    vm = state.vms["sender"]
+    state.data.update(phase="starting")
+    state.save()
+    if qemu.stop_vm(vm["pid"], vm["vm_name"]):
+        say(f"sender: stopped QEMU pid {vm['pid']}")
+    _record_sender(state, sender_vcpus, resolved, boot)
+    link_ns = plumbing.link_netns(state.name)
+    fd = _reopen_tap(link_ns, "tap-s")  # the old tap went with the old QEMU
+    try:
+        plumbing.make_bridge(link_ns, "br-a", ["tap-s"])
+        spec = _sender_spec(state, sender_vcpus, state.data["accelerator"], state.dir / "id_ed25519", fd, boot,
+                            ssh_port=vm["ssh_port"])
+        _launch(state, "sender", spec, img, say)
+    finally:
+        os.close(fd)
+    boot_s = _wait_ssh(state, {"sender": spec}, say)
+    _wait_ping(state, RECEIVER_IP, say)
+    state.data.update(phase="up", boot_to_ssh_s={**state.data.get("boot_to_ssh_s", {}), **boot_s},
+                      sender_reboot_s=round(time.monotonic() - t_start, 1))
+    state.save()
+    say(f"sender rebooted into {resolved.kernel.release} in {time.monotonic() - t_start:.1f} s")
 
 
 def _choose_accelerator(say: Progress) -> str:
@@ -196,19 +286,36 @@ def _ensure_ssh_key(folder: Path) -> Path:
     return key
 
 
-def _vm_specs(state: State, img: image.GuestImage, sender_vcpus: int, accelerator: str, key: Path,
-              fds: dict[str, int]) -> dict[str, qemu.VmSpec]:
-    scripts = {"sender": SENDER_SETUP, "emulator": EMULATOR_SETUP}
-    for role, text in scripts.items():
-        (state.dir / f"{role}-setup.sh").write_text(text)
-    common = dict(folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"))
+def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:
+    """Open tap ``ifname`` again after its QEMU exited (the kernel may still be tearing the old one down)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return plumbing.open_tap(ns, ifname)
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise TestbedError(f"cannot open tap {ifname} in {ns} again: {e}") from e
+            time.sleep(0.05)
+
+
+def _sender_spec(state: State, sender_vcpus: int, accelerator: str, key: Path, tap_fd: int,
+                 boot: qemu.BootFiles, ssh_port: int = 0) -> qemu.VmSpec:
+    (state.dir / "sender-setup.sh").write_text(SENDER_SETUP)
+    return qemu.VmSpec(vm_name=vm_name(state.name, "sender"), hostname="sender", folder=state.dir,
+                       accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"), vcpus=sender_vcpus,
+                       setup_script=state.dir / "sender-setup.sh", tap_fds=[tap_fd], mac_tag=1,
+                       ssh_port=ssh_port or qemu.free_local_port(), boot=boot)
+
+
+def _vm_specs(state: State, sender_vcpus: int, accelerator: str, key: Path, fds: dict[str, int],
+              boot: qemu.BootFiles) -> dict[str, qemu.VmSpec]:
+    (state.dir / "emulator-setup.sh").write_text(EMULATOR_SETUP)
     return {
-        "sender": qemu.VmSpec(vm_name=vm_name(state.name, "sender"), hostname="sender", vcpus=sender_vcpus,
-                              setup_script=state.dir / "sender-setup.sh", tap_fds=[fds["s"]], mac_tag=1,
-                              ssh_port=qemu.free_local_port(), **common),
+        "sender": _sender_spec(state, sender_vcpus, accelerator, key, fds["s"], boot),
         "emulator": qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
+                                folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"),
                                 setup_script=state.dir / "emulator-setup.sh", tap_fds=[fds["ea"], fds["eb"]],
-                                mac_tag=2, ssh_port=qemu.free_local_port(), receive_offloads=False, **common),
+                                mac_tag=2, ssh_port=qemu.free_local_port(), receive_offloads=False),
     }
 
 
@@ -242,8 +349,8 @@ def _write_testbed_file(state: State, key: Path) -> None:
 
 
 def _wait_ssh(state: State, specs: dict[str, qemu.VmSpec], say: Progress) -> dict[str, float]:
-    """Poll SSH on every VM until it answers (deadline ``SSH_DEADLINE_S``); seconds from QEMU start."""
-    waiting = dict(state.vms)
+    """Poll SSH on the VMs of ``specs`` until they answer (deadline ``SSH_DEADLINE_S``); seconds from QEMU start."""
+    waiting = {role: vm for role, vm in state.vms.items() if role in specs}
     boot: dict[str, float] = {}
     deadline = time.monotonic() + SSH_DEADLINE_S
     key, known = state.dir / "id_ed25519", state.dir / "known_hosts"

@@ -1,7 +1,9 @@
 """Launching and stopping the local testbed's QEMU VMs.
 
-Each VM boots the cached guest image's kernel directly (``-kernel/-initrd``) with bbrlab's init
-script as PID 1, on a qcow2 overlay of the raw base image (the base stays clean). Management is
+Each VM boots a kernel directly (``-kernel/-initrd``) with bbrlab's init script as PID 1, on a
+qcow2 overlay of the raw base image (the base stays clean). The kernel is the guest image's own
+unless the VM's :class:`BootFiles` name another (the sender's kernel, see :mod:`.kernelboot`),
+which then also brings a read-only modules disk. Management is
 QEMU user-mode networking restricted to a host forward ``127.0.0.1:<port> -> :22``, so a guest is
 reachable only from this machine; experiment NICs are tap descriptors opened by
 :mod:`.plumbing`. The role's SSH key, hostname and setup script reach the guest through fw_cfg.
@@ -21,6 +23,22 @@ from ...errors import TestbedError
 from .image import INIT_PATH, GuestImage
 
 MEMORY_MB = 1024
+EXEC_DEADLINE_S = 10.0
+MODULES_DISK_SERIAL = "bbrlab-modules"  # how the initramfs finds the modules disk
+MODULES_DISK_PCI_ADDR = 0x8  # after the root disk, the management NIC (0x3) and experiment NICs (0x4..)
+
+
+@dataclass(frozen=True)
+class BootFiles:
+    """What a VM boots: kernel image, initrd, and (for a kernel not in the image) its modules disk."""
+
+    kernel: Path
+    initrd: Path
+    modules_disk: Path | None = None
+
+    @classmethod
+    def of_image(cls, image: GuestImage) -> BootFiles:
+        return cls(image.kernel, image.initrd)
 
 
 @dataclass
@@ -37,6 +55,7 @@ class VmSpec:
     setup_script: Path | None = None
     tap_fds: list[int] = field(default_factory=list)
     mac_tag: int = 1  # distinct per VM of a testbed: experiment MACs are 52:54:00:77:<tag>:1<n>
+    boot: BootFiles | None = None  # None: the guest image's kernel and initrd
     #: Whether the experiment NICs accept segmentation-offloaded (GSO) frames. The emulator's must not: netem
     #: applies delay and loss per packet it sees, and a 64 KB aggregate of the sender's TSO would lose ~40
     #: segments at once where the scenario asks for independent losses. Off, the host segments before delivery.
@@ -77,6 +96,7 @@ def kernel_cmdline() -> str:
 
 def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
     """The full QEMU command line for ``spec``."""
+    boot = spec.boot or BootFiles.of_image(image)
     if spec.accelerator == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
     else:
@@ -86,11 +106,15 @@ def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
         "-smp", str(spec.vcpus), "-m", str(MEMORY_MB),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-serial", f"file:{spec.console_log}",
-        "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", kernel_cmdline(),
+        "-kernel", str(boot.kernel), "-initrd", str(boot.initrd), "-append", kernel_cmdline(),
         "-drive", f"file={spec.overlay},if=virtio,format=qcow2,cache=unsafe",
         "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
         "-fw_cfg", f"name=opt/bbrlab/hostname,string={spec.hostname}",
     ]
+    if boot.modules_disk is not None:
+        argv += ["-drive", f"file={boot.modules_disk},if=none,id=modules,format=raw,readonly=on",
+                 "-device", f"virtio-blk-pci,drive=modules,serial={MODULES_DISK_SERIAL},"
+                 f"addr={MODULES_DISK_PCI_ADDR:#x}"]
     if spec.ssh_port:
         argv += ["-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
                  "-device", "virtio-net-pci,netdev=mgmt,addr=0x3"]
@@ -116,6 +140,11 @@ def start_vm(spec: VmSpec, image: GuestImage) -> int:
                                 pass_fds=spec.tap_fds, start_new_session=True)
     finally:
         log.close()
+    # Until the child has exec'd, /proc/<pid>/cmdline is still Python's and is_our_qemu() says no:
+    # wait for the exec (or the exit) so callers never mistake a starting VM for a dead one.
+    deadline = time.monotonic() + EXEC_DEADLINE_S
+    while not is_our_qemu(proc.pid, spec.vm_name) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     return proc.pid
 
 

@@ -1,0 +1,82 @@
+"""The sender boots Debian's 5.10 and 6.12 on the running testbed, then goes back to 6.1.
+
+One test cycles the kernels on the session's testbed, so each extra kernel costs one sender
+reboot (about 20-30 s under TCG) and no second testbed. For each kernel: the sender's ``uname -r``
+is the package's release, the testbed records it, only the sender was rebooted (the emulator's
+QEMU is the same process), the running kernel identifies its congestion controls (stock bbr is
+BBRv1 from tcp_bbr, bbr2b the patched v1), which needs inet_diag/tcp_diag, and a bbr flow
+crosses the emulator. The testbed is put back on debian-6.1 whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import bbrlab.testbed as tbmod
+from bbrlab.cli.main import main
+from bbrlab.kernel import debian
+from bbrlab.kernel.ccaprobe import probe_ccas
+from bbrlab.testbed.local.state import State
+
+pytestmark = [pytest.mark.system, pytest.mark.testbed]
+
+IPERF_PORT = 5291
+
+
+def _bbr_flow_mbit(tb, log_dir, duration_s: int = 3) -> float:
+    rx = tb.receiver
+    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(log_dir / "iperf3-server.log"))
+    deadline = time.monotonic() + 30
+    while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
+        assert time.monotonic() < deadline, "iperf3 server did not listen"
+        time.sleep(0.2)
+    res = tb.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", str(duration_s),
+                              "-C", "bbr", "-J"], timeout=duration_s + 60)
+    report = json.loads(res.stdout)
+    assert report["end"]["sender_tcp_congestion"] == "bbr"
+    assert report["end"]["sum_received"]["bytes"] > 0
+    return report["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def _check_sender(tb, kernel_name: str, emulator_pid: int, log_dir) -> str:
+    release = tb.sender.host.output(["uname", "-r"])
+    assert release == debian.pinned_release(kernel_name)
+    recorded = tbmod.sender_kernel(tb)
+    assert (recorded.name, recorded.release, recorded.origin) == (kernel_name, release, "debian")
+    assert State.load(tb.name).vms["emulator"]["pid"] == emulator_pid, "the emulator must not be rebooted"
+    ccas = probe_ccas(tb.sender.host)
+    assert (ccas["bbr"].bbr_version, ccas["bbr"].patched, ccas["bbr"].module) == (1, False, "tcp_bbr")
+    assert ccas["bbr2b"].bbr_version == 1 and ccas["bbr2b"].patched and ccas["bbr2b"].module == "bbr2b"
+    assert ccas["cubic"].bbr_version is None and not ccas["cubic"].patched
+    assert _bbr_flow_mbit(tb, log_dir) > 0
+    return release
+
+
+def test_sender_cycles_through_debian_kernels_rebooting_only_the_sender(testbed, tmp_path):
+    name, vcpus = testbed.name, testbed.local.sender_vcpus
+    emulator_pid = State.load(name).vms["emulator"]["pid"]
+    try:
+        tb = tbmod.up(name, sender_vcpus=vcpus, progress=False, kernel="debian-5.10")
+        try:
+            assert _check_sender(tb, "debian-5.10", emulator_pid, tmp_path).startswith("5.10.")
+        finally:
+            tb.close()
+        assert main(["testbed", "up", "--name", name, "--sender-vcpus", str(vcpus), "--kernel", "debian-6.12",
+                     "--quiet"]) == 0
+        tb = tbmod.load(name)
+        try:
+            assert _check_sender(tb, "debian-6.12", emulator_pid, tmp_path).startswith("6.12.")
+            sender_pid = State.load(name).vms["sender"]["pid"]
+            tbmod.up(name, sender_vcpus=vcpus, progress=False, kernel="debian-6.12", load_bbr2b=False)
+            assert State.load(name).vms["sender"]["pid"] == sender_pid, "same kernel: the sender is reused"
+        finally:
+            tb.close()
+    finally:
+        tb = tbmod.up(name, sender_vcpus=vcpus, progress=False)
+        testbed.sender.host.close()  # its SSH session went with the old sender; reconnect on next use
+        assert tb.sender.host.output(["uname", "-r"]).startswith("6.1.")
+        assert tbmod.sender_kernel(tb).name == "debian-6.1"
+        tb.close()

@@ -191,6 +191,7 @@ README_COMMANDS = [
     "bbrlab kernel build",
     "bbrlab kernel load",
     "bbrlab kernel status",
+    "bbrlab kernel ccas",
     "bbrlab campaign run specs/demo.yaml --out runs/demo",
     "bbrlab campaign status runs/demo",
     "bbrlab ingest runs/demo",
@@ -207,6 +208,11 @@ README_NOT_RUN = {
     "bbrlab calibrate --show runs/demo": "needs that calibration; test_calibrate_testbed shows one",
     "bbrlab campaign run specs/loss-transfer-local.yaml --out runs/loss": "rsync copies under loss take minutes "
                                                                           "each; test_transfer_testbed runs them",
+    "bbrlab kernel build-tree": "a kernel build (about an hour here); test_kernel_tree (slow) runs it",
+    "bbrlab kernel build-tree --source DIR --out DIR": "placeholders; see above",
+    "bbrlab kernel check KERNEL": "a placeholder; test_sender_kernels checks kernels",
+    "bbrlab testbed up [--kernel debian-5.10]": "reboots the session's sender into another kernel; "
+                                                "test_sender_kernel_testbed does",
 }
 
 

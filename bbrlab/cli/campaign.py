@@ -101,6 +101,7 @@ def cmd_run(args) -> int:
     spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     target = args.testbed or spec.testbed
     tb = testbed_mod.load(target)  # reads the testbed file / state only; a missing testbed fails here
+    testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
     with testbed_mod.testbed_lock(tb.name):
         calibration, source = for_campaign(tb, args.out, spec.plan(), args.calibration)
         print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else

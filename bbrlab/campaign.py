@@ -88,6 +88,7 @@ class CampaignSpec:
     rtts_ms: tuple[float, ...]
     rates_mbit: tuple[float, ...]
     testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
+    kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = (1.0,)
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
@@ -113,13 +114,17 @@ class CampaignSpec:
         """The spec as stored in ``spec.yaml``; the workload keys only when they differ from their defaults,
         so the directory of a campaign made before workloads existed still matches its spec."""
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not d["kernels"]:
+            del d["kernels"]  # as in directories made before kernels were a dimension
         return {k: v for k, v in d.items() if k not in _WORKLOAD_DEFAULTS or v != _WORKLOAD_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
-    def grid(self) -> list[Scenario]:
-        """Every parameter combination, repetition 0, in a fixed nested order."""
-        points = itertools.product(self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct, self.rtts_ms,
-                                   self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
+    def grid(self, kernel: str | None = None) -> list[Scenario]:
+        """Every parameter combination, repetition 0, in a fixed nested order; with ``kernel``, only that
+        kernel's points (the kernel is the outermost dimension)."""
+        kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
+        points = itertools.product(kernels, self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct,
+                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
 
     def link(self, rate, rtt, buf, loss) -> Link:
@@ -127,9 +132,9 @@ class CampaignSpec:
         return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
                     loss_pct=loss, delay_split=self.delay_split)
 
-    def _scenario(self, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
+    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
         link = self.link(rate, rtt, buf, loss)
-        return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition)
+        return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition, kernel)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
@@ -142,11 +147,17 @@ class CampaignSpec:
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``.
 
+        With several sender kernels the runs of one kernel stay together (in the order the spec lists
+        the kernels), ordered within the block as ``order`` says: the sender boots once per kernel.
         Raises :class:`ValidationError` if two runs would share a run id (see :func:`check_unique_ids`).
         """
-        grid = self.grid()
-        with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
         rng = random.Random(self.seed)
+        out = [s for kernel in (self.kernels or (None,)) for s in self._ordered(self.grid(kernel), rng)]
+        check_unique_ids(out)
+        return out
+
+    def _ordered(self, grid: list[Scenario], rng: random.Random) -> list[Scenario]:
+        with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
         if self.order == "sequential":
             out = [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
         elif self.order == "random":
@@ -158,13 +169,13 @@ class CampaignSpec:
                 block = list(block)
                 rng.shuffle(block)
                 out.extend(block)
-        check_unique_ids(out)
         return out
 
     @property
     def runs(self) -> int:
         """Number of runs: grid points x repetitions (without building them)."""
-        return math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads")) * self.repetitions
+        lists = math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads"))
+        return lists * max(1, len(self.kernels)) * self.repetitions
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
@@ -183,7 +194,7 @@ class CampaignSpec:
 
 
 def _with_repetition(s: Scenario, r: int) -> Scenario:
-    return Scenario(s.link, s.contention, s.flow, r)
+    return Scenario(s.link, s.contention, s.flow, r, s.kernel)
 
 
 def check_unique_ids(runs: list[Scenario]) -> None:
@@ -241,7 +252,7 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
     out = []
     for i, v in enumerate(values):
-        if key not in ("ccas", "workloads"):
+        if key not in ("ccas", "workloads", "kernels"):
             _number(f"{key}[{i}]", v, integer=key == "streams")
         try:
             probe(v)
@@ -333,6 +344,8 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
             lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    if "kernels" in d:
+        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), _kernel_name)
     if "workloads" in d:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
@@ -340,6 +353,18 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
     return spec
+
+
+def _kernel_name(value: object) -> str:
+    """A sender kernel as a spec names it: a Debian kernel's name, or the path of a kernel directory or
+    .deb (checked for real, and downloaded if need be, by ``testbed.check_kernel`` when the campaign starts)."""
+    from .kernel.sender import KERNEL_NAMES
+
+    if isinstance(value, str) and (value in KERNEL_NAMES or "/" in value or value.endswith(".deb")):
+        Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), Flow("cubic"), kernel=value)
+        return value
+    raise ValidationError("kernel", value, f"one of {', '.join(KERNEL_NAMES)}, or the path of a kernel directory "
+                          "or linux-image .deb (with a '/')")
 
 
 def _check_scalars(d: dict) -> dict:
@@ -438,10 +463,14 @@ def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
 
 
 def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:
-    """Parse and validate a spec's YAML text; a relative testbed file is taken from ``base``."""
+    """Parse and validate a spec's YAML text; a relative testbed file or kernel path is taken from ``base``."""
     from .yamlfile import load_text
 
-    return _validate(load_text(text, source), base)
+    data = load_text(text, source)
+    if base is not None and isinstance(data, dict) and isinstance(data.get("kernels"), list):
+        data["kernels"] = [os.path.normpath(os.path.join(base, k)) if isinstance(k, str) and "/" in k
+                           and not k.startswith("/") else k for k in data["kernels"]]  # kernel paths: from the spec
+    return _validate(data, base)
 
 
 def load_spec(path: str | Path) -> CampaignSpec:

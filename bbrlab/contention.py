@@ -27,6 +27,7 @@ hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.hosts.Hos
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -46,6 +47,7 @@ from .sched import (
     ThreadGoneError,
     explain_refusal,
 )
+from .signals import die_as_default
 from .threadstat import ThreadUsage, read_proc_files, sample_threads, usage_between
 from .vcpu import explicit_vcpu_threads
 
@@ -474,7 +476,11 @@ def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
     previous: dict[int, object] = {}
     busy = threading.Lock()
 
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:  # a forked helper must not restore its parent's threads
+            die_as_default(signum)
         if not busy.acquire(blocking=False):
             return  # a second signal while restoring: let the first one finish the job
         try:

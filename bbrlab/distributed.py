@@ -98,6 +98,7 @@ class TestbedPlugin(WorkerPlugin):
         from .recovery import recover
         from .testbed import isolation
 
+        self.testbed = self.runner.testbed  # the runner's own, also after it rebooted the sender into a kernel
         try:
             recover(self.testbed)
             self.runner.close()

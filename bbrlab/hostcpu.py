@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import BbrlabError
 from .hosts import Host
@@ -79,21 +79,11 @@ def busy_between(first: CpuTimes, last: CpuTimes) -> dict:
             "busiest_cpu_pct": busiest, "cpus": len(per_cpu), "ticks": total_all}
 
 
-@dataclass
-class CpuWatch:
-    """Filled when the ``with`` block of :func:`watched` ends normally."""
-
-    host: str
-    result: dict = field(default_factory=dict)
-
-
 @contextmanager
-def watched(host: Host) -> Iterator[CpuWatch]:
-    """Snapshot ``host``'s CPU counters before and after the block; ``result`` holds :func:`busy_between`.
-
-    When the block raises, the second snapshot is not taken (the block's error is what matters).
-    """
-    watch = CpuWatch(host.name)
-    first = read(host)
-    yield watch
-    watch.result = busy_between(first, read(host))
+def watching(hosts: dict[str, Host]) -> Iterator[dict]:
+    """Snapshot the CPU counters of ``hosts`` before and after the block: the yielded dict holds, after
+    the block, each name's :func:`busy_between` (nothing when the block raised: its error is what matters)."""
+    first = {name: read(host) for name, host in hosts.items()}
+    found: dict = {}
+    yield found
+    found.update({name: busy_between(first[name], read(host)) for name, host in hosts.items()})

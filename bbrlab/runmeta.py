@@ -49,6 +49,7 @@ class RunMetadata:
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: dict | None = None
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.hostcpu)
+    kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     timing: dict[str, float | bool] = field(default_factory=dict)

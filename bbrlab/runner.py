@@ -1,12 +1,12 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
-Read :meth:`Runner.run` top to bottom: prepare the sender (and find the ceiling of the run's point in
-the calibration, if one is given), hold the link on the emulator, start the workload's server on the
-receiver (iperf3's server, or rsync's sshd: :mod:`bbrlab.workloads`) and the sampler, put the sender's
-vCPUs under the deadline policy for the client's transfer while the emulator's and the sender's
-hypervisor's CPU use is counted, then read back and check what held. Each step is a context manager owned by its tool, composed
-in one ``ExitStack``: whatever fails or interrupts the run (an exception, SIGINT, SIGTERM, SIGHUP), the
-policy comes off, the sampler and the server stop, and the link is cleared, in reverse order.
+Read :meth:`Runner.run` top to bottom: boot the sender into the scenario's kernel if it runs another,
+prepare the sender, hold the link on the emulator, start the workload's server on the receiver (iperf3's
+server, or rsync's sshd: :mod:`bbrlab.workloads`) and the sampler, put the sender's vCPUs under the
+deadline policy for the client's transfer, then read back and check what held. Each step is a context
+manager owned by its tool, composed in one ``ExitStack``: whatever fails or interrupts the run (an
+exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the server stop, and the link
+is cleared, in reverse order.
 
 The runner never catches a failure: it raises, carrying the metadata measured so far, and the campaign
 (:func:`bbrlab.campaign.execute_run`) records it once, with where it was raised.
@@ -21,6 +21,8 @@ from pathlib import Path
 from . import __version__, checks, contention, hostcpu, link, sampling, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
+from .errors import RunFailed
+from .kernel.ccaprobe import CcaIdentities
 from .recovery import recover
 from .runmeta import CcaUse, RunMetadata
 from .scenario import Scenario
@@ -42,10 +44,11 @@ def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
 class Runner:
     """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
 
-    Keeps what lasts between the runs of a campaign: the link set on the emulator, and what was measured
-    once about the testbed. With a ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to
-    the ceiling of its point (``metadata.ceiling``, its file named as ``calibration_source``); a run fails
-    when the calibration belongs to another testbed or sender kernel, or lacks the point.
+    Keeps what lasts between the runs of a campaign: the link set on the emulator, the sender kernel it
+    booted, its congestion controls' identities, and what was measured once about the testbed. With a
+    ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to the ceiling of its point
+    (``metadata.ceiling``, its file named as ``calibration_source``); a run fails when the calibration
+    belongs to another testbed or sender kernel, or lacks the point.
     """
 
     def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
@@ -53,6 +56,8 @@ class Runner:
         self.testbed, self.ready_timeout_s = testbed, ready_timeout_s
         self.calibration, self.calibration_source = calibration, calibration_source
         self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
+        self._kernel: str | None = None  # the kernel this runner made sure the sender runs
+        self._identities = CcaIdentities()
         self._static: dict | None = None
         self._recovered: dict | None = None
 
@@ -68,21 +73,12 @@ class Runner:
         self.link.close()
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
-        tb, flow = self.testbed, scenario.flow
-        work = workloads.for_flow(flow)
+        work = workloads.for_flow(scenario.flow)
+        self._boot(scenario.kernel, meta)
         self._describe(meta)
         with meta.timed("probe"):
-            state = sender.prepare(tb.sender.host)
-            meta.testbed["sender_kernel"], meta.sysctls = state.kernel, {"sender": state.sysctls}
-            meta.cca = CcaUse(flow.cca, list(state.available))
-            checks.cca_offered(flow.cca, state.available)
-            meta.module = sender.module_identity(tb.sender.host, flow.cca)
-            meta.cca.bbr_version, meta.cca.patched = sender.bbr_identity(flow.cca, meta.module)
-            if flow.sample_ms:
-                checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
-            prepared = work.prepare(tb, flow)
-            if self.calibration is not None:
-                meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
+            prepared = self._prepare(scenario, work, meta)
+        tb, flow = self.testbed, scenario.flow
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = work.client_limit_s(flow)
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
@@ -96,16 +92,32 @@ class Runner:
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
-                with meta.timed("client"), hostcpu.watched(tb.emulator.host) as emulator_cpu, \
-                        hostcpu.watched(tb.sender.hypervisor) as hypervisor_cpu, \
+                with meta.timed("client"), hostcpu.watching(self._watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
-                meta.contention = held.record()
-                meta.cpu_load = {"emulator": emulator_cpu.result, "sender_hypervisor": hypervisor_cpu.result}
+                meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+
+    def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
+        """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR
+        version, patch); the run's ceiling; the workload's own preparation (its return value)."""
+        tb, flow = self.testbed, scenario.flow
+        state = sender.prepare(tb.sender.host)
+        meta.testbed.update(sender_kernel=state.kernel, sender_boot_id=state.boot_id)
+        meta.sysctls = {"sender": state.sysctls}
+        meta.cca = CcaUse(flow.cca, list(state.available))
+        checks.cca_offered(flow.cca, state.available)
+        identity = self._identities.get(tb.sender.host, flow.cca, state.boot_id)
+        meta.cca.bbr_version, meta.cca.patched = identity.bbr_version, identity.patched
+        meta.module = sender.module_identity(tb.sender.host, flow.cca)
+        if flow.sample_ms:
+            checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
+        if self.calibration is not None:
+            meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
+        return work.prepare(tb, flow)
 
     def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,
                 sampled, before, ports) -> None:
@@ -122,16 +134,42 @@ class Runner:
         meta.link = {"counters": delta}
         meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
 
+    def _boot(self, kernel: str | None, meta: RunMetadata) -> None:
+        """Make the sender run ``kernel`` (None: whatever it runs). A plan keeps each kernel's runs together,
+        so the sender reboots once per kernel block; the first run of a process checks it (a resumed
+        campaign boots into the kernel of its next run). Only the sender reboots; the link stays."""
+        if kernel is None or kernel == self._kernel:
+            return
+        if self.testbed.kind != "local":
+            raise RunFailed(f"the scenario asks for sender kernel {kernel!r}, but a lab's sender kernel is the lab's "
+                            "own: leave kernels out of a lab's spec")
+        from . import testbed as testbed_mod
+
+        with meta.timed("kernel_boot"):
+            name, vcpus = self.testbed.name, self.testbed.local.sender_vcpus or 1
+            self.testbed.close()
+            self.testbed = testbed_mod.up(name, sender_vcpus=vcpus, kernel=kernel, progress=False)
+        current = self.link.current
+        self.link = link.EmulatorLink(self.testbed.emulator.host, self.testbed.emulator.ports)
+        self.link.current = current  # the emulator did not reboot: its qdiscs are as they were
+        self._kernel, self._static = kernel, None
+
+    def _watched_hosts(self) -> dict:
+        return {"emulator": self.testbed.emulator.host, "sender_hypervisor": self.testbed.sender.hypervisor}
+
     def _describe(self, meta: RunMetadata) -> None:
-        """What is measured once per campaign (testbed, versions, offloads), and the first run's recovery."""
+        """What is measured once per campaign and sender boot (testbed, kernel, versions, offloads), and the
+        first run's recovery."""
         tb = self.testbed
         if self._static is None:
+            identity = tb.local.sender_kernel_identity if tb.local else None
             self._static = {"testbed": tb.describe(), "offloads": {"sender": sender.offloads(
                 tb.sender.host, tb.receiver.experiment_ip)}, "versions": {
                 "hypervisor": tb.hypervisor_name, "bbrlab": __version__, "bbrlab_git": rec.git_commit(),
-                **sender.tool_versions(tb.sender.host)}}
+                **sender.tool_versions(tb.sender.host)},
+                "kernel": identity.to_dict() if identity else {"origin": tb.kind}}
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
-        meta.versions = dict(self._static["versions"])
+        meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
         if self._recovered is None:
             meta.recovered = self._recovered = recover(tb)
 

@@ -325,20 +325,40 @@ class Scenario:
     contention: Contention
     flow: Flow
     repetition: int = 0
+    #: The sender's kernel (``debian-6.1``, ``debian-5.10``, ``debian-6.12`` or a kernel's path: see
+    #: :mod:`bbrlab.kernel.sender`); None: whatever the testbed's sender runs.
+    kernel: str | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
+    def __post_init__(self):
+        k = self.kernel
+        if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
+                              or any(c in k for c in "\n\r\0")):
+            raise ValidationError("kernel", k, "a sender kernel: debian-6.1, debian-5.10, debian-6.12 or a path")
+
     def to_dict(self) -> dict:
-        return {
+        d = {
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": asdict(self.link),
             "contention": asdict(self.contention),
             "flow": self.flow.to_dict(),
             "repetition": self.repetition,
         }
+        if self.kernel is not None:  # absent otherwise, so runs planned before kernels keep their ids
+            d["kernel"] = self.kernel
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
-        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0))
+        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
+                   d.get("kernel"))
+
+    @property
+    def kernel_tag(self) -> str:
+        """The kernel as a run-id prefix (``debian-5.10-``; a path: its last part), empty without one."""
+        if self.kernel is None:
+            return ""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", self.kernel.rstrip("/").rsplit("/", 1)[-1]) + "-"
 
     @property
     def run_id(self) -> str:
@@ -349,5 +369,5 @@ class Scenario:
         share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
         workload = "" if f.workload == "iperf3" else f"{f.workload}-"
         rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
-        return (f"{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+        return (f"{self.kernel_tag}{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
                 f"{rate}-r{self.repetition:02d}-{digest}")

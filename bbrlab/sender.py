@@ -34,6 +34,7 @@ _PREPARE = r"""
 echo 1 2>/dev/null > /proc/sys/net/ipv4/tcp_no_metrics_save || echo "error=cannot write tcp_no_metrics_save"
 ip tcp_metrics flush all >/dev/null 2>&1 || echo "error=ip tcp_metrics flush all failed (exit $?)"
 read -r v < /proc/sys/kernel/osrelease; echo "kernel=$v"
+read -r v < /proc/sys/kernel/random/boot_id; echo "boot_id=$v"
 read -r v < /proc/sys/net/ipv4/tcp_available_congestion_control; echo "available=$v"
 for key in "$@"; do
     path=/proc/sys/${key//.//}
@@ -57,6 +58,7 @@ class SenderState:
     kernel: str
     available: tuple[str, ...]
     sysctls: dict[str, str]
+    boot_id: str = ""  # changes with every boot of the sender (a kernel switch)
 
 
 def _key_values(text: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
@@ -84,7 +86,7 @@ def prepare(host: Host) -> SenderState:
         raise SenderNotReady(f"{host.name}: {'; '.join(errors)}: each run would inherit TCP metrics of the "
                              "previous one (is bbrlab root on the sender?)")
     return SenderState(kernel=plain.get("kernel", ""), available=tuple(plain.get("available", "").split()),
-                       sysctls=sysctls)
+                       sysctls=sysctls, boot_id=plain.get("boot_id", ""))
 
 
 def tool_versions(host: Host) -> dict:
@@ -121,16 +123,3 @@ def module_identity(host: Host, cca: str) -> dict | None:
         return identify(host, cca)
     except TestbedError as e:
         return {"name": cca, "error": str(e)}
-
-
-def bbr_identity(cca: str, module: dict | None) -> tuple[int | None, bool]:
-    """``(bbr_version, patched)`` of ``cca`` as it runs on the sender.
-
-    Stock ``bbr`` of a mainline/Debian kernel is BBRv1; ``bbr2b`` is bbrlab's patched module, built from
-    the tcp_bbr.c its identity names (6.1's: BBRv1). Not BBR: ``(None, False)``.
-    """
-    if module and module.get("patch_sha256"):
-        return int(module.get("bbr_version") or 1), True
-    if cca == "bbr":
-        return 1, False
-    return None, False

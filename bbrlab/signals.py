@@ -8,11 +8,13 @@ does not swallow it, and the campaign knows not to count the interrupted run as 
 
 A second signal while the first is being handled does not raise again (that would cut the restoring
 short); it is noted and the process ends once the restoring is done. Python only delivers signals to
-the main thread; elsewhere :func:`interruptible` changes nothing.
+the main thread; elsewhere :func:`interruptible` changes nothing. A process forked from ours inherits the
+handler; there it ends the process as the default action would (:func:`die_as_default`).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -21,6 +23,15 @@ from contextlib import contextmanager
 
 #: The signals that end a campaign (and the exit status a shell reports for each: 128 + number).
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def die_as_default(signum: int) -> None:
+    """End this process as ``signum``'s default action would. For a process forked from one that installed a
+    handler (libraries fork helpers, e.g. pyroute2 to open a socket in a network namespace): the handler
+    must not run its owner's code there, which would carry on the owner's work in the helper."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # in case the default action is to ignore it
 
 
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it names an event
@@ -50,8 +61,11 @@ def interruptible() -> Iterator[None]:
         yield
         return
     raised: list[int] = []
+    owner = os.getpid()
 
     def handler(signum, frame):
+        if os.getpid() != owner:
+            die_as_default(signum)  # a fork of ours (pyroute2's namespace helper) ends as it would without us
         if raised:
             print(f"bbrlab: {signal.Signals(signum).name} received; still restoring the testbed",
                   file=sys.stderr, flush=True)

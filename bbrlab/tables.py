@@ -74,6 +74,10 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("patched", "bool", "the inflight-deficit patch was in use", lambda v: v.identity.patched),
     Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
            lambda v: v.identity.kernel),
+    Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
+           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.get("kernel") or {}).get("origin")),
+    Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
+           lambda v: (v.meta.get("kernel") or {}).get("name")),
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), hypervisor_load or none",

@@ -108,6 +108,7 @@ def run_run(args) -> int:
     spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     check_out_dir(spec, args.out)
     tb = testbed_mod.load(resolve(args.testbed or spec.testbed))  # reads the testbed file / state only
+    testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
     with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):

@@ -93,8 +93,9 @@ class CcaIdentities:
         self.boot_id: str | None = None
         self.found: dict[str, CcaIdentity] = {}
 
-    def get(self, host: Host, cca: str) -> CcaIdentity:
-        boot_id = host.output(["cat", "/proc/sys/kernel/random/boot_id"])
+    def get(self, host: Host, cca: str, boot_id: str | None = None) -> CcaIdentity:
+        """``cca``'s identity on ``host``; ``boot_id`` when the caller has just read it (saves a command)."""
+        boot_id = boot_id or host.output(["cat", "/proc/sys/kernel/random/boot_id"])
         if boot_id != self.boot_id:
             self.found, self.boot_id = probe_ccas(host), boot_id
         if cca not in self.found:

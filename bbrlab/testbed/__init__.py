@@ -25,7 +25,7 @@ from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_s
 
 __all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel",
            "DEFAULT_KERNEL", "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path",
-           "check_kernel", "sender_kernel"]
+           "check_kernel", "check_campaign_kernels", "sender_kernel"]
 
 
 def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True,
@@ -84,6 +84,17 @@ def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = Fals
     if need_bbr2b:
         check_bbr2b(resolved, say)
     return resolved
+
+
+def check_campaign_kernels(tb: Testbed, kernels, ccas) -> list[ResolvedKernel]:
+    """Before a campaign with a ``kernels:`` dimension: every kernel resolves, has what the testbed needs and,
+    when ``bbr2b`` is among ``ccas``, can have bbr2b; the testbed is a local one. Raises before any run."""
+    from ..errors import ValidationError
+
+    if kernels and tb.kind != "local":
+        raise ValidationError("kernels", list(kernels), "absent for a lab testbed (its sender's kernel is the "
+                              "lab's own); the local testbed boots the kernels it is given")
+    return [check_kernel(k, need_bbr2b="bbr2b" in ccas) for k in kernels]
 
 
 def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:

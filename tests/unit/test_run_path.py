@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -122,3 +123,20 @@ def test_bottleneck_drops_alone_are_fine():
     ports = ("eth1", "eth2")
     delta = link.counter_delta(link.counters(_readback(0, 0, 0), ports), link.counters(_readback(5000, 70, 70), ports))
     assert checks.drops_as_configured(Link(rtt_ms=20, rate_mbit=50), delta)["netem_dropped"] == 0
+
+
+def test_a_forked_child_ends_on_sigterm_instead_of_running_our_code():
+    """pyroute2 forks a helper to open a socket in a network namespace and ends it with SIGTERM: the child
+    must die, not raise Interrupted and carry on with the parent's work inside the namespace."""
+    with interruptible():
+        pid = os.fork()
+        if pid == 0:  # the child: wait for the signal; reaching the end of this block would be the bug
+            try:
+                signal.pause()
+            except BaseException:  # noqa: BLE001
+                os._exit(3)
+            os._exit(4)
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM

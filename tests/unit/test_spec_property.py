@@ -44,6 +44,8 @@ plausible = {
     "sample_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
     "sampler": st.sampled_from(["bpf", "netlink", "ss", "tcpdump", None]),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync", "scp", ""]), max_size=3),
+    "kernels": st.lists(st.sampled_from(["debian-6.1", "debian-5.10", "debian-6.12", "linux-9", "k/bzdir",
+                                         "x.deb", "/abs/kernel", ""]), max_size=3),
     "file_mb": numbers,
     "transfer_timeout_s": numbers,
     "order": st.sampled_from(["blocked-random", "sequential", "random", "shuffled"]),

@@ -487,6 +487,45 @@ def claim_patched_gain(ss: pd.DataFrame, runs: pd.DataFrame, original: str = "BB
     return Claim("patched_gain", paper, measured, verdict, subject, {"high_gain_fraction": frac})
 
 
+#: How far (relative) one testbed's median uncontended utilisation may be from the other testbeds' before
+#: the check says they disagree.
+TESTBED_TOLERANCE = 0.10
+
+
+def claim_testbeds_agree(runs: pd.DataFrame, tolerance: float = TESTBED_TOLERANCE) -> Claim | None:
+    """A consistency check, not a claim of the paper: runs spread over several testbeds measure the same
+    uncontended point (100 % share) alike. Each testbed's median link utilisation per point (variant, RTT,
+    rate, streams) is compared with the median over all testbeds' medians (robust to one odd testbed among
+    three or more; with two, both are named when they are too far apart); a testbed off by more than
+    ``tolerance`` (relative) at any point is named. None when the data has fewer than two testbeds.
+
+    Returns
+    -------
+    Claim or None
+        ``verdict`` is ``consistent`` or ``inconsistent``; ``evidence`` holds each testbed's deviations.
+    """
+    if "testbed" not in runs or runs["testbed"].dropna().nunique() < 2:
+        return None
+    ok = runs[(runs["status"] == "ok") & (runs["cpu_share_pct"] >= 100)]
+    point = ["variant", "rtt_ms", "rate_mbit", "streams"]
+    per_tb = ok.groupby([*point, "testbed"], dropna=False)["link_utilisation"].median().reset_index()
+    off: dict[str, list[str]] = {}
+    for key, group in per_tb.groupby(point, dropna=False):
+        if group["testbed"].nunique() < 2:
+            continue
+        for _, row in group.iterrows():
+            others = group["link_utilisation"].median()
+            if others > 0 and abs(row["link_utilisation"] - others) / others > tolerance:
+                off.setdefault(str(row["testbed"]), []).append(
+                    f"{key[0]} {key[1]:g} ms {key[2]:g} Mbit/s x{key[3]:g}: {row['link_utilisation']:.2f} vs {others:.2f}")
+    names = sorted(ok["testbed"].dropna().unique())
+    measured = (f"{len(names)} testbeds ({', '.join(names)}) within {100 * tolerance:.0f} % of each other at every "
+                "uncontended point" if not off else
+                "; ".join(f"{tb} differs at {len(v)} point(s), e.g. {v[0]}" for tb, v in sorted(off.items())))
+    return Claim("testbeds_agree", "(consistency check) several testbeds measure the same uncontended point alike",
+                 measured, "inconsistent" if off else "consistent", ", ".join(names), {"deviations": off})
+
+
 def testbed_note(runs: pd.DataFrame) -> str:
     """Where the data ran, from the records themselves.
 
@@ -568,6 +607,9 @@ def claims(tables) -> pd.DataFrame:
     rows += [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
     rows += [(claim_inflight_deficit(tables.ss, every.judged, v), every.reasons((v,))) for v in stock]
     rows += [(claim_patched_gain(tables.ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
+    agree = claim_testbeds_agree(plain.judged)
+    if agree is not None:
+        rows.append((agree, []))
     for claim, aside in rows:
         claim.set_aside = aside
         if aside:

@@ -74,6 +74,8 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("patched", "bool", "the inflight-deficit patch was in use", lambda v: v.identity.patched),
     Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
            lambda v: v.identity.kernel),
+    Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
+           "worker owned)", lambda v: (v.meta.get("worker") or {}).get("testbed") or v.testbed.get("name")),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
            "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.get("kernel") or {}).get("origin")),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",

@@ -169,3 +169,20 @@ def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
     capped = table.loc["bbr_capped_low_share"]
     assert capped["verdict"] == "reproduced" and capped["measured"].startswith("at 100 Mbit/s: highest BBRv1 median")
     assert table.loc["bandwidth_independent", "verdict"] == "reproduced"
+
+
+def test_testbeds_agree_names_the_testbed_that_differs():
+    import pandas as pd
+
+    from bbrlab.fidelity import claim_testbeds_agree
+
+    def rows(testbed, util, n=3):
+        return [{"run_id": f"{testbed}{i}", "status": "ok", "testbed": testbed, "cpu_share_pct": 100.0,
+                 "variant": "Cubic", "rtt_ms": 20.0, "rate_mbit": 50.0, "streams": 1.0, "link_utilisation": util}
+                for i in range(n)]
+
+    agree = claim_testbeds_agree(pd.DataFrame(rows("a", 0.95) + rows("b", 0.93)))
+    assert agree.verdict == "consistent" and "2 testbeds" in agree.measured
+    off = claim_testbeds_agree(pd.DataFrame(rows("a", 0.95) + rows("b", 0.94) + rows("c", 0.60)))
+    assert off.verdict == "inconsistent" and list(off.evidence["deviations"]) == ["c"]
+    assert claim_testbeds_agree(pd.DataFrame(rows("a", 0.95))) is None

@@ -293,12 +293,16 @@ class ContentionSession:
         check_fits(self.contention, self.limits, len(self.thread_ids))
         self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
         if self.contention.unlimited:
-            leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
-            if leftover:
-                raise TestbedError(
-                    f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
-                    f"`bbrlab contention set`?), so a 100 % share run would not be uncontended; "
-                    f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
+            self.refuse_leftover_deadline("a 100 % share run would not be uncontended")
+
+    def refuse_leftover_deadline(self, why: str) -> None:
+        """Raise if a thread was already under SCHED_DEADLINE before this session (read by :meth:`prepare`)."""
+        leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
+        if leftover:
+            raise TestbedError(
+                f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
+                f"`bbrlab contention set`, or by hand?), so {why}; "
+                f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
 
     def apply(self) -> None:
         """Apply to every thread and read back; on any failure restore what changed and re-raise."""
@@ -574,6 +578,8 @@ def contended(
     """
     session = ContentionSession(host, list(thread_ids), contention, method=method)
     session.prepare()
+    # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
+    session.refuse_leftover_deadline("the run would hand it back that policy afterwards")
     with restore_on_signals(session.restore) if handle_signals else nullcontext():
         session.apply()
         try:

@@ -203,6 +203,44 @@ def select(tables: Tables, filters: Mapping[str, object] | None = None, /, *, ok
     return tables.with_runs(runs, notes)
 
 
+def sweeps(tables: Tables, column: str, at_least: int = 2) -> Tables:
+    """The runs of the campaigns that vary ``column`` over ``at_least`` values or more.
+
+    A sweep figure (e.g. goodput vs loss) read from a folder of campaigns should not mix in campaigns that
+    hold the column fixed (the demo's lossless grid beside a loss sweep); this keeps the sweeping ones and
+    says which campaigns were left out.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection.
+    column : str
+        The swept column, e.g. ``"loss_pct"``.
+    at_least : int, default 2
+        Distinct values a campaign needs in ``column`` to count as sweeping it.
+
+    Returns
+    -------
+    Tables
+        The sweeping campaigns' runs; ``notes`` name the campaigns left out.
+
+    Examples
+    --------
+    >>> swept = data.sweeps(data.load("data"), "loss_pct")  # doctest: +SKIP
+    >>> swept.notes                                          # doctest: +SKIP
+    ["campaigns that do not vary loss_pct left out: demo, demo-sampled"]
+    """
+    runs = tables.runs
+    for col in (column, "campaign"):
+        if col not in runs.columns:
+            raise BbrlabError(f"sweeps: no column {col!r}; columns: {', '.join(runs.columns)}")
+    counts = runs.groupby("campaign", dropna=False)[column].nunique()
+    fixed = sorted(str(c) for c, n in counts.items() if n < at_least)
+    keep = runs["campaign"].isin(counts[counts >= at_least].index)
+    notes = [f"campaigns that do not vary {column} left out: {', '.join(fixed)}"] if fixed else []
+    return tables.with_runs(runs[keep], notes)
+
+
 def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mbit") -> pd.DataFrame:
     """Statistics of ``value`` over the repetitions of each group.
 

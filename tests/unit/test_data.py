@@ -220,3 +220,20 @@ def test_ceiling_column_comes_from_the_records_pointer(campaign):
     assert runs.loc[run_dir.name, "ceiling_mbit"] == 41.5
     assert runs.drop(run_dir.name)["ceiling_mbit"].isna().all()  # runs without a calibration carry none
     assert runs["ceiling_mbit"].dtype == "float64"
+
+
+def test_sweeps_keeps_only_campaigns_that_vary_the_column(campaign):
+    t = data.load(campaign)
+    runs = t.runs.copy()
+    half = runs.index[: len(runs) // 2]
+    runs.loc[half, "campaign"] = "loss-sweep"
+    runs.loc[half, "loss_pct"] = [0.0, 10.0] * (len(half) // 2)
+    mixed = t.with_runs(runs, [])
+    swept = data.sweeps(mixed, "loss_pct")
+    assert set(swept.runs["campaign"]) == {"loss-sweep"} and len(swept.runs) == len(half)
+    assert set(swept.intervals["run_id"]) <= set(swept.runs["run_id"])
+    fixed = runs.loc[runs.index[len(runs) // 2:], "campaign"].iloc[0]
+    assert swept.notes == [f"campaigns that do not vary loss_pct left out: {fixed}"]
+    assert data.sweeps(mixed, "loss_pct", at_least=3).runs.empty
+    with pytest.raises(BbrlabError, match="no column 'nope'"):
+        data.sweeps(mixed, "nope")

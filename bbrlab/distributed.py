@@ -39,6 +39,7 @@ from .signals import interruptible
 from .testbed_worker import (
     PLUGIN_NAME,
     RESOURCE,
+    STOPPED,
     CampaignContext,
     Outcome,
     TestbedPlugin,
@@ -116,11 +117,15 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                                  order[run_id] + 1, resources={RESOURCE: 1}, priority=-order[run_id], pure=False,
                                  key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}-{context.token[:8]}")
 
-        pending = as_completed([submit(r) for r in todo])
+        pending = as_completed()
         failed_in_a_row = 0
         try:
+            for run_id in todo:
+                pending.add(submit(run_id))
             for future in pending:
                 outcome: Outcome = future.result()
+                if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
+                    continue
                 record = commit_outcome(out, spec, by_id[outcome.run_id], outcome)
                 if record["status"] != "ok" and attempts[outcome.run_id] < last[outcome.run_id]:
                     pending.add(submit(outcome.run_id))

@@ -279,8 +279,13 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
         for part in isolation.remove_leftovers(list(cpus)):
             _say(f"removed the CPU partition {part.path} a killed campaign left")
     with interruptible():  # Ctrl-C while the workers start: their plugins undo what they began
-        with d.local_cluster(list(testbeds), dashboard=dashboard, isolate=bool(cpus), cpus=cpus) as cluster, \
-                Client(cluster) as client:
+        try:  # each worker takes its testbed over as it starts; one that fails has the others closed again
+            cluster = d.local_cluster(list(testbeds), dashboard=dashboard, isolate=bool(cpus), cpus=cpus)
+        except BbrlabError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Dask's wrapping of a worker's start failure, said plainly
+            raise BbrlabError(f"the testbed workers could not start: {type(e).__name__}: {e}") from e
+        with cluster, Client(cluster) as client:
             if dashboard:
                 _say(f"Dask dashboard: {client.dashboard_link}")
             d.wait_for_workers(client, len(testbeds), timeout_s=LOCAL_START_S)

@@ -38,6 +38,8 @@ from .signals import Interrupted, clear_pending, raise_in_thread
 #: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
 RESOURCE = "bbrlab-testbed"
 PLUGIN_NAME = "bbrlab-testbed"
+#: The status of an outcome whose run the driver stopped (it is never committed).
+STOPPED = "stopped"
 #: How long :meth:`TestbedPlugin.finish` waits for an interrupted run to restore and end.
 STOP_TIMEOUT_S = 60.0
 
@@ -73,7 +75,7 @@ class Outcome:
 
     run_id: str
     attempt: int
-    status: str  # ok | failed
+    status: str  # ok | failed | stopped (STOPPED: never committed)
     reason: str | None
     metadata: dict
     files: dict[str, bytes]
@@ -284,9 +286,9 @@ def plugin() -> TestbedPlugin:
 
 def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignContext | None = None,
                   index: int | None = None) -> Outcome:
-    """The task: one attempt of one run on this worker's testbed. Never raises for the run's own failure;
-    raises :class:`StopRequested` when its campaign was stopped, and Dask's ``Reschedule`` when the worker
-    itself is closing (the run, not recorded, goes to another testbed)."""
+    """The task: one attempt of one run on this worker's testbed. Never raises for the run's own failure.
+    A run its driver stopped returns status :data:`STOPPED` (never committed); when the worker itself is
+    closing it raises Dask's ``Reschedule`` instead, and the run goes to another testbed."""
     from distributed import Reschedule
 
     from .campaign import failure_reason
@@ -304,11 +306,11 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
                     status_, reason = "ok", None
                 except Exception as e:  # noqa: BLE001 - the reason (with where) travels to the driver, which records it
                     metadata, status_, reason = of_error(e), "failed", failure_reason(e)
-        except StopRequested:
+        except StopRequested as e:
             if owner.leaving:  # this worker is closing (bbrlab worker stopped): the run belongs elsewhere
                 raise Reschedule() from None
-            raise
-        files = {p.name: p.read_bytes() for p in Path(staging).iterdir() if p.is_file()}
+            status_, reason, metadata = STOPPED, str(e), {}  # the driver stopped it: nothing to commit
+        files = {p.name: p.read_bytes() for p in Path(staging).iterdir() if p.is_file()} if status_ != STOPPED else {}
     cpus = list(owner.partition.cpus) if owner.partition is not None else None
     return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), owner.label,
                    socket.gethostname(), cpus)

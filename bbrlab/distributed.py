@@ -1,9 +1,9 @@
-"""Campaigns over several testbeds at once, on Dask distributed.
+"""Campaigns over several testbeds at once, on Dask distributed: the driver's side.
 
-One Dask worker owns one testbed for the whole campaign: a worker plugin (:class:`TestbedPlugin`) takes
-the testbed's lock, keeps one :class:`~bbrlab.runner.Runner` (so the link stays set between runs) and,
-when the worker closes, restores the testbed. Each worker offers one unit of the resource
-:data:`RESOURCE`, and every run is submitted asking for one unit, so a worker runs one run at a time.
+One Dask worker owns one testbed for the whole campaign (:mod:`bbrlab.testbed_worker`: the plugin that
+takes its lock, keeps one :class:`~bbrlab.runner.Runner` so the link stays set between runs, and restores
+the testbed when the worker closes). Each worker offers one unit of the resource :data:`RESOURCE`, and
+every run is submitted asking for one unit, so a testbed runs one run at a time.
 
 The driver (the ``bbrlab campaign run`` process) stays the single source of truth: it alone writes the
 campaign directory. A worker runs a scenario into a temporary directory of its own and returns the
@@ -11,7 +11,10 @@ files and the record's metadata; the driver commits them atomically (:mod:`bbrla
 failed attempts, and stops after too many consecutive failures, exactly as :func:`bbrlab.campaign.run_campaign`
 does for one testbed. A worker lost mid-run (killed, machine gone) loses nothing: Dask runs that task
 again on another worker, and only a returned result is committed. A driver killed at any moment resumes
-with ``campaign run`` as always (completed runs are in ``runs/``; nothing else counts).
+with ``campaign run`` as always (completed runs are in ``runs/``; nothing else counts). A driver that
+stops (Ctrl-C, SIGTERM, SIGHUP, or the campaign's end) first has every worker finish its campaign:
+the run in flight is interrupted and restores the testbed, the link comes off
+(:meth:`~bbrlab.testbed_worker.TestbedPlugin.finish`).
 
 Runs are submitted in plan order with decreasing priority, so each worker takes the next planned run
 when it is free and the blocked-random order is kept as far as several testbeds allow.
@@ -19,121 +22,46 @@ when it is free and the blocked-random order is kept as far as several testbeds 
 
 from __future__ import annotations
 
-import socket
-import tempfile
+import contextlib
+import sys
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from distributed import WorkerPlugin
+from distributed import Nanny
 
 from . import record as rec
-from .campaign import CampaignAborted, CampaignSpec, directory_lock, failure_reason, prepare, status
+from .campaign import CampaignAborted, CampaignSpec, directory_lock, prepare, status
 from .errors import BbrlabError
 from .scenario import Scenario
 from .signals import interruptible
+from .testbed_worker import (
+    PLUGIN_NAME,
+    RESOURCE,
+    STOPPED,
+    CampaignContext,
+    Outcome,
+    TestbedPlugin,
+    finish_on_worker,
+    run_on_worker,
+)
 
-#: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
-RESOURCE = "bbrlab-testbed"
-PLUGIN_NAME = "bbrlab-testbed"
+__all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker", "commit_outcome",
+           "run_campaign_distributed", "finish_workers", "local_cluster", "TestbedNanny", "testbed_workers",
+           "wait_for_workers", "quiet_logs"]
 
-
-@dataclass
-class Outcome:
-    """What a worker sends back for one attempt: enough for the driver to commit it."""
-
-    run_id: str
-    attempt: int
-    status: str  # ok | failed
-    reason: str | None
-    metadata: dict
-    files: dict[str, bytes]
-    started_at: str
-    ended_at: str
-    testbed: str
-    worker_host: str
+#: Seconds a closing worker gets to restore its testbed before its Nanny kills it (Dask's default is 5 s,
+#: too short to stop a run and clear a testbed over SSH).
+CLOSE_TIMEOUT_S = 180.0
 
 
-class TestbedPlugin(WorkerPlugin):
-    """Worker plugin: the testbed this worker owns, its lock and its :class:`~bbrlab.runner.Runner`.
+class TestbedNanny(Nanny):
+    """A Nanny that gives its worker :data:`CLOSE_TIMEOUT_S` to close: the plugin's teardown restores the
+    testbed, and a worker killed half-way through would leave it as it was."""
 
-    ``testbed`` is a local testbed's name or a lab's testbed file, as for ``bbrlab campaign run``.
-    ``run_function`` replaces the runner (tests and benchmarks: a run function without a testbed).
-    """
-
-    name = PLUGIN_NAME
-
-    def __init__(self, testbed: str, run_function: Callable | None = None, cpus: list[int] | None = None):
-        self.testbed_ref = testbed
-        self.run_function = run_function
-        self.cpus = cpus  # a local testbed's CPU partition (bbrlab.testbed.isolation), None: not isolated
-        self.testbed = None
-        self.runner = None
-        self.partition = None
-        self._lock = None
-
-    def setup(self, worker=None) -> None:
-        if self.run_function is not None:
-            self.runner = self.run_function
-            return
-        from . import testbed as testbed_mod
-        from .recovery import recover
-        from .runner import Runner
-        from .testbed import isolation
-
-        self.testbed = testbed_mod.load(self.testbed_ref)
-        self._lock = testbed_mod.testbed_lock(self.testbed.name, timeout_s=60)
-        self._lock.__enter__()
-        recover(self.testbed)  # a deadline policy left behind would keep its thread from moving
-        if self.cpus is not None and self.testbed.kind == "local":
-            pids = [pid for pid in self.testbed.local.qemu_pids.values() if pid]
-            self.partition = isolation.isolate_testbed(self.testbed.name, self.cpus, pids)
-        self.runner = Runner(self.testbed)
-
-    def teardown(self, worker=None) -> None:
-        """Restore the testbed: whatever a run left (a task still running when the worker closes) is cleared."""
-        if self.testbed is None:
-            return
-        from .recovery import recover
-        from .testbed import isolation
-
-        self.testbed = self.runner.testbed  # the runner's own, also after it rebooted the sender into a kernel
-        try:
-            recover(self.testbed)
-            self.runner.close()
-        finally:
-            try:
-                if self.partition is not None:
-                    isolation.remove(self.partition)
-            finally:
-                self.testbed.close()
-                if self._lock is not None:
-                    self._lock.__exit__(None, None, None)
-
-    @property
-    def label(self) -> str:
-        return self.testbed.name if self.testbed is not None else str(self.testbed_ref)
-
-
-def run_on_worker(scenario: dict, run_id: str, attempt: int) -> Outcome:
-    """The task: one attempt of one run on this worker's testbed (never raises for the run's own failure)."""
-    from distributed import get_worker
-
-    from .runmeta import of_error
-
-    plugin: TestbedPlugin = get_worker().plugins[PLUGIN_NAME]
-    sc = Scenario.from_dict(scenario)
-    started = rec.now_iso()
-    with tempfile.TemporaryDirectory(prefix="bbrlab-worker-") as staging:
-        try:
-            metadata = plugin.runner(sc, Path(staging), run_id=run_id, attempt=attempt)
-            status_, reason = "ok", None
-        except Exception as e:  # noqa: BLE001 - the reason (with where) travels to the driver, which records it
-            metadata, status_, reason = of_error(e), "failed", failure_reason(e)
-        files = {p.name: p.read_bytes() for p in Path(staging).iterdir() if p.is_file()}
-    return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), plugin.label,
-                   socket.gethostname())
+    async def close(self, timeout: float = CLOSE_TIMEOUT_S, reason: str = "nanny-close"):
+        return await super().close(timeout=timeout, reason=reason)
 
 
 def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome) -> dict:
@@ -142,7 +70,7 @@ def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: O
     for name, data in outcome.files.items():
         rec.write_file(staging / name, data)
     metadata = dict(outcome.metadata)
-    metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host}
+    metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
     record = rec.build_record(run_id=outcome.run_id, campaign=spec.name, status=outcome.status,
                               reason=outcome.reason, attempt=outcome.attempt, started_at=outcome.started_at,
                               ended_at=outcome.ended_at, scenario=scenario.to_dict(), metadata=metadata)
@@ -152,18 +80,22 @@ def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: O
 
 def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
                              retry_failed: bool = False, max_consecutive_failures: int = 5,
-                             on_run: Callable[[dict], None] | None = None) -> dict:
+                             on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
+                             keep_link: bool = False) -> dict:
     """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``.
 
     The same guarantees and return value as :func:`bbrlab.campaign.run_campaign`; runs go to whichever
-    testbed worker is free. Raises :class:`BbrlabError` when the cluster has no testbed worker.
+    testbed worker is free. ``calibrations`` maps each testbed's name to ``(Calibration, source)``
+    (:func:`bbrlab.scaleout.calibrations_for`); empty or None: the records carry no CPU ceiling. At the
+    end, also when interrupted, every worker finishes the campaign (:func:`finish_workers`): a run in
+    flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator.
+    Raises :class:`BbrlabError` when the cluster has no testbed worker.
     """
     from distributed import as_completed
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    workers = testbed_workers(client)
-    if not workers:
+    if not testbed_workers(client):
         raise BbrlabError(f"the Dask cluster has no worker with the '{RESOURCE}' resource: start one per testbed "
                           "(bbrlab worker --testbed NAME|FILE --scheduler ADDRESS)")
     with directory_lock(out), interruptible():
@@ -175,19 +107,25 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
         last = {r: attempts[r] + spec.max_attempts if retry_failed else spec.max_attempts for r in todo}
         todo = [r for r in todo if attempts[r] < last[r]]
         order = {run_id: i for i, run_id in enumerate(by_id)}
+        context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
+                                  planned=len(by_id), calibrations=dict(calibrations or {}))
         bar = _progress_bar(len(by_id), len(by_id) - len(todo), spec.name, progress)
 
         def submit(run_id: str):
             attempts[run_id] += 1
-            return client.submit(run_on_worker, by_id[run_id].to_dict(), run_id, attempts[run_id],
-                                 resources={RESOURCE: 1}, priority=-order[run_id], pure=False,
-                                 key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}")
+            return client.submit(run_on_worker, by_id[run_id].to_dict(), run_id, attempts[run_id], context,
+                                 order[run_id] + 1, resources={RESOURCE: 1}, priority=-order[run_id], pure=False,
+                                 key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}-{context.token[:8]}")
 
-        pending = as_completed([submit(r) for r in todo])
+        pending = as_completed()
         failed_in_a_row = 0
         try:
+            for run_id in todo:
+                pending.add(submit(run_id))
             for future in pending:
                 outcome: Outcome = future.result()
+                if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
+                    continue
                 record = commit_outcome(out, spec, by_id[outcome.run_id], outcome)
                 if record["status"] != "ok" and attempts[outcome.run_id] < last[outcome.run_id]:
                     pending.add(submit(outcome.run_id))
@@ -202,21 +140,45 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                         f"{failed_in_a_row} runs in a row failed every attempt; last: {record['reason']}. "
                         "Fix the cause, then run again (add --retry-failed to retry those runs)")
         finally:
-            client.cancel(list(pending.futures))
-            bar.close()
+            try:
+                client.cancel(list(pending.futures))
+                finish_workers(client, context.token, keep_link=keep_link)
+            finally:
+                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                    bar.close()
     return status(out)
 
 
+def finish_workers(client, token: str, *, keep_link: bool = False) -> list[dict]:
+    """Have every testbed worker finish campaign ``token``: its run in flight stopped (restoring the
+    testbed), what it may have left cleared, the link taken off unless ``keep_link``. A worker that cannot
+    is reported on stderr (its own teardown restores it when it closes)."""
+    addresses = list(testbed_workers(client))
+    if not addresses:
+        return []
+    results = client.run(finish_on_worker, token, keep_link, workers=addresses, on_error="return")
+    done = []
+    for address, result in results.items():
+        if isinstance(result, BaseException):
+            with contextlib.suppress(OSError):
+                print(f"bbrlab: warning: the worker at {address} could not restore its testbed: {result}",
+                      file=sys.stderr)
+        else:
+            done.append(result)
+    return done
+
+
 def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, dashboard: bool = False,
-                  isolate: bool | None = None):
-    """A Dask cluster on this machine with one single-threaded worker process per testbed (a Nanny each,
-    so a worker that dies is noticed and its task runs again elsewhere).
+                  isolate: bool | None = None, cpus: dict[str, list[int]] | None = None):
+    """A Dask cluster on this machine with one single-threaded worker process per testbed (a
+    :class:`TestbedNanny` each, so a worker that dies is noticed, restarted, and its task runs again).
 
     ``isolate`` (default: when more than one local testbed and no ``run_function``) gives each local testbed
-    an exclusive CPU partition (:mod:`bbrlab.testbed.isolation`); it raises before any worker starts when the
+    an exclusive CPU partition (:mod:`bbrlab.testbed.isolation`), from ``cpus`` when given (a plan made
+    beforehand, :func:`bbrlab.testbed.isolation.plan`); it raises before any worker starts when the
     machine cannot isolate that many.
     """
-    from distributed import Nanny, Scheduler, SpecCluster
+    from distributed import Scheduler, SpecCluster
 
     from .testbed import isolation
 
@@ -226,9 +188,12 @@ def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, 
     local = [t for t in testbeds if _is_local_name(t)]
     if isolate is None:
         isolate = run_function is None and len(local) > 1
-    cpus = isolation.plan(local) if isolate else {}
+    if not isolate:
+        cpus = {}
+    elif cpus is None:
+        cpus = isolation.plan(local)
     workers = {
-        f"testbed-{i}-{name}": {"cls": Nanny, "options": {
+        f"testbed-{i}-{name}": {"cls": TestbedNanny, "options": {
             "nthreads": 1, "resources": {RESOURCE: 1}, "name": f"testbed-{i}-{name}",
             "plugins": {TestbedPlugin(name, run_function, cpus.get(name))}}}
         for i, name in enumerate(testbeds)
@@ -254,7 +219,7 @@ def quiet_logs() -> None:
 
 def testbed_workers(client) -> dict[str, dict]:
     """The cluster's workers that offer the testbed resource: ``{address: worker info}``."""
-    info = client.scheduler_info()["workers"]
+    info = client.scheduler_info(n_workers=-1)["workers"]
     return {addr: w for addr, w in info.items() if w.get("resources", {}).get(RESOURCE)}
 
 

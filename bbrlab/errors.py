@@ -23,10 +23,15 @@ class ValidationError(BbrlabError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
+        self.hint = hint
         msg = f"{field} = {value!r} is not allowed: {allowed}"
         if hint:
             msg += f" ({hint})"
         super().__init__(msg)
+
+    def __reduce__(self):
+        """Pickled with its fields, so it crosses process boundaries intact (a Dask worker's check)."""
+        return type(self), (self.field, self.value, self.allowed, self.hint)
 
 
 def key_name(key: object) -> str:

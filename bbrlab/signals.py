@@ -87,3 +87,26 @@ def interruptible() -> Iterator[None]:
         _state.depth = 0
         for sig, prev in previous.items():
             signal.signal(sig, prev)
+
+
+def raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> bool:
+    """Raise ``exc_type`` (a class taking no arguments) in thread ``thread_id`` at its next Python instruction,
+    as a signal does in the main thread: the thread's ``finally`` blocks and context managers run on the way
+    out. A thread blocked in a C call gets it when the call returns. True when the thread exists.
+
+    The caller must make sure the thread is still in code that expects the exception, and that thread must
+    call :func:`clear_pending` once it leaves that code (an exception not yet delivered would land elsewhere).
+    """
+    import ctypes
+
+    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+    if n > 1:  # cannot happen for one thread id; undo rather than hit several threads
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
+    return n == 1
+
+
+def clear_pending() -> None:
+    """Drop an exception :func:`raise_in_thread` set for the calling thread and not yet delivered."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)

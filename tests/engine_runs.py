@@ -2,7 +2,7 @@
 
 It writes one file, waits ``BBRLAB_TEST_RUN_S`` seconds (default 0.3) and returns metadata naming the
 process that ran it; ``python -m tests.engine_runs DIR`` drives a 12-run campaign on two such workers
-(used by the driver-kill test).
+(used by the driver-kill and driver-interrupt tests; exit status 128 + signal when interrupted).
 """
 
 from __future__ import annotations
@@ -22,8 +22,22 @@ def spec() -> CampaignSpec:
 
 
 def slow_run(scenario, staging, *, run_id, attempt):
+    """Busy in Python code for ``BBRLAB_TEST_RUN_S`` (so a stop reaches it at once, as it reaches a real run);
+    it leaves a file named after the run in ``BBRLAB_TEST_STARTED_DIR`` when it starts and in
+    ``BBRLAB_TEST_STOPPED_DIR`` when it is stopped (its "restore")."""
     (staging / "iperf.json").write_text("{}")
-    time.sleep(float(os.environ.get("BBRLAB_TEST_RUN_S", "0.3")))
+    started = os.environ.get("BBRLAB_TEST_STARTED_DIR")
+    if started:
+        Path(started, f"{run_id}.a{attempt}").write_text(str(os.getpid()))
+    end = time.monotonic() + float(os.environ.get("BBRLAB_TEST_RUN_S", "0.3"))
+    try:
+        while time.monotonic() < end:
+            time.sleep(0.01)
+    except BaseException:
+        marks = os.environ.get("BBRLAB_TEST_STOPPED_DIR")
+        if marks:
+            Path(marks, f"{run_id}.a{attempt}").write_text(str(os.getpid()))
+        raise
     return {"pid": os.getpid()}
 
 
@@ -31,11 +45,15 @@ def main(out: str) -> int:
     from distributed import Client
 
     from bbrlab import distributed as d
+    from bbrlab.signals import Interrupted
 
-    with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
-        d.wait_for_workers(client, 2)
-        print("started", flush=True)
-        d.run_campaign_distributed(spec(), Path(out), client, progress=False)
+    try:
+        with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
+            d.wait_for_workers(client, 2)
+            print("started", flush=True)
+            d.run_campaign_distributed(spec(), Path(out), client, progress=False)
+    except Interrupted as e:
+        return e.exit_code
     return 0
 
 

@@ -2,11 +2,14 @@
 
     bbrlab campaign plan specs/demo.yaml              how many runs, how long (nothing runs)
     bbrlab campaign run specs/demo.yaml --out runs/demo   run; run again to resume after a crash
+    bbrlab campaign run SPEC --out DIR --testbed a --testbed b   over two testbeds at once (docs/scaling.md)
+    bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786   over a lab's bbrlab workers
     bbrlab campaign status runs/demo [--json]         planned / done / failed / running / remaining
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
 import json
@@ -14,6 +17,23 @@ import sys
 from pathlib import Path
 
 from .common import changing
+
+RUN_EPILOG = """\
+one testbed (as always):
+  bbrlab campaign run specs/demo.yaml --out runs/demo --testbed local
+
+several testbeds on this machine (each a Dask worker; local ones in CPU partitions, at most one per CPU):
+  bbrlab testbed up --name tba && bbrlab testbed up --name tbb
+  bbrlab campaign run specs/demo.yaml --out runs/demo --testbed tba --testbed tbb
+
+a lab (docs/scaling.md): a scheduler, one bbrlab worker per testbed, then the campaign from anywhere:
+  dask scheduler --port 8786                                         # on one machine
+  bbrlab worker --testbed lab-a.yaml --scheduler tcp://HOST:8786     # per testbed, on a host that reaches it
+  bbrlab campaign run specs/fig4.yaml --out runs/fig4 --scheduler tcp://HOST:8786
+
+Every record names its testbed and host (metadata.worker); Ctrl-C stops the runs in flight, restores
+every testbed and leaves the campaign resumable with the same command.
+"""
 
 
 def register(sub) -> None:
@@ -23,21 +43,34 @@ def register(sub) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
 
-    run = verbs.add_parser("run", help="run (or resume) SPEC into --out DIR")
+    run = verbs.add_parser(
+        "run", help="run (or resume) SPEC into --out DIR, on one testbed or several at once",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run (or resume) a campaign. Run the same command again to resume it after a crash or\n"
+                    "Ctrl-C: complete runs are kept, the rest run.",
+        epilog=RUN_EPILOG)
     run.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     run.add_argument("--out", required=True,
                      help="campaign directory: a new or empty one, or one this spec ran into before (resumed)")
-    run.add_argument("--testbed", metavar="NAME|FILE",
+    run.add_argument("--testbed", metavar="NAME|FILE", action="append",
                      help="a local testbed's name or a testbed file (default: the spec's 'testbed', else "
-                          "$BBRLAB_TESTBED, else the local testbed that is up: 'local', or the only one)")
+                          "$BBRLAB_TESTBED, else the local testbed that is up: 'local', or the only one). Give it "
+                          "again for each further testbed: the runs are shared out among them (one Dask worker per "
+                          "testbed on this machine, several local testbeds each in a CPU partition of its own)")
+    run.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                     help="run on the testbed workers of this Dask scheduler instead (start one per testbed with "
+                          "bbrlab worker --testbed NAME|FILE --scheduler tcp://HOST:PORT); not with --testbed")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator")
+    run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator(s)")
     run.add_argument("--retry-failed", action="store_true",
                      help="give runs whose attempts are used up max_attempts more (after fixing the cause)")
-    run.add_argument("--calibration", type=Path, metavar="PATH",
+    run.add_argument("--calibration", type=Path, metavar="PATH", action="append",
                      help="the sender's CPU ceilings to point every run to: a calibration.json or a directory "
                           "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
-                          "made on another testbed, accelerator or sender kernel is refused")
+                          "made on another testbed, accelerator or sender kernel is refused. Over several testbeds: "
+                          "one per testbed (each is matched to the testbed it was made on), or none")
+    run.add_argument("--dashboard", action="store_true",
+                     help="over several testbeds on this machine: serve Dask's dashboard and print its address")
     run.set_defaults(func=run_run)
 
     st = verbs.add_parser("status", help="counts for a campaign directory")
@@ -96,23 +129,81 @@ def run_status(args) -> int:
 
 
 def run_run(args) -> int:
+    from ..campaign import check_out_dir, load_spec
+    from ..resources import spec_path
+    from ..scaleout import scheduler_address
+
+    testbeds, calibrations = list(args.testbed or []), list(args.calibration or [])
+    check_run_options(testbeds, args.scheduler, calibrations, args.dashboard)
+    if args.scheduler:
+        scheduler_address(args.scheduler)  # its form, before anything else is read
+    spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
+    check_out_dir(spec, args.out)
+    if not args.scheduler and len(testbeds) < 2:
+        return _run_one(args, spec, testbeds[0] if testbeds else None, calibrations[0] if calibrations else None)
+    return _run_many(args, spec, testbeds, calibrations)
+
+
+def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: list, dashboard: bool) -> None:
+    """The options of ``campaign run`` that only make sense together, checked before anything is read."""
+    from ..errors import ValidationError
+
+    if scheduler and testbeds:
+        raise ValidationError("--testbed", testbeds, "absent with --scheduler: the cluster's workers bring their "
+                              "testbeds (bbrlab worker --testbed NAME|FILE --scheduler ADDRESS on each)")
+    if dashboard and len(testbeds) < 2:
+        raise ValidationError("--dashboard", True, "given only with two or more --testbed (a scheduler of "
+                              "--scheduler serves its own dashboard, usually on port 8787)")
+    if len(calibrations) > 1 and not scheduler and len(testbeds) < 2:
+        raise ValidationError("--calibration", [str(c) for c in calibrations], "one for one testbed (one per "
+                              "testbed when the campaign runs over several)")
+
+
+def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
+    from ..campaign import status
+
+    st = status(out)
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print(f"bbrlab: campaign {spec.name} stopped: {st['done']}/{st['planned']} runs complete in "
+              f"{out}; {in_flight}. The same command resumes it.", file=sys.stderr)
+
+
+def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
+    """Over several testbeds (docs/scaling.md): a Dask cluster started here, or the one at --scheduler."""
+    from .. import scaleout
+    from ..signals import Interrupted
+
+    common = {"calibration_paths": calibrations, "progress": not args.no_progress,
+              "retry_failed": args.retry_failed, "keep_link": args.keep_link}
+    try:
+        if args.scheduler:
+            st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, **common)
+        else:
+            st = scaleout.run_local(spec, args.out, testbeds, dashboard=args.dashboard, **common)
+    except Interrupted:
+        if (Path(args.out) / "plan.json").is_file():
+            _stopped(spec, args.out, "the runs in flight were not recorded and every testbed was restored")
+        raise
+    print(json.dumps(st))
+    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
+
+
+def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
+    """One testbed, in this process."""
     from .. import testbed as testbed_mod
-    from ..campaign import announcing, check_admission, check_out_dir, load_spec, run_campaign, status
+    from ..campaign import announcing, check_admission, run_campaign
     from ..ceiling import for_campaign
     from ..contention import read_kernel_limits
-    from ..resources import spec_path
     from ..runner import Runner
     from ..signals import Interrupted
     from ..testbed.target import resolve
 
-    spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
-    check_out_dir(spec, args.out)
-    tb = testbed_mod.load(resolve(args.testbed or spec.testbed))  # reads the testbed file / state only
+    tb = testbed_mod.load(resolve(testbed or spec.testbed))  # reads the testbed file / state only
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
     with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
-        calibration, source = for_campaign(tb, args.out, spec.plan(), args.calibration)
+        calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
         print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
               f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
               file=sys.stderr)
@@ -121,10 +212,7 @@ def run_run(args) -> int:
             st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
                               progress=not args.no_progress, retry_failed=args.retry_failed)
         except Interrupted:
-            st = status(args.out)
-            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-                print(f"bbrlab: campaign {spec.name} stopped: {st['done']}/{st['planned']} runs complete in "
-                      f"{args.out}; the run in flight was not recorded. The same command resumes it.", file=sys.stderr)
+            _stopped(spec, args.out)
             raise
         finally:
             if not args.keep_link:

@@ -21,14 +21,19 @@ Typical session on one machine (root):
   bbrlab campaign run specs/demo.yaml --out runs/demo
   bbrlab ingest runs/demo            tidy parquet tables for the notebooks
   bbrlab testbed down
+
+Several testbeds at once (docs/scaling.md):
+  bbrlab campaign run SPEC --out DIR --testbed a --testbed b     local testbeds, one CPU partition each
+  bbrlab worker --testbed lab.yaml --scheduler tcp://HOST:8786   a lab: one worker per testbed, then
+  bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786
 """
 
 
 #: The subcommands, in the order ``bbrlab --help`` lists them: module ``bbrlab.cli.<name>`` defines
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
-COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "ingest", "figures",
-            "demo")
+COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "ingest",
+            "figures", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

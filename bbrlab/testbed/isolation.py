@@ -172,6 +172,17 @@ def remove(partition: Partition, *, v2_root: Path = V2_ROOT, v1_root: Path = V1_
         _write(v1_root / "cpuset.sched_load_balance", "1\n")
 
 
+def remove_leftovers(names: list[str]) -> list[Partition]:
+    """Remove the partitions of testbeds ``names`` that a killed campaign left behind (its workers died with
+    it, so nobody removed them); the processes in them go back to the top cpuset. Returns what was removed."""
+    gone = []
+    for part in existing():
+        if part.name in names:
+            remove(part)
+            gone.append(part)
+    return gone
+
+
 def isolate_testbed(name: str, cpus: list[int], qemu_pids: list[int], *, include_self: bool = True) -> Partition:
     """Partition ``cpus`` for testbed ``name`` and move its QEMU processes (and this process) into it."""
     part = create(name, cpus)

@@ -1,6 +1,8 @@
 """The Dask campaign engine with real worker processes and a run function that needs no testbed: every run
 exactly once and both workers used; a worker SIGKILLed mid-run and a driver SIGKILLed mid-campaign lose
-and duplicate nothing. (Real local testbeds on the engine: tests/system/test_distributed_testbeds.py.)"""
+and duplicate nothing; Ctrl-C of the driver (SIGINT to its whole process group, as a terminal sends it) stops
+the runs in flight at once, through their own restoring code, and the campaign resumes. (Real local
+testbeds on the engine, through the command: tests/system/test_campaign_two_testbeds.py.)"""
 
 from __future__ import annotations
 
@@ -96,3 +98,37 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path):
     second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     _exactly_once(tmp_path)
+
+
+def test_ctrl_c_stops_the_runs_in_flight_at_once_and_the_campaign_resumes(tmp_path):
+    """Runs of 30 s: the driver must not wait for them. Each worker's run is stopped inside its own code (its
+    stop file is written by the run's exception handler), and nothing it was doing is committed."""
+    out, started, marks = tmp_path / "out", tmp_path / "started", tmp_path / "stopped"
+    started.mkdir()
+    marks.mkdir()
+    env = {**os.environ, "BBRLAB_TEST_RUN_S": "30", "BBRLAB_TEST_STOPPED_DIR": str(marks),
+           "BBRLAB_TEST_STARTED_DIR": str(started)}
+    argv = [sys.executable, "-m", "tests.engine_runs", str(out)]
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # its own process group, like a shell's foreground job
+    try:
+        assert first.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:  # a run on each worker
+            time.sleep(0.05)
+        time.sleep(1.0)  # well inside the 30 s runs
+        t0 = time.monotonic()
+        os.killpg(first.pid, signal.SIGINT)
+        rc = first.wait(timeout=60)
+        stopped_after_s = time.monotonic() - t0
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert rc == 128 + signal.SIGINT, first.stderr.read()[-2000:]
+    assert stopped_after_s < 20, stopped_after_s  # not the 30 s of the runs in flight
+    assert len(list(marks.iterdir())) == 2  # each worker's run went through its own exception handler
+    assert _records(out) == []  # nothing of the stopped runs was committed
+    env.update(BBRLAB_TEST_RUN_S="0.3", BBRLAB_TEST_STOPPED_DIR="", BBRLAB_TEST_STARTED_DIR="")
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    _exactly_once(out)

@@ -213,6 +213,11 @@ README_NOT_RUN = {
     "bbrlab kernel check KERNEL": "a placeholder; test_sender_kernels checks kernels",
     "bbrlab testbed up [--kernel debian-5.10]": "reboots the session's sender into another kernel; "
                                                 "test_sender_kernel_testbed does",
+    "bbrlab campaign run SPEC --out DIR --testbed a --testbed b": "placeholders; test_campaign_two_testbeds runs "
+                                                                  "it on two testbeds of its own",
+    "bbrlab worker --testbed FILE --scheduler tcp://HOST:8786": "placeholders; test_campaign_two_testbeds starts "
+                                                               "a scheduler and a worker per testbed",
+    "bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786": "placeholders; see above",
 }
 
 

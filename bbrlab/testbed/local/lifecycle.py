@@ -426,11 +426,25 @@ def down(name: str = "local", progress: bool = True) -> dict:
             if vm.get(key) and path.exists():
                 path.unlink()
                 removed["files"].append(str(path))
+    for part in _leftover_partitions(name):
+        removed.setdefault("partitions", []).append(str(part.path))
+        say(f"removed the CPU partition {part.path} a stopped campaign left")
     if state is not None:
         state.data.update(phase="down", vms={}, netns=[])
         state.save()
         testbed_file(name).unlink(missing_ok=True)
     return removed
+
+
+def _leftover_partitions(name: str) -> list:
+    """A CPU partition of this testbed left by a campaign over several testbeds that was killed."""
+    from .. import isolation
+
+    try:
+        return isolation.remove_leftovers([name])
+    except (TestbedError, OSError) as e:
+        print(f"bbrlab: warning: could not remove testbed {name}'s CPU partition: {e}", file=sys.stderr)
+        return []
 
 
 def _qemu_pids_named(name: str) -> list[int]:

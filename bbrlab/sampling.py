@@ -432,6 +432,12 @@ def _derive(row: dict) -> None:
     for key in ("bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain", "pacing_rate_mbit", "delivery_rate_mbit",
                 "send_mbit", "ssthresh", "minrtt_ms", "bbr_extra"):
         row.setdefault(key, None)
+    derive_inflight(row)
+
+
+def derive_inflight(row: dict) -> None:
+    """Add the inflight and BDP columns (definitions in this module's docstring) to a row that has the
+    counters, ``mss`` (None: 0), ``bw_mbit`` and ``mrtt_ms`` (None: no BDP); every sampler's rows use it."""
     mss = row.get("mss") or 0
     row["sent_minus_acked_bytes"] = row["bytes_sent"] - row["bytes_acked"]
     row["inflight_bytes"] = max(0, row["bytes_sent"] - row["bytes_retrans"] - row["bytes_acked"])

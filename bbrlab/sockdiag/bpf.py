@@ -19,7 +19,8 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .columns import bbr_columns, derive, tcp_columns
+from ..sampling import derive_inflight
+from .columns import bbr_columns, tcp_columns
 from .parse import (
     ESTABLISHED,
     TCP_STATES,
@@ -154,7 +155,7 @@ def record_row(rec: dict) -> dict:
     elif rec["ca_name"].startswith("bbr"):
         row["bbr_extra"] = {"ca_priv_hex": rec["ca_priv"].hex()}
     row["other"] = None
-    derive(row)
+    derive_inflight(row)
     return row
 
 

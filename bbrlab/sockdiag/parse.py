@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import BbrlabError
-from .columns import bbr_columns, derive, tcp_columns
+from ..sampling import derive_inflight
+from .columns import bbr_columns, tcp_columns
 from .structs import decode_bbr_info, decode_tcp_info
 
 FORMAT = 1
@@ -185,7 +186,7 @@ def socket_row(sock: SocketState, where: Discovered | None = None) -> dict:
         row.update(bbr_columns(decode_bbr_info(sock.attrs[ATTR_BBRINFO])))
     other = {f"attr_{k}": v.hex() for k, v in sorted(sock.attrs.items()) if k not in _DECODED}
     row["other"] = other or None
-    derive(row)
+    derive_inflight(row)
     return row
 
 

@@ -122,14 +122,21 @@ def _socket(words: list[str]) -> SocketState:
     return SocketState(int(words[1]), int(words[2]), int(words[3]), int(words[4]), attrs)
 
 
+def read_header(lines: list[str], magic: str, fmt: int, what: str) -> dict:
+    """The key=value words of a sampler log's first line, which must start with ``magic`` and name format
+    ``fmt``; :class:`SockdiagLogError` naming ``what`` log it is not."""
+    if not lines or not lines[0].startswith(magic + " "):
+        raise SockdiagLogError(f"not a {what} log (first line {lines[0][:80] if lines else ''!r})")
+    header = _key_values(lines[0].split()[2:])
+    if header.get("format") != fmt:
+        raise SockdiagLogError(f"{what} log format {header.get('format')!r}, this bbrlab reads {fmt}")
+    return header
+
+
 def parse_log(text: str) -> SockdiagLog:
     """The structure of a sampler log; raises :class:`SockdiagLogError` when it is not one."""
     lines = text.splitlines()
-    if not lines or not lines[0].startswith(MAGIC + " "):
-        raise SockdiagLogError(f"not a sockdiag sampler log (first line {lines[0][:80] if lines else ''!r})")
-    header = _key_values(lines[0].split()[2:])
-    if header.get("format") != FORMAT:
-        raise SockdiagLogError(f"sockdiag sampler log format {header.get('format')!r}, this bbrlab reads {FORMAT}")
+    header = read_header(lines, MAGIC, FORMAT, "sockdiag sampler")
     log = SockdiagLog(header, {}, [], {}, [], None)
     for number, line in enumerate(lines[1:], start=2):
         words = line.split()

@@ -32,7 +32,7 @@ import pytest
 
 from bbrlab import iperf, link, sampling, sockdiag
 from bbrlab.scenario import Link
-from tests.ss_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, ss_equal
+from tests.sampler_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, between_netlink_samples, ss_equal
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -403,13 +403,7 @@ def test_bpf_state_agrees_with_netlink_on_a_live_flow(testbed, deployed, deploye
     nl = [r for r in sockdiag.rows(texts["netlink"], ports=[cport]) if r["cca"] == "bbr"]
     bpf = [r for r in sockdiag.rows(texts["bpf"], ports=[cport]) if r["cca"] == "bbr"]
     assert len(bpf) > 200 and len(nl) > len(bpf)
-    done = {i: (s.monotonic_ns + s.request_ns) / 1e9 for i, s in enumerate(sockdiag.parse_log(texts["netlink"]).samples)}
-    pairs = []
-    for row in bpf:
-        before = [r for r in nl if done[r["sample"]] <= row["t_mono_s"]]
-        after = [r for r in nl if r["t_mono_s"] >= row["t_mono_s"]]
-        if before and after:
-            pairs.append((row, before[-1], after[0]))
+    pairs = between_netlink_samples(bpf, nl, texts["netlink"])
     assert len(pairs) >= 0.8 * len(bpf)
     for row, before, after in pairs:
         for key in MONOTONE:

@@ -11,7 +11,7 @@ from bbrlab import sampling, sockdiag
 from bbrlab.data import SS_COLUMNS
 from bbrlab.errors import ValidationError
 from bbrlab.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
-from tests.ss_compare import IDLE_FIELDS, MONOTONE, ss_equal
+from tests.sampler_compare import IDLE_FIELDS, MONOTONE, between_netlink_samples, ss_equal
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sockdiag"
 
@@ -224,13 +224,7 @@ def test_bpf_agrees_with_netlink_recorded_on_the_same_flow():
     nl_text, bpf_text = _text("live-bbr-both.sockdiag.log.gz"), _text("live-bbr-both.bpf.log.gz")
     nl = [r for r in sockdiag.rows(nl_text) if r["cca"] == "bbr"]
     bpf = [r for r in sockdiag.rows(bpf_text) if r["cca"] == "bbr"]
-    done = {i: (s.monotonic_ns + s.request_ns) / 1e9 for i, s in enumerate(sockdiag.parse_log(nl_text).samples)}
-    pairs = []
-    for row in bpf:
-        before = [r for r in nl if done[r["sample"]] <= row["t_mono_s"]]
-        after = [r for r in nl if r["t_mono_s"] >= row["t_mono_s"]]
-        if before and after:
-            pairs.append((row, before[-1], after[0]))
+    pairs = between_netlink_samples(bpf, nl, nl_text)
     assert len(pairs) >= 0.9 * len(bpf)
     for row, before, after in pairs:
         for key in MONOTONE:

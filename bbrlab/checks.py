@@ -106,6 +106,12 @@ def contention_held(record: dict, scenario: Scenario) -> None:
     evidence = record.get("evidence") or {}
     if "error" in evidence:
         raise RunFailed(f"contention evidence missing: {evidence['error']}")
+    stalls = (evidence.get("watch") or {}).get("stalls") or []
+    if stalls:
+        first = stalls[0]
+        raise RunFailed(f"vCPU thread {first['tid']} stayed runnable without CPU for {first['stalled_s']} s under "
+                        "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
+                        f"the contention did not hold as configured ({len(stalls)} stall(s))")
     if not evidence.get("policy_held", False):
         raise RunFailed(f"the deadline policy did not hold on the vCPU threads: {json.dumps(evidence)[:400]}")
     for thread in evidence.get("threads", []):

@@ -48,7 +48,7 @@ from .sched import (
     explain_refusal,
 )
 from .signals import die_as_default
-from .threadstat import ThreadUsage, read_proc_files, sample_threads, usage_between
+from .threadstat import ThreadUsage, read_proc_files, sample_threads, thread_state, usage_between
 from .vcpu import explicit_vcpu_threads
 
 Method = Literal["auto", "syscall", "chrt"]
@@ -293,12 +293,16 @@ class ContentionSession:
         check_fits(self.contention, self.limits, len(self.thread_ids))
         self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
         if self.contention.unlimited:
-            leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
-            if leftover:
-                raise TestbedError(
-                    f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
-                    f"`bbrlab contention set`?), so a 100 % share run would not be uncontended; "
-                    f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
+            self.refuse_leftover_deadline("a 100 % share run would not be uncontended")
+
+    def refuse_leftover_deadline(self, why: str) -> None:
+        """Raise if a thread was already under SCHED_DEADLINE before this session (read by :meth:`prepare`)."""
+        leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
+        if leftover:
+            raise TestbedError(
+                f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
+                f"`bbrlab contention set`, or by hand?), so {why}; "
+                f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
 
     def apply(self) -> None:
         """Apply to every thread and read back; on any failure restore what changed and re-raise."""
@@ -361,7 +365,7 @@ class ContentionSession:
         """Check the policy of every thread every ``interval_s`` until :meth:`finish` (None: don't)."""
         if interval_s is None or self.contention.unlimited:
             return
-        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s)
+        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s, self.host)
         self._watch.start()
 
     def finish(self) -> dict:
@@ -385,7 +389,7 @@ class ContentionSession:
                 entry.update(usage.to_dict())
                 entry["held"] = entry["held"] and usage.same_thread
             threads.append(entry)
-        held = all(t["held"] for t in threads) and not (watch and watch["deviations"])
+        held = all(t["held"] for t in threads) and not (watch and (watch["deviations"] or watch["stalls"]))
         self.evidence = {"method": self.scheduler.name, "policy_held": held,
                          "configured_share_pct": 100.0 if self.contention.unlimited else
                          self.contention.cpu_share_pct, "threads": threads, "watch": watch}
@@ -425,14 +429,29 @@ class ContentionSession:
         }
 
 
-class PolicyWatch(threading.Thread):
-    """Background check that each thread keeps its applied policy; notes every deviation seen."""
+#: Seconds a deadline thread may stay runnable without getting any CPU before the watch takes its reservation
+#: for lost. Under a working scheduler a runnable SCHED_DEADLINE thread runs once per period (at most
+#: 1 s: bbrlab's periods are timeslice / share), so this can only mean a replenishment the kernel lost.
+STALL_AFTER_S = 2.0
 
-    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float):
+
+class PolicyWatch(threading.Thread):
+    """Background check that each thread keeps its applied policy; notes every deviation seen.
+
+    With ``host`` it also guards against a stalled reservation: a host kernel can leave a SCHED_DEADLINE
+    thread throttled past its deadline for good (its replenishment timer lost; seen on this project's 6.18
+    host, the vCPU runnable with no CPU for minutes). A thread runnable without CPU progress for
+    :data:`STALL_AFTER_S` gets its reservation restarted (SCHED_OTHER, then the applied policy again) and
+    the stall is noted in ``stalls``: the run's contention did not hold as configured.
+    """
+
+    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None):
         super().__init__(name="bbrlab-policy-watch", daemon=True)
-        self.scheduler, self.expected, self.interval_s = scheduler, expected, interval_s
+        self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
         self.checks = 0
         self.deviations: list[dict] = []
+        self.stalls: list[dict] = []
+        self._unchanged: dict[int, tuple[float, int]] = {}  # tid -> (since monotonic s, CPU ns) while runnable
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -449,12 +468,45 @@ class PolicyWatch(threading.Thread):
                 seen = f"error: {e}"
             if seen and len(self.deviations) < 20:
                 self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
+        if self.host is not None:
+            self.guard_stalls()
+
+    def guard_stalls(self) -> None:
+        """Restart the reservation of every thread runnable without CPU progress for :data:`STALL_AFTER_S`."""
+        paths = [f"/proc/{tid}/{name}" for tid in self.expected for name in ("stat", "schedstat")]
+        try:
+            files = read_proc_files(self.host, paths)
+        except BbrlabError:
+            return  # the policy check above notes an unreachable host
+        now = time.monotonic()
+        for tid, want in self.expected.items():
+            stat, schedstat = files.get(f"/proc/{tid}/stat"), files.get(f"/proc/{tid}/schedstat")
+            if not stat or not schedstat:
+                continue
+            cpu_ns = int(schedstat.split()[0])
+            since, seen_ns = self._unchanged.get(tid, (now, -1))
+            if thread_state(stat) != "R" or cpu_ns != seen_ns:
+                self._unchanged[tid] = (now, cpu_ns)
+            elif now - since >= STALL_AFTER_S:
+                self.stalls.append(self._restart(tid, want, now - since))
+                self._unchanged[tid] = (time.monotonic(), cpu_ns)
+
+    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
+        stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
+        try:
+            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"))
+            self.scheduler.set(tid, want)
+            stall["restarted"] = True
+        except BbrlabError as e:
+            stall.update(restarted=False, error=str(e))
+        return stall
 
     def stop(self) -> dict:
         self._stop_event.set()
         self.join()
         self.check_once()
-        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations}
+        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations,
+                "stalls": self.stalls}
 
 
 # -- restoring on signals ----------------------------------------------------------------------------
@@ -526,6 +578,8 @@ def contended(
     """
     session = ContentionSession(host, list(thread_ids), contention, method=method)
     session.prepare()
+    # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
+    session.refuse_leftover_deadline("the run would hand it back that policy afterwards")
     with restore_on_signals(session.restore) if handle_signals else nullcontext():
         session.apply()
         try:

@@ -9,6 +9,7 @@ either completely in ``runs/`` or not there at all; ``.tmp/`` leftovers are clea
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -25,16 +26,25 @@ FAILED = "failed"
 TMP = ".tmp"
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The short commit of the bbrlab checkout this runs from (None when not a git checkout)."""
+    """The short commit of the bbrlab checkout this process runs from, with ``+dirty`` when files under
+    ``bbrlab/`` differ from it (None when not a git checkout).
+
+    Read once per process: a commit made while a campaign runs does not change what its records name, since
+    the code the process loaded is the code of the first read.
+    """
     import subprocess
 
+    package = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no", "--",
+                                  "."], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    return (head + ("+dirty" if changed else "")) or None
 
 
 def now_iso() -> str:

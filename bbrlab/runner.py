@@ -18,14 +18,12 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import __version__, checks, contention, hostcpu, link, sampling, sender, workloads
+from . import checks, contention, hostcpu, link, sampling, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
-from .errors import RunFailed
-from .kernel.ccaprobe import CcaIdentities
-from .recovery import recover
 from .runmeta import CcaUse, RunMetadata
 from .scenario import Scenario
+from .session import TestbedSession
 
 #: Seconds the sampler and the server may outlive the client's own limit before they stop by themselves.
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
@@ -44,8 +42,8 @@ def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
 class Runner:
     """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
 
-    Keeps what lasts between the runs of a campaign: the link set on the emulator, the sender kernel it
-    booted, its congestion controls' identities, and what was measured once about the testbed. With a
+    What lasts between the runs (the link held on the emulator, the sender kernel booted, the CCAs'
+    identities, what is measured once per sender boot) is its :class:`~bbrlab.session.TestbedSession`. With a
     ``calibration`` (:mod:`bbrlab.ceiling`) every run's record points to the ceiling of its point
     (``metadata.ceiling``, its file named as ``calibration_source``); a run fails when the calibration
     belongs to another testbed or sender kernel, or lacks the point.
@@ -53,13 +51,18 @@ class Runner:
 
     def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
                  calibration_source: str | None = None):
-        self.testbed, self.ready_timeout_s = testbed, ready_timeout_s
+        self.ready_timeout_s = ready_timeout_s
         self.calibration, self.calibration_source = calibration, calibration_source
-        self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
-        self._kernel: str | None = None  # the kernel this runner made sure the sender runs
-        self._identities = CcaIdentities()
-        self._static: dict | None = None
-        self._recovered: dict | None = None
+        self.session = TestbedSession(testbed)
+
+    @property
+    def testbed(self):
+        """The testbed as it is now (a new object after the sender rebooted into another kernel)."""
+        return self.session.testbed
+
+    @property
+    def link(self) -> link.EmulatorLink:
+        return self.session.link
 
     def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
         """Run ``scenario`` once, its files into ``staging``; the record's metadata. Raises if the run fails."""
@@ -74,8 +77,8 @@ class Runner:
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
         work = workloads.for_flow(scenario.flow)
-        self._boot(scenario.kernel, meta)
-        self._describe(meta)
+        self.session.boot(scenario.kernel, meta)
+        self.session.describe(meta)
         with meta.timed("probe"):
             prepared = self._prepare(scenario, work, meta)
         tb, flow = self.testbed, scenario.flow
@@ -92,7 +95,7 @@ class Runner:
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
-                with meta.timed("client"), hostcpu.watching(self._watched_hosts()) as cpu_load, \
+                with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
@@ -110,7 +113,7 @@ class Runner:
         meta.sysctls = {"sender": state.sysctls}
         meta.cca = CcaUse(flow.cca, list(state.available))
         checks.cca_offered(flow.cca, state.available)
-        identity = self._identities.get(tb.sender.host, flow.cca, state.boot_id)
+        identity = self.session.identities.get(tb.sender.host, flow.cca, state.boot_id)
         meta.cca.bbr_version, meta.cca.patched = identity.bbr_version, identity.patched
         meta.module = sender.module_identity(tb.sender.host, flow.cca)
         if flow.sample_ms:
@@ -133,45 +136,6 @@ class Runner:
         delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
         meta.link = {"counters": delta}
         meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
-
-    def _boot(self, kernel: str | None, meta: RunMetadata) -> None:
-        """Make the sender run ``kernel`` (None: whatever it runs). A plan keeps each kernel's runs together,
-        so the sender reboots once per kernel block; the first run of a process checks it (a resumed
-        campaign boots into the kernel of its next run). Only the sender reboots; the link stays."""
-        if kernel is None or kernel == self._kernel:
-            return
-        if self.testbed.kind != "local":
-            raise RunFailed(f"the scenario asks for sender kernel {kernel!r}, but a lab's sender kernel is the lab's "
-                            "own: leave kernels out of a lab's spec")
-        from . import testbed as testbed_mod
-
-        with meta.timed("kernel_boot"):
-            name, vcpus = self.testbed.name, self.testbed.local.sender_vcpus or 1
-            self.testbed.close()
-            self.testbed = testbed_mod.up(name, sender_vcpus=vcpus, kernel=kernel, progress=False)
-        current = self.link.current
-        self.link = link.EmulatorLink(self.testbed.emulator.host, self.testbed.emulator.ports)
-        self.link.current = current  # the emulator did not reboot: its qdiscs are as they were
-        self._kernel, self._static = kernel, None
-
-    def _watched_hosts(self) -> dict:
-        return {"emulator": self.testbed.emulator.host, "sender_hypervisor": self.testbed.sender.hypervisor}
-
-    def _describe(self, meta: RunMetadata) -> None:
-        """What is measured once per campaign and sender boot (testbed, kernel, versions, offloads), and the
-        first run's recovery."""
-        tb = self.testbed
-        if self._static is None:
-            identity = tb.local.sender_kernel_identity if tb.local else None
-            self._static = {"testbed": tb.describe(), "offloads": {"sender": sender.offloads(
-                tb.sender.host, tb.receiver.experiment_ip)}, "versions": {
-                "hypervisor": tb.hypervisor_name, "bbrlab": __version__, "bbrlab_git": rec.git_commit(),
-                **sender.tool_versions(tb.sender.host)},
-                "kernel": identity.to_dict() if identity else {"origin": tb.kind}}
-        meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
-        meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
-        if self._recovered is None:
-            meta.recovered = self._recovered = recover(tb)
 
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:

@@ -92,6 +92,11 @@ def _parse_stat(text: str) -> tuple[str, int]:
     return comm, int(fields_after_comm[22 - 3])
 
 
+def thread_state(stat_text: str) -> str:
+    """The state letter (``R`` runnable, ``S`` sleeping, ...) from ``/proc/<tid>/stat``."""
+    return stat_text[stat_text.rindex(")") + 2:].split()[0]
+
+
 def sample_threads(host: Host, thread_ids: Sequence[int]) -> dict[int, ThreadSample]:
     """Snapshot every thread in ``thread_ids``; threads that no longer exist are left out."""
     paths = [UPTIME]

@@ -244,14 +244,19 @@ def test_evidence_shows_the_cap_and_notices_a_policy_change(busy_loop):
     assert "SCHED_OTHER" in c.evidence["watch"]["deviations"][0]["seen"]
 
 
-def test_a_leftover_policy_makes_a_100_percent_run_refuse(qemu):
+def test_a_leftover_policy_makes_every_run_refuse(qemu):
     tid = qemu.threads[0]
     session = ContentionSession(LocalHost(), [tid], Contention(1, 25))
     session.apply()  # as `bbrlab contention set` does: stays after this
     try:
-        with pytest.raises(Exception, match="still under SCHED_DEADLINE"):
+        with pytest.raises(Exception, match="still under SCHED_DEADLINE.*would not be uncontended"):
             with contended(LocalHost(), [tid], Contention(1, 100)):
                 pass
+        # a contended run would restore the leftover afterwards and so keep it for every later run
+        with pytest.raises(Exception, match="still under SCHED_DEADLINE.*hand it back"):
+            with contended(LocalHost(), [tid], Contention(10, 50)):
+                pass
+        assert sched_getattr(tid).same_policy_as(session.applied[tid])  # refused before changing anything
     finally:
         session.restore()
     with contended(LocalHost(), [tid], Contention(1, 100)) as c:

@@ -35,3 +35,21 @@ def test_client_argv_refuses_out_of_range(kw):
 def test_server_argv_has_a_lifetime():
     assert iperf.server_argv(5201, lifetime_s=80) == ["timeout", "--kill-after=5", "80", "iperf3", "-s", "-1", "-J",
                                                       "-p", "5201"]
+
+
+def test_git_commit_names_this_checkout_and_is_read_once():
+    import subprocess
+    from pathlib import Path
+
+    import bbrlab
+    from bbrlab import record
+
+    package = Path(bbrlab.__file__).resolve().parent
+    head = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    first = record.git_commit()
+    assert first is not None and first.split("+")[0] == head
+    assert first.endswith("+dirty") == bool(subprocess.run(
+        ["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no", "--", "."],
+        capture_output=True, text=True).stdout.strip())
+    assert record.git_commit() is first  # one read per process

@@ -175,6 +175,31 @@ def _select(df: pd.DataFrame, col: str | None, value) -> pd.DataFrame:
     return df[df[col].isna()] if _missing(value) else df[df[col] == value]
 
 
+def _cell(df: pd.DataFrame, row: str | None, rv, col: str | None, cv) -> pd.DataFrame:
+    """The rows of one panel: ``row`` == ``rv`` and ``col`` == ``cv`` (a None facet selects nothing out)."""
+    return _select(_select(df, row, rv), col, cv)
+
+
+def _panel_title(row: str | None, rv, col: str | None, cv) -> str:
+    """``"timeslice 1 ms | RTT 10 ms"``: the panel's row and column levels."""
+    return " | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None)
+
+
+def _label_edges(axes, xlabel: str, ylabel: str) -> None:
+    """The x label under the bottom row of a panel grid, the y label beside its left column."""
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+
+
+def _panels(fig, table: pd.DataFrame, row: str | None, col: str | None):
+    """The panels of a figure laid out from ``table`` by ``row`` x ``col``, each as (axes, rv, cv)."""
+    rows, cols = levels(table, row), levels(table, col)
+    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
+        yield ax, rows[idx // len(cols)], cols[idx % len(cols)]
+
+
 def colour(key, index: int) -> str:
     """The fixed colour of a variant label, else the index-th colour of the default cycle."""
     return VARIANT_COLOURS.get(str(key), FALLBACK[index % len(FALLBACK)])
@@ -239,21 +264,18 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i][j]
-                cell = _select(_select(table, row, rv), col, cv)
+                cell = _cell(table, row, rv, col, cv)
                 for k, hv in enumerate(hues):
                     _draw_line(ax, _select(cell, hue, hv).sort_values(x), x, stat, band,
                                (hue_label or _hue_text)(hv), colour(hv, k))
                 if ceiling and value == "throughput_mbit":
-                    ceiling_lines(ax, _select(_select(runs, row, rv), col, cv), x=x, hue=hue, hues=hues)
-                ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
+                    ceiling_lines(ax, _cell(runs, row, rv, col, cv), x=x, hue=hue, hues=hues)
+                ax.set_title(_panel_title(row, rv, col, cv))
                 if logy:
                     ax.set_yscale("log")
                 else:
                     ax.set_ylim(bottom=0)  # rates and their spread start at zero: no exaggerated zoom
-                if i == len(rows) - 1:
-                    ax.set_xlabel(LABELS.get(x, x))
-                if j == 0:
-                    ax.set_ylabel(ylabel or LABELS.get(value, value))
+        _label_edges(axes, LABELS.get(x, x), ylabel or LABELS.get(value, value))
         if ceiling and value == "throughput_mbit" and not logy:
             _keep_data_in_view(axes, runs, table)
         _legend(fig, axes, title)
@@ -523,13 +545,10 @@ def timeseries(tables: Tables, *, row: str | None = "variant", col: str | None =
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i][j]
-                _run_lines(ax, _select(_select(table, row, rv), col, cv), alpha)
+                _run_lines(ax, _cell(table, row, rv, col, cv), alpha)
                 ax.set_ylim(bottom=0)
-                ax.set_title(" | ".join(level_label(c, v) for c, v in ((row, rv), (col, cv)) if c is not None))
-                if i == len(rows) - 1:
-                    ax.set_xlabel(LABELS["t_s"])
-                if j == 0:
-                    ax.set_ylabel(LABELS["throughput_mbit"])
+                ax.set_title(_panel_title(row, rv, col, cv))
+        _label_edges(axes, LABELS["t_s"], LABELS["throughput_mbit"])
         fig.tight_layout()  # lines are labelled with their run ids (see points.json), too many for a legend
         if title:
             fig.suptitle(title, y=1.02)
@@ -715,9 +734,8 @@ def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFr
     """Every run's value as a faint unlabelled dot behind the medians (the spread the poster shows)."""
     if table.empty or not fig.axes:
         return
-    rows, cols = levels(table, row), levels(table, col)
-    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
-        cell = _select(_select(data, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
+    for ax, rv, cv in _panels(fig, table, row, col):
+        cell = _cell(data, row, rv, col, cv)
         ax.scatter(cell[x], cell["link_utilisation"], s=4, color="black", alpha=0.25, label="_runs", zorder=1)
 
 
@@ -812,9 +830,8 @@ def _mark_timed_out(fig, runs: pd.DataFrame, table: pd.DataFrame, *, y: str, row
     late = runs[runs["timed_out"].fillna(False).astype(bool)]
     if late.empty:
         return
-    rows, cols = levels(table, row), levels(table, col)
-    for idx, ax in enumerate(fig.axes[: len(rows) * len(cols)]):
-        cell = _select(_select(late, row, rows[idx // len(cols)]), col, cols[idx % len(cols)])
+    for ax, rv, cv in _panels(fig, table, row, col):
+        cell = _cell(late, row, rv, col, cv)
         if len(cell):
             ax.plot(cell["loss_pct"], cell[y], linestyle="none", marker="x", markersize=5, color="black",
                     label=TIMED_OUT_LABEL)

@@ -3,8 +3,8 @@
 rsync's progress series: the receiver's copy grows as data arrives (rsync writes it in place), so its size
 over time is what was delivered, read where it was delivered, at no CPU cost to the contended sender.
 
-The poller is a small bash loop on the receiver host, the same shape as the socket sampler
-(:mod:`bbrlab.sampling`): a fixed schedule (``t0 + k x interval``, missed ticks skipped), pauses with
+The poller is a small bash loop on the receiver host, on the same schedule as the ``ss`` socket sampler
+(:mod:`bbrlab.hostloop`): a fixed schedule (``t0 + k x interval``, missed ticks skipped), pauses with
 ``read -t`` rather than ``sleep``, a stop file for a clean end (with one last sample) and a deadline so it
 can never outlive a run. Each line is ``<unix time, s> <bytes>``; the file not there yet counts 0 bytes.
 """
@@ -17,44 +17,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .errors import BbrlabError, ValidationError
+from .hostloop import SCHEDULE_BASH, stop_and_fetch
 from .hosts import Host
-from .iperf import RUNNING_SH
 
 POLL_BASH = r"""
 set -u
 interval_us=$1; stop_after_s=$2; stop_file=$3; path=$4
-exec {pause_fd}<> <(:)
-now_us() { local t=$EPOCHREALTIME; printf -v "$1" '%s' "${t/[.,]/}"; }
+""" + SCHEDULE_BASH + r"""
 sample() {
     local t=$EPOCHREALTIME size=0
     [[ -e $path ]] && size=$(stat -c %s -- "$path")
     printf '%s %s\n' "${t/,/.}" "$size"
 }
-now_us start; next=$start; end=$(( start + stop_after_s * 1000000 ))
-while [[ ! -e $stop_file ]]; do
-    now_us now
-    (( now >= end )) && break
-    sample
-    next=$(( next + interval_us ))
-    now_us now
-    if (( next <= now )); then next=$(( next + ((now - next) / interval_us + 1) * interval_us )); fi
-    wait_us=$(( next - now ))
-    printf -v pause '%d.%06d' $(( wait_us / 1000000 )) $(( wait_us % 1000000 ))
-    read -r -t "$pause" -u "$pause_fd" _ || :
-done
+on_schedule sample
 sample
 echo "# end"
-"""
-
-#: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0): ask the poller to stop, wait for its
-#: last sample (at most 10 s, then SIGKILL), print the log.
-_STOP = RUNNING_SH + r"""
-touch "$1"
-i=0
-while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
-if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
-exit 0
 """
 
 
@@ -112,8 +89,7 @@ def poller(host: Host, path: str, interval_ms: float, stop_after_s: float) -> It
             yield handle
             ended_normally = True
         finally:
-            res = host.run(["sh", "-c", _STOP, "bbrlab-stop", handle.stop_path, str(handle.pid), handle.log_path,
-                            "1" if ended_normally else "0"], timeout=60, check=False)
+            res = stop_and_fetch(host, handle.stop_path, handle.pid, handle.log_path, fetch=ended_normally)
             if ended_normally:
                 if not res.ok:
                     raise ProgressError(f"could not fetch the progress samples from {host.name}: "

@@ -12,7 +12,8 @@ is why the paper samples in separate runs; the loop is built to cost as little a
 
 - one fork per sample (``ss`` itself): time comes from bash's ``$EPOCHREALTIME``, and the pause is
   ``read -t`` on a pipe nobody writes to, not a ``sleep`` process;
-- it keeps a fixed schedule (``t0 + k * interval``) and skips ticks it missed instead of drifting;
+- it keeps a fixed schedule (``t0 + k * interval``) and skips ticks it missed instead of drifting (the
+  schedule and the stop are :mod:`bbrlab.hostloop`'s, shared with the rsync progress poller);
 - it stops when a stop file appears (so the last sample is never cut in half) or after a deadline
   (so a lost connection cannot leave it running);
 - at exit it writes ``# end samples=N ticks=utime,stime,cutime,cstime hz=H``: its own CPU cost,
@@ -45,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import BbrlabError, ValidationError
+from .hostloop import SCHEDULE_BASH, stop_and_fetch
 from .hosts import Host
 from .iperf import RUNNING_SH
 
@@ -64,23 +66,15 @@ class SsFieldsMissing(BbrlabError):
 SAMPLER_BASH = r"""
 set -u
 interval_us=$1; stop_after_s=$2; stop_file=$3; shift 3
-exec {pause_fd}<> <(:)
-now_us() { local t=$EPOCHREALTIME; printf -v "$1" '%s' "${t/[.,]/}"; }
-now_us start; next=$start; end=$(( start + stop_after_s * 1000000 )); samples=0
-while [[ ! -e $stop_file ]]; do
-    now_us now
-    (( now >= end )) && break
-    t=$EPOCHREALTIME
+filter=("$@"); samples=0
+""" + SCHEDULE_BASH + r"""
+sample() {
+    local t=$EPOCHREALTIME
     printf '# t=%s\n' "${t/,/.}"
-    ss -tinH state established "$@"
+    ss -tinH state established "${filter[@]}"
     samples=$(( samples + 1 ))
-    next=$(( next + interval_us ))
-    now_us now
-    if (( next <= now )); then next=$(( next + ((now - next) / interval_us + 1) * interval_us )); fi
-    wait_us=$(( next - now ))
-    printf -v pause '%d.%06d' $(( wait_us / 1000000 )) $(( wait_us % 1000000 ))
-    read -r -t "$pause" -u "$pause_fd" _ || :
-done
+}
+on_schedule sample
 read -r -a stat < /proc/$$/stat
 printf '# end samples=%d ticks=%s,%s,%s,%s hz=%s\n' "$samples" "${stat[13]}" "${stat[14]}" "${stat[15]}" \
     "${stat[16]}" "$(getconf CLK_TCK)"
@@ -152,17 +146,6 @@ class Sampler:
         return f"{self.directory}/stop"
 
 
-#: Stop a sampler: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0). It finishes its current
-#: sample and writes its footer; after 10 s it is killed. One command: round trips to a contended guest are slow.
-_STOP = RUNNING_SH + r"""
-touch "$1"
-i=0
-while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
-if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
-exit 0
-"""
-
 #: Wait until a netlink or BPF sampler has written "# ready" (opened its socket, resp. loaded and attached
 #: its program): $1 log, $2 pid. Fails, printing the log, when the sampler exits first or after 60 s.
 _WAIT_READY = RUNNING_SH + r"""
@@ -225,8 +208,7 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
 
 
 def _stop(handle: Sampler, *, fetch: bool) -> str | None:
-    res = handle.host.run(["sh", "-c", _STOP, "bbrlab-stop", handle.stop_path, str(handle.pid), handle.log_path,
-                           "1" if fetch else "0"], timeout=60, check=False)
+    res = stop_and_fetch(handle.host, handle.stop_path, handle.pid, handle.log_path, fetch=fetch)
     if fetch and not res.ok:
         raise SamplerError(f"could not fetch the samples from {handle.host.name}: {res.stderr.strip()[:300]}")
     return res.stdout if fetch else None
@@ -432,6 +414,12 @@ def _derive(row: dict) -> None:
     for key in ("bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain", "pacing_rate_mbit", "delivery_rate_mbit",
                 "send_mbit", "ssthresh", "minrtt_ms", "bbr_extra"):
         row.setdefault(key, None)
+    derive_inflight(row)
+
+
+def derive_inflight(row: dict) -> None:
+    """Add the inflight and BDP columns (definitions in this module's docstring) to a row that has the
+    counters, ``mss`` (None: 0), ``bw_mbit`` and ``mrtt_ms`` (None: no BDP); every sampler's rows use it."""
     mss = row.get("mss") or 0
     row["sent_minus_acked_bytes"] = row["bytes_sent"] - row["bytes_acked"]
     row["inflight_bytes"] = max(0, row["bytes_sent"] - row["bytes_retrans"] - row["bytes_acked"])

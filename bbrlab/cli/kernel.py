@@ -97,8 +97,19 @@ def _target(args):
     return tb.sender.host, tb.name
 
 
-def _changing(testbed: str | None, activity: str, **details):
-    return changing(testbed, activity, **details) if testbed else contextlib.nullcontext()
+@contextlib.contextmanager
+def _on_target(args, activity: str | None = None, **details):
+    """The host the command acts on (:func:`_target`), closed at the end. With ``activity`` the command
+    changes it and holds its testbed's lock (:func:`changing`) meanwhile; without, it only looks, which a
+    busy testbed refuses unless ``--force``. This machine has no lock."""
+    host, testbed = _target(args)
+    try:
+        if testbed and activity is None:
+            refuse_if_busy(testbed, args.force, "run commands on its sender")
+        with changing(testbed, activity, **details) if testbed and activity else contextlib.nullcontext():
+            yield host
+    finally:
+        host.close()
 
 
 def _print(data: dict, as_json: bool) -> None:
@@ -125,12 +136,8 @@ def run_build(args) -> int:
 def run_load(args) -> int:
     from ..kernel import ensure_module
 
-    host, testbed = _target(args)
-    try:
-        with _changing(testbed, "kernel load", patch=args.patch):
-            identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
-    finally:
-        host.close()
+    with _on_target(args, "kernel load", patch=args.patch) as host:
+        identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
     _print(identity, args.json)
     return 0
 
@@ -138,14 +145,9 @@ def run_load(args) -> int:
 def run_status(args) -> int:
     from ..kernel import available_ccas, loaded_srcversion, module_identity
 
-    host, testbed = _target(args)
-    if testbed:
-        refuse_if_busy(testbed, args.force, "run commands on its sender")
-    try:
+    with _on_target(args) as host:
         data = {"host": host.name, "kernel": host.output(["uname", "-r"]), "available": " ".join(available_ccas(host))}
         data["module"] = module_identity(host, args.name) if loaded_srcversion(host, args.name) else "not loaded"
-    finally:
-        host.close()
     _print(data, args.json)
     return 0
 
@@ -165,12 +167,8 @@ def run_set(args) -> int:
     from ..kernel import set_params
 
     params = parse_assignments(args.assignments)
-    host, testbed = _target(args)
-    try:
-        with _changing(testbed, "kernel set", module=args.name, params=params):
-            after = set_params(host, args.name, **params)
-    finally:
-        host.close()
+    with _on_target(args, "kernel set", module=args.name, params=params) as host:
+        after = set_params(host, args.name, **params)
     _print({"params": after}, args.json)
     return 0
 
@@ -209,13 +207,8 @@ def run_check(args) -> int:
 def run_ccas(args) -> int:
     from ..kernel.ccaprobe import probe_ccas
 
-    host, testbed = _target(args)
-    if testbed:
-        refuse_if_busy(testbed, args.force, "run commands on its sender")
-    try:
+    with _on_target(args) as host:
         found = probe_ccas(host)
-    finally:
-        host.close()
     if args.json:
         print(json.dumps({k: v.to_dict() for k, v in found.items()}, indent=2))
         return 0

@@ -51,34 +51,26 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
+
+#define SAMPLER_NAME "sockdiag_sampler"
+#define SAMPLER_USAGE SAMPLER_NAME " -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...] [-f 4|6]"
+#include "sampler_common.h"
 
 #define FORMAT_VERSION 1
-#define MAX_PORTS 64
 #define RECV_BUF 16384
-#define OUT_BUF (1 << 20)
 #define DUMP_BUF 65536
 /* A socket that closes while the kernel fills its answer (the state is read before the CCA's info)
    can show up once as established BBR without BBR info; this many in a row is a kernel without it. */
 #define BBR_INFO_MISSING_MAX 3
 
-enum { EXIT_BAD_ARGS = 2, EXIT_NO_DIAG = 3, EXIT_NO_BBR_INFO = 4, EXIT_NETLINK = 5, EXIT_OUTPUT = 6 };
+enum { EXIT_NO_DIAG = 3, EXIT_NO_BBR_INFO = 4, EXIT_NETLINK = 5 };
 
 struct flow_socket {
 	uint16_t sport;      /* host order */
@@ -94,120 +86,24 @@ static int n_sockets;
 static int n_found;
 static uint16_t server_port;
 static uint8_t flow_family = AF_INET;
-static volatile sig_atomic_t got_signal;
 static int nl_fd = -1;
-static char out_buf[OUT_BUF];
 static uint64_t samples, missed;
 static uint64_t tick;      /* the slot of the sample being taken: due at t0 + tick * interval */
 static uint64_t ticks;     /* slots begun so far (= samples + missed at the end) */
 static const uint8_t EXT_BITS = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1)) |
 				(1 << (INET_DIAG_CONG - 1));
 
-static uint64_t now_ns(clockid_t clock)
-{
-	struct timespec ts;
-	clock_gettime(clock, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void on_signal(int sig)
-{
-	got_signal = sig;
-}
-
-static void usage(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("sockdiag_sampler: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nusage: sockdiag_sampler -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...] "
-	      "[-f 4|6]\n", stderr);
-	exit(EXIT_BAD_ARGS);
-}
-
-/* A decimal integer in [lo, hi], the whole string; else a usage error naming the option. */
-static long parse_long(const char *text, const char *name, long lo, long hi)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(text, &end, 10);
-	if (errno || end == text || *end || v < lo || v > hi)
-		usage("%s = '%s' is not allowed: an integer from %ld to %ld", name, text, lo, hi);
-	return v;
-}
-
-static void parse_ports(char *list)
-{
-	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-		if (n_sockets == MAX_PORTS)
-			usage("-p (sports): more than %d ports", MAX_PORTS);
-		uint16_t port = (uint16_t)parse_long(tok, "-p (sport)", 1, 65535);
-		for (int i = 0; i < n_sockets; i++)
-			if (sockets[i].sport == port)
-				usage("-p (sports): port %u listed twice", port);
-		sockets[n_sockets++].sport = port;
-	}
-	if (n_sockets == 0)
-		usage("-p (sports): at least one local port");
-}
-
 /* ---- output ------------------------------------------------------------------------------- */
 
-static const char HEX[] = "0123456789abcdef";
-
-static void put_hex(const unsigned char *p, size_t n)
-{
-	char chunk[512];
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		chunk[k++] = HEX[p[i] >> 4];
-		chunk[k++] = HEX[p[i] & 15];
-		if (k == sizeof(chunk)) {
-			fwrite(chunk, 1, k, stdout);
-			k = 0;
-		}
-	}
-	fwrite(chunk, 1, k, stdout);
-}
-
-static void write_footer(const char *reason, uint64_t mono_start)
+static void write_footer(const char *reason)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("# end samples=%llu ticks=%llu missed=%llu cpu_user_us=%lld cpu_sys_us=%lld maxrss_kb=%ld "
 	       "wall_ns=%llu reason=%s\n",
 	       (unsigned long long)samples, (unsigned long long)ticks, (unsigned long long)missed,
-	       (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
-	       (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec, ru.ru_maxrss,
-	       (unsigned long long)(now_ns(CLOCK_MONOTONIC) - mono_start), reason);
-}
-
-static uint64_t mono_start_ns;
-
-/* "# ready": the CPU the sampler took to start, before any sample. */
-static void write_ready(void)
-{
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	printf("# ready cpu_user_us=%lld cpu_sys_us=%lld\n", (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
-	       (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec);
-}
-
-/* Fail loudly: the reason on stderr and in the output, then the footer, then exit. */
-static void fail(int code, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "sockdiag_sampler: %s\n", msg);
-	printf("# error %d %s\n", code, msg);
-	write_footer("error", mono_start_ns);
-	fflush(stdout);
-	exit(code);
+	       cpu_us(&ru.ru_utime), cpu_us(&ru.ru_stime), ru.ru_maxrss,
+	       (unsigned long long)(now_ns(CLOCK_MONOTONIC) - mono_start_ns), reason);
 }
 
 /* ---- netlink ------------------------------------------------------------------------------ */
@@ -465,18 +361,13 @@ static void take_sample(uint64_t real, uint64_t mono)
 
 int main(int argc, char **argv)
 {
-	long interval_us = -1, stop_after_s = -1, dport = -1;
-	const char *stop_file = NULL;
-	char *ports_arg = NULL;
+	struct common_args a = COMMON_ARGS_UNSET;
 	int opt;
 	opterr = 0;
-	while ((opt = getopt(argc, argv, "i:t:s:d:p:f:")) != -1) {
+	while ((opt = getopt(argc, argv, COMMON_OPTIONS "f:")) != -1) {
+		if (common_option(opt, &a))
+			continue;
 		switch (opt) {
-		case 'i': interval_us = parse_long(optarg, "-i (interval_us)", 100, 10000000); break;
-		case 't': stop_after_s = parse_long(optarg, "-t (stop_after_s)", 1, 86400); break;
-		case 's': stop_file = optarg; break;
-		case 'd': dport = parse_long(optarg, "-d (dport)", 1, 65535); break;
-		case 'p': ports_arg = optarg; break;
 		case 'f':
 			if (strcmp(optarg, "4") && strcmp(optarg, "6"))
 				usage("-f (family) = '%s' is not allowed: 4 or 6", optarg);
@@ -485,34 +376,26 @@ int main(int argc, char **argv)
 		default: usage("unknown option or missing value: -%c", optopt);
 		}
 	}
-	if (optind != argc)
-		usage("unexpected argument '%s'", argv[optind]);
-	if (interval_us < 0 || stop_after_s < 0 || dport < 0 || !stop_file || !ports_arg)
-		usage("-i, -t, -s, -d and -p are all required");
-	if (stop_file[0] != '/')
-		usage("-s (stop_file) = '%s' is not allowed: an absolute path", stop_file);
-	char *ports_copy = strdup(ports_arg);
-	parse_ports(ports_copy);
-	server_port = (uint16_t)dport;
+	check_common_args(argc, argv, &a);
+	uint16_t ports[MAX_PORTS];
+	n_sockets = parse_ports(strdup(a.ports_arg), ports);
+	for (int i = 0; i < n_sockets; i++)
+		sockets[i].sport = ports[i];
+	server_port = (uint16_t)a.dport;
 
-	setvbuf(stdout, out_buf, _IOFBF, sizeof(out_buf));
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	buffer_output_and_catch_signals();
 
-	const uint64_t interval_ns = (uint64_t)interval_us * 1000;
+	const uint64_t interval_ns = (uint64_t)a.interval_us * 1000;
 	const uint64_t t0 = mono_start_ns = now_ns(CLOCK_MONOTONIC);
-	const uint64_t deadline = t0 + (uint64_t)stop_after_s * 1000000000ull;
+	const uint64_t deadline = t0 + (uint64_t)a.stop_after_s * 1000000000ull;
 	printf("# bbrlab-sockdiag-sampler format=%d interval_ns=%llu stop_after_s=%ld dport=%ld sports=%s family=%d "
-	       "pid=%d t0_ns=%llu\n", FORMAT_VERSION, (unsigned long long)interval_ns, stop_after_s, dport, ports_arg,
-	       flow_family == AF_INET6 ? 6 : 4, (int)getpid(), (unsigned long long)t0);
+	       "pid=%d t0_ns=%llu\n", FORMAT_VERSION, (unsigned long long)interval_ns, a.stop_after_s, a.dport,
+	       a.ports_arg, flow_family == AF_INET6 ? 6 : 4, (int)getpid(), (unsigned long long)t0);
 
 	nl_fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (nl_fd < 0)
 		fail(EXIT_NO_DIAG, "socket(AF_NETLINK, NETLINK_SOCK_DIAG): %s", strerror(errno));
-	write_ready();
-	fflush(stdout); /* the header shows that the sampler runs; the rest waits for a full buffer */
+	write_ready(); /* flushed with the header: they show that the sampler runs; the rest waits for a full buffer */
 
 	/*
 	 * Slot k is [t0 + k * interval, t0 + (k + 1) * interval). At most one sample per slot, taken in
@@ -521,12 +404,9 @@ int main(int argc, char **argv)
 	 */
 	const char *reason = "deadline";
 	for (;;) {
-		if (got_signal) {
-			reason = "signal";
-			break;
-		}
-		if (access(stop_file, F_OK) == 0) {
-			reason = "stop_file";
+		const char *stop = stop_reason(a.stop_file);
+		if (stop) {
+			reason = stop;
 			break;
 		}
 		uint64_t real = now_ns(CLOCK_REALTIME);
@@ -542,16 +422,8 @@ int main(int argc, char **argv)
 		missed += current - tick;
 		ticks = current + 1;
 		uint64_t next = t0 + ticks * interval_ns;
-		if (next > deadline)
-			next = deadline;
-		struct timespec due = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR && !got_signal)
-			;
+		sleep_until(next > deadline ? deadline : next);
 	}
-	write_footer(reason, mono_start_ns);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "sockdiag_sampler: writing the output failed: %s\n", strerror(errno));
-		return EXIT_OUTPUT;
-	}
-	return 0;
+	write_footer(reason);
+	return finish_output();
 }

@@ -6,6 +6,9 @@ Two programs, both in ``bbrlab/native/``:
 - ``bpf``: ``sockbpf_sampler.bpf.c`` compiled for BPF by clang, embedded by ``bpftool gen skeleton``
   into the loader ``sockbpf_sampler.c``, linked static against libbpf (and libelf, zlib, zstd).
 
+Both include ``sampler_common.h`` (what the two programs share: their common options, signals, clocks,
+output), which is among the sources of each: it is hashed into both cache keys and ``source_sha256``.
+
 ``make sampler``, the local guest image's recipe and every sampled run call :func:`build`, so an
 installed package builds them the same way as a checkout. A binary lives in
 ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/sockdiag/<key>/<name>`` where ``key`` hashes the sources and the
@@ -53,10 +56,12 @@ class Program:
     sources: tuple[str, ...]
 
 
+#: What both programs include from one place (options, clocks, signals, output; see the file).
+COMMON_HEADER = "native/sampler_common.h"
 PROGRAMS = {
-    "netlink": Program("netlink", "sockdiag_sampler", ("native/sockdiag_sampler.c",)),
+    "netlink": Program("netlink", "sockdiag_sampler", ("native/sockdiag_sampler.c", COMMON_HEADER)),
     "bpf": Program("bpf", "sockbpf_sampler", ("native/sockbpf_sampler.bpf.c", "native/sockbpf_sampler.c",
-                                              "native/sockbpf_record.h")),
+                                              "native/sockbpf_record.h", COMMON_HEADER)),
 }
 KINDS = tuple(PROGRAMS)
 

@@ -19,7 +19,8 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .columns import bbr_columns, derive, tcp_columns
+from ..sampling import derive_inflight
+from .columns import bbr_columns, tcp_columns
 from .parse import (
     ESTABLISHED,
     TCP_STATES,
@@ -27,6 +28,7 @@ from .parse import (
     SockdiagLogError,
     _key_values,
     interval_stats,
+    read_header,
 )
 
 FORMAT = 1
@@ -75,11 +77,7 @@ def decode_record(data: bytes) -> dict:
 def parse_log(text: str) -> BpfLog:
     """The structure of a BPF sampler log; :class:`SockdiagLogError` when it is not one."""
     lines = text.splitlines()
-    if not lines or not lines[0].startswith(MAGIC + " "):
-        raise SockdiagLogError(f"not a BPF sampler log (first line {lines[0][:80] if lines else ''!r})")
-    header = _key_values(lines[0].split()[2:])
-    if header.get("format") != FORMAT:
-        raise SockdiagLogError(f"BPF sampler log format {header.get('format')!r}, this bbrlab reads {FORMAT}")
+    header = read_header(lines, MAGIC, FORMAT, "BPF sampler")
     if header.get("record_size") != RECORD.size:
         raise SockdiagLogError(f"BPF sampler records of {header.get('record_size')} bytes, this bbrlab reads "
                                f"{RECORD.size}")
@@ -154,7 +152,7 @@ def record_row(rec: dict) -> dict:
     elif rec["ca_name"].startswith("bbr"):
         row["bbr_extra"] = {"ca_priv_hex": rec["ca_priv"].hex()}
     row["other"] = None
-    derive(row)
+    derive_inflight(row)
     return row
 
 

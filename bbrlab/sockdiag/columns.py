@@ -3,8 +3,8 @@
 :func:`tcp_columns` takes ``struct tcp_info``'s fields (names without ``tcpi_``, as
 :func:`bbrlab.sockdiag.structs.decode_tcp_info` gives them) and returns the keys, units and omissions of
 :func:`bbrlab.sampling.parse_ss_log` (a field ss does not print is None; the counters it omits when zero
-are 0). :func:`bbr_columns` does the same for BBR's info, :func:`derive` adds inflight and BBR's BDP
-with the definitions documented in :mod:`bbrlab.sampling`.
+are 0). :func:`bbr_columns` does the same for BBR's info; inflight and BBR's BDP are added by
+:func:`bbrlab.sampling.derive_inflight`, where they are defined.
 """
 
 from __future__ import annotations
@@ -87,18 +87,3 @@ def bbr_columns(bbr: dict) -> dict:
         "cwnd_gain": bbr["cwnd_gain"] / 256 if bbr["cwnd_gain"] else None,
         "bbr_extra": {"tail_hex": bbr["tail_hex"]} if bbr.get("tail_hex") else None,
     }
-
-
-def derive(row: dict) -> None:
-    """inflight and BBR's BDP, with the definitions of :mod:`bbrlab.sampling` (see its docstring)."""
-    mss = row["mss"] or 0
-    row["sent_minus_acked_bytes"] = row["bytes_sent"] - row["bytes_acked"]
-    row["inflight_bytes"] = max(0, row["bytes_sent"] - row["bytes_retrans"] - row["bytes_acked"])
-    row["unacked_bytes"] = row["unacked"] * mss
-    row["pipe_bytes"] = max(0, row["unacked"] - row["sacked"] - row["lost"] + row["retrans_out"]) * mss
-    if row["bw_mbit"] is not None and row["mrtt_ms"] is not None:
-        row["bdp_bytes"] = row["bw_mbit"] * 1e6 / 8 * row["mrtt_ms"] / 1e3
-        row["inflight_bdp"] = row["inflight_bytes"] / row["bdp_bytes"] if row["bdp_bytes"] > 0 else None
-    else:
-        row["bdp_bytes"] = None
-        row["inflight_bdp"] = None

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import BbrlabError
-from .columns import bbr_columns, derive, tcp_columns
+from ..sampling import derive_inflight
+from .columns import bbr_columns, tcp_columns
 from .structs import decode_bbr_info, decode_tcp_info
 
 FORMAT = 1
@@ -121,14 +122,21 @@ def _socket(words: list[str]) -> SocketState:
     return SocketState(int(words[1]), int(words[2]), int(words[3]), int(words[4]), attrs)
 
 
+def read_header(lines: list[str], magic: str, fmt: int, what: str) -> dict:
+    """The key=value words of a sampler log's first line, which must start with ``magic`` and name format
+    ``fmt``; :class:`SockdiagLogError` naming ``what`` log it is not."""
+    if not lines or not lines[0].startswith(magic + " "):
+        raise SockdiagLogError(f"not a {what} log (first line {lines[0][:80] if lines else ''!r})")
+    header = _key_values(lines[0].split()[2:])
+    if header.get("format") != fmt:
+        raise SockdiagLogError(f"{what} log format {header.get('format')!r}, this bbrlab reads {fmt}")
+    return header
+
+
 def parse_log(text: str) -> SockdiagLog:
     """The structure of a sampler log; raises :class:`SockdiagLogError` when it is not one."""
     lines = text.splitlines()
-    if not lines or not lines[0].startswith(MAGIC + " "):
-        raise SockdiagLogError(f"not a sockdiag sampler log (first line {lines[0][:80] if lines else ''!r})")
-    header = _key_values(lines[0].split()[2:])
-    if header.get("format") != FORMAT:
-        raise SockdiagLogError(f"sockdiag sampler log format {header.get('format')!r}, this bbrlab reads {FORMAT}")
+    header = read_header(lines, MAGIC, FORMAT, "sockdiag sampler")
     log = SockdiagLog(header, {}, [], {}, [], None)
     for number, line in enumerate(lines[1:], start=2):
         words = line.split()
@@ -185,7 +193,7 @@ def socket_row(sock: SocketState, where: Discovered | None = None) -> dict:
         row.update(bbr_columns(decode_bbr_info(sock.attrs[ATTR_BBRINFO])))
     other = {f"attr_{k}": v.hex() for k, v in sorted(sock.attrs.items()) if k not in _DECODED}
     row["other"] = other or None
-    derive(row)
+    derive_inflight(row)
     return row
 
 

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,21 +21,11 @@ from bbrlab.hosts import LocalHost
 from bbrlab.scenario import Contention
 from bbrlab.sched import DeadlineAdmissionError, SchedPolicy, ThreadGoneError, sched_getattr, sched_setattr
 from bbrlab.vcpu import qmp_vcpu_threads
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.system
 
 OTHER = SchedPolicy("SCHED_OTHER")
-
-
-def _wait_for(condition, what: str, deadline_s: float = 30.0):
-    """Poll ``condition`` until it returns something truthy, or fail naming ``what``."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
 
 
 class TinyQemu:
@@ -48,7 +37,7 @@ class TinyQemu:
             ["qemu-system-x86_64", "-name", "bbrlab-test,debug-threads=on", "-display", "none", "-nodefaults",
              "-qmp", f"unix:{self.qmp},server=on,wait=off", "-m", "64", "-smp", str(vcpus)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.threads = _wait_for(self._threads, "QEMU's QMP socket")
+        self.threads = wait_for(self._threads, "QEMU's QMP socket", 30.0)
         assert len(self.threads) == vcpus
 
     def _threads(self):
@@ -243,7 +232,7 @@ def busy_loop():
 
 def test_evidence_shows_the_cap_and_notices_a_policy_change(busy_loop):
     with contended(LocalHost(), [busy_loop], Contention(10, 50), watch_interval_s=0.2) as c:
-        _wait_for(lambda: c._watch.checks >= 2, "two policy checks")
+        wait_for(lambda: c._watch.checks >= 2, "two policy checks", 30.0)
     t = c.evidence["threads"][0]
     assert c.evidence["policy_held"] is True and t["held"] is True and t["same_thread"] is True
     assert 0 < t["cpu_s"] <= t["wall_s"] * 0.5 * 1.1 + 0.01  # a busy loop is held to about half a CPU
@@ -308,7 +297,7 @@ def _iperf_mbit(testbed, seconds: int) -> float:
         res = tx.run(["iperf3", "-c", ip, "-t", str(seconds), "-J"], check=False, timeout=seconds + 60)
         return res if res.ok else None  # the daemon may not listen yet: poll for it
 
-    res = _wait_for(client, "iperf3 to connect to the receiver", deadline_s=seconds + 90)
+    res = wait_for(client, "iperf3 to connect to the receiver", deadline_s=seconds + 90)
     return json.loads(res.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 

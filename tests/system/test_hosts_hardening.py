@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_for
+
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,16 +53,6 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _wait_for(condition, what: str, deadline_s: float = 20.0):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
-
-
 @pytest.mark.parametrize("argv, within_s", [
     (["sleep", "60"], 5.0),
     # ignores SIGINT, and its child keeps the output pipe open: stopped by SIGKILL to the whole group
@@ -70,9 +62,9 @@ def test_sigint_stops_a_local_command_and_raises_keyboard_interrupt(argv, within
     proc = subprocess.Popen([sys.executable, "-c", RUN_AND_REPORT, *argv], stdout=subprocess.PIPE, text=True,
                             cwd=ROOT)
     try:
-        sleepers = _wait_for(lambda: {p for p in _descendants(proc.pid)
-                                      if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"},
-                             "the command to start")
+        sleepers = wait_for(lambda: {p for p in _descendants(proc.pid)
+                                     if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"},
+                            "the command to start", 20.0)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)  # to the Python process only, as `kill -INT` would
         out, _ = proc.communicate(timeout=within_s + 30)
@@ -83,7 +75,7 @@ def test_sigint_stops_a_local_command_and_raises_keyboard_interrupt(argv, within
     assert proc.returncode == 42, out
     assert out.startswith("KeyboardInterrupt")
     assert took < within_s, f"took {took:.1f} s"
-    _wait_for(lambda: not any(_alive(p) for p in sleepers), "the command's processes to end", 5.0)
+    wait_for(lambda: not any(_alive(p) for p in sleepers), "the command's processes to end", 5.0)
 
 
 def _alive(pid: int) -> bool:
@@ -178,9 +170,9 @@ def test_a_campaigns_signal_handling_also_stops_a_local_command():
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        sleepers = _wait_for(lambda: {p for p in _descendants(proc.pid)
-                                      if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"},
-                             "the command to start")
+        sleepers = wait_for(lambda: {p for p in _descendants(proc.pid)
+                                     if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"},
+                            "the command to start", 20.0)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=40)
@@ -189,4 +181,4 @@ def test_a_campaigns_signal_handling_also_stops_a_local_command():
             proc.kill()
     assert proc.returncode == 43 and out.startswith("Interrupted"), out
     assert time.monotonic() - t0 < 10
-    _wait_for(lambda: not any(_alive(p) for p in sleepers), "the command's processes to end", 5.0)
+    wait_for(lambda: not any(_alive(p) for p in sleepers), "the command's processes to end", 5.0)

@@ -9,44 +9,23 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 
 import pytest
 
 from bbrlab import iperf, sampling
-from bbrlab.hosts import NetnsHost
+from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
 
 SENDER_IP, RECEIVER_IP = "10.213.0.1", "10.213.0.2"
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def pair():
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"bbt6a-{tag}", f"bbt6b-{tag}"
-    va, vb = f"v6a{tag}", f"v6b{tag}"
-    _ip("netns", "add", a)
-    try:
-        _ip("netns", "add", b)
-        _ip("link", "add", va, "type", "veth", "peer", "name", vb)
-        _ip("link", "set", va, "netns", a)
-        _ip("link", "set", vb, "netns", b)
-        _ip("-n", a, "addr", "add", f"{SENDER_IP}/24", "dev", va)
-        _ip("-n", b, "addr", "add", f"{RECEIVER_IP}/24", "dev", vb)
-        for ns, dev in ((a, va), (b, vb)):
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        subprocess.run(["ip", "netns", "exec", a, "tc", "qdisc", "add", "dev", va, "root", "tbf", "rate", "200mbit",
-                        "burst", "32kb", "limit", "128kb"], check=True, capture_output=True)
-        yield NetnsHost(name="sender", netns=a), NetnsHost(name="receiver", netns=b)
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with veth_pair("6", SENDER_IP, RECEIVER_IP) as p:
+        subprocess.run(["ip", "netns", "exec", p.sender.netns, "tc", "qdisc", "add", "dev", p.sender_if, "root", "tbf",
+                        "rate", "200mbit", "burst", "32kb", "limit", "128kb"], check=True, capture_output=True)
+        yield p.sender, p.receiver
 
 
 def test_server_client_and_sampler(pair, tmp_path):

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from bbrlab.kernel.bbr2b import Bbr2bUnavailable
 from bbrlab.kernel.ccaprobe import probe_ccas
 from bbrlab.kernel.source import read_expected_sha256, sha256_file
 from bbrlab.kernel.tree import V3_PATCH, TreeBuildError, build_tree, check_tree, choose_bbr2b
+from tests.testbed_flows import bbr_flow, received_mbit
 
 pytestmark = pytest.mark.system
 
@@ -71,20 +71,6 @@ def test_a_bad_tree_is_refused_before_anything_is_built(stand_in_tree, tmp_path,
     assert not out.exists()
 
 
-def _bbr_flow_mbit(tb, log_dir, duration_s: int = 5) -> float:
-    rx = tb.receiver
-    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(log_dir / "iperf3-server.log"))
-    deadline = time.monotonic() + 30
-    while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
-        assert time.monotonic() < deadline, "iperf3 server did not listen"
-        time.sleep(0.2)
-    res = tb.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", str(duration_s),
-                              "-C", "bbr", "-J"], timeout=duration_s + 60)
-    report = json.loads(res.stdout)
-    assert report["end"]["sender_tcp_congestion"] == "bbr"
-    return report["end"]["sum_received"]["bits_per_second"] / 1e6
-
-
 @pytest.mark.slow
 @pytest.mark.testbed
 @pytest.mark.timeout(3 * 3600)  # a whole kernel build on 2 shared cores
@@ -111,7 +97,7 @@ def test_linux_source_6_1_builds_boots_as_the_sender_and_carries_bbr(testbed, tm
                                                                          sha256_file(out / "bzImage"))
             ccas = probe_ccas(tb.sender.host)
             assert ccas["bbr"].bbr_version == 1 and ccas["bbr2b"].patched
-            rate = _bbr_flow_mbit(tb, work)
+            rate = received_mbit(bbr_flow(tb, IPERF_PORT, work, duration_s=5))
             print(f"bbr through the emulator on the built kernel: {rate:.0f} Mbit/s")
             assert rate > 0
         finally:

@@ -10,9 +10,6 @@ crosses the emulator. The testbed is put back on debian-6.1 whatever happens.
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 
 import bbrlab.testbed as tbmod
@@ -20,25 +17,11 @@ from bbrlab.cli.main import main
 from bbrlab.kernel import debian
 from bbrlab.kernel.ccaprobe import probe_ccas
 from bbrlab.testbed.local.state import State
+from tests.testbed_flows import bbr_flow, received_mbit
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 IPERF_PORT = 5291
-
-
-def _bbr_flow_mbit(tb, log_dir, duration_s: int = 3) -> float:
-    rx = tb.receiver
-    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(log_dir / "iperf3-server.log"))
-    deadline = time.monotonic() + 30
-    while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
-        assert time.monotonic() < deadline, "iperf3 server did not listen"
-        time.sleep(0.2)
-    res = tb.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", str(duration_s),
-                              "-C", "bbr", "-J"], timeout=duration_s + 60)
-    report = json.loads(res.stdout)
-    assert report["end"]["sender_tcp_congestion"] == "bbr"
-    assert report["end"]["sum_received"]["bytes"] > 0
-    return report["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
 def _check_sender(tb, kernel_name: str, emulator_pid: int, log_dir) -> str:
@@ -51,7 +34,9 @@ def _check_sender(tb, kernel_name: str, emulator_pid: int, log_dir) -> str:
     assert (ccas["bbr"].bbr_version, ccas["bbr"].patched, ccas["bbr"].module) == (1, False, "tcp_bbr")
     assert ccas["bbr2b"].bbr_version == 1 and ccas["bbr2b"].patched and ccas["bbr2b"].module == "bbr2b"
     assert ccas["cubic"].bbr_version is None and not ccas["cubic"].patched
-    assert _bbr_flow_mbit(tb, log_dir) > 0
+    report = bbr_flow(tb, IPERF_PORT, log_dir, duration_s=3)
+    assert report["end"]["sum_received"]["bytes"] > 0
+    assert received_mbit(report) > 0
     return release
 
 

@@ -7,44 +7,23 @@ flow; the guest kernel is tested in test_sockdiag_testbed.py.
 from __future__ import annotations
 
 import subprocess
-import uuid
 
 import pytest
 
 from bbrlab import iperf, sampling, sockdiag
 from bbrlab.errors import ValidationError
-from bbrlab.hosts import NetnsHost
 from bbrlab.sockdiag import binary as build_mod
+from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
 
 SENDER_IP, RECEIVER_IP = "10.214.0.1", "10.214.0.2"
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def pair():
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"bbt12a-{tag}", f"bbt12b-{tag}"
-    va, vb = f"v12a{tag}", f"v12b{tag}"
-    _ip("netns", "add", a)
-    try:
-        _ip("netns", "add", b)
-        _ip("link", "add", va, "type", "veth", "peer", "name", vb)
-        _ip("link", "set", va, "netns", a)
-        _ip("link", "set", vb, "netns", b)
-        _ip("-n", a, "addr", "add", f"{SENDER_IP}/24", "dev", va)
-        _ip("-n", b, "addr", "add", f"{RECEIVER_IP}/24", "dev", vb)
-        for ns, dev in ((a, va), (b, vb)):
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield NetnsHost(name="sender", netns=a), NetnsHost(name="receiver", netns=b)
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with veth_pair("12", SENDER_IP, RECEIVER_IP) as p:
+        yield p.sender, p.receiver
 
 
 @pytest.mark.parametrize("kind", ["netlink", "bpf"])

@@ -21,7 +21,6 @@ tests/fixtures/sockdiag/ was made; its README says when and where).
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import shlex
@@ -33,6 +32,7 @@ import pytest
 
 from bbrlab import iperf, link, sampling, sockdiag
 from bbrlab.scenario import Link
+from tests.sampler_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, between_netlink_samples, ss_equal
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -139,29 +139,8 @@ def _both_at_once(testbed, deployed, cport: int, server_port: int) -> tuple[str,
     return before, netlink, after
 
 
-#: Values ss does not print (so its parser has None) while netlink reports them: retrans 0/0, the default
-#: reordering of 3.
-SS_OMITS = {"retrans_total": 0, "reordering": 3}
-
-
-def _gformat_equal(netlink_value, ss_value, key: str = "") -> bool:
-    """Equal to ss's printing precision: %g (6 significant digits) or whole bits per second."""
-    if ss_value is None and key in SS_OMITS:
-        return netlink_value == SS_OMITS[key]
-    if netlink_value is None or ss_value is None:
-        return netlink_value is ss_value
-    if isinstance(ss_value, bool | str):
-        return netlink_value == ss_value
-    return math.isclose(netlink_value, ss_value, rel_tol=1e-5, abs_tol=1e-6)
-
-
-#: Fields ss prints and that cannot change on an idle connection (lastsnd/lastrcv/lastack count time).
-IDLE_FIELDS = ("cca", "recv_q", "send_q", "rto_ms", "rtt_ms", "rttvar_ms", "mss", "pmtu", "rcvmss", "advmss", "cwnd",
-               "ssthresh", "bytes_sent", "bytes_retrans", "bytes_acked", "segs_out", "segs_in", "data_segs_out",
-               "send_mbit", "pacing_rate_mbit", "delivery_rate_mbit", "delivered", "app_limited", "unacked",
-               "retrans_out", "retrans_total", "lost", "sacked", "reordering", "rcv_space", "rcv_ssthresh", "notsent",
-               "minrtt_ms", "snd_wnd", "bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain", "inflight_bytes", "bdp_bytes",
-               "inflight_bdp", "local", "peer", "port")
+#: What an idle connection cannot change, with the values ss leaves out (netlink has them).
+IDLE_AND_OMITTED = IDLE_FIELDS + tuple(SS_OMITS)
 
 
 @pytest.mark.parametrize("cca", ["bbr", "cubic", "bbr2b"])
@@ -178,11 +157,11 @@ def test_idle_connection_same_fields_as_ss(testbed, deployed, cca):
     ss_after = sampling.parse_ss_log("# t=0\n" + after)
     rows = sockdiag.rows(netlink)
     assert len(ss_before) == len(ss_after) == 1 and len(rows) >= 9
-    assert {k: ss_before[0].get(k) for k in IDLE_FIELDS} == {k: ss_after[0].get(k) for k in IDLE_FIELDS}, \
+    assert {k: ss_before[0].get(k) for k in IDLE_AND_OMITTED} == {k: ss_after[0].get(k) for k in IDLE_AND_OMITTED}, \
         "the connection was not idle"
     assert ss_before[0]["cca"] == cca
     for row in rows:
-        diffs = {k: (row[k], ss_before[0].get(k)) for k in IDLE_FIELDS if not _gformat_equal(row[k], ss_before[0].get(k), k)}
+        diffs = {k: (row[k], ss_before[0].get(k)) for k in IDLE_AND_OMITTED if not ss_equal(row[k], ss_before[0].get(k), k)}
         assert not diffs, f"netlink vs ss differ: {diffs}"
     if cca.startswith("bbr"):
         assert rows[0]["bw_mbit"] > 0 and rows[0]["pacing_gain"] and rows[0]["cwnd_gain"]
@@ -232,8 +211,6 @@ def _flow_with_samplers(testbed, samplers: dict[str, tuple[str, float]], *, cca:
     return texts, iperf.parse_result(result.stdout)
 
 
-#: Counters that only grow: every ss sample must lie between the netlink samples around it.
-MONOTONE = ("bytes_sent", "bytes_acked", "segs_out", "data_segs_out", "delivered", "bytes_retrans", "retrans_total")
 #: Rates: ss's value must lie within the range the netlink samples around it span, widened by this much.
 RATE_TOLERANCE = 0.02
 
@@ -272,7 +249,7 @@ def test_live_flow_ss_within_netlink_samples(testbed, deployed):
             assert before[-1][key] <= value <= after[0][key], (key, before[-1][key], value, after[0][key])
         for key in ("pacing_gain", "cwnd_gain", "mrtt_ms", "mss"):
             seen = {r[key] for r in window}
-            assert any(_gformat_equal(v, row[key]) for v in seen), (key, row[key], seen)
+            assert any(ss_equal(v, row[key]) for v in seen), (key, row[key], seen)
         for key in ("pacing_rate_mbit", "delivery_rate_mbit", "bw_mbit", "cwnd"):
             values = [r[key] for r in window if r[key] is not None]
             if row.get(key) is None or not values:
@@ -426,13 +403,7 @@ def test_bpf_state_agrees_with_netlink_on_a_live_flow(testbed, deployed, deploye
     nl = [r for r in sockdiag.rows(texts["netlink"], ports=[cport]) if r["cca"] == "bbr"]
     bpf = [r for r in sockdiag.rows(texts["bpf"], ports=[cport]) if r["cca"] == "bbr"]
     assert len(bpf) > 200 and len(nl) > len(bpf)
-    done = {i: (s.monotonic_ns + s.request_ns) / 1e9 for i, s in enumerate(sockdiag.parse_log(texts["netlink"]).samples)}
-    pairs = []
-    for row in bpf:
-        before = [r for r in nl if done[r["sample"]] <= row["t_mono_s"]]
-        after = [r for r in nl if r["t_mono_s"] >= row["t_mono_s"]]
-        if before and after:
-            pairs.append((row, before[-1], after[0]))
+    pairs = between_netlink_samples(bpf, nl, texts["netlink"])
     assert len(pairs) >= 0.8 * len(bpf)
     for row, before, after in pairs:
         for key in MONOTONE:

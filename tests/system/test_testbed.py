@@ -20,6 +20,7 @@ import bbrlab.testbed as tbmod
 from bbrlab.errors import ValidationError
 from bbrlab.testbed.local import lifecycle, plumbing, qemu
 from bbrlab.testbed.local.state import State, state_dir
+from tests.testbed_flows import client_report, received_mbit, serve_once
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -63,19 +64,12 @@ def test_roles_answer_through_fabric_with_the_papers_kernel(testbed):
 def _iperf3_through_emulator(tb, log_dir, duration_s: int = 5) -> float:
     """Send ``duration_s`` of iperf3 from the sender VM to the receiver; check the bytes crossed the
     emulator (in on its sender side, out on its receiver side); return the received Mbit/s."""
-    rx = tb.receiver
-    rx.host.spawn(["iperf3", "-s", "-1", "-p", str(IPERF_PORT)], str(log_dir / "iperf3-server.log"))
-    deadline = time.monotonic() + 30
-    while f":{IPERF_PORT} " not in rx.host.output(["ss", "-ltnH"]):
-        assert time.monotonic() < deadline, "iperf3 server did not listen"
-        time.sleep(0.2)
+    serve_once(tb, IPERF_PORT, log_dir)
     a, b = tb.emulator.ports
     before = {a: _counters(tb, a), b: _counters(tb, b)}
-    res = tb.sender.host.run(["iperf3", "-c", rx.experiment_ip, "-p", str(IPERF_PORT), "-t", str(duration_s),
-                              "-J"], timeout=duration_s + 60)
-    report = json.loads(res.stdout)
+    report = client_report(tb, IPERF_PORT, duration_s)
     received_bytes = report["end"]["sum_received"]["bytes"]  # sent bytes may still sit in the socket
-    rate_mbit = report["end"]["sum_received"]["bits_per_second"] / 1e6
+    rate_mbit = received_mbit(report)
     assert received_bytes > 0 and rate_mbit > 0
     assert report["end"]["sender_tcp_congestion"] in ("cubic", "bbr")
     assert _counters(tb, a)["rx_bytes"] - before[a]["rx_bytes"] >= received_bytes

@@ -26,6 +26,7 @@ from bbrlab import link
 from bbrlab.contention import read_kernel_limits, show_policies
 from bbrlab.hosts import LocalHost
 from bbrlab.testbed.lock import set_activity
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -42,16 +43,6 @@ with open(d / "out", "w") as out, open(d / "err", "w") as err:
 """
 
 
-def _wait_for(condition, what: str, deadline_s: float = 60.0):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
-
-
 class Outsider:
     """``bbrlab ARGS`` started outside pytest's process tree, so the session's lock is someone else's to it."""
 
@@ -60,8 +51,8 @@ class Outsider:
         self.dir.mkdir()
         subprocess.run(["setsid", "-f", sys.executable, "-c", WRAPPER, str(self.dir), BBRLAB, *args],
                        env=env, check=True, timeout=30)
-        self.pid = int(_wait_for(lambda: (self.dir / "pid").is_file() and (self.dir / "pid").read_text(),
-                                 "the outsider to start"))
+        self.pid = int(wait_for(lambda: (self.dir / "pid").is_file() and (self.dir / "pid").read_text(),
+                                "the outsider to start", 60.0, poll_s=0.1))
 
     def err(self) -> str:
         return (self.dir / "err").read_text()
@@ -70,8 +61,8 @@ class Outsider:
         return (self.dir / "out").read_text()
 
     def rc(self, deadline_s: float = 300.0) -> int:
-        return int(_wait_for(lambda: (self.dir / "rc").is_file() and (self.dir / "rc").read_text(),
-                             f"bbrlab {self.dir.name} to end", deadline_s))
+        return int(wait_for(lambda: (self.dir / "rc").is_file() and (self.dir / "rc").read_text(),
+                            f"bbrlab {self.dir.name} to end", deadline_s, poll_s=0.1))
 
     def running(self) -> bool:
         return not (self.dir / "rc").is_file()
@@ -142,7 +133,7 @@ def test_commands_on_the_guests_are_refused_while_a_campaign_holds_it(testbed, e
 def test_changes_wait_for_the_lock_and_change_nothing_meanwhile(testbed, env, campaign_holds, tmp_path, args):
     before = _snapshot(testbed)
     waiting = Outsider(tmp_path, *args, env=env)
-    _wait_for(lambda: "in use by pid" in waiting.err(), "the command to say the testbed is in use", 120)
+    wait_for(lambda: "in use by pid" in waiting.err(), "the command to say the testbed is in use", 120, poll_s=0.1)
     assert "campaign run demo, run 3/48" in waiting.err() and "waiting" in waiting.err()
     time.sleep(2)
     assert waiting.running()
@@ -267,8 +258,8 @@ def _run_campaign_until_a_run_is_recorded(argv: list[str], work: Path, env: dict
     recorded (the whole demo takes about ten minutes; make demo runs it)."""
     proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: list((work / "runs/demo/runs").glob("*/record.json")) or proc.poll() is not None,
-                  "the first run of the demo campaign", 600)
+        wait_for(lambda: list((work / "runs/demo/runs").glob("*/record.json")) or proc.poll() is not None,
+                 "the first run of the demo campaign", 600, poll_s=0.1)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=300)

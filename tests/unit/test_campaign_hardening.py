@@ -20,6 +20,7 @@ from bbrlab.contention import KernelLimits, read_kernel_limits
 from bbrlab.errors import BbrlabError, ValidationError
 from bbrlab.hosts import LocalHost
 from bbrlab.scenario import Link
+from tests.campaign_runs import writing_run
 
 BASE = {
     "name": "t", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 100],
@@ -29,19 +30,6 @@ BASE = {
 
 def spec(**over) -> CampaignSpec:
     return CampaignSpec.from_dict({**BASE, **over})
-
-
-def _writer(calls: list, fail_ids: frozenset = frozenset()):
-    """A run function writing a real file (failing, by raising, for ``fail_ids``); the campaign writes the record."""
-
-    def run(scenario, staging, *, run_id, attempt):
-        calls.append((run_id, attempt))
-        if run_id in fail_ids:
-            raise RuntimeError("receiver unreachable")
-        (staging / "iperf.json").write_text("{}")
-        return {"written_by": "test"}
-
-    return run
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -195,7 +183,7 @@ def test_out_with_someone_elses_files_is_refused_and_left_alone(tmp_path, what):
     before = _tree(out)
     calls: list = []
     with pytest.raises(OutDirError, match="not empty and holds no campaign"):
-        campaign.run_campaign(spec(), out, _writer(calls), progress=False)
+        campaign.run_campaign(spec(), out, writing_run(calls), progress=False)
     assert calls == []
     assert {k: v for k, v in _tree(out).items() if k != ".lock"} == before
 
@@ -218,10 +206,10 @@ def test_out_may_be_missing_empty_or_this_campaign(tmp_path):
         if out.name == "empty":
             out.mkdir()
         calls: list = []
-        assert campaign.run_campaign(s, out, _writer(calls), progress=False)["done"] == 8
+        assert campaign.run_campaign(s, out, writing_run(calls), progress=False)["done"] == 8
         assert len(calls) == 8
         again: list = []
-        campaign.run_campaign(s, out, _writer(again), progress=False)
+        campaign.run_campaign(s, out, writing_run(again), progress=False)
         assert again == []
 
 
@@ -230,14 +218,14 @@ def test_out_prepared_by_bbrlab_calibrate_is_accepted(tmp_path):
     before `bbrlab campaign run SPEC --out DIR`."""
     (tmp_path / "calibration.json").write_text(json.dumps({"schema": "bbrlab.calibration/1", "points": []}))
     key = tmp_path / "calibration" / "local-tcg-6.1-abc"
-    campaign.run_campaign(spec(name="cal"), key, _writer([]), progress=False)
+    campaign.run_campaign(spec(name="cal"), key, writing_run([]), progress=False)
     calls: list = []
-    assert campaign.run_campaign(spec(), tmp_path, _writer(calls), progress=False)["done"] == 8
+    assert campaign.run_campaign(spec(), tmp_path, writing_run(calls), progress=False)["done"] == 8
     other = tmp_path / "other"
     other.mkdir()
     (other / "calibration.json").write_text(json.dumps({"schema": "mine"}))
     with pytest.raises(OutDirError, match="calibration.json"):
-        campaign.run_campaign(spec(), other, _writer([]), progress=False)
+        campaign.run_campaign(spec(), other, writing_run([]), progress=False)
 
 
 def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(tmp_path):
@@ -245,14 +233,14 @@ def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(t
     (tmp_path / "spec.yaml").write_text(campaign.spec_yaml(s))  # what prepare writes before plan.json
     (tmp_path / ".lock").write_text("")
     calls: list = []
-    assert campaign.run_campaign(s, tmp_path, _writer(calls), progress=False)["done"] == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)["done"] == 8
 
 
 def test_resuming_on_another_testbed_is_the_same_campaign(tmp_path):
     calls: list = []
-    campaign.run_campaign(spec(testbed="local"), tmp_path, _writer(calls), progress=False)
+    campaign.run_campaign(spec(testbed="local"), tmp_path, writing_run(calls), progress=False)
     again: list = []
-    campaign.run_campaign(spec(testbed="other"), tmp_path, _writer(again), progress=False)
+    campaign.run_campaign(spec(testbed="other"), tmp_path, writing_run(again), progress=False)
     assert again == []
 
 
@@ -289,11 +277,11 @@ def test_tmp_cleanup_touches_only_what_the_campaign_made(tmp_path):
 def test_a_half_copied_run_directory_is_set_aside_and_measured_again(tmp_path, capsys):
     s = spec()
     calls: list = []
-    campaign.run_campaign(s, tmp_path, _writer(calls), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
     victim = s.plan()[2].run_id
     (tmp_path / "runs" / victim / "record.json").unlink()  # a copy that stopped before record.json
     again: list = []
-    st = campaign.run_campaign(s, tmp_path, _writer(again), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
     assert again == [(victim, 1)] and st["done"] == 8
     moved = list((tmp_path / "set-aside" / "runs").iterdir())
     assert len(moved) == 1 and moved[0].name.startswith(victim) and (moved[0] / "iperf.json").is_file()
@@ -302,18 +290,18 @@ def test_a_half_copied_run_directory_is_set_aside_and_measured_again(tmp_path, c
 
 def test_a_run_directory_with_a_broken_record_is_set_aside(tmp_path):
     s = spec()
-    campaign.run_campaign(s, tmp_path, _writer([]), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
     victim = s.plan()[0].run_id
     (tmp_path / "runs" / victim / "record.json").write_text('{"run_id": "')
     again: list = []
-    assert campaign.run_campaign(s, tmp_path, _writer(again), progress=False)["done"] == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)["done"] == 8
     assert again == [(victim, 1)]
 
 
 def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
     s = spec(max_attempts=3)
     victim = s.plan()[4].run_id
-    campaign.run_campaign(s, tmp_path, _writer([], frozenset({victim})), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), progress=False)
     assert record.failed_attempts(tmp_path, victim) == [1, 2, 3]
     # remove the first attempt: a2 and a3 are left
     import shutil
@@ -321,7 +309,7 @@ def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
     shutil.rmtree(tmp_path / "failed" / f"{victim}.a1")
     calls: list = []
     with pytest.raises(OutDirError) as e:
-        campaign.run_campaign(s, tmp_path, _writer(calls), progress=False, retry_failed=True)
+        campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False, retry_failed=True)
     assert calls == []  # explained before anything ran, not "already exists" half-way
     assert f"failed/{victim}.a2" in str(e.value) and "[2, 3]" in str(e.value) and "Move" in str(e.value)
 
@@ -329,16 +317,16 @@ def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
 def test_a_failed_attempt_without_its_record_is_set_aside(tmp_path):
     s = spec(max_attempts=2)
     victim = s.plan()[1].run_id
-    campaign.run_campaign(s, tmp_path, _writer([], frozenset({victim})), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), progress=False)
     (tmp_path / "failed" / f"{victim}.a2" / "record.json").unlink()
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, _writer(calls), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
     assert calls == [(victim, 2)] and st["done"] == 8
     assert len(list((tmp_path / "set-aside" / "failed").iterdir())) == 1
 
 
 def test_status_json_of_a_repaired_campaign_is_consistent(tmp_path):
     s = spec()
-    campaign.run_campaign(s, tmp_path, _writer([]), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert campaign.status(tmp_path)["done"] == len(plan["runs"]) == 8

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from bbrlab import sampling, sockdiag
 from bbrlab.data import SS_COLUMNS
 from bbrlab.errors import ValidationError
 from bbrlab.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
+from tests.sampler_compare import IDLE_FIELDS, MONOTONE, between_netlink_samples, ss_equal
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sockdiag"
 
@@ -21,29 +21,13 @@ def _text(name: str) -> str:
     return gzip.decompress(path.read_bytes()).decode() if name.endswith(".gz") else path.read_text()
 
 
-def _ss_equal(netlink_value, ss_value) -> bool:
-    """Equal to ss's printing precision (%g: 6 significant digits; rates in whole bits per second)."""
-    if netlink_value is None or ss_value is None or isinstance(ss_value, bool | str):
-        return netlink_value == ss_value
-    return math.isclose(netlink_value, ss_value, rel_tol=1e-5, abs_tol=1e-6)
-
-
-#: Columns ss prints and an idle connection cannot change (the lastsnd/lastrcv/lastack ages are left out).
-IDLE_FIELDS = ("cca", "recv_q", "send_q", "rto_ms", "rtt_ms", "rttvar_ms", "mss", "pmtu", "rcvmss", "advmss", "cwnd",
-               "ssthresh", "bytes_sent", "bytes_retrans", "bytes_acked", "segs_out", "segs_in", "data_segs_out",
-               "send_mbit", "pacing_rate_mbit", "delivery_rate_mbit", "delivered", "app_limited", "unacked",
-               "retrans_out", "lost", "sacked", "rcv_space", "rcv_ssthresh", "notsent", "minrtt_ms", "snd_wnd",
-               "bw_mbit", "mrtt_ms", "pacing_gain", "cwnd_gain", "inflight_bytes", "bdp_bytes", "inflight_bdp",
-               "local", "peer", "port")
-
-
 @pytest.mark.parametrize("cca", ["bbr", "cubic", "bbr2b"])
 def test_idle_connection_netlink_equals_ss(cca):
     ss = sampling.parse_ss_log("# t=0\n" + _text(f"idle-{cca}.ss.txt"))
     rows = sockdiag.rows(_text(f"idle-{cca}.sockdiag.log"))
     assert len(ss) == 1 and len(rows) == 10
     for row in rows:
-        diffs = {k: (row[k], ss[0].get(k)) for k in IDLE_FIELDS if not _ss_equal(row[k], ss[0].get(k))}
+        diffs = {k: (row[k], ss[0].get(k)) for k in IDLE_FIELDS if not ss_equal(row[k], ss[0].get(k))}
         assert not diffs
     assert rows[0]["cca"] == cca
     # ss prints neither retrans 0/0 nor the default reordering of 3; netlink has them
@@ -70,9 +54,6 @@ def test_rows_have_every_ss_table_column():
         assert kinds == ss_kinds or kinds <= {int, float} and ss_kinds <= {int, float}, (key, kinds, ss_kinds)
 
 
-MONOTONE = ("bytes_sent", "bytes_acked", "segs_out", "data_segs_out", "delivered", "bytes_retrans", "retrans_total")
-
-
 def test_live_flow_ss_between_netlink_samples():
     text = _text("live-bbr.sockdiag.log.gz")
     log = sockdiag.parse_log(text)
@@ -92,7 +73,7 @@ def test_live_flow_ss_between_netlink_samples():
             for key in MONOTONE:
                 assert before[-1][key] <= (row.get(key) or 0) <= after[0][key]
             window = [r for r in nl if before[-1]["t_unix_s"] <= r["t_unix_s"] <= after[0]["t_unix_s"]]
-            assert any(_ss_equal(r["pacing_gain"], row["pacing_gain"]) for r in window)
+            assert any(ss_equal(r["pacing_gain"], row["pacing_gain"]) for r in window)
             checked += 1
     assert checked >= 5
 
@@ -243,13 +224,7 @@ def test_bpf_agrees_with_netlink_recorded_on_the_same_flow():
     nl_text, bpf_text = _text("live-bbr-both.sockdiag.log.gz"), _text("live-bbr-both.bpf.log.gz")
     nl = [r for r in sockdiag.rows(nl_text) if r["cca"] == "bbr"]
     bpf = [r for r in sockdiag.rows(bpf_text) if r["cca"] == "bbr"]
-    done = {i: (s.monotonic_ns + s.request_ns) / 1e9 for i, s in enumerate(sockdiag.parse_log(nl_text).samples)}
-    pairs = []
-    for row in bpf:
-        before = [r for r in nl if done[r["sample"]] <= row["t_mono_s"]]
-        after = [r for r in nl if r["t_mono_s"] >= row["t_mono_s"]]
-        if before and after:
-            pairs.append((row, before[-1], after[0]))
+    pairs = between_netlink_samples(bpf, nl, nl_text)
     assert len(pairs) >= 0.9 * len(bpf)
     for row, before, after in pairs:
         for key in MONOTONE:

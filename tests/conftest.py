@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -50,6 +51,11 @@ def _private_dir(path: Path) -> Path:
 def pytest_configure(config):
     from bbrlab.testbed.local.state import STATE_DIR_ENV
 
+    # A suite started in the background of a non-interactive shell (`make test &`, nohup, some CI runners)
+    # inherits SIGINT ignored, and so would every command it starts: the Ctrl-C tests would then test
+    # nothing. Python's own handler here makes the commands the tests start inherit the default action.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not os.environ.get(STATE_DIR_ENV):
         os.environ[STATE_DIR_ENV] = str(_private_dir(TEST_STATE_DIR))
 

@@ -694,6 +694,22 @@ class CampaignAborted(BbrlabError):
     """Several runs in a row failed all their attempts: the testbed, not the scenario, is the likely cause."""
 
 
+class FailureStreak:
+    """Counts the runs in a row that failed every attempt; at ``limit`` the campaign stops
+    (:class:`CampaignAborted`), so a testbed outage does not burn the attempts of the whole plan."""
+
+    def __init__(self, limit: int):
+        self.limit, self.count = limit, 0
+
+    def add(self, record: dict) -> None:
+        """Count one committed run's record (ok ends the streak)."""
+        self.count = self.count + 1 if record["status"] != "ok" else 0
+        if self.count >= self.limit:
+            raise CampaignAborted(
+                f"{self.count} runs in a row failed every attempt; last: {record['reason']}. "
+                "Fix the cause, then run again (add --retry-failed to retry those runs)")
+
+
 def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
                  on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
                  max_consecutive_failures: int = 5) -> dict:
@@ -715,7 +731,7 @@ def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, pro
             todo = [s for s in todo if len(rec.failed_attempts(out, s.run_id)) < spec.max_attempts]
         total = len(plan["runs"])
         bar = _progress_bar(total, total - len(todo), spec, enabled=progress)
-        failed_in_a_row = 0
+        streak = FailureStreak(max_consecutive_failures)
         try:
             for scenario in todo:
                 t0 = time.monotonic()
@@ -724,11 +740,7 @@ def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, pro
                 bar.update(1)
                 if on_run:
                     on_run(record)
-                failed_in_a_row = failed_in_a_row + 1 if record["status"] != "ok" else 0
-                if failed_in_a_row >= max_consecutive_failures:
-                    raise CampaignAborted(
-                        f"{failed_in_a_row} runs in a row failed every attempt; last: {record['reason']}. "
-                        f"Fix the cause, then run again (add --retry-failed to retry those runs)")
+                streak.add(record)
         finally:
             with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
                 bar.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 from distributed import Nanny
 
 from . import record as rec
-from .campaign import CampaignAborted, CampaignSpec, directory_lock, prepare, status
+from .campaign import CampaignSpec, FailureStreak, directory_lock, prepare, status
 from .errors import BbrlabError
 from .scenario import Scenario
 from .signals import interruptible
@@ -118,7 +118,7 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                                  key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}-{context.token[:8]}")
 
         pending = as_completed()
-        failed_in_a_row = 0
+        streak = FailureStreak(max_consecutive_failures)
         try:
             for run_id in todo:
                 pending.add(submit(run_id))
@@ -134,11 +134,7 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                 bar.update(1)
                 if on_run:
                     on_run(record)
-                failed_in_a_row = failed_in_a_row + 1 if record["status"] != "ok" else 0
-                if failed_in_a_row >= max_consecutive_failures:
-                    raise CampaignAborted(
-                        f"{failed_in_a_row} runs in a row failed every attempt; last: {record['reason']}. "
-                        "Fix the cause, then run again (add --retry-failed to retry those runs)")
+                streak.add(record)
         finally:
             try:
                 client.cancel(list(pending.futures))

@@ -56,6 +56,10 @@ def pytest_configure(config):
     # nothing. Python's own handler here makes the commands the tests start inherit the default action.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # nohup ignores SIGHUP likewise: a handler that does nothing keeps the suite alive through a hangup and
+    # still lets the commands it starts (and the tests of bbrlab's own handlers) see SIGHUP act.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, lambda signum, frame: None)
     if not os.environ.get(STATE_DIR_ENV):
         os.environ[STATE_DIR_ENV] = str(_private_dir(TEST_STATE_DIR))
 

@@ -404,7 +404,7 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     ``runner`` (a :class:`~bbrlab.runner.Runner` without a calibration) may be shared with a campaign;
     the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run.
     """
-    from .campaign import run_campaign
+    from .campaign import run_campaign, testbed_differences
     from .runner import Runner
 
     out = Path(out_dir)
@@ -412,6 +412,11 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     runs_dir = out / RUNS_FOLDER / runs_key(described, spec)
     if fresh and runs_dir.exists():
         os.replace(runs_dir, runs_dir.with_name(f"{runs_dir.name}.replaced-{rec.now_iso().replace(':', '')}"))
+    differences = testbed_differences(runs_dir, [described])
+    if differences:  # the folder's name holds testbed, accelerator and kernel, not e.g. the sender's vCPUs
+        raise ValidationError("--testbed", described.get("name"), f"the testbed these calibration runs were made on: "
+                              f"{'; '.join(differences)}. Bring that testbed back, or calibrate with --fresh to "
+                              f"measure anew (the runs in {runs_dir} are moved aside)")
     existing = _complete_calibration(out, runs_dir)
     if existing is not None:
         return existing
@@ -433,7 +438,7 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
             + (f" (sender vCPU used {_pct(used)}, wanted {_pct(wanted)}; emulator busiest CPU {_pct(emu)}; "
                f"host {_pct(host)})" if record["status"] == "ok" else ""))
 
-    run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run)
+    run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run, testbed=described)
     testbed_now = dict(described)
     ok, _ = _read_records(runs_dir)
     if ok:  # the sender's kernel as the runs' own probes read it

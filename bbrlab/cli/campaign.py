@@ -69,6 +69,10 @@ def register(sub) -> None:
                           "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
                           "made on another testbed, accelerator or sender kernel is refused. Over several testbeds: "
                           "one per testbed (each is matched to the testbed it was made on), or none")
+    run.add_argument("--allow-mixed", action="store_true",
+                     help="resume even on another testbed, accelerator, sender vCPU count or sender kernel than the "
+                          "campaign's records ran on (refused without it); every record made says so "
+                          "(metadata.mixed)")
     run.add_argument("--dashboard", action="store_true",
                      help="over several testbeds on this machine: serve Dask's dashboard and print its address")
     run.set_defaults(func=run_run)
@@ -174,7 +178,7 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
     from ..signals import Interrupted
 
     common = {"calibration_paths": calibrations, "progress": not args.no_progress,
-              "retry_failed": args.retry_failed, "keep_link": args.keep_link}
+              "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
     try:
         if args.scheduler:
             st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, **common)
@@ -210,7 +214,8 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
         runner = Runner(tb, calibration=calibration, calibration_source=source)
         try:
             st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
-                              progress=not args.no_progress, retry_failed=args.retry_failed)
+                              progress=not args.no_progress, retry_failed=args.retry_failed,
+                              testbed=tb.describe(), allow_mixed=args.allow_mixed)
         except Interrupted:
             _stopped(spec, args.out)
             raise

@@ -402,9 +402,12 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     summarises them it is returned as it is (so runs that point to it stay valid). ``fresh`` moves that
     folder aside first and measures anew.
     ``runner`` (a :class:`~bbrlab.runner.Runner` without a calibration) may be shared with a campaign;
-    the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run.
+    the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run. A CPU
+    partition a killed campaign left is removed first (one whose campaign still runs is refused,
+    :func:`bbrlab.recovery.clear_partitions`).
     """
     from .campaign import run_campaign, testbed_differences
+    from .recovery import clear_partitions
     from .runner import Runner
 
     out = Path(out_dir)
@@ -423,6 +426,9 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     runner = runner or Runner(testbed)
     if getattr(runner, "calibration", None) is not None:
         raise BbrlabError("calibrate needs a Runner without a calibration (its runs define the ceilings)")
+    for path in clear_partitions(testbed):  # ceilings measured on a partition's few CPUs would be wrong
+        if say is not None:
+            say(f"removed the CPU partition {path} a killed campaign left")
     load_before = host_load()
 
     def on_run(record: dict) -> None:

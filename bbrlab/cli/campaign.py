@@ -198,6 +198,7 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     from ..campaign import announcing, check_admission, run_campaign
     from ..ceiling import for_campaign
     from ..contention import read_kernel_limits
+    from ..recovery import clear_partitions
     from ..runner import Runner
     from ..signals import Interrupted
     from ..testbed.target import resolve
@@ -207,6 +208,8 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
     with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
+        for path in clear_partitions(tb):  # a killed multi-testbed campaign's; refused while that one runs
+            print(f"removed the CPU partition {path} a killed campaign left", file=sys.stderr)
         calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
         print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
               f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",

@@ -402,9 +402,12 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     summarises them it is returned as it is (so runs that point to it stay valid). ``fresh`` moves that
     folder aside first and measures anew.
     ``runner`` (a :class:`~bbrlab.runner.Runner` without a calibration) may be shared with a campaign;
-    the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run.
+    the caller holds the testbed lock and closes the runner. ``say`` gets one line per finished run. A CPU
+    partition a killed campaign left is removed first (one whose campaign still runs is refused,
+    :func:`bbrlab.recovery.clear_partitions`).
     """
-    from .campaign import run_campaign
+    from .campaign import run_campaign, testbed_differences
+    from .recovery import clear_partitions
     from .runner import Runner
 
     out = Path(out_dir)
@@ -412,12 +415,20 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     runs_dir = out / RUNS_FOLDER / runs_key(described, spec)
     if fresh and runs_dir.exists():
         os.replace(runs_dir, runs_dir.with_name(f"{runs_dir.name}.replaced-{rec.now_iso().replace(':', '')}"))
+    differences = testbed_differences(runs_dir, [described])
+    if differences:  # the folder's name holds testbed, accelerator and kernel, not e.g. the sender's vCPUs
+        raise ValidationError("--testbed", described.get("name"), f"the testbed these calibration runs were made on: "
+                              f"{'; '.join(differences)}. Bring that testbed back, or calibrate with --fresh to "
+                              f"measure anew (the runs in {runs_dir} are moved aside)")
     existing = _complete_calibration(out, runs_dir)
     if existing is not None:
         return existing
     runner = runner or Runner(testbed)
     if getattr(runner, "calibration", None) is not None:
         raise BbrlabError("calibrate needs a Runner without a calibration (its runs define the ceilings)")
+    for path in clear_partitions(testbed):  # ceilings measured on a partition's few CPUs would be wrong
+        if say is not None:
+            say(f"removed the CPU partition {path} a killed campaign left")
     load_before = host_load()
 
     def on_run(record: dict) -> None:
@@ -433,7 +444,7 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
             + (f" (sender vCPU used {_pct(used)}, wanted {_pct(wanted)}; emulator busiest CPU {_pct(emu)}; "
                f"host {_pct(host)})" if record["status"] == "ok" else ""))
 
-    run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run)
+    run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run, testbed=described)
     testbed_now = dict(described)
     ok, _ = _read_records(runs_dir)
     if ok:  # the sender's kernel as the runs' own probes read it

@@ -36,6 +36,11 @@ run counts once its directory is renamed into ``runs/`` (:mod:`bbrlab.record`); 
 clears ``.tmp/`` and retries failed runs until ``max_attempts``. A ``.lock`` file (flock) keeps two
 processes from working on the same directory; the kernel releases it when a process dies, even by
 SIGKILL.
+
+One campaign, one testbed: a campaign resumed on another testbed, accelerator, sender vCPU count or sender
+kernel than its records ran on is refused before its first run (:func:`check_same_testbed`), and a run whose
+sender turns out to run another kernel than the campaign's earlier runs of that kernel is not recorded,
+unless ``allow_mixed`` (``--allow-mixed``); then every record made says so (``metadata.mixed``).
 """
 
 from __future__ import annotations
@@ -660,14 +665,151 @@ def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int,
                             scenario=scenario.to_dict(), metadata=of_error(error))
 
 
+# ---------------------------------------------------------------------------------------------
+# One campaign, one testbed
+# ---------------------------------------------------------------------------------------------
+
+#: What a resumed campaign's testbed must share with the one its records ran on (keys of
+#: ``Testbed.describe()`` and ``metadata.testbed``); the sender kernel is its ``uname -r``.
+SAME_TESTBED_KEYS = ("name", "kind", "accelerator", "sender_vcpus", "sender_kernel")
+MIXED_OPTION = "--allow-mixed"
+
+
+class MixedTestbed(ValidationError):
+    """A campaign would mix testbeds (:func:`check_same_testbed`); never a failed attempt of a run."""
+
+
+def _records(out: Path) -> list[dict]:
+    """Every record of the campaign (ok runs and failed attempts) that says what testbed it ran on, oldest
+    first; unreadable ones are skipped (resume sets them aside)."""
+    import json
+
+    found = []
+    for path in [*(out / rec.RUNS).glob(f"*/{rec.RECORD_FILE}"), *(out / rec.FAILED).glob(f"*/{rec.RECORD_FILE}")]:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        testbed = (record.get("metadata") or {}).get("testbed") if isinstance(record, dict) else None
+        if isinstance(testbed, dict) and testbed.get("name"):
+            found.append(record)
+    return sorted(found, key=lambda r: str(r.get("started_at")))
+
+
+def testbeds_ran_on(out_dir: str | Path) -> dict[str, dict]:
+    """The testbeds a campaign's records ran on: ``{name: first record of that testbed}``, in the order of
+    those first runs (the campaign's first run first); empty for a new campaign."""
+    out: dict[str, dict] = {}
+    for record in _records(Path(out_dir)):
+        out.setdefault(record["metadata"]["testbed"]["name"], record)
+    return out
+
+
+def _identity(testbed: dict, kernel_dimension: bool) -> dict:
+    keys = [k for k in SAME_TESTBED_KEYS if not (kernel_dimension and k == "sender_kernel")]
+    return {k: testbed.get(k) for k in keys}
+
+
+def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dimension: bool = False) -> list[str]:
+    """How the testbeds ``offered`` now (each ``Testbed.describe()``) differ from those the campaign in
+    ``out_dir`` ran on, one sentence each; empty when they do not (or nothing is recorded yet).
+
+    A testbed the records never name is a different testbed; one they name must match the first run it
+    made in :data:`SAME_TESTBED_KEYS`. With a ``kernels:`` dimension (``kernel_dimension``) the sender
+    boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`)."""
+    ran = testbeds_ran_on(out_dir)
+    if not ran:
+        return []
+    first = next(iter(ran.values()))
+    out = []
+    for tb in offered:
+        mine = ran.get(tb.get("name"))
+        if mine is None:
+            names = ", ".join(repr(n) for n in ran)
+            out.append(f"testbed {tb.get('name')!r} is not one the campaign ran on (it ran on {names}; first run "
+                       f"{first['run_id']} on {_said(_identity(first['metadata']['testbed'], kernel_dimension))})")
+            continue
+        was, now = _identity(mine["metadata"]["testbed"], kernel_dimension), _identity(tb, kernel_dimension)
+        for key in was:
+            if was[key] != now[key]:
+                out.append(f"testbed {tb.get('name')!r}: {key} {now[key]!r} now, but the campaign's runs on it "
+                           f"ran with {was[key]!r} (first run {mine['run_id']})")
+    return out
+
+
+def _said(identity: dict) -> str:
+    return ", ".join(f"{k} {v!r}" for k, v in identity.items() if k != "name")
+
+
+def check_same_testbed(out_dir: str | Path, offered: list[dict], *, allow_mixed: bool = False,
+                       kernel_dimension: bool = False) -> dict | None:
+    """Refuse to resume the campaign in ``out_dir`` on testbeds other than those it ran on.
+
+    ``offered``: each testbed the runs would go to, as ``Testbed.describe()`` gives it (see
+    :func:`testbed_differences`). Raises :class:`MixedTestbed` (a :class:`ValidationError` naming
+    ``--testbed``, what the campaign ran on and what is offered now) unless ``allow_mixed``. Returns what the
+    records made now carry (``metadata.mixed``): ``{"allowed": True, "differences": [...]}`` with
+    ``allow_mixed``, else None. Reads only; the single-testbed and the multi-testbed paths both call it
+    before their first run."""
+    differences = testbed_differences(out_dir, offered, kernel_dimension=kernel_dimension)
+    if differences and not allow_mixed:
+        raise MixedTestbed("--testbed", ", ".join(str(tb.get("name")) for tb in offered),
+                           f"the testbed this campaign ran on: {'; '.join(differences)}. Resume it on that testbed, "
+                           f"use another --out, or pass {MIXED_OPTION} to mix them (every record made then says so, "
+                           "metadata.mixed)")
+    return {"allowed": True, "differences": differences} if allow_mixed else None
+
+
+def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, seen: dict, run_id: str) -> str | None:
+    """The difference between the sender kernel run ``run_id`` just measured (``metadata.testbed.sender_kernel``)
+    and the campaign's earlier runs of the same testbed and spec kernel (from the records, else this process's
+    first such run, kept in ``seen``), or None when they agree."""
+    testbed = metadata.get("testbed") or {}
+    key = (testbed.get("name"), scenario.kernel)
+    if key not in seen:
+        for record in _records(Path(out_dir)):
+            if (record["metadata"]["testbed"]["name"], (record.get("scenario") or {}).get("kernel")) == key:
+                seen[key] = (record["metadata"]["testbed"].get("sender_kernel"), record["run_id"])
+                break
+        else:
+            seen[key] = (testbed.get("sender_kernel"), run_id)
+    was, first = seen[key]
+    now = testbed.get("sender_kernel")
+    if key[0] is None or was == now:
+        return None
+    return (f"testbed {key[0]!r}: sender_kernel {now!r} in this run, but the campaign's runs "
+            f"{'of kernel ' + repr(scenario.kernel) + ' ' if scenario.kernel else ''}ran on {was!r} (first run {first})")
+
+
+def _guarded(run_fn: RunFunction, out: Path, mixed: dict | None) -> RunFunction:
+    """``run_fn``, refusing (:class:`MixedTestbed`, nothing recorded) a run whose sender kernel differs from
+    the campaign's, unless ``mixed`` (allowed: the difference goes into ``mixed``)."""
+    seen: dict = {}
+
+    def run(scenario: Scenario, staging: Path, **kw) -> dict:
+        metadata = run_fn(scenario, staging, **kw)
+        difference = check_run_testbed(out, scenario, metadata, seen, kw.get("run_id", scenario.run_id))
+        if difference and mixed is None:
+            raise MixedTestbed("--testbed", (metadata.get("testbed") or {}).get("name"),
+                               f"the testbed this campaign ran on: {difference}. Boot the sender into that kernel, "
+                               f"use another --out, or pass {MIXED_OPTION} to mix them (the records then say so)")
+        if difference and difference not in mixed["differences"]:
+            mixed["differences"].append(difference)
+        return metadata
+
+    return run
+
+
 def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
-                retry_failed: bool = False) -> dict:
+                retry_failed: bool = False, mixed: dict | None = None) -> dict:
     """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
 
     This is the one place where a run's failure becomes a record. Attempts are numbered across
     processes (``failed/<run_id>.a<N>``); ``retry_failed`` grants a run whose attempts are used up
     ``max_attempts`` more. An interruption (:class:`bbrlab.signals.Interrupted`, KeyboardInterrupt) is
-    not a failure of the run: nothing is committed, the attempt is not counted, and it propagates.
+    not a failure of the run: nothing is committed, the attempt is not counted, and it propagates; so does
+    :class:`MixedTestbed`. With ``mixed`` (:func:`check_same_testbed`'s return) every record made carries it
+    as ``metadata.mixed``.
     """
     attempt = len(rec.failed_attempts(out, scenario.run_id))
     last_attempt = attempt + spec.max_attempts if retry_failed else spec.max_attempts
@@ -678,9 +820,15 @@ def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunctio
         started = rec.now_iso()
         try:
             metadata = run_fn(scenario, staging, run_id=scenario.run_id, attempt=attempt)
+        except MixedTestbed:
+            raise
         except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
             record = failure_record(scenario.run_id, spec.name, scenario, attempt, started, e)
+            if mixed is not None:
+                record["metadata"] = {**record["metadata"], "mixed": mixed_marker(mixed)}
         else:
+            if mixed is not None:
+                metadata = {**metadata, "mixed": mixed_marker(mixed)}
             record = rec.build_record(run_id=scenario.run_id, campaign=spec.name, status="ok", reason=None,
                                       attempt=attempt, started_at=started, ended_at=rec.now_iso(),
                                       scenario=scenario.to_dict(), metadata=metadata)
@@ -710,9 +858,14 @@ class FailureStreak:
                 "Fix the cause, then run again (add --retry-failed to retry those runs)")
 
 
+def mixed_marker(mixed: dict) -> dict:
+    """``metadata.mixed`` of one record: a copy, so later differences do not change records already made."""
+    return {"allowed": bool(mixed.get("allowed")), "differences": list(mixed.get("differences", []))}
+
+
 def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
                  on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
-                 max_consecutive_failures: int = 5) -> dict:
+                 max_consecutive_failures: int = 5, testbed: dict | None = None, allow_mixed: bool = False) -> dict:
     """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
 
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.signals.Interrupted` once the running
@@ -720,10 +873,19 @@ def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, pro
     Runs whose attempts are used up are skipped unless ``retry_failed``. After
     ``max_consecutive_failures`` runs in a row fail every attempt, the campaign stops with
     :class:`CampaignAborted` (so a testbed outage does not burn the attempts of the whole plan).
+
+    ``testbed`` is the testbed the runs go to (``Testbed.describe()``): a campaign resumed on another testbed,
+    accelerator, vCPU count or sender kernel than its records is refused (:func:`check_same_testbed`), and so
+    is, run by run, a sender kernel other than the earlier runs' (not recorded), unless ``allow_mixed``: then
+    every record made here carries ``metadata.mixed``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with directory_lock(out), interruptible():
+        check_out_dir(spec, out)  # another campaign's directory is refused as such, before its records are read
+        mixed = check_same_testbed(out, [testbed] if testbed else [], allow_mixed=allow_mixed,
+                                   kernel_dimension=bool(getattr(spec, "kernels", ())))
+        run_fn = _guarded(run_fn, out, mixed)
         plan = prepare(spec, out)
         rec.clear_tmp(out)
         todo = [Scenario.from_dict(r["scenario"]) for r in plan["runs"] if not rec.is_complete(out, r["run_id"])]
@@ -735,7 +897,7 @@ def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, pro
         try:
             for scenario in todo:
                 t0 = time.monotonic()
-                record = execute_run(spec, out, scenario, run_fn, retry_failed=retry_failed)
+                record = execute_run(spec, out, scenario, run_fn, retry_failed=retry_failed, mixed=mixed)
                 bar.set_postfix_str(f"{scenario.run_id} {record['status']} {time.monotonic() - t0:.1f}s")
                 bar.update(1)
                 if on_run:

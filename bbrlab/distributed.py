@@ -32,7 +32,7 @@ from pathlib import Path
 from distributed import Nanny
 
 from . import record as rec
-from .campaign import CampaignSpec, FailureStreak, directory_lock, prepare, status
+from .campaign import CampaignSpec, FailureStreak, directory_lock, mixed_marker, prepare, status
 from .errors import BbrlabError
 from .scenario import Scenario
 from .signals import interruptible
@@ -64,13 +64,17 @@ class TestbedNanny(Nanny):
         return await super().close(timeout=timeout, reason=reason)
 
 
-def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome) -> dict:
-    """Write a worker's outcome into the campaign directory, atomically (the driver's side)."""
+def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome, mixed: dict | None = None
+                   ) -> dict:
+    """Write a worker's outcome into the campaign directory, atomically (the driver's side); with ``mixed``
+    (:func:`bbrlab.campaign.check_same_testbed`) the record says the campaign was let mix testbeds."""
     staging = rec.staging_dir(out, outcome.run_id)
     for name, data in outcome.files.items():
         rec.write_file(staging / name, data)
     metadata = dict(outcome.metadata)
     metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
+    if mixed is not None:
+        metadata["mixed"] = mixed_marker(mixed)
     record = rec.build_record(run_id=outcome.run_id, campaign=spec.name, status=outcome.status,
                               reason=outcome.reason, attempt=outcome.attempt, started_at=outcome.started_at,
                               ended_at=outcome.ended_at, scenario=scenario.to_dict(), metadata=metadata)
@@ -81,7 +85,7 @@ def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: O
 def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
                              retry_failed: bool = False, max_consecutive_failures: int = 5,
                              on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
-                             keep_link: bool = False) -> dict:
+                             keep_link: bool = False, mixed: dict | None = None) -> dict:
     """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``.
 
     The same guarantees and return value as :func:`bbrlab.campaign.run_campaign`; runs go to whichever
@@ -126,7 +130,7 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                 outcome: Outcome = future.result()
                 if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
                     continue
-                record = commit_outcome(out, spec, by_id[outcome.run_id], outcome)
+                record = commit_outcome(out, spec, by_id[outcome.run_id], outcome, mixed)
                 if record["status"] != "ok" and attempts[outcome.run_id] < last[outcome.run_id]:
                     pending.add(submit(outcome.run_id))
                     continue

@@ -52,6 +52,7 @@ class RunMetadata:
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
+    qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.cpuplacement)
     timing: dict[str, float | bool] = field(default_factory=dict)
 
     @contextmanager

@@ -18,7 +18,7 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import checks, contention, hostcpu, link, sampling, sender, workloads
+from . import checks, contention, cpuplacement, hostcpu, link, sampling, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -95,8 +95,10 @@ class Runner:
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
+                    vcpus = tb.sender.vcpu_threads()
+                    meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
-                        contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
+                        contention.contended(tb.sender.hypervisor, vcpus, scenario.contention) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):

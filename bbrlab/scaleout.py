@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .campaign import check_same_testbed
 from .errors import BbrlabError, TestbedError, ValidationError
 
 #: ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (an IPv6 host in brackets); a bare ``HOST:PORT`` means tcp.
@@ -252,7 +253,7 @@ def _say_plan(spec, checks: list[TestbedCheck], calibrations: dict, where: str) 
 
 def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: list[Path] | None = None,
               progress: bool = True, retry_failed: bool = False, keep_link: bool = False,
-              dashboard: bool = False) -> dict:
+              dashboard: bool = False, allow_mixed: bool = False) -> dict:
     """Run (or resume) ``spec`` over the testbeds ``refs`` (two or more) on a Dask cluster started here.
 
     Checks everything first (:func:`load_testbeds`, :func:`partitions_for`, :func:`check_testbed` for each,
@@ -269,6 +270,8 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
         cpus = partitions_for(testbeds)
         checks = [check_testbed(spec, tb, cpus.get(tb.name)) for tb in testbeds.values()]
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
+        mixed = check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+                                   kernel_dimension=bool(spec.kernels))
     finally:
         for tb in testbeds.values():
             tb.close()
@@ -290,7 +293,7 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
                 _say(f"Dask dashboard: {client.dashboard_link}")
             d.wait_for_workers(client, len(testbeds), timeout_s=LOCAL_START_S)
             return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                              calibrations=calibrations, keep_link=keep_link)
+                                              calibrations=calibrations, keep_link=keep_link, mixed=mixed)
 
 
 def worker_checks(client, spec) -> list[TestbedCheck]:
@@ -317,7 +320,8 @@ def worker_checks(client, spec) -> list[TestbedCheck]:
 
 
 def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_paths: list[Path] | None = None,
-                     progress: bool = True, retry_failed: bool = False, keep_link: bool = False) -> dict:
+                     progress: bool = True, retry_failed: bool = False, keep_link: bool = False,
+                     allow_mixed: bool = False) -> dict:
     """Run (or resume) ``spec`` on the testbed workers of the Dask scheduler at ``scheduler``.
 
     Each worker present at the start checks the campaign against its testbed first (:func:`worker_checks`);
@@ -346,9 +350,11 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
                                   f"joined within {WORKER_WAIT_S:.0f} s") from None
         checks = worker_checks(client, spec)
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
+        mixed = check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+                                   kernel_dimension=bool(spec.kernels))
         _say_plan(spec, checks, calibrations, f"of {address}")
         return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                          calibrations=calibrations, keep_link=keep_link)
+                                          calibrations=calibrations, keep_link=keep_link, mixed=mixed)
 
 
 # -- the worker process -------------------------------------------------------------------------------

@@ -69,6 +69,10 @@ def register(sub) -> None:
                           "holding one (default: DIR/calibration.json when it exists; see bbrlab calibrate). One "
                           "made on another testbed, accelerator or sender kernel is refused. Over several testbeds: "
                           "one per testbed (each is matched to the testbed it was made on), or none")
+    run.add_argument("--allow-mixed", action="store_true",
+                     help="resume even on another testbed, accelerator, sender vCPU count or sender kernel than the "
+                          "campaign's records ran on (refused without it); every record made says so "
+                          "(metadata.mixed)")
     run.add_argument("--dashboard", action="store_true",
                      help="over several testbeds on this machine: serve Dask's dashboard and print its address")
     run.set_defaults(func=run_run)
@@ -174,7 +178,7 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
     from ..signals import Interrupted
 
     common = {"calibration_paths": calibrations, "progress": not args.no_progress,
-              "retry_failed": args.retry_failed, "keep_link": args.keep_link}
+              "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
     try:
         if args.scheduler:
             st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, **common)
@@ -194,6 +198,7 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     from ..campaign import announcing, check_admission, run_campaign
     from ..ceiling import for_campaign
     from ..contention import read_kernel_limits
+    from ..recovery import clear_partitions
     from ..runner import Runner
     from ..signals import Interrupted
     from ..testbed.target import resolve
@@ -203,6 +208,8 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
     with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
+        for path in clear_partitions(tb):  # a killed multi-testbed campaign's; refused while that one runs
+            print(f"removed the CPU partition {path} a killed campaign left", file=sys.stderr)
         calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
         print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
               f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
@@ -210,7 +217,8 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
         runner = Runner(tb, calibration=calibration, calibration_source=source)
         try:
             st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
-                              progress=not args.no_progress, retry_failed=args.retry_failed)
+                              progress=not args.no_progress, retry_failed=args.retry_failed,
+                              testbed=tb.describe(), allow_mixed=args.allow_mixed)
         except Interrupted:
             _stopped(spec, args.out)
             raise

@@ -19,12 +19,20 @@ isolates at most as many testbeds as it has CPUs (cgroup v2 keeps one CPU for th
 
 While partitions exist (v1), deadline policies can only be set on tasks inside a partition: other local
 testbeds not taking part in the campaign cannot be contended meanwhile. :func:`remove` puts everything back.
+
+Each partition has an owner, the process that made it (its pid and start time in ``partition-NAME.json``
+beside the testbed locks). A partition whose owner is gone (a campaign killed with SIGKILL: its workers
+died with it, the QEMU processes stayed in the partition on its few CPUs) is a leftover:
+:func:`clear_leftovers` removes it before a testbed is used again (``recover()``, ``testbed up``), and
+refuses, naming the process, a partition whose owner still runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +120,8 @@ def create(name: str, cpus: list[int], *, kind: str | None = None, v2_root: Path
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
         raise TestbedError(f"not a testbed name for a cpuset: {name!r}")
     kind = kind or flavour(v2_root, v1_root)
+    if kind in ("v1", "v2"):
+        _write_owner(name, cpus)  # first: a partition is never seen without its owner
     if kind == "v2":
         _write(v2_root / "cgroup.subtree_control", "+cpuset\n")
         path = v2_root / f"{PREFIX}{name}"
@@ -167,20 +177,122 @@ def remove(partition: Partition, *, v2_root: Path = V2_ROOT, v1_root: Path = V1_
                 continue  # exited meanwhile
         if partition.kind == "v2":
             _write(partition.path / "cpuset.cpus.partition", "member\n")
-        partition.path.rmdir()
+        try:
+            partition.path.rmdir()
+        except OSError as e:
+            raise TestbedError(f"cannot remove the CPU partition {partition.path}: {e.strerror} (processes "
+                               f"{_read_procs(partition)} are still in it)") from None
+    owner_file(partition.name).unlink(missing_ok=True)
     if partition.kind == "v1" and not existing("v1", v2_root, v1_root):
         _write(v1_root / "cpuset.sched_load_balance", "1\n")
 
 
+def _read_procs(partition: Partition) -> list[int]:
+    try:
+        return partition.processes()
+    except OSError:
+        return []
+
+
 def remove_leftovers(names: list[str]) -> list[Partition]:
     """Remove the partitions of testbeds ``names`` that a killed campaign left behind (its workers died with
-    it, so nobody removed them); the processes in them go back to the top cpuset. Returns what was removed."""
+    it, so nobody removed them); the processes in them go back to the top cpuset. Returns what was removed.
+    Raises :class:`TestbedError` for a partition whose owner still runs (see :func:`clear_leftovers`)."""
+    gone = []
+    for name in names:
+        gone.extend(clear_leftovers(name, others=False))
+    return gone
+
+
+# -- owners ---------------------------------------------------------------------------------------------
+
+def owner_file(name: str) -> Path:
+    """Where the owner of testbed ``name``'s partition is written (beside the testbed locks, private)."""
+    from .lock import lock_dir
+
+    return lock_dir() / f"partition-{name}.json"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot), or None when it does not exist."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _write_owner(name: str, cpus: list[int]) -> None:
+    pid = os.getpid()
+    info = {"pid": pid, "start_ticks": _start_ticks(pid), "cpus": list(cpus), "created_unix_s": round(time.time(), 3)}
+    path = owner_file(name)
+    tmp = path.with_name(f".{path.name}.{pid}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)
+
+
+def owner(name: str) -> dict | None:
+    """The recorded owner of testbed ``name``'s partition (``pid``, ``start_ticks``...), None if unrecorded."""
+    try:
+        info = json.loads(owner_file(name).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def owner_alive(info: dict | None) -> bool:
+    """Whether the process that made a partition still runs (same pid and start time: not a recycled pid)."""
+    return bool(info) and _start_ticks(info["pid"]) is not None and _start_ticks(info["pid"]) == info.get("start_ticks")
+
+
+def _describe_process(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        text = " ".join(" ".join(a.decode(errors="replace").split()) for a in argv if a)
+        return f"pid {pid} ({text[:120]}{'...' if len(text) > 120 else ''})"
+    except OSError:
+        return f"pid {pid}"
+
+
+def clear_leftovers(name: str, *, others: bool = True, locked=None) -> list[Partition]:
+    """Remove testbed ``name``'s partition when a killed campaign left it; return what was removed.
+
+    A partition made by this process (a multi-testbed campaign's worker, using it) stays. One whose owner is
+    another process still running is refused with :class:`TestbedError` naming that process: it is no
+    leftover, and running on the testbed now would measure it on the partition's CPUs only. With ``others``,
+    other testbeds' leftovers go too when nobody holds their lock (``locked(name)`` says whether someone
+    does; default: :func:`bbrlab.testbed.lock.lock_holders`): on cgroup v1 any partition turns the machine's
+    load balancing off and keeps deadline policies from threads outside it.
+    """
+    locked = locked or _lock_held
     gone = []
     for part in existing():
-        if part.name in names:
-            remove(part)
-            gone.append(part)
+        info = owner(part.name)
+        if info and info.get("pid") == os.getpid() and owner_alive(info):
+            continue  # ours, in use
+        if owner_alive(info):
+            if part.name == name:
+                raise TestbedError(
+                    f"testbed {name}'s CPU partition {part.path} (CPUs {_cpu_list(list(part.cpus))}) belongs to "
+                    f"{_describe_process(info['pid'])}, which still runs: its QEMU threads are confined to those "
+                    "CPUs. Let that campaign end (or stop it), then try again")
+            continue
+        if part.name != name and (not others or locked(part.name)):
+            continue
+        remove(part)
+        gone.append(part)
     return gone
+
+
+def _lock_held(name: str) -> bool:
+    from .lock import lock_holders, lock_path
+
+    try:
+        return bool(lock_holders(lock_path(name)))
+    except TestbedError:
+        return True  # not a name bbrlab could lock: leave it alone
 
 
 def isolate_testbed(name: str, cpus: list[int], qemu_pids: list[int], *, include_self: bool = True) -> Partition:

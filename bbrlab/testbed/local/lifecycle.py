@@ -161,6 +161,8 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True,
     resolved = kernel if isinstance(kernel, sender_kernel.ResolvedKernel) else resolve_sender_kernel(kernel, say)
     boot = kernelboot.boot_files(resolved, say)
     img = image.ensure_image(say)
+    for part in _clear_partitions(name):  # before the sender is reused: it must not stay on a few CPUs
+        say(f"removed the CPU partition {part.path} a killed campaign left")
     state = State.load(name)
     if running(state) and state.data.get("image") == str(img.folder) and _all_ssh_ready(state):
         if _sender_matches(state, sender_vcpus, boot):
@@ -445,6 +447,14 @@ def _leftover_partitions(name: str) -> list:
     except (TestbedError, OSError) as e:
         print(f"bbrlab: warning: could not remove testbed {name}'s CPU partition: {e}", file=sys.stderr)
         return []
+
+
+def _clear_partitions(name: str) -> list:
+    """Leftover CPU partitions (this testbed's, and others' nobody uses) removed; raises
+    :class:`TestbedError` when this testbed's belongs to a campaign that still runs."""
+    from .. import isolation
+
+    return isolation.clear_leftovers(name) if isolation.flavour() else []
 
 
 def _qemu_pids_named(name: str) -> list[int]:

@@ -66,6 +66,7 @@ from .scenario import (
     Link,
     Scenario,
     check_cca,
+    check_sampling_load,
 )
 from .signals import interruptible
 
@@ -444,6 +445,20 @@ def _check_combinations(spec: CampaignSpec) -> None:
             except ValidationError as e:
                 raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
     _check_links(spec)
+    _check_sampling(spec)
+
+
+def _check_sampling(spec: CampaignSpec) -> None:
+    """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
+    workload's duration (rsync: its timeout) within :data:`bbrlab.scenario.MAX_SAMPLE_RECORDS`."""
+    if spec.sample_ms is None:
+        return
+    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
+    for j, streams in enumerate(spec.streams):
+        for workload in spec.workloads:
+            key, seconds = durations[workload]
+            check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
+                                fields=("sample_ms", f"streams[{j}]", key))
 
 
 def _check_links(spec: CampaignSpec) -> None:

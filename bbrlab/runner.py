@@ -94,13 +94,14 @@ class Runner:
                     meta.flow["server_port"] = endpoint.port
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
-                        server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
+                        log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
+                        kind=flow.sampler)) if flow.sample_ms else None
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, tb.sender.vcpu_threads(), scenario.contention) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):
-                    traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
+                    traffic.close()  # now, not at the block's end: the sampler's log is completed here
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
 
@@ -127,8 +128,7 @@ class Runner:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
-        if sampled is not None:
-            rec.write_file(out / SAMPLE_FILES[sampled.kind], sampled.text)
+        if sampled is not None:  # its log is in out/ already: streamed there while it ran
             meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
             meta.cca.ss_seen = meta.sampling.pop("ss_seen")
         checks.contention_held(meta.contention, scenario)

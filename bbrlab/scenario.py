@@ -289,6 +289,43 @@ class Contention:
 #: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
 SAMPLERS = ("bpf", "netlink", "ss")
 DEFAULT_SAMPLER = "bpf"
+#: The netlink and BPF samplers watch at most this many data sockets (MAX_PORTS in bbrlab/native/sampler_common.h).
+SAMPLER_MAX_PORTS = 64
+#: At most this many socket samples (samples x streams) in one sampled run. A sample takes at most about
+#: :data:`SAMPLE_RECORD_BYTES` in the log and about 4 KB of memory while the run's checks parse it, so a run's
+#: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
+MAX_SAMPLE_RECORDS = 500_000
+SAMPLE_RECORD_BYTES = 700
+
+
+def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:
+    """Socket samples a run takes at most: one per stream every ``sample_ms`` for ``duration_s``."""
+    return streams * math.ceil(duration_s * 1000 / sample_ms)
+
+
+def check_sampling_load(sample_ms: int, streams: int, duration_s: float, sampler: str, *,
+                        fields: tuple[str, str, str] = ("flow.sample_ms", "flow.streams", "flow.duration_s")) -> None:
+    """Refuse a sampled flow the samplers cannot watch (more than :data:`SAMPLER_MAX_PORTS` streams for
+    ``netlink``/``bpf``) or whose samples x streams over ``duration_s`` exceed :data:`MAX_SAMPLE_RECORDS`;
+    ``fields`` names sample_ms, streams and duration_s in the error (a spec's keys, a flag)."""
+    ms_field, streams_field, duration_field = fields
+    if sampler != "ss" and streams > SAMPLER_MAX_PORTS:
+        raise ValidationError(streams_field, streams,
+                              f"1 <= streams <= {SAMPLER_MAX_PORTS} with sampler {sampler} (it watches at most "
+                              f"{SAMPLER_MAX_PORTS} sockets); sample more streams with sampler ss, or fewer")
+    records = sampled_records(sample_ms, streams, duration_s)
+    if records <= MAX_SAMPLE_RECORDS:
+        return
+    min_ms = math.ceil(streams * duration_s * 1000 / MAX_SAMPLE_RECORDS)
+    max_s = MAX_SAMPLE_RECORDS * sample_ms // (1000 * streams)
+    max_streams = int(MAX_SAMPLE_RECORDS * sample_ms // (1000 * duration_s))
+    ways = [f"{ms_field.rsplit('.', 1)[-1]} >= {min_ms} ms for these", f"{duration_field.rsplit('.', 1)[-1]} <= {max_s} s"]
+    if max_streams >= 1:
+        ways.append(f"{streams_field.rsplit('.', 1)[-1]} <= {max_streams}")
+    raise ValidationError(
+        f"{ms_field} with {streams_field} and {duration_field}", (sample_ms, streams, duration_s),
+        f"samples x streams <= {MAX_SAMPLE_RECORDS} per run ({streams} stream(s) x {duration_s:g} s every "
+        f"{sample_ms} ms is {records}): {', or '.join(ways)} (the log's size on the host: docs/sampling.md)")
 
 
 @dataclass(frozen=True)
@@ -339,6 +376,11 @@ class Flow:
         _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
         _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
         self._check_workload_fields()
+        if self.sample_ms is not None:
+            duration = ("flow.transfer_timeout_s", self.transfer_timeout_s) if self.workload == "rsync" else \
+                ("flow.duration_s", self.duration_s)
+            check_sampling_load(self.sample_ms, self.streams, duration[1], self.sampler,
+                                fields=("flow.sample_ms", "flow.streams", duration[0]))
 
     def _check_workload_fields(self) -> None:
         """Each workload's own fields; the other workload's must stay at their defaults."""

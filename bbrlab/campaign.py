@@ -65,11 +65,13 @@ from .scenario import (
     DEFAULT_FILE_MB,
     DEFAULT_SAMPLER,
     DEFAULT_TRANSFER_TIMEOUT_S,
+    BufferBelowMinimum,
     Contention,
     Flow,
     Link,
     Scenario,
     check_cca,
+    check_sampling_load,
 )
 from .signals import interruptible
 
@@ -337,12 +339,13 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
         "timeslices_ms": _check_each("timeslices_ms", lists["timeslices_ms"], lambda v: Contention(v, 100)),
         "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], _share_in_range),
-        "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], lambda v: Link(rtt_ms=v, rate_mbit=100)),
-        "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"], lambda v: Link(rtt_ms=10, rate_mbit=v)),
+        "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], _floor_later(lambda v: Link(rtt_ms=v, rate_mbit=100))),
+        "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"],
+                                  _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=v))),
     }
     if "buffers_bdp" in lists:
         checked["buffers_bdp"] = _check_each(
-            "buffers_bdp", lists["buffers_bdp"], lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v))
+            "buffers_bdp", lists["buffers_bdp"], _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v)))
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -358,6 +361,17 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
     return spec
+
+
+def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object]:
+    """``probe`` of one value, leaving a buffer below two frames to :func:`_check_links`: whether a buffer
+    is large enough depends on the rate x RTT it meets, which that check names."""
+    def checked(value: object) -> None:
+        try:
+            probe(value)
+        except BufferBelowMinimum:
+            pass
+    return checked
 
 
 def _kernel_name(value: object) -> str:
@@ -436,6 +450,20 @@ def _check_combinations(spec: CampaignSpec) -> None:
             except ValidationError as e:
                 raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
     _check_links(spec)
+    _check_sampling(spec)
+
+
+def _check_sampling(spec: CampaignSpec) -> None:
+    """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
+    workload's duration (rsync: its timeout) within :data:`bbrlab.scenario.MAX_SAMPLE_RECORDS`."""
+    if spec.sample_ms is None:
+        return
+    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
+    for j, streams in enumerate(spec.streams):
+        for workload in spec.workloads:
+            key, seconds = durations[workload]
+            check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
+                                fields=("sample_ms", f"streams[{j}]", key))
 
 
 def _check_links(spec: CampaignSpec) -> None:

@@ -19,6 +19,7 @@ A Ctrl-C (SIGINT) during a local command stops the command (SIGINT, then SIGKILL
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shlex
@@ -156,6 +157,84 @@ def _argv(argv: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+class Streaming:
+    """A command started by :meth:`Host.stream`: its output goes into a file on this machine as it comes.
+
+    :meth:`wait` says how it ended (its exit code) or None while it runs; :meth:`close` lets go of it (the
+    command itself is stopped by whoever started it, e.g. through a stop file)."""
+
+    def __init__(self, local_path: Path):
+        self.local_path = Path(local_path)
+
+    def wait(self, timeout_s: float | None = 0) -> int | None:
+        """The exit code once the command has ended and its output is in the file; None if it still runs
+        after ``timeout_s`` (0: do not wait; None: wait as long as it takes)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop reading its output (whatever it writes from now on is lost)."""
+
+
+class _LocalStreaming(Streaming):
+    """A process on this machine writing straight into the file."""
+
+    def __init__(self, local_path: Path, process):
+        super().__init__(local_path)
+        self.process = process
+
+    def wait(self, timeout_s: float | None = 0) -> int | None:
+        import subprocess
+
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+class _ChannelStreaming(Streaming):
+    """A command on an SSH host: a thread copies its channel's output into the file as it arrives, so
+    neither the host nor this process holds more than the channel's window."""
+
+    CHUNK_BYTES = 1 << 16
+
+    def __init__(self, local_path: Path, channel):
+        super().__init__(local_path)
+        self.channel = channel
+        self.exit_code: int | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._copy, name=f"bbrlab-stream-{self.local_path.name}", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        try:
+            with open(self.local_path, "ab") as out:
+                while data := self.channel.recv(self.CHUNK_BYTES):
+                    out.write(data)
+                    out.flush()
+            self.exit_code = self.channel.recv_exit_status()
+        except BaseException as e:  # noqa: BLE001 - reported by wait() in the caller's thread
+            self.error = e
+
+    def wait(self, timeout_s: float | None = 0) -> int | None:
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            return None
+        if self.error is not None:
+            raise BbrlabError(f"the output of a command could not be copied into {self.local_path}: "
+                              f"{self.error}") from self.error
+        return self.exit_code
+
+    def close(self) -> None:
+        self.channel.close()
+        self._thread.join(10)
+
+
 @dataclass
 class Host:
     """Something that runs commands. Subclasses implement :meth:`_execute`."""
@@ -196,6 +275,11 @@ class Host:
         cmd = shlex.join(_argv(argv))
         script = f"nohup setsid {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!"
         return int(self.output(["sh", "-c", script], sudo=sudo, timeout=30))
+
+    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
+        """Start ``argv`` and put its output (stdout and stderr) into ``local_path`` on THIS machine while it
+        runs (the file is truncated first): the host keeps none of it, however long it runs."""
+        raise NotImplementedError
 
     def read_text(self, path: str, *, sudo: bool = False) -> str:
         return self.run(["cat", path], sudo=sudo).stdout
@@ -286,6 +370,15 @@ class LocalHost(Host):
     def get(self, remote_path: str, local_path: str | Path) -> None:
         shutil.copyfile(remote_path, local_path)
 
+    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
+        """The command in a session of its own (its pid leads its process group), output into the file."""
+        import subprocess
+
+        with open(local_path, "wb") as out:
+            process = subprocess.Popen([*self.prefix, *_argv(argv)], stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        return _LocalStreaming(Path(local_path), process)
+
 
 @dataclass
 class NetnsHost(LocalHost):
@@ -358,6 +451,17 @@ class SSHHost(Host):
 
     def get(self, remote_path: str, local_path: str | Path) -> None:
         self._connection().get(remote_path, str(local_path))
+
+    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
+        """The command on a channel of its own (sshd makes it a session leader); its stdout and stderr are
+        copied into the file by a thread as they arrive."""
+        Path(local_path).write_bytes(b"")
+        conn = self._connection()
+        conn.open()
+        channel = conn.client.get_transport().open_session()
+        channel.set_combine_stderr(True)
+        channel.exec_command(shlex.join(_argv(argv)))
+        return _ChannelStreaming(Path(local_path), channel)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -323,6 +323,17 @@ def configured_from_readback(readbacks: dict[str, list[dict]], ports: Sequence[s
     return out
 
 
+def effective_queue(readbacks: dict[str, list[dict]], ports: Sequence[str], link: Link) -> dict:
+    """The bottleneck queue the kernel holds, from a read-back of ``ports = (sender_side, receiver_side)``:
+    ``{"queue_bytes": the data port's tbf limit, "queue_bdp": that over link's BDP, 6 decimals}``; each None
+    when the data port has no token bucket (or, for ``queue_bdp``, the BDP is 0 bytes). Every run record
+    keeps it (``metadata.link``), and the tables' buffer columns come from it."""
+    tbf = next((q for q in readbacks.get(ports[1], []) if q.get("kind") == "tbf"), None)
+    limit = (tbf.get("options") or {}).get("limit") if tbf else None
+    bdp = link.bdp_bytes
+    return {"queue_bytes": limit, "queue_bdp": round(limit / bdp, 6) if limit is not None and bdp else None}
+
+
 def validate(testbed, link: Link, **kwargs) -> dict:
     """The paper's set-up validation; see :func:`bbrlab.link_validate.validate`."""
     from .link_validate import validate as _validate

@@ -28,6 +28,13 @@ twice what the path holds (BDP + buffer) before the first loss is noticed, so th
 default of 1000. ACKs are smaller but never more numerous than the data packets they acknowledge,
 so the same count serves the ack port.
 
+Queue
+-----
+tbf's ``limit`` is exactly :attr:`~bbrlab.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
+below two full-size frames is refused when the ``Link`` is built (:func:`bbrlab.scenario.check_queue_floor`),
+never enlarged. What the kernel then holds is read back into every run record
+(:func:`bbrlab.link.effective_queue`).
+
 Burst
 -----
 tbf may send ``burst`` bytes back to back; tokens beyond that are lost. The qdisc watchdog fires
@@ -64,7 +71,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import BbrlabError, ValidationError
-from .scenario import Link
+from .scenario import ETHERNET_HEADER_BYTES, Link
 
 #: Handles of bbrlab's qdiscs ("bb" for bbrlab); a root qdisc with another non-zero handle is not ours.
 ROOT_HANDLE = "bb:"
@@ -77,8 +84,6 @@ TBF_BURST_TIME_MS = 4.0
 TBF_BURST_MIN_PACKETS = 10
 #: The rate an unshaped link's netem queue is sized for (its packet limit; memory is used only when filled).
 UNSHAPED_SIZING_RATE_MBIT = 10_000.0
-#: Bytes a full-size packet takes at the qdisc: the IP MTU plus the Ethernet header.
-ETHERNET_HEADER_BYTES = 14
 #: tbf's netlink rate field without the 64-bit extension is 32-bit bytes/s (about 34 Gbit/s).
 U32_MAX = 2**32 - 1
 #: tc converts tbf's burst into the time it takes at the rate, as a 32-bit count of psched ticks;

@@ -94,7 +94,8 @@ class Runner:
                     meta.flow["server_port"] = endpoint.port
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
-                        server_port=endpoint.port, kind=flow.sampler)) if flow.sample_ms else None
+                        log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
+                        kind=flow.sampler)) if flow.sample_ms else None
                     vcpus = tb.sender.vcpu_threads()
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
@@ -102,7 +103,7 @@ class Runner:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):
-                    traffic.close()  # now, not at the block's end: the sampler's samples are fetched here
+                    traffic.close()  # now, not at the block's end: the sampler's log is completed here
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
 
@@ -129,14 +130,13 @@ class Runner:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
-        if sampled is not None:
-            rec.write_file(out / SAMPLE_FILES[sampled.kind], sampled.text)
+        if sampled is not None:  # its log is in out/ already: streamed there while it ran
             meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
             meta.cca.ss_seen = meta.sampling.pop("ss_seen")
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
         delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
-        meta.link = {"counters": delta}
+        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link)}
         meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
 
 

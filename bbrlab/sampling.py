@@ -40,13 +40,16 @@ BBR's own BDP is ``bdp_bytes = bw x mrtt`` from ``bbr:(bw:..., mrtt:...)``, so `
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import BbrlabError, ValidationError
-from .hostloop import SCHEDULE_BASH, stop_and_fetch
+from .hostloop import SCHEDULE_BASH
 from .hosts import Host
 from .iperf import RUNNING_SH
 
@@ -125,36 +128,57 @@ class SamplerError(BbrlabError):
 
 @dataclass
 class Sampler:
-    """A sampler running on ``host`` for one run. ``text`` is what it wrote (footer included), set when
-    the ``with`` block of :func:`sampler` ends normally; ``binary`` names the program that ran (netlink
-    and bpf: path, sha256, source_sha256, whether this run copied it)."""
+    """A sampler running on ``host`` for one run, its log streamed into ``log_file`` on this machine.
+
+    ``text`` is the log (footer included) once the ``with`` block of :func:`sampler` has ended normally and
+    the stream is complete (None before, and after a failed block); ``binary`` names the program that ran
+    (netlink and bpf: path, sha256, source_sha256, whether this run copied it)."""
 
     kind: str
     host: Host
-    pid: int
     directory: str
     interval_ms: float
-    text: str | None = None
+    log_file: Path
     binary: dict | None = None
+    complete: bool = False
 
     @property
-    def log_path(self) -> str:
-        return f"{self.directory}/samples.log"
+    def text(self) -> str | None:
+        return self.log_file.read_text(errors="replace") if self.complete else None
+
+    @property
+    def pid_path(self) -> str:
+        return f"{self.directory}/pid"
 
     @property
     def stop_path(self) -> str:
         return f"{self.directory}/stop"
 
 
-#: Wait until a netlink or BPF sampler has written "# ready" (opened its socket, resp. loaded and attached
-#: its program): $1 log, $2 pid. Fails, printing the log, when the sampler exits first or after 60 s.
-_WAIT_READY = RUNNING_SH + r"""
+#: The sampler as the stream runs it: $1 the pid file (read by :data:`_STOP`); the rest the sampler's argv.
+#: The shell is the session leader (sshd, resp. :meth:`LocalHost.stream`, made it one) and becomes the
+#: sampler, whose stdout and stderr are the stream: nothing of the log is kept on the host.
+_STREAMED = 'echo "$$" > "$1" && shift && exec "$@" 2>&1'
+#: The ss loop writes every sample the moment it is taken; ``dd`` collects them into blocks of
+#: :data:`STREAM_BLOCK_BYTES` (written when full and at the end), so the channel wakes once a block, not once a
+#: sample, in the contended guest. The netlink and BPF samplers buffer as much themselves (stdio).
+STREAM_BLOCK_BYTES = 1 << 20
+_STREAMED_SS = f'echo "$$" > "$1" && shift && "$@" 2>&1 | dd ibs=64K obs={STREAM_BLOCK_BYTES} status=none'
+#: Seconds to wait for the stream's end after the sampler stopped (its last block crossing the channel).
+STREAM_DRAIN_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 60.0
+
+#: $1 stop file, $2 pid file: ask the sampler to stop, wait up to 10 s for it, then SIGKILL its session.
+_STOP = RUNNING_SH + r"""
+touch "$1"
+pid=
 i=0
-until grep -q '^# ready' "$1" 2>/dev/null; do
-    running "$2" || { cat "$1"; exit 1; }
-    [ $i -lt 1200 ] || { echo "not ready after 60 s"; exit 1; }
-    sleep 0.05; i=$((i + 1))
-done
+while [ -z "$pid" ] && [ $i -lt 20 ]; do read -r pid < "$2" 2>/dev/null; [ -n "$pid" ] || sleep 0.05; i=$((i + 1)); done
+[ -n "$pid" ] || exit 0
+i=0
+while running "$pid" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -KILL -- "-$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
+exit 0
 """
 
 
@@ -167,19 +191,47 @@ def _argv(kind: str, binary_path: str, interval_ms: float, stop_after_s: float, 
     return sockdiag.sampler_argv(binary_path, interval_ms, stop_after_s, stop_file, ports, server_port, kind=kind)
 
 
+def _tail(path: Path, nbytes: int = 600) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - nbytes))
+        return f.read().decode(errors="replace").strip()
+
+
+def _wait_ready(handle: Sampler, stream) -> None:
+    """Until the sampler's ``# ready`` line has arrived in the log on this machine (its socket open, resp.
+    its program loaded); :class:`SamplerError` when it ends first or after :data:`READY_TIMEOUT_S`."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        with open(handle.log_file, "rb") as f:
+            head = f.read(1 << 16)
+        if head.startswith(b"# ready") or b"\n# ready" in head:
+            return
+        ended = stream.wait(0.05)
+        if ended is not None or time.monotonic() > deadline:
+            why = f"exited with {ended}" if ended is not None else f"not ready after {READY_TIMEOUT_S:g} s"
+            raise SamplerError(f"the {handle.kind} sampler on {handle.host.name} did not start ({why}): "
+                               f"{_tail(handle.log_file)}")
+
+
 @contextmanager
-def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: float, *,
+def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: float, *, log_file: str | Path,
             server_port: int = IPERF_PORT, kind: str = "ss") -> Iterator[Sampler]:
-    """Sample the flow's data connections (local ``ports``) on ``host`` during the ``with`` block.
+    """Sample the flow's data connections (local ``ports``) on ``host`` during the ``with`` block, the log
+    streamed into ``log_file`` on this machine as the sampler writes it.
 
     ``kind``: ``bpf`` (in-kernel program), ``netlink`` (inet_diag client) or ``ss`` (the fork loop); see
     :mod:`bbrlab.sockdiag`. Everything is checked before the sampler starts; a netlink or BPF sampler is
     copied to the host first when its copy there is missing or differs, and the block starts only once the
     sampler is ready (its socket open, resp. its program loaded), so the transfer is sampled from its
-    start and pays none of the sampler's start-up. It writes into a private directory on the host
-    (``mktemp -d``) and stops by itself after ``stop_after_s`` whatever happens to this process. When the
-    block ends normally, the sampler is asked to stop, its log is fetched into ``Sampler.text`` and the
-    directory removed; when the block fails, it is stopped without fetching anything.
+    start and pays none of the sampler's start-up.
+
+    The sampler's output is never a file on ``host``: it runs as the command of a stream
+    (:meth:`bbrlab.hosts.Host.stream`, an SSH channel of its own), in blocks of at most 1 MiB, so a long
+    run cannot fill the host's tmpfs; on the host only its pid and stop files live, in a private directory
+    (``mktemp -d``). It stops by itself after ``stop_after_s`` whatever happens to this process (and when
+    the channel goes, at its next write). When the block ends, the sampler is asked to stop (stop file; its
+    session is killed after 10 s) and the stream is drained: the log is complete and ``Sampler.text`` reads
+    it. When the block fails, whatever arrived stays in ``log_file``.
     """
     from . import sockdiag
 
@@ -190,28 +242,38 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
     _argv(kind, "/validated", interval_ms, stop_after_s, "/nonexistent", ports, server_port)  # checks every value
     deployed = sockdiag.ensure_on_host(host, kind=kind) if kind != "ss" else None
     with host.private_dir("sampler") as directory:
-        handle = Sampler(kind, host, 0, directory, interval_ms, binary=deployed.to_dict() if deployed else None)
-        handle.pid = host.spawn(_argv(kind, deployed.path if deployed else "", interval_ms, stop_after_s,
-                                      handle.stop_path, ports, server_port), handle.log_path)
+        handle = Sampler(kind, host, directory, interval_ms, Path(log_file),
+                         binary=deployed.to_dict() if deployed else None)
+        argv = _argv(kind, deployed.path if deployed else "", interval_ms, stop_after_s, handle.stop_path, ports,
+                     server_port)
+        wrapper = _STREAMED_SS if kind == "ss" else _STREAMED
+        stream = host.stream(["sh", "-c", wrapper, "bbrlab-sampler", handle.pid_path, *argv], handle.log_file)
         ended_normally = False
         try:
             if deployed is not None:
-                ready = host.run(["sh", "-c", _WAIT_READY, "bbrlab-wait", handle.log_path, str(handle.pid)],
-                                 timeout=90, check=False)
-                if not ready.ok:
-                    raise SamplerError(f"the {kind} sampler on {host.name} did not start: "
-                                       f"{(ready.stdout + ready.stderr).strip()[-600:]}")
+                _wait_ready(handle, stream)
             yield handle
             ended_normally = True
         finally:
-            handle.text = _stop(handle, fetch=ended_normally)
+            _stop(handle, stream, drain=ended_normally)
 
 
-def _stop(handle: Sampler, *, fetch: bool) -> str | None:
-    res = stop_and_fetch(handle.host, handle.stop_path, handle.pid, handle.log_path, fetch=fetch)
-    if fetch and not res.ok:
-        raise SamplerError(f"could not fetch the samples from {handle.host.name}: {res.stderr.strip()[:300]}")
-    return res.stdout if fetch else None
+def _stop(handle: Sampler, stream, *, drain: bool) -> None:
+    """Stop the sampler (stop file, then SIGKILL after 10 s) and, with ``drain``, wait for the rest of its
+    log to arrive; mark the log complete."""
+    try:
+        handle.host.run(["sh", "-c", _STOP, "bbrlab-stop", handle.stop_path, handle.pid_path], timeout=60,
+                        check=False)
+        ended = stream.wait(STREAM_DRAIN_TIMEOUT_S if drain else 5)
+    finally:
+        stream.close()
+    if drain:
+        if ended is None:
+            raise SamplerError(f"the {handle.kind} sampler's log from {handle.host.name} did not end within "
+                               f"{STREAM_DRAIN_TIMEOUT_S:g} s of its stop")
+        with open(handle.log_file, "rb") as f:
+            os.fsync(f.fileno())
+        handle.complete = True
 
 
 #: Samplers left by a killed process (private directories of ours holding a log): ask each to stop; a
@@ -219,7 +281,7 @@ def _stop(handle: Sampler, *, fetch: bool) -> str | None:
 _STOP_STRAYS = r"""
 n=0
 for d in "${TMPDIR:-/tmp}"/bbrlab-sampler.*; do
-    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -e "$d/samples.log" ] || continue
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && { [ -e "$d/pid" ] || [ -e "$d/samples.log" ]; } || continue
     if [ -e "$d/stop" ]; then rm -rf -- "$d"; else touch "$d/stop" && n=$((n + 1)); fi
 done
 echo "$n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -30,6 +31,16 @@ DEFAULT_FILE_MB = 160
 DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
 #: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
 MAX_FILE_MB = 1024
+#: Bytes a full-size frame takes in the bottleneck queue: the IP MTU plus the Ethernet header (tbf's bfifo
+#: counts every frame with its Ethernet header).
+ETHERNET_HEADER_BYTES = 14
+#: The smallest bottleneck queue, in full-size frames. tbf drops every frame that does not fit in its queue
+#: (it cannot send a frame it could not queue first), so a queue below one frame passes nothing and one frame
+#: is a link that drops whenever two packets meet; bbrlab asks for room for two.
+MIN_QUEUE_FRAMES = 2
+MAX_BUFFER_BDP = 1000
+#: tbf's limit is a 32-bit count of bytes.
+MAX_QUEUE_BYTES = 2**32 - 1
 
 LossModel = Literal["none", "uniform", "gemodel"]
 DelaySplit = Literal["symmetric", "forward"]
@@ -119,6 +130,7 @@ class Link:
         from .qdisc import check_kernel_limits  # here, not at the top: qdisc builds on Link
 
         check_kernel_limits(self)
+        check_queue_floor(self)
 
     @classmethod
     def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
@@ -140,15 +152,31 @@ class Link:
 
     @property
     def queue_limit_bytes(self) -> int | None:
-        """Bottleneck queue in bytes; never below two full packets so the link can work at all (None when
-        unshaped: there is no bottleneck queue)."""
+        """Bottleneck queue in bytes, exactly as asked: ``buffer_bytes``, or ``buffer_bdp x bdp_bytes`` rounded
+        to a byte (None when unshaped: there is no bottleneck queue). A queue below :attr:`min_queue_bytes`
+        is refused when the link is built, never enlarged behind the researcher's back."""
         if self.rate_mbit is None:
             return None
         if self.buffer_bytes is not None:
-            q = self.buffer_bytes
-        else:
-            q = int(round(self.buffer_bdp * self.bdp_bytes))
-        return max(q, 2 * self.mtu_bytes)
+            return self.buffer_bytes
+        return int(round(self.buffer_bdp * self.bdp_bytes))
+
+    @property
+    def frame_bytes(self) -> int:
+        """What a full-size packet takes in the bottleneck queue: the MTU plus the Ethernet header."""
+        return self.mtu_bytes + ETHERNET_HEADER_BYTES
+
+    @property
+    def min_queue_bytes(self) -> int:
+        """The smallest bottleneck queue bbrlab sets: :data:`MIN_QUEUE_FRAMES` full-size frames."""
+        return MIN_QUEUE_FRAMES * self.frame_bytes
+
+    @property
+    def queue_bdp(self) -> float | None:
+        """The bottleneck queue in BDP (None when unshaped or when the BDP is 0 bytes)."""
+        if not self.shaped or not self.bdp_bytes:
+            return None
+        return self.queue_limit_bytes / self.bdp_bytes
 
     def one_way_delays_ms(self) -> tuple[float, float]:
         """(data direction, ack direction) delay in ms."""
@@ -159,6 +187,52 @@ class Link:
     @property
     def effective_loss_pct(self) -> float:
         return self.loss_pct if self.loss_model == "uniform" else 0.0
+
+
+class BufferBelowMinimum(ValidationError):
+    """The bottleneck queue a link asks for is smaller than :attr:`Link.min_queue_bytes` (for its rate x RTT)."""
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """``x`` rounded up to ``digits`` significant digits (so that the value a message suggests is accepted)."""
+    if x <= 0:
+        return 0.0
+    scale = 10 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.ceil(x * scale - 1e-9) / scale
+
+
+def buffer_bdp_range(link: Link) -> tuple[float, float] | None:
+    """``(lowest, highest)`` buffer in BDP that ``link``'s rate x RTT allows: at least two full-size frames,
+    at most :data:`MAX_BUFFER_BDP` and tbf's 32-bit byte count. None when no BDP multiple is possible (a
+    0-byte BDP at RTT 0, or a BDP so small that the floor is above the largest multiple)."""
+    bdp = link.bdp_bytes
+    if not bdp:
+        return None
+    lowest = _round_up((link.min_queue_bytes - 0.5) / bdp)
+    highest = min(float(MAX_BUFFER_BDP), math.floor(MAX_QUEUE_BYTES / bdp * 1e4) / 1e4)
+    return (lowest, highest) if lowest <= highest else None
+
+
+def check_queue_floor(link: Link) -> None:
+    """Raise :class:`BufferBelowMinimum` when ``link``'s bottleneck queue is below two full-size frames,
+    naming the buffer field and the range allowed at its rate x RTT."""
+    if not link.shaped or link.queue_limit_bytes >= link.min_queue_bytes:
+        return
+    floor = (f"the bottleneck queue must hold {MIN_QUEUE_FRAMES} full-size frames of {link.frame_bytes} bytes "
+             f"(MTU {link.mtu_bytes} + Ethernet header), i.e. at least {link.min_queue_bytes} bytes; tbf drops a "
+             "frame that does not fit")
+    where = f"at {link.rate_mbit:g} Mbit/s x {link.rtt_ms:g} ms (BDP {link.bdp_bytes} bytes)"
+    if link.buffer_bytes is not None:
+        raise BufferBelowMinimum("link.buffer_bytes", link.buffer_bytes,
+                                 f"{link.min_queue_bytes} <= buffer_bytes <= {MAX_QUEUE_BYTES}: {floor}")
+    span = buffer_bdp_range(link)
+    if span is None:
+        raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
+                                 f"no buffer in BDP {where}: give the buffer in bytes instead "
+                                 f"(buffer_bytes >= {link.min_queue_bytes}); {floor}")
+    raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
+                             f"{span[0]:g} <= buffer_bdp <= {span[1]:g} BDP {where}: {floor} "
+                             f"({link.buffer_bdp:g} BDP is {link.queue_limit_bytes} bytes)")
 
 
 @dataclass(frozen=True)
@@ -215,6 +289,43 @@ class Contention:
 #: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
 SAMPLERS = ("bpf", "netlink", "ss")
 DEFAULT_SAMPLER = "bpf"
+#: The netlink and BPF samplers watch at most this many data sockets (MAX_PORTS in bbrlab/native/sampler_common.h).
+SAMPLER_MAX_PORTS = 64
+#: At most this many socket samples (samples x streams) in one sampled run. A sample takes at most about
+#: :data:`SAMPLE_RECORD_BYTES` in the log and about 4 KB of memory while the run's checks parse it, so a run's
+#: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
+MAX_SAMPLE_RECORDS = 500_000
+SAMPLE_RECORD_BYTES = 700
+
+
+def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:
+    """Socket samples a run takes at most: one per stream every ``sample_ms`` for ``duration_s``."""
+    return streams * math.ceil(duration_s * 1000 / sample_ms)
+
+
+def check_sampling_load(sample_ms: int, streams: int, duration_s: float, sampler: str, *,
+                        fields: tuple[str, str, str] = ("flow.sample_ms", "flow.streams", "flow.duration_s")) -> None:
+    """Refuse a sampled flow the samplers cannot watch (more than :data:`SAMPLER_MAX_PORTS` streams for
+    ``netlink``/``bpf``) or whose samples x streams over ``duration_s`` exceed :data:`MAX_SAMPLE_RECORDS`;
+    ``fields`` names sample_ms, streams and duration_s in the error (a spec's keys, a flag)."""
+    ms_field, streams_field, duration_field = fields
+    if sampler != "ss" and streams > SAMPLER_MAX_PORTS:
+        raise ValidationError(streams_field, streams,
+                              f"1 <= streams <= {SAMPLER_MAX_PORTS} with sampler {sampler} (it watches at most "
+                              f"{SAMPLER_MAX_PORTS} sockets); sample more streams with sampler ss, or fewer")
+    records = sampled_records(sample_ms, streams, duration_s)
+    if records <= MAX_SAMPLE_RECORDS:
+        return
+    min_ms = math.ceil(streams * duration_s * 1000 / MAX_SAMPLE_RECORDS)
+    max_s = MAX_SAMPLE_RECORDS * sample_ms // (1000 * streams)
+    max_streams = int(MAX_SAMPLE_RECORDS * sample_ms // (1000 * duration_s))
+    ways = [f"{ms_field.rsplit('.', 1)[-1]} >= {min_ms} ms for these", f"{duration_field.rsplit('.', 1)[-1]} <= {max_s} s"]
+    if max_streams >= 1:
+        ways.append(f"{streams_field.rsplit('.', 1)[-1]} <= {max_streams}")
+    raise ValidationError(
+        f"{ms_field} with {streams_field} and {duration_field}", (sample_ms, streams, duration_s),
+        f"samples x streams <= {MAX_SAMPLE_RECORDS} per run ({streams} stream(s) x {duration_s:g} s every "
+        f"{sample_ms} ms is {records}): {', or '.join(ways)} (the log's size on the host: docs/sampling.md)")
 
 
 @dataclass(frozen=True)
@@ -265,6 +376,11 @@ class Flow:
         _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
         _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
         self._check_workload_fields()
+        if self.sample_ms is not None:
+            duration = ("flow.transfer_timeout_s", self.transfer_timeout_s) if self.workload == "rsync" else \
+                ("flow.duration_s", self.duration_s)
+            check_sampling_load(self.sample_ms, self.streams, duration[1], self.sampler,
+                                fields=("flow.sample_ms", "flow.streams", duration[0]))
 
     def _check_workload_fields(self) -> None:
         """Each workload's own fields; the other workload's must stay at their defaults."""

@@ -50,6 +50,37 @@ def _get(d, *keys):
     return d
 
 
+def _tbf_limit(qdiscs) -> int | None:
+    """tbf's ``limit`` in a record's qdisc read-back (``metadata.qdiscs``: ``{port: [qdisc, ...]}``)."""
+    for port in (qdiscs or {}).values():
+        for q in port or []:
+            if isinstance(q, dict) and q.get("kind") == "tbf":
+                return (q.get("options") or {}).get("limit")
+    return None
+
+
+def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float | None]:
+    """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had.
+
+    From ``metadata.link.queue_bytes`` (every record since the floor of two frames), else tbf's limit in the
+    record's qdisc read-back (older records: an asked buffer below two packets was enlarged to 3000 bytes
+    then, and this shows it), else the scenario's request. The BDP is the asked ``buffer_bdp`` when the
+    kernel held exactly that (to the byte), else bytes / BDP, so the same point keeps one value."""
+    rate, rtt = link.get("rate_mbit"), link.get("rtt_ms")
+    bdp_bytes = int(round(rate * 1e6 / 8 * rtt / 1e3)) if rate and rtt is not None else None
+    asked_bdp, asked_bytes = link.get("buffer_bdp"), link.get("buffer_bytes")
+    if asked_bytes is None and asked_bdp is not None and bdp_bytes is not None:
+        asked_bytes = int(round(asked_bdp * bdp_bytes))
+    held = _get(meta, "link", "queue_bytes")
+    if held is None:
+        held = _tbf_limit(meta.get("qdiscs"))
+    if held is None:
+        return asked_bytes, asked_bdp
+    if held == asked_bytes and asked_bdp is not None:
+        return held, asked_bdp
+    return held, (held / bdp_bytes if bdp_bytes else None)
+
+
 #: The ``runs`` table: one row per run (one repetition of one point).
 def sampler_of(flow: Mapping) -> str | None:
     """The socket sampler a run's flow asked for: ``bpf``, ``netlink`` or ``ss`` (a record's ``sample_ss_ms``,
@@ -91,8 +122,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: None),
     Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.get("rtt_ms")),
     Column("rate_mbit", "float64", "bottleneck rate [Mbit/s]", lambda v: v.link.get("rate_mbit")),
-    Column("buffer_bdp", "float64", "bottleneck buffer [BDP]", lambda v: v.link.get("buffer_bdp")),
-    Column("buffer_bytes", "float64", "bottleneck buffer [bytes]", lambda v: v.link.get("buffer_bytes")),
+    Column("buffer_bdp", "float64", "bottleneck buffer the kernel held (tbf's limit / BDP; the value asked for "
+           "when the kernel held it to the byte; records without a read-back: as asked) [BDP]",
+           lambda v: effective_buffer(v.link, v.meta)[1]),
+    Column("buffer_bytes", "float64", "bottleneck buffer the kernel held, tbf's limit (records without a "
+           "read-back: as asked) [bytes]", lambda v: effective_buffer(v.link, v.meta)[0]),
     Column("loss_model", "string", "none, uniform or gemodel", lambda v: v.link.get("loss_model", "none")),
     Column("loss_pct", "float64", "loss probability [%]", lambda v: v.link.get("loss_pct", 0.0)),
     Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),

@@ -83,11 +83,20 @@ def register(sub) -> None:
 
 def link_from_args(args: argparse.Namespace):
     """A validated :class:`~bbrlab.scenario.Link` from the flags (raises before anything is touched)."""
-    from ..scenario import Link
+    from ..scenario import BufferBelowMinimum
 
     buffer_bdp, buffer_bytes = parse_buffer(args.buffer, "--buffer")
     loss_pct = parse_percent(args.loss, "--loss") if args.loss is not None else 0.0
     model = args.loss_model or ("uniform" if args.loss is not None else "none")
+    try:
+        return _link(args, buffer_bdp, buffer_bytes, loss_pct, model)
+    except BufferBelowMinimum as e:  # the flag the user typed, with the range its --rate x --rtt allow
+        raise ValidationError("--buffer", args.buffer, e.allowed) from None
+
+
+def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, model: str):
+    from ..scenario import Link
+
     return Link(
         rtt_ms=parse_time_ms(args.rtt, "--rtt"),
         rate_mbit=parse_rate_mbit(args.rate, "--rate"),
@@ -146,8 +155,10 @@ def run_set(args) -> int:
     if args.json:
         print(json.dumps(readbacks, indent=2))
     else:
+        queue = linkmod.effective_queue(readbacks, tb.emulator.ports, link)  # as the kernel holds it
         print(f"link set on {tb.emulator.host.name}: RTT {link.rtt_ms:g} ms, {link.rate_mbit:g} Mbit/s, "
-              f"queue {link.queue_limit_bytes} B (BDP {link.bdp_bytes} B), loss {link.effective_loss_pct:g} %")
+              f"queue {queue['queue_bytes']} B = {queue['queue_bdp']} BDP (BDP {link.bdp_bytes} B), "
+              f"loss {link.effective_loss_pct:g} %")
         _print_ports(readbacks, tb.emulator.ports)
     return 0
 

@@ -6,9 +6,10 @@ import math
 from collections.abc import Sequence
 
 from ..errors import ValidationError
+from ..scenario import SAMPLER_MAX_PORTS
 
-#: The C program's limits (bbrlab/native/sockdiag_sampler.c).
-MAX_PORTS = 64
+#: The C programs' limits (bbrlab/native/sampler_common.h, sockdiag_sampler.c, sockbpf_sampler.c).
+MAX_PORTS = SAMPLER_MAX_PORTS
 MIN_INTERVAL_MS = 0.1
 MAX_INTERVAL_MS = 10_000
 MAX_STOP_AFTER_S = 86_400

@@ -152,7 +152,7 @@ def test_a_root_qdisc_bbrlab_did_not_set_is_left_alone(ns, host):
     subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "vrcv", "root", "handle", "5:",
                     "tbf", "rate", "1mbit", "burst", "5000", "limit", "10000"], check=True)
     with pytest.raises(errors.TestbedError, match="did not set"):
-        linkmod.set(host, PORTS, Link(rtt_ms=0, rate_mbit=50))
+        linkmod.set(host, PORTS, Link(rtt_ms=0, rate_mbit=50, buffer_bdp=None, buffer_bytes=125_000))
     assert tc_json(ns, "vrcv")[0]["handle"] == "5:"
     linkmod.clear(host, ["vsnd"])  # clear only removes bbrlab's own qdiscs
     with pytest.raises(errors.TestbedError, match="still carry"):
@@ -162,7 +162,7 @@ def test_a_root_qdisc_bbrlab_did_not_set_is_left_alone(ns, host):
 
 def test_a_missing_port_fails_before_any_change(ns, host):
     with pytest.raises(errors.TestbedError, match="vnone"):
-        linkmod.set(host, ("vsnd", "vnone"), Link(rtt_ms=0, rate_mbit=50))
+        linkmod.set(host, ("vsnd", "vnone"), Link(rtt_ms=0, rate_mbit=50, buffer_bdp=None, buffer_bytes=125_000))
     assert roots(ns)["vsnd"] == ("noqueue", "0:")
 
 

@@ -52,7 +52,7 @@ def _unchecked(**kw) -> Link:
 
 
 def test_a_burst_time_within_the_limit_comes_back_as_asked(ns):
-    link = Link(rtt_ms=20, rate_mbit=0.00045)  # 450 bit/s: the 15140-byte bucket drains in 269 s
+    link = Link(rtt_ms=20, rate_mbit=0.00045, buffer_bdp=None, buffer_bytes=4000)  # 450 bit/s: the 15140-byte bucket drains in 269 s
     code, tbf = _tbf_as_kernel_has_it(ns, link)
     asked = build_tree(link, ("vsnd", "vrcv")).data.find("tbf").qdisc.burst_bytes
     assert code == 0 and abs(tbf["options"]["burst"] - asked) <= 0.001 * asked  # tc rounds through ticks

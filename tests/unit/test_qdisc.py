@@ -96,7 +96,7 @@ def test_seed_is_rendered_when_asked():
 
 def test_burst_scales_with_rate_and_never_drops_below_a_few_packets():
     assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000)) == 500_000  # 4 ms at 1 Gbit/s
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1)) == 10 * 1514  # a few packets at least
+    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1, buffer_bdp=2)) == 10 * 1514  # a few packets at least
     assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=20)) == 15_140
     assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000, mtu_bytes=9000)) == 500_000
     assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=50, mtu_bytes=9000)) == 10 * 9014
@@ -135,7 +135,7 @@ def test_pyroute2_refuses_what_it_cannot_encode_before_touching_anything():
     ge = build_tree(Link(rtt_ms=20, rate_mbit=50, loss_model="gemodel", ge_p_pct=1), PORTS)
     with pytest.raises(UnsupportedByRenderer, match="gemodel"):
         pyroute2_kwargs(ge.data.nodes[0])
-    fast = build_tree(Link(rtt_ms=0, rate_mbit=40_000), PORTS)
+    fast = build_tree(Link(rtt_ms=0, rate_mbit=40_000, buffer_bdp=None, buffer_bytes=10**6), PORTS)
     with pytest.raises(UnsupportedByRenderer, match="34 Gbit"):
         pyroute2_kwargs(fast.data.nodes[0])
 

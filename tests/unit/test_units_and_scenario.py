@@ -36,8 +36,9 @@ def test_link_derived_values():
     assert link.queue_limit_bytes == 125_000
     assert link.one_way_delays_ms() == (10, 10)
     assert Link(rtt_ms=20, rate_mbit=50, delay_split="forward").one_way_delays_ms() == (20, 0)
-    tiny = Link(rtt_ms=0, rate_mbit=1, buffer_bdp=1)
-    assert tiny.queue_limit_bytes == 3000  # never below two packets
+    assert Link(rtt_ms=20, rate_mbit=50, buffer_bdp=0.5).queue_bdp == 0.5
+    small = Link(rtt_ms=0, rate_mbit=1, buffer_bdp=None, buffer_bytes=3028)
+    assert small.queue_limit_bytes == small.min_queue_bytes == 3028  # two frames of 1514 bytes, as asked
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,20 @@ A second signal while the first is being handled does not raise again (that woul
 short); it is noted and the process ends once the restoring is done. Python only delivers signals to
 the main thread; elsewhere :func:`interruptible` changes nothing. A process forked from ours inherits the
 handler; there it ends the process as the default action would (:func:`die_as_default`).
+
+A long command (a build step: debootstrap, make, mke2fs) is run with :func:`run_group`: it leads a process
+group of its own, and when the call ends early (a signal's :class:`Interrupted`, a timeout) the whole group
+is stopped, so nothing it started goes on writing into a work folder that is being removed.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -110,3 +116,61 @@ def clear_pending() -> None:
     import ctypes
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
+
+
+#: Seconds a stopped command's process group gets between SIGTERM and SIGKILL (make deletes its half-made
+#: targets on SIGTERM).
+STOP_GRACE_S = 5.0
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop ``proc`` (started with ``start_new_session=True``) and everything in its process group: SIGTERM,
+    then SIGKILL to whatever is left after ``grace_s``; ``proc`` is reaped."""
+    pgid = proc.pid
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, else its zombie keeps the group "alive"
+            if not _group_alive(pgid):
+                break
+            time.sleep(0.02)
+        else:
+            continue
+        break
+    proc.wait()
+
+
+def run_group(argv: list[str], *, timeout: float | None = None, grace_s: float = STOP_GRACE_S,
+              **popen_kw) -> subprocess.CompletedProcess:
+    """Like :func:`subprocess.run` (``capture_output``, ``text``, ``cwd``, ``stdout`` ... as keywords), but the
+    command leads its own process group, which is stopped as a whole (:func:`stop_group`) when the call
+    ends early: :class:`Interrupted`, a timeout (:class:`subprocess.TimeoutExpired`, raised as ``run``
+    raises it), any other exception."""
+    if popen_kw.pop("capture_output", False):
+        popen_kw.setdefault("stdout", subprocess.PIPE)
+        popen_kw.setdefault("stderr", subprocess.PIPE)
+    proc = subprocess.Popen(argv, start_new_session=True, **popen_kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_group(proc, grace_s)
+        raise
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

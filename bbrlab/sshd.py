@@ -15,17 +15,25 @@ for the ``with`` block, with everything of its own in a private directory (``mkt
 sshd runs in the foreground under coreutils ``timeout`` (it can never outlive the run), logging to the
 private directory; it is ready when its port listens. OpenSSH needs its privilege-separation directory
 (``/run/sshd``, which Debian's service creates at boot): it is created when missing.
+
+The private directory holds keys and the data received, and a run killed outright (SIGKILL) cannot
+remove it. So its first file is ``owner``, a stamp naming the process that drives the run
+(:class:`bbrlab.owners.Owner`), and :func:`sweep_dirs` (called by the recovery before a campaign's first
+run) removes every such directory whose owner is gone, after killing the processes still working in it
+(the sshd under ``timeout``, a progress poller). A directory whose owner still runs, or ran on another
+machine, is left alone; one without a stamp only once it is a day old.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import iperf
+from . import iperf, owners
 from .errors import BbrlabError, ValidationError
 from .hosts import Host
 
@@ -90,15 +98,16 @@ def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER)
     ])
 
 
-#: $1 directory, $2 the sshd_config text, $3 the authorized key's options. In one command (every step
-#: is a command, and content never goes through stdin, which invoke forwards slowly): a host key and a
-#: client key (ssh-keygen), the destination directory, the one authorized key, the config, and the
-#: privilege-separation directory sshd insists on. Prints the host's public key, then the client's
-#: private key.
+#: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp. In one
+#: command (every step is a command, and content never goes through stdin, which invoke forwards slowly):
+#: the owner stamp first, a host key and a client key (ssh-keygen), the destination directory, the one
+#: authorized key, the config, and the privilege-separation directory sshd insists on. Prints the host's
+#: public key, then the client's private key.
 _SETUP = r"""
 set -eu
 d=$1
 umask 077
+printf '%s\n' "$4" > "$d/owner"
 mkdir "$d/dest"
 ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-sshd -f "$d/host_ed25519_key"
 ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-client -f "$d/client_ed25519_key"
@@ -119,7 +128,8 @@ def key_options(forced_command: Sequence[str]) -> str:
 
 def _setup(host: Host, directory: str, config: str, options: str) -> tuple[str, str]:
     """(host key pub, client private key), everything made in ``directory`` on ``host``."""
-    out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options], timeout=60)
+    out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options,
+                       owners.Owner.current().stamp()], timeout=60)
     lines = out.splitlines()
     if len(lines) < 3 or not lines[1].startswith("-----BEGIN OPENSSH PRIVATE KEY-----"):
         raise SshdError(f"ssh-keygen on {host.name} printed no key pair: {out[:200]!r}")
@@ -167,11 +177,59 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
 def kill_strays(host: Host, port: int = DEFAULT_PORT) -> list[int]:
     """Kill (SIGKILL) sshd processes with a socket on ``port`` in ``host``'s network namespace (a killed
     run's server); return their pids. Found with ``ss -p``, so nothing outside that namespace is seen."""
-    import re
-
     out = "".join(host.run(argv, check=False, timeout=20).stdout for argv in (
         ["ss", "-ltnpH", "(", "sport", "=", f":{port}", ")"], ["ss", "-tnpH", "(", "sport", "=", f":{port}", ")"]))
     pids = sorted({int(m.group(1)) for m in re.finditer(r'"sshd",pid=(\d+)', out)})
     for pid in pids:
         host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
     return pids
+
+
+#: A private directory left without an owner stamp (by an older bbrlab) is removed once this old.
+UNSTAMPED_STALE_S = 86400
+#: $1 the purpose (``sshd``, ``rsync``): each of our private directories of that purpose in the temporary
+#: directory (``mktemp -d -t`` made it there), its age in seconds and the first line of its owner stamp.
+_LIST_DIRS = r"""
+now=$(date +%s)
+for d in "${TMPDIR:-/tmp}"/bbrlab-"$1".*; do
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || continue
+    printf '%s\t%s\t%s\n' "$d" "$((now - $(stat -c %Y "$d")))" "$(head -n 1 "$d/owner" 2>/dev/null | cut -c1-200)"
+done
+"""
+#: $1 a directory: SIGKILL every process whose command line names a file inside it (the run's sshd under
+#: timeout, a progress poller), then remove it (never crossing into another file system).
+_REMOVE_DIR = r"""
+d=$1
+for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"$d/"*) kill -KILL "$pid" 2>/dev/null ;; esac
+done
+rm -rf --one-file-system -- "$d"
+"""
+
+
+def _left_behind(age_s: int, stamp: str) -> bool:
+    owner = owners.Owner.parse(stamp)
+    if owner is None:
+        return not stamp and age_s > UNSTAMPED_STALE_S
+    return owner.gone()
+
+
+def sweep_dirs(host: Host, purpose: str = "sshd") -> list[str]:
+    """Remove ``host``'s private directories of ``purpose`` (``sshd``: a run's server; ``rsync``: a run's
+    client files) whose owner is gone, with the processes still working in them; return their paths.
+    See the module docstring for what is left alone."""
+    if not re.fullmatch(r"[a-z]{1,16}", purpose):
+        raise ValueError(f"purpose must be a short lowercase word, not {purpose!r}")
+    listing = host.run(["sh", "-c", _LIST_DIRS, "bbrlab-sweep", purpose], check=False, timeout=60).stdout
+    removed = []
+    for line in listing.splitlines():
+        path, _, rest = line.partition("\t")
+        age, _, stamp = rest.partition("\t")
+        if not re.fullmatch(rf"/[A-Za-z0-9._/-]*/bbrlab-{purpose}\.[A-Za-z0-9]{{8}}", path) or not age.isdigit():
+            continue
+        if _left_behind(int(age), stamp.strip()):
+            host.run(["sh", "-c", _REMOVE_DIR, "bbrlab-sweep", path], check=False, timeout=60)
+            removed.append(path)
+    return removed

@@ -32,7 +32,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import checks, progress, sshd
+from . import checks, owners, progress, sshd
 from . import record as rec
 from .errors import RunFailed, TestbedError
 from .hosts import Host, Result
@@ -186,6 +186,8 @@ def client_files(host: Host, server: sshd.SshServer) -> Iterator[str]:
     connect helper (each mode 0600, copied with the host's ``put``: over SFTP for an SSH host, so the key
     is never on a command line), for the ``with`` block; its path."""
     with host.private_dir("rsync") as directory, tempfile.TemporaryDirectory(prefix="bbrlab-rsync-") as local:
+        host.run(["sh", "-c", 'umask 077; printf "%s\\n" "$2" > "$1"', "bbrlab-stamp", f"{directory}/owner",
+                  owners.Owner.current().stamp()], timeout=30)  # first: a killed run's files are swept by it
         files = {"id_ed25519": server.client_key, "known_hosts": server.known_hosts_line(HOST_ALIAS),
                  "ssh_config": client_config(server, directory), "connect.py": CONNECT_PY}
         for name, text in files.items():
@@ -404,10 +406,14 @@ def check(flow: Flow, parsed: ClientResult, endpoint: Session, result: Result) -
 
 def recover(testbed) -> dict:
     """What a killed run left: the receiver's sshd (and its connections' processes) on the run's port, the
-    sender's ssh clients connected to it. The progress poller and the sender's client end by themselves
-    (both run under a deadline)."""
-    return {"sshd_killed": sshd.kill_strays(testbed.receiver.host),
-            "ssh_clients_killed": _kill_clients(testbed.sender.host, sshd.DEFAULT_PORT)}
+    sender's ssh clients connected to it, and the private directories whose owner is gone
+    (:func:`bbrlab.sshd.sweep_dirs`): the receiver's (keys, the data received) and the sender's client
+    files (the run's private key). The progress poller and the sender's client end by themselves (both run
+    under a deadline)."""
+    rx, tx = testbed.receiver.host, testbed.sender.host
+    return {"sshd_killed": sshd.kill_strays(rx),
+            "ssh_clients_killed": _kill_clients(tx, sshd.DEFAULT_PORT),
+            "run_dirs_removed": {"receiver": sshd.sweep_dirs(rx, "sshd"), "sender": sshd.sweep_dirs(tx, "rsync")}}
 
 
 def _kill_clients(host: Host, port: int) -> list[int]:

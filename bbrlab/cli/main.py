@@ -21,6 +21,7 @@ Typical session on one machine (root):
   bbrlab campaign run specs/demo.yaml --out runs/demo
   bbrlab ingest runs/demo            tidy parquet tables for the notebooks
   bbrlab testbed down
+  bbrlab cache show                  what ~/.cache/bbrlab holds (bbrlab cache prune frees space)
 
 Several testbeds at once (docs/scaling.md):
   bbrlab campaign run SPEC --out DIR --testbed a --testbed b     local testbeds, one CPU partition each
@@ -33,7 +34,7 @@ Several testbeds at once (docs/scaling.md):
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
 COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "ingest",
-            "figures", "demo")
+            "figures", "demo", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bbrlab: error: {e}", file=sys.stderr)
         return 1
     except Interrupted as e:
-        _tell(f"bbrlab: {e}; what the command had changed on the testbed was restored")
+        _tell(f"bbrlab: {e}; what the command had changed on the testbed was restored, and a build in progress "
+              "removed")
         return e.exit_code
     except KeyboardInterrupt:
         _tell("bbrlab: interrupted")

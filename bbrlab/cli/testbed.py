@@ -60,11 +60,12 @@ def register(sub) -> None:
 
 def run_up(args) -> int:
     from .. import testbed
+    from ..signals import interruptible
     from ..testbed.local.state import check_name
     from ..testbed.target import DEFAULT_NAME, ENV
 
     name = check_name(args.name or os.environ.get(ENV, "").strip() or DEFAULT_NAME)
-    with changing(name, "testbed up"):
+    with changing(name, "testbed up"), interruptible():  # a signal: the half-built image or testbed is removed
         tb = testbed.up(name, sender_vcpus=args.sender_vcpus, progress=not args.quiet,
                         load_bbr2b=not args.no_bbr2b, kernel=args.kernel)
     print(f"testbed '{tb.name}' is up ({tb.accelerator}); sender {tb.sender.experiment_ip} -> "

@@ -22,9 +22,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import resources
+from .. import cachefiles, resources
 from ..errors import BbrlabError
 from ..hosts import LocalHost
+from ..signals import interruptible
 from .source import (
     DEFAULT_SOURCE,
     SOURCE_MEMBER,
@@ -282,8 +283,24 @@ def _compile(build: ModuleBuild, src_dir: Path) -> Path:
 
 
 def build_in(build: ModuleBuild, out_dir: str | Path) -> BuiltModule:
-    """Patch, write the Kbuild, compile; leave ``<name>.ko`` and ``build.json`` in ``out_dir``."""
-    out = Path(out_dir)
+    """Patch, write the Kbuild, compile; leave ``<name>.ko`` and ``build.json`` in ``out_dir``.
+
+    The work happens in a temporary folder in ``out_dir``; both files appear whole or not at all. SIGINT,
+    SIGTERM and SIGHUP stop the compiler and remove the temporary folder."""
+    with interruptible():
+        return _build_in(build, Path(out_dir))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _build_in(build: ModuleBuild, out: Path) -> BuiltModule:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".build-") as tmp:
         patched = _apply_patch(build, Path(tmp) / "tree")
@@ -297,12 +314,13 @@ def build_in(build: ModuleBuild, out_dir: str | Path) -> BuiltModule:
         (src_dir / "Kbuild").write_text(KBUILD_TEMPLATE.read_text().replace("@NAME@", name))
         ko = _compile(build, src_dir)
         final = out / f"{name}.ko"
-        shutil.copyfile(ko, final)
+        shutil.copyfile(ko, Path(tmp) / "copy.ko")  # same file system as out: the rename below is atomic
+        os.replace(Path(tmp) / "copy.ko", final)
     built = BuiltModule(final, name, modinfo_field(final, "srcversion"), modinfo_field(final, "vermagic"),
                         build.patch_sha256, build.source_sha256, build.kernel_release)
     if not built.srcversion or built.target_release != build.kernel_release:
         raise BuildError(f"{final}: unexpected identity srcversion={built.srcversion!r} vermagic={built.vermagic!r}")
-    (out / "build.json").write_text(json.dumps(built.to_dict(), indent=2) + "\n")
+    _write_atomically(out / "build.json", json.dumps(built.to_dict(), indent=2) + "\n")
     return built
 
 
@@ -327,16 +345,17 @@ def cached_build(build: ModuleBuild) -> BuiltModule:
     if record.is_file():
         built = BuiltModule.from_dict(json.loads(record.read_text()))
         if built.ko_path.is_file():
+            cachefiles.mark_used(final)
             return built
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
-    try:
-        built = build_in(build, staging)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    built = BuiltModule(final / built.ko_path.name, **{k: v for k, v in built.to_dict().items() if k != "ko_path"})
-    record.write_text(json.dumps(built.to_dict(), indent=2) + "\n")
+    with interruptible():
+        staging = cachefiles.work_dir(final.parent, final.name)
+        try:
+            built = build_in(build, staging)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        built = BuiltModule(final / built.ko_path.name, **{k: v for k, v in built.to_dict().items() if k != "ko_path"})
+        _write_atomically(record, json.dumps(built.to_dict(), indent=2) + "\n")
     return built

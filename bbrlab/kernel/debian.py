@@ -12,6 +12,11 @@ Layout under ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/debian/``::
     unpacked/<package>_<version>/             ``dpkg-deb -x`` of one package
     kernels/<name>.json                       the package set a kernel name resolved to (pinned)
 
+Every file and folder is made under a work name (``.build-*``, see :mod:`bbrlab.cachefiles`) and
+renamed into place when complete; SIGINT, SIGTERM and SIGHUP remove the work name on the way out, and
+one left by a killed process is swept later. Each use of a package or an unpacked tree marks it used,
+so pruning the cache (``bbrlab cache prune``) removes the least recently used first.
+
 A kernel name resolves once (the suite's ``linux-image-amd64`` at that time) and stays pinned
 to that package version until :func:`resolve_kernel_set` is called with ``refresh=True``, so a
 campaign spread over days boots the same kernel.
@@ -25,13 +30,13 @@ import lzma
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import cachefiles
 from ..errors import BbrlabError
+from ..signals import interruptible, run_group
 from .source import cache_dir, sha256_file
 
 MIRROR = "http://deb.debian.org/debian"
@@ -114,17 +119,17 @@ def debian_dir() -> Path:
 # -- the verified index ---------------------------------------------------------------------------
 def _fetch(url: str, dest: Path) -> Path:
     """Download ``url`` to ``dest`` atomically (a temporary name, renamed when complete)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    fd, tmp = cachefiles.work_file(dest.parent, dest.name)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
+        with interruptible(), os.fdopen(fd, "wb") as out, \
+                urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
             shutil.copyfileobj(resp, out, 1 << 20)
         os.replace(tmp, dest)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise DebianError(f"cannot download {url}: {e}") from e
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return dest
 
@@ -134,8 +139,8 @@ def _verified_release(suite: str, folder: Path) -> str:
     inrelease = _fetch(f"{MIRROR}/dists/{suite}/InRelease", folder / "InRelease")
     if not KEYRING.is_file():
         raise DebianError(f"{KEYRING} is missing: install debian-archive-keyring")
-    p = subprocess.run(["gpgv", "--keyring", str(KEYRING), "--output", "-", str(inrelease)],
-                       capture_output=True, text=True, timeout=60)
+    p = run_group(["gpgv", "--keyring", str(KEYRING), "--output", "-", str(inrelease)],
+                  capture_output=True, text=True, timeout=60)
     if p.returncode != 0:
         raise DebianError(f"the signature of {suite}'s InRelease does not verify: {p.stderr.strip()[-400:]}")
     return p.stdout
@@ -239,10 +244,14 @@ def resolve_kernel_set(name: str, refresh: bool = False) -> KernelSet:
             extra.append(_one(index, dep, version, spec.suite))
     source = _one(index, f"linux-source-{spec.series}", version, spec.suite)
     kset = KernelSet(name, spec.suite, release, image, (headers, *extra), source)
-    pinned.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pinned.with_suffix(".tmp")
-    tmp.write_text(json.dumps(kset.to_dict(), indent=2) + "\n")
-    os.replace(tmp, pinned)
+    fd, tmp = cachefiles.work_file(pinned.parent, pinned.name)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(kset.to_dict(), indent=2) + "\n")
+        os.replace(tmp, pinned)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return kset
 
 
@@ -251,6 +260,7 @@ def download(pkg: DebPackage) -> Path:
     """The ``.deb`` in the cache (downloaded and checked against the index's SHA-256 if missing)."""
     dest = debian_dir() / "pool" / f"{pkg.key}_{Path(pkg.filename).name.rsplit('_', 1)[-1]}"
     if dest.is_file() and sha256_file(dest) == pkg.sha256:
+        cachefiles.mark_used(dest)
         return dest
     _fetch(f"{MIRROR}/{pkg.filename}", dest)
     got = sha256_file(dest)
@@ -265,11 +275,16 @@ def unpack(deb: Path, key: str | None = None) -> Path:
     key = key or deb.name.rsplit("_", 1)[0]
     dest = debian_dir() / "unpacked" / key
     if dest.is_dir():
+        cachefiles.mark_used(dest)
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{key}."))
+    with interruptible():
+        return _unpack_into(deb, dest)
+
+
+def _unpack_into(deb: Path, dest: Path) -> Path:
+    tmp = cachefiles.work_dir(dest.parent, dest.name)
     try:
-        p = subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True, timeout=900)
+        p = run_group(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True, timeout=900)
         if p.returncode != 0:
             raise DebianError(f"dpkg-deb -x {deb} failed: {p.stderr.strip()[-400:]}")
         try:
@@ -284,7 +299,7 @@ def unpack(deb: Path, key: str | None = None) -> Path:
 
 def deb_fields(deb: Path) -> dict[str, str]:
     """The control fields of a ``.deb`` (``dpkg-deb -f``)."""
-    p = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, timeout=60)
+    p = run_group(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, timeout=60)
     if p.returncode != 0:
         raise DebianError(f"{deb} is not a Debian package: {p.stderr.strip()[-300:]}")
     return dict(re.findall(r"^([A-Za-z0-9-]+): ?(.*)$", p.stdout, re.M))
@@ -305,13 +320,18 @@ def headers_tree(kset: KernelSet) -> Path:
     dest = debian_dir() / "unpacked" / f"headers_{kset.image.key}"
     tree = dest / "usr" / "src" / f"linux-headers-{kset.release}"
     if (tree / "Makefile").is_file():
+        cachefiles.mark_used(dest)
         return tree
     debs = [download(pkg) for pkg in kset.headers]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".headers_{kset.image.key}."))
+    with interruptible():
+        return _unpack_headers(kset, debs, dest, tree)
+
+
+def _unpack_headers(kset: KernelSet, debs: list[Path], dest: Path, tree: Path) -> Path:
+    tmp = cachefiles.work_dir(dest.parent, dest.name)
     try:
         for deb in debs:
-            p = subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True, timeout=600)
+            p = run_group(["dpkg-deb", "-x", str(deb), str(tmp)], capture_output=True, text=True, timeout=600)
             if p.returncode != 0:
                 raise DebianError(f"dpkg-deb -x {deb} failed: {p.stderr.strip()[-400:]}")
         makefile = tmp / "usr" / "src" / f"linux-headers-{kset.release}" / "Makefile"

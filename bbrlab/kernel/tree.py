@@ -16,6 +16,11 @@ written to (the build runs with ``make O=<out>/build``). Steps:
 ``<out>`` is then a kernel directory ``bbrlab testbed up --kernel <out>`` boots: ``bzImage``,
 ``config``, ``lib/modules/<release>/``, ``bbr2b/``, and ``kernel.json`` (what was built, from
 what, how long it took).
+
+SIGINT, SIGTERM and SIGHUP stop the build: every command it runs leads its own process group, which is
+stopped as a whole (make deletes its half-made targets, so ``<out>/build`` can be built on). Once step 3
+has begun installing into ``<out>``, an interrupted or failed build removes what it installed there
+(``bzImage``, ``config``, ``lib/modules``, ``bbr2b``), so a half-installed kernel never looks bootable.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BbrlabError
+from ..signals import interruptible, run_group
 from .bbr2b import PATCH_NAME, Bbr2bUnavailable, patch_for_source
 from .build import KERNELS_DIR, BuiltModule, build_in, plan_build
 from .bzimage import read_bzimage
@@ -180,7 +186,7 @@ class _Runner:
         with open(self.log, "a") as log:
             log.write(f"\n$ {' '.join(full)}\n")
             log.flush()
-            p = subprocess.run(full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+            p = run_group(full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         self.steps[step] = round(time.monotonic() - t0, 1)
         if p.returncode != 0:
             tail = self.log.read_text(errors="replace")[-2000:]
@@ -192,6 +198,28 @@ def build_tree(source: str | Path, out: str | Path, *, jobs: int | None = None, 
                bbr2b_sha256: str | None = None, bbr2b_fuzz: int = 0,
                progress: Callable[[str], None] = lambda s: None) -> TreeBuild:
     """Build the sender kernel of the tree ``source`` into ``out`` (see the module docstring)."""
+    with interruptible():
+        return _build_tree(source, out, jobs=jobs, nice=nice, localversion=localversion, bbr2b=bbr2b,
+                           bbr2b_patch=bbr2b_patch, bbr2b_sha256=bbr2b_sha256, bbr2b_fuzz=bbr2b_fuzz,
+                           progress=progress)
+
+
+#: What an install into ``<out>`` writes (removed again when the build does not finish).
+INSTALLED = ("kernel.json", "bzImage", "config", "lib", "bbr2b")
+
+
+def _remove_installed(dest: Path) -> None:
+    for name in INSTALLED:
+        path = dest / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _build_tree(source: str | Path, out: str | Path, *, jobs: int | None, nice: int, localversion: str,
+                bbr2b: bool, bbr2b_patch: str | Path | None, bbr2b_sha256: str | None, bbr2b_fuzz: int,
+                progress: Callable[[str], None]) -> TreeBuild:
     src = Path(source).expanduser().resolve()
     dest = Path(out).expanduser().resolve()
     jobs = jobs or os.cpu_count() or 1
@@ -209,13 +237,17 @@ def build_tree(source: str | Path, out: str | Path, *, jobs: int | None = None, 
     _configure(run, src, build_dir, localversion)
     run(f"make -j{jobs} bzImage modules (the long step)", ["make", "-C", str(src), f"O={build_dir}", f"-j{jobs}",
                                                            "bzImage", "modules"], niced=True)
-    _install(run, src, build_dir, dest)
-    result.release = read_bzimage(dest / "bzImage").release
-    if choice is not None:
-        result.bbr2b = _build_bbr2b(choice, tcp_bbr_c, build_dir, dest, result.release).to_dict()
-    result.build_s = round(time.monotonic() - t0, 1)
-    result.steps_s = run.steps
-    (dest / "kernel.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    try:
+        _install(run, src, build_dir, dest)
+        result.release = read_bzimage(dest / "bzImage").release
+        if choice is not None:
+            result.bbr2b = _build_bbr2b(choice, tcp_bbr_c, build_dir, dest, result.release).to_dict()
+        result.build_s = round(time.monotonic() - t0, 1)
+        result.steps_s = run.steps
+        (dest / "kernel.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    except BaseException:
+        _remove_installed(dest)
+        raise
     progress(f"build-tree: {result.release} built in {result.build_s:.0f} s -> {dest}")
     return result
 

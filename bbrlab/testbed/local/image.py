@@ -8,8 +8,11 @@ out of its ``/boot`` for QEMU's ``-kernel``/``-initrd``.
 
 Everything that shapes the image is hashed (:func:`recipe`); the image lives in
 ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/images/<hash>/`` and is rebuilt only when the hash changes.
-A build happens in a temporary folder next to it and is renamed into place when complete, so a
-crash never leaves a half image that looks finished.
+A build happens in a work folder next to it (``.build-*``, named for the building process, see
+:mod:`bbrlab.cachefiles`) and is renamed into place when complete, so a crash never leaves a half
+image that looks finished. SIGINT, SIGTERM and SIGHUP stop a build cleanly: its build steps (and
+everything they started) are stopped and the work folder removed. A work folder left by a build that
+was killed outright is swept by the next build, under the image lock.
 
 The guest's SSH host key (ed25519) is generated at build time; its public half is stored next to
 the image (``host_key.pub``) so the testbed's ``known_hosts`` pins it.
@@ -24,14 +27,15 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ... import cachefiles
 from ...errors import TestbedError
+from ...signals import interruptible, run_group
 
 IMAGE_VERSION = 1  # bump when the build steps change in a way the recipe below does not show
 SUITE = "bookworm"
@@ -150,6 +154,8 @@ def ensure_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage
         img = cached_image()  # another process may have built it while we waited
         if img is not None:
             return img
+        for stale in sweep_stale_builds():
+            progress(f"image: removed {stale}, left by a build that was killed")
         img = build_image(progress)
         for old in prune_images(keep=img.folder):
             progress(f"image: removed the outdated image {old}")
@@ -208,11 +214,18 @@ def prune_images(keep: Path) -> list[Path]:
     return removed
 
 
+def sweep_stale_builds() -> list[Path]:
+    """Remove the work folders of image and boot-file builds whose process is gone (see
+    :mod:`bbrlab.cachefiles`); return what went. Callers hold the image lock."""
+    root = cache_dir()
+    return cachefiles.sweep(root / "images") + cachefiles.sweep(root / "boot")
+
+
 def _step(name: str, argv: list[str], progress: Callable[[str], None], timeout_s: float = 1800) -> str:
     """Run one build step; fail loudly naming the step and the tail of its output."""
     progress(f"image: {name}")
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        p = run_group(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
         raise TestbedError(f"guest image build step '{name}' timed out after {timeout_s:.0f} s") from e
     except OSError as e:
@@ -225,11 +238,15 @@ def _step(name: str, argv: list[str], progress: Callable[[str], None], timeout_s
 
 def build_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage:
     """Build the image for the current recipe into the cache (see the module docstring)."""
+    with interruptible():
+        return _build_image(progress)
+
+
+def _build_image(progress: Callable[[str], None]) -> GuestImage:
     r = recipe()
     final = cache_dir() / "images" / recipe_hash(r)
-    final.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
+    work = cachefiles.work_dir(final.parent, final.name)
     try:
         root = work / "rootfs"
         _debootstrap(r, root, progress)
@@ -263,8 +280,7 @@ def _install_kernel(package: str, root: Path, progress: Callable[[str], None]) -
     debs.mkdir(parents=True)
     progress(f"image: apt-get download {package}")
     try:
-        p = subprocess.run(["apt-get", "download", package], cwd=debs, capture_output=True, text=True,
-                           timeout=600)
+        p = run_group(["apt-get", "download", package], cwd=debs, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
         raise TestbedError(f"guest image build step 'download {package}' timed out") from e
     if p.returncode != 0:

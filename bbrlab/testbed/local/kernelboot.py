@@ -14,7 +14,10 @@ modules, with their dependencies, decompressed). It is a plain ``newc`` cpio wri
 :func:`write_cpio`, so no root privileges are needed to make device nodes.
 
 Both files are cached under ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/boot/<key>/``; the key hashes
-the kernel image, its modules tree (paths, sizes, times) and this recipe.
+the kernel image, its modules tree (paths, sizes, times) and this recipe. They are built in a work
+folder next to it (``.build-*``) under the image lock, which also sweeps the work folders of killed
+builds; SIGINT, SIGTERM and SIGHUP stop a build and remove its work folder. A new entry prunes the
+kernel caches to their cap (:mod:`.caches`).
 """
 
 from __future__ import annotations
@@ -27,17 +30,20 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from ... import cachefiles
 from ...errors import TestbedError
 from ...kernel.features import module_name
 from ...kernel.sender import ResolvedKernel
 from ...kernel.source import sha256_file
-from .image import cache_dir
+from ...signals import interruptible, run_group
+from ..lock import image_lock
+from . import caches
+from .image import cache_dir, sweep_stale_builds
 from .qemu import MODULES_DISK_SERIAL, BootFiles
 
 BOOT_RECIPE_VERSION = 1
@@ -81,17 +87,41 @@ def boot_files(resolved: ResolvedKernel, progress: Callable[[str], None] = lambd
     if files.initrd is not None:  # the image's own kernel: Debian's initramfs, modules in the image
         return BootFiles(files.bzimage, files.initrd)
     final = cache_dir() / "boot" / bundle_key(resolved)
-    if not (final / "boot.json").is_file():
-        _build(resolved, final, progress)
+    if (final / "boot.json").is_file():
+        cachefiles.mark_used(final)
+    else:
+        with image_lock():
+            for stale in sweep_stale_builds():
+                progress(f"kernel {resolved.kernel.name}: removed {stale}, left by a build that was killed")
+            if not (final / "boot.json").is_file():  # another process may have built it while we waited
+                _build(resolved, final, progress)
+                _prune(resolved, final, progress)
     disk = final / "modules.raw"
     return BootFiles(files.bzimage, final / "initrd.img", disk if disk.is_file() else None)
 
 
+def _prune(resolved: ResolvedKernel, final: Path, progress: Callable[[str], None]) -> None:
+    """Keep the kernel caches under their cap; never this kernel's files (a failure only warns)."""
+    files = resolved.files
+    keep = [final, *(p for p in (files.bzimage, files.modules_dir, files.headers_dir, files.source) if p)]
+    try:
+        report = caches.prune(keep=keep)
+    except (OSError, TestbedError) as e:
+        progress(f"kernel caches: not pruned ({e})")
+        return
+    for entry in report.removed:
+        progress(f"kernel caches: removed {entry.path} ({entry.size_bytes / 1e6:.0f} MB, least recently used)")
+
+
 def _build(resolved: ResolvedKernel, final: Path, progress: Callable[[str], None]) -> None:
+    with interruptible():
+        _build_in_work_dir(resolved, final, progress)
+
+
+def _build_in_work_dir(resolved: ResolvedKernel, final: Path, progress: Callable[[str], None]) -> None:
     t0 = time.monotonic()
     release = resolved.kernel.release
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
+    work = cachefiles.work_dir(final.parent, final.name)
     try:
         staged = None
         if resolved.files.modules_dir is not None:
@@ -116,7 +146,7 @@ def _build(resolved: ResolvedKernel, final: Path, progress: Callable[[str], None
 
 
 def _run(step: str, argv: list[str], timeout_s: float = 600) -> None:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    p = run_group(argv, capture_output=True, text=True, timeout=timeout_s)
     if p.returncode != 0:
         raise TestbedError(f"kernel boot files: {step} failed (exit {p.returncode}): "
                            f"{(p.stderr or p.stdout).strip()[-800:]}")

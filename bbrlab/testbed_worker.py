@@ -352,11 +352,11 @@ async def check_on_worker(spec: dict, dask_worker=None) -> dict:
     import asyncio
 
     from .campaign import CampaignSpec
-    from .scaleout import check_testbed
+    from .scaleout import TestbedCheck, check_testbed
 
     owner = dask_worker.plugins.get(PLUGIN_NAME)
     if not isinstance(owner, TestbedPlugin):
         return None  # a worker without the plugin: it owns no testbed (the driver withdraws it)
-    if owner.testbed is None:
-        return {"name": owner.label, "kind": "none", "host": socket.gethostname(), "describe": {}}
+    if owner.testbed is None:  # a stand-in run function (tests, benchmarks): nothing to check
+        return TestbedCheck(owner.label, "none", socket.gethostname(), {})
     return await asyncio.to_thread(check_testbed, CampaignSpec.from_dict(spec), owner.runner.testbed)

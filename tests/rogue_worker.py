@@ -6,6 +6,7 @@ terminated. MODE:
 
 - ``foreign``: a plain ``distributed.Worker``, without bbrlab's testbed plugin (a ``dask worker --resources
   bbrlab-testbed=1`` someone started by mistake);
+- ``standin``: an honest testbed worker with the stand-in run function (a lab's worker without a testbed);
 - ``forge``: a worker with the plugin (the stand-in run function of :mod:`tests.engine_runs`) whose task
   lies: every other outcome claims another planned run (status ok), the rest carry a file named
   ``../../../escaped-x`` meant to land beside the campaign directory.
@@ -50,7 +51,7 @@ async def serve(mode: str, address: str, files: list[str]) -> None:
         ca, cert, key = files
         security = Security(require_encryption=True, tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
                             tls_worker_cert=cert, tls_worker_key=key)
-    plugins = {tw.TestbedPlugin("rogue", slow_run)} if mode == "forge" else set()
+    plugins = {tw.TestbedPlugin(mode, slow_run)} if mode in ("forge", "standin") else set()
     async with Worker(address, nthreads=1, resources={tw.RESOURCE: 1}, name=f"rogue-{mode}", host="127.0.0.1",
                       protocol=address.split("://", 1)[0], security=security, plugins=plugins,
                       dashboard_address="127.0.0.1:0") as worker:

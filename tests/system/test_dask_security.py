@@ -285,3 +285,100 @@ def test_a_killed_worker_is_a_failed_attempt_and_the_campaign_resumes(tmp_path, 
         again = d.run_campaign_distributed(two, out, client, progress=False)  # the resume: no traceback
     assert again["done"] >= st["done"]
     assert sorted(r["attempt"] for r in _failed_records(out) if r["run_id"] == victim) == [1, 2]
+
+
+# -- a lab: bbrlab tls, a TLS dask scheduler, the command ---------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_scheduler(address: str, tls: list[str]) -> subprocess.Popen:
+    port = address.rsplit(":", 1)[1]
+    proc = subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", port,
+                             "--no-dashboard", *tls], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while "Scheduler at" not in proc.stderr.readline():
+        assert proc.poll() is None and time.monotonic() < deadline, "the scheduler did not start"
+    return proc
+
+
+def _bbrlab(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "bbrlab"), *argv], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _tls_args(directory: Path, name: str) -> list[str]:
+    return ["--tls-ca-file", str(directory / "ca.pem"), "--tls-cert", str(directory / f"{name}.pem"),
+            "--tls-key", str(directory / f"{name}-key.pem")]
+
+
+def _spec_file(tmp_path: Path) -> Path:
+    import yaml
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**spec().to_dict(), "name": "lab", "timeslices_ms": [10],
+                                    "cpu_shares_pct": [100]}))  # two runs
+    return path
+
+
+def test_a_lab_campaign_over_tls_with_bbrlabs_own_certificates(tmp_path):
+    for argv in (["tls", "ca", "--out", str(tmp_path / "ca")],
+                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "sched", "--out", str(tmp_path / "s")],
+                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "hosta", "--out", str(tmp_path / "a")],
+                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "me", "--out", str(tmp_path / "me")]):
+        res = _bbrlab(*argv)
+        assert res.returncode == 0, res.stderr
+    address = f"tls://127.0.0.1:{_free_port()}"
+    scheduler = _start_scheduler(address, _tls_args(tmp_path / "s", "sched"))
+    worker = None
+    try:
+        worker = subprocess.Popen([sys.executable, "-m", "tests.rogue_worker", "standin", address,
+                                   *(str(tmp_path / "a" / n) for n in ("ca.pem", "hosta.pem", "hosta-key.pem"))],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert worker.stdout.readline().strip() == "joined", worker.stderr.read()[-2000:]
+        out, spec_path = tmp_path / "out", _spec_file(tmp_path)
+        plain = _bbrlab("campaign", "run", str(spec_path), "--out", str(out), "--no-progress", "--scheduler",
+                        address.replace("tls://", "tcp://"))
+        assert plain.returncode == 1 and "--insecure" in plain.stderr  # tcp:// refused outright
+        other = tmp_path / "other"  # a certificate of another CA: the scheduler must not take it
+        assert _bbrlab("tls", "ca", "--out", str(other / "ca")).returncode == 0
+        assert _bbrlab("tls", "cert", "--ca", str(other / "ca"), "--name", "me", "--out", str(other)).returncode == 0
+        stranger = _bbrlab("campaign", "run", str(spec_path), "--out", str(out), "--no-progress", "--scheduler",
+                           address, *_tls_args(other, "me"))
+        assert stranger.returncode == 1 and f"--scheduler = '{address}'" in stranger.stderr, stranger.stderr[-2000:]
+        assert not out.exists()
+        res = _bbrlab("campaign", "run", str(spec_path), "--out", str(out), "--no-progress", "--scheduler", address,
+                      *_tls_args(tmp_path / "me", "me"))
+        assert res.returncode == 0, res.stderr[-3000:]
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None:
+                _stop(proc)
+    records = [json.loads(p.read_text()) for p in out.glob("runs/*/record.json")]
+    assert len(records) == 2
+    assert {(r["metadata"]["worker"]["testbed"], r["metadata"]["worker"]["transport"]) for r in records} == \
+        {("standin", "tls")}
+
+
+def test_an_insecure_lab_campaign_is_allowed_only_when_asked_and_the_records_say_so(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    scheduler = _start_scheduler(address, [])
+    worker = None
+    try:
+        worker = subprocess.Popen([sys.executable, "-m", "tests.rogue_worker", "standin", address], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert worker.stdout.readline().strip() == "joined", worker.stderr.read()[-2000:]
+        out = tmp_path / "out"
+        res = _bbrlab("campaign", "run", str(_spec_file(tmp_path)), "--out", str(out), "--no-progress",
+                      "--scheduler", address, "--insecure")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "warning" in res.stderr and "insecure" in res.stderr
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None:
+                _stop(proc)
+    records = [json.loads(p.read_text()) for p in out.glob("runs/*/record.json")]
+    assert len(records) == 2 and all("insecure" in r["metadata"]["worker"]["transport"] for r in records)

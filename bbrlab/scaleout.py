@@ -6,8 +6,10 @@ Two ways, one engine (:mod:`bbrlab.distributed`):
   :func:`run_local` starts a Dask cluster on this machine with one single-threaded worker per testbed.
   Several *local* testbeds each get an exclusive CPU partition (:mod:`bbrlab.testbed.isolation`), and more
   of them than the machine can isolate are refused.
-- **An existing cluster** (``--scheduler tcp://HOST:PORT``): :func:`run_on_scheduler` uses the workers
+- **An existing cluster** (``--scheduler tls://HOST:PORT``): :func:`run_on_scheduler` uses the workers
   that carry a testbed (``bbrlab worker``, :func:`serve_worker`, one per testbed on the lab's machines).
+  It speaks mutual TLS with the lab's CA (:func:`bbrlab.tlsconf.lab_security`); ``tcp://`` only with an
+  explicit ``--insecure``, which every record of the campaign notes (``metadata.worker.transport``).
 
 Everything that can be checked is checked before anything changes, for each testbed as the single-testbed
 path does it (:func:`check_testbed`: its sender kernels, and every timeslice x share against the live
@@ -27,10 +29,12 @@ from pathlib import Path
 
 from .campaign import check_same_testbed
 from .errors import BbrlabError, TestbedError, ValidationError
+from .tlsconf import TRANSPORT_TLS, LabTls, lab_security
 
-#: ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (an IPv6 host in brackets); a bare ``HOST:PORT`` means tcp.
+#: ``tls://HOST:PORT`` or ``tcp://HOST:PORT`` (an IPv6 host in brackets); a bare ``HOST:PORT`` means tls.
 SCHEDULER_RE = re.compile(r"(?P<scheme>tcp|tls)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})")
-SCHEDULER_ALLOWED = "tcp://HOST:PORT (or tls://HOST:PORT) of a running Dask scheduler, e.g. tcp://10.0.0.5:8786"
+SCHEDULER_ALLOWED = ("tls://HOST:PORT of a running Dask scheduler, e.g. tls://10.0.0.5:8786 (tcp://HOST:PORT only "
+                     "with --insecure)")
 #: Seconds to connect to a scheduler, and to wait for its first testbed worker.
 CONNECT_TIMEOUT_S = 15.0
 WORKER_WAIT_S = 60.0
@@ -46,25 +50,27 @@ def _say(message: str) -> None:
 # -- checking what was asked ----------------------------------------------------------------------------
 
 def scheduler_address(text: str) -> str:
-    """``--scheduler`` checked and normalised (``HOST:PORT`` becomes ``tcp://HOST:PORT``)."""
+    """``--scheduler`` checked and normalised (``HOST:PORT`` becomes ``tls://HOST:PORT``)."""
     value = str(text).strip()
     if "://" not in value:
-        value = f"tcp://{value}"
+        value = f"tls://{value}"
     m = SCHEDULER_RE.fullmatch(value)
     if not m or not 1 <= int(m["port"]) <= 65535:
         raise ValidationError("--scheduler", text, SCHEDULER_ALLOWED)
     return value
 
 
-def check_scheduler(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict:
-    """Ask the scheduler at ``address`` who it is; a clear error naming ``--scheduler`` when nothing (or
-    not a Dask scheduler) answers."""
+def check_scheduler(address: str, timeout_s: float = CONNECT_TIMEOUT_S, security=None, role: str = "client") -> dict:
+    """Ask the scheduler at ``address`` who it is (over TLS with ``security``, as ``role``); a clear error
+    naming ``--scheduler`` when nothing (or not a Dask scheduler) answers, or the TLS handshake fails."""
     import asyncio
 
     from distributed.core import rpc
 
+    args = security.get_connection_args(role) if security is not None else {}
+
     async def identity() -> dict:
-        async with rpc(address, timeout=timeout_s) as scheduler:
+        async with rpc(address, timeout=timeout_s, connection_args=args) as scheduler:
             return await asyncio.wait_for(scheduler.identity(), timeout_s)
 
     m = SCHEDULER_RE.fullmatch(address)
@@ -75,8 +81,10 @@ def check_scheduler(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict:
                               f"{e.strerror or e}") from None
     try:
         info = asyncio.run(identity())
-    except (TimeoutError, OSError) as e:
-        raise ValidationError("--scheduler", address, f"{SCHEDULER_ALLOWED}; nothing answered there: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a timeout, a refused or failed TLS handshake: said plainly
+        how = "over TLS with this certificate" if address.startswith("tls://") else "over plain tcp"
+        raise ValidationError("--scheduler", address, f"{SCHEDULER_ALLOWED}; no Dask scheduler answered there {how}: "
+                              f"{type(e).__name__}: {e}") from None
     if not isinstance(info, dict) or info.get("type") != "Scheduler":
         raise ValidationError("--scheduler", address, f"{SCHEDULER_ALLOWED}; what answered is a "
                               f"{(info or {}).get('type', 'something else')}, not a scheduler")
@@ -306,6 +314,9 @@ def worker_checks(client, spec) -> list[TestbedCheck]:
     results = client.run(check_on_worker, spec.to_dict(), workers=addresses, on_error="return")
     checks: list[TestbedCheck] = []
     for address, result in sorted(results.items()):
+        if result is None:  # the resource without bbrlab's plugin: no testbed there
+            d.withdraw_resource(client, address)
+            continue
         if isinstance(result, ValidationError):
             raise ValidationError(result.field, result.value, result.allowed,
                                   f"{result.hint + ', ' if result.hint else ''}checked by the worker at {address}")
@@ -321,24 +332,30 @@ def worker_checks(client, spec) -> list[TestbedCheck]:
 
 def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_paths: list[Path] | None = None,
                      progress: bool = True, retry_failed: bool = False, keep_link: bool = False,
-                     allow_mixed: bool = False) -> dict:
+                     tls: LabTls | None = None, allow_mixed: bool = False) -> dict:
     """Run (or resume) ``spec`` on the testbed workers of the Dask scheduler at ``scheduler``.
 
-    Each worker present at the start checks the campaign against its testbed first (:func:`worker_checks`);
-    workers that join later take runs too, unchecked (a run its testbed cannot do fails and is recorded).
-    The workers stay up afterwards, their testbeds restored and the link off (unless ``keep_link``).
+    The transport is mutual TLS with ``tls``'s files (or Dask's ``distributed.comm.tls.*`` config); a
+    ``tcp://`` scheduler only with ``tls.insecure`` (:func:`bbrlab.tlsconf.lab_security`), and then the
+    records say so. Each worker present at the start checks the campaign against its testbed first
+    (:func:`worker_checks`); workers that join later take runs too, unchecked (a run its testbed cannot do
+    fails and is recorded). The workers stay up afterwards, their testbeds restored and the link off
+    (unless ``keep_link``).
     """
     from distributed import Client
 
     from . import distributed as d
 
     address = scheduler_address(scheduler)
-    check_scheduler(address)
+    security, transport = lab_security(address, tls or LabTls(), role="client")
+    if transport != TRANSPORT_TLS:
+        _say(f"bbrlab: warning: {address} is {transport}; anyone who reaches it can run code on its workers")
+    check_scheduler(address, security=security)
     if spec.testbed:
         _say(f"the spec's testbed ({spec.testbed}) is not used: the cluster's workers bring their testbeds")
     d.quiet_logs()
     try:
-        client = Client(address, timeout=CONNECT_TIMEOUT_S)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S, security=security)
     except (OSError, TimeoutError) as e:
         raise ValidationError("--scheduler", address, f"{SCHEDULER_ALLOWED}; connecting failed: {e}") from None
     with client:
@@ -359,23 +376,30 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
 
 # -- the worker process -------------------------------------------------------------------------------
 
-def serve_worker(ref: str, scheduler: str, name: str | None = None) -> int:
+def serve_worker(ref: str, scheduler: str, name: str | None = None, *, tls: LabTls | None = None,
+                 host: str | None = None) -> int:
     """``bbrlab worker``: a Dask worker (one thread, the testbed resource, :class:`TestbedPlugin`) owning
     testbed ``ref`` for scheduler ``scheduler`` until SIGINT, SIGTERM or SIGHUP; then it restores the
-    testbed and leaves. Checked first: the scheduler's address and that it answers, the testbed."""
+    testbed and leaves. It speaks mutual TLS with ``tls``'s files (``tcp://`` only with ``tls.insecure``)
+    and listens on ``host`` only (default: this machine's address towards the scheduler). Checked first:
+    the scheduler's address, the TLS files, that the scheduler answers, the testbed."""
     import asyncio
 
     address = scheduler_address(scheduler)
+    security, transport = lab_security(address, tls or LabTls(), role="worker")
+    host = listen_host(address, host)
     tb = next(iter(load_testbeds([ref]).values()))
     label = tb.name
     tb.close()
-    check_scheduler(address)
+    check_scheduler(address, security=security, role="worker")
     name = name or f"{label}@{socket.gethostname()}"
     from . import distributed as d
 
+    if transport != TRANSPORT_TLS:
+        _say(f"bbrlab: warning: {address} is {transport}; anyone who reaches it or this worker can run code here")
     d.quiet_logs()
     try:
-        asyncio.run(_serve(ref, address, name, label))
+        asyncio.run(_serve(ref, address, name, label, security, host))
     except BbrlabError:
         raise
     except Exception as e:  # noqa: BLE001 - the worker's own start failure (its plugin's error), said plainly
@@ -383,7 +407,29 @@ def serve_worker(ref: str, scheduler: str, name: str | None = None) -> int:
     return 0
 
 
-async def _serve(ref: str, address: str, name: str, label: str) -> None:
+def listen_host(address: str, host: str | None) -> str:
+    """The address a worker listens on: ``host`` when given (checked), else the one of this machine's
+    interfaces that routes to the scheduler at ``address`` (loopback for a scheduler on loopback)."""
+    import ipaddress
+
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValidationError("--host", host, "an IP address of this machine to listen on") from None
+        return host
+    target = SCHEDULER_RE.fullmatch(address)["host"].strip("[]")
+    try:
+        family = socket.AF_INET6 if ":" in target else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: the route is looked up
+            s.connect((target, 9))
+            return s.getsockname()[0]
+    except OSError as e:
+        raise ValidationError("--scheduler", address, f"a scheduler this machine has a route to ({e.strerror or e}); "
+                              "or give --host") from None
+
+
+async def _serve(ref: str, address: str, name: str, label: str, security=None, host: str | None = None) -> None:
     import asyncio
     import logging
     import signal
@@ -395,8 +441,11 @@ async def _serve(ref: str, address: str, name: str, label: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    where = f"[{host}]" if host and ":" in host else host
     async with TestbedNanny(address, nthreads=1, resources={RESOURCE: 1}, name=name, silence_logs=logging.WARNING,
-                            plugins={TestbedPlugin(ref)}) as nanny:
+                            plugins={TestbedPlugin(ref)}, security=security, host=host,
+                            protocol=address.split("://", 1)[0], dashboard=False,
+                            dashboard_address=f"{where}:0" if host else None) as nanny:
         _say(f"bbrlab worker {name}: testbed {label} joined {address}, one run at a time. Ctrl-C (or SIGTERM) "
              "stops it; a run in flight is stopped and the testbed restored first")
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(nanny.finished())]

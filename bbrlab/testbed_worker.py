@@ -84,6 +84,7 @@ class Outcome:
     testbed: str
     worker_host: str
     cpus: list[int] | None = None  # the testbed's CPU partition, None when it has none
+    token: str | None = None  # the campaign's (CampaignContext.token): the driver accepts only its own
 
 
 @dataclass
@@ -277,11 +278,29 @@ class TestbedPlugin(WorkerPlugin):
         return done
 
 
+class NotATestbedWorker(RuntimeError):
+    """A task of a campaign reached a worker without :class:`TestbedPlugin` (a plain ``dask worker`` that
+    offers the resource): it owns no testbed. ``address`` is that worker's."""
+
+    def __init__(self, address: str):
+        super().__init__(address)
+        self.address = address
+
+    def __str__(self) -> str:
+        return (f"the worker at {self.address} offers the {RESOURCE} resource but has no bbrlab testbed plugin "
+                "(a plain dask worker, not bbrlab worker): it owns no testbed")
+
+
 def plugin() -> TestbedPlugin:
-    """This worker's :class:`TestbedPlugin` (inside a task or a ``client.run`` function)."""
+    """This worker's :class:`TestbedPlugin` (inside a task or a ``client.run`` function); raises
+    :class:`NotATestbedWorker` on a worker without one."""
     from distributed import get_worker
 
-    return get_worker().plugins[PLUGIN_NAME]
+    worker = get_worker()
+    found = worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(found, TestbedPlugin):
+        raise NotATestbedWorker(worker.address)
+    return found
 
 
 def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignContext | None = None,
@@ -313,7 +332,7 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
         files = {p.name: p.read_bytes() for p in Path(staging).iterdir() if p.is_file()} if status_ != STOPPED else {}
     cpus = list(owner.partition.cpus) if owner.partition is not None else None
     return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), owner.label,
-                   socket.gethostname(), cpus)
+                   socket.gethostname(), cpus, context.token if context else None)
 
 
 async def finish_on_worker(token: str, keep_link: bool = False, dask_worker=None) -> dict:
@@ -328,13 +347,16 @@ async def finish_on_worker(token: str, keep_link: bool = False, dask_worker=None
 
 async def check_on_worker(spec: dict, dask_worker=None) -> dict:
     """``client.run`` target: check campaign ``spec`` against this worker's testbed (nothing changes);
-    returns :func:`bbrlab.scaleout.check_testbed`'s description, or raises its error."""
+    returns :func:`bbrlab.scaleout.check_testbed`'s description, or raises its error; None on a worker without
+    the testbed plugin."""
     import asyncio
 
     from .campaign import CampaignSpec
-    from .scaleout import check_testbed
+    from .scaleout import TestbedCheck, check_testbed
 
-    owner = dask_worker.plugins[PLUGIN_NAME]
-    if owner.testbed is None:
-        return {"name": owner.label, "kind": "none", "host": socket.gethostname(), "describe": {}}
+    owner = dask_worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(owner, TestbedPlugin):
+        return None  # a worker without the plugin: it owns no testbed (the driver withdraws it)
+    if owner.testbed is None:  # a stand-in run function (tests, benchmarks): nothing to check
+        return TestbedCheck(owner.label, "none", socket.gethostname(), {})
     return await asyncio.to_thread(check_testbed, CampaignSpec.from_dict(spec), owner.runner.testbed)

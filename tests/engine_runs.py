@@ -2,7 +2,8 @@
 
 It writes one file, waits ``BBRLAB_TEST_RUN_S`` seconds (default 0.3) and returns metadata naming the
 process that ran it; ``python -m tests.engine_runs DIR`` drives a 12-run campaign on two such workers
-(used by the driver-kill and driver-interrupt tests; exit status 128 + signal when interrupted).
+(used by the driver-kill, driver-interrupt and listener tests; it prints ``started ADDRESS TLS_DIR`` once
+the workers are up, and exits with status 128 + signal when interrupted).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def slow_run(scenario, staging, *, run_id, attempt):
     return {"pid": os.getpid()}
 
 
+def dying_run(scenario, staging, *, run_id, attempt):
+    """:func:`slow_run`, except that the run named ``BBRLAB_TEST_DIE_RUN`` kills its worker process (as the
+    kernel's OOM killer would), so Dask gives up on it with ``KilledWorker``."""
+    if run_id == os.environ.get("BBRLAB_TEST_DIE_RUN"):
+        os._exit(9)
+    return slow_run(scenario, staging, run_id=run_id, attempt=attempt)
+
+
 def main(out: str) -> int:
     from distributed import Client
 
@@ -50,7 +59,7 @@ def main(out: str) -> int:
     try:
         with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
             d.wait_for_workers(client, 2)
-            print("started", flush=True)
+            print("started", cluster.scheduler_address, getattr(cluster, "tls_dir", ""), flush=True)
             d.run_campaign_distributed(spec(), Path(out), client, progress=False)
     except Interrupted as e:
         return e.exit_code

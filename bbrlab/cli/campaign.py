@@ -3,7 +3,7 @@
     bbrlab campaign plan specs/demo.yaml              how many runs, how long (nothing runs)
     bbrlab campaign run specs/demo.yaml --out runs/demo   run; run again to resume after a crash
     bbrlab campaign run SPEC --out DIR --testbed a --testbed b   over two testbeds at once (docs/scaling.md)
-    bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786   over a lab's bbrlab workers
+    bbrlab campaign run SPEC --out DIR --scheduler tls://HOST:8786 --tls-ca-file ...   over a lab's bbrlab workers
     bbrlab campaign status runs/demo [--json]         planned / done / failed / running / remaining
 """
 
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .common import changing
+from .worker import add_tls_options, lab_tls
 
 RUN_EPILOG = """\
 one testbed (as always):
@@ -26,10 +27,12 @@ several testbeds on this machine (each a Dask worker; local ones in CPU partitio
   bbrlab testbed up --name tba && bbrlab testbed up --name tbb
   bbrlab campaign run specs/demo.yaml --out runs/demo --testbed tba --testbed tbb
 
-a lab (docs/scaling.md): a scheduler, one bbrlab worker per testbed, then the campaign from anywhere:
-  dask scheduler --port 8786                                         # on one machine
-  bbrlab worker --testbed lab-a.yaml --scheduler tcp://HOST:8786     # per testbed, on a host that reaches it
-  bbrlab campaign run specs/fig4.yaml --out runs/fig4 --scheduler tcp://HOST:8786
+a lab (docs/scaling.md): a scheduler, one bbrlab worker per testbed, then the campaign from anywhere,
+all over mutual TLS with the lab's CA (bbrlab tls ca, then bbrlab tls cert for each host):
+  dask scheduler --host HOST --tls-ca-file ca.pem --tls-cert sched.pem --tls-key sched-key.pem
+  bbrlab worker --testbed lab-a.yaml --scheduler tls://HOST:8786 --tls-ca-file ca.pem --tls-cert a.pem --tls-key a-key.pem
+  bbrlab campaign run specs/fig4.yaml --out runs/fig4 --scheduler tls://HOST:8786 \
+      --tls-ca-file ca.pem --tls-cert me.pem --tls-key me-key.pem
 
 Every record names its testbed and host (metadata.worker); Ctrl-C stops the runs in flight, restores
 every testbed and leaves the campaign resumable with the same command.
@@ -57,9 +60,10 @@ def register(sub) -> None:
                           "$BBRLAB_TESTBED, else the local testbed that is up: 'local', or the only one). Give it "
                           "again for each further testbed: the runs are shared out among them (one Dask worker per "
                           "testbed on this machine, several local testbeds each in a CPU partition of its own)")
-    run.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+    run.add_argument("--scheduler", metavar="tls://HOST:PORT",
                      help="run on the testbed workers of this Dask scheduler instead (start one per testbed with "
-                          "bbrlab worker --testbed NAME|FILE --scheduler tcp://HOST:PORT); not with --testbed")
+                          "bbrlab worker --testbed NAME|FILE --scheduler tls://HOST:PORT); not with --testbed")
+    add_tls_options(run, "this driver's host")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--keep-link", action="store_true", help="leave the last link's qdiscs on the emulator(s)")
     run.add_argument("--retry-failed", action="store_true",
@@ -136,11 +140,18 @@ def run_run(args) -> int:
     from ..campaign import check_out_dir, load_spec
     from ..resources import spec_path
     from ..scaleout import scheduler_address
+    from ..tlsconf import lab_security
 
     testbeds, calibrations = list(args.testbed or []), list(args.calibration or [])
     check_run_options(testbeds, args.scheduler, calibrations, args.dashboard)
     if args.scheduler:
-        scheduler_address(args.scheduler)  # its form, before anything else is read
+        lab_security(scheduler_address(args.scheduler), lab_tls(args))  # its form and TLS, before anything is read
+    elif args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
+        from ..errors import ValidationError
+
+        raise ValidationError("--tls-ca-file" if args.tls_ca_file else "--tls-cert" if args.tls_cert else
+                              "--tls-key" if args.tls_key else "--insecure", True, "given only with --scheduler "
+                              "(a campaign over testbeds named here makes its own certificate)")
     spec = load_spec(spec_path(args.spec))  # every value checked before anything is touched
     check_out_dir(spec, args.out)
     if not args.scheduler and len(testbeds) < 2:
@@ -181,7 +192,7 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
               "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
     try:
         if args.scheduler:
-            st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, **common)
+            st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, tls=lab_tls(args), **common)
         else:
             st = scaleout.run_local(spec, args.out, testbeds, dashboard=args.dashboard, **common)
     except Interrupted:

@@ -25,15 +25,16 @@ Typical session on one machine (root):
 
 Several testbeds at once (docs/scaling.md):
   bbrlab campaign run SPEC --out DIR --testbed a --testbed b     local testbeds, one CPU partition each
-  bbrlab worker --testbed lab.yaml --scheduler tcp://HOST:8786   a lab: one worker per testbed, then
-  bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786
+  bbrlab tls ca --out labca; bbrlab tls cert ...                a lab: its CA, a certificate per host
+  bbrlab worker --testbed lab.yaml --scheduler tls://HOST:8786 --tls-ca-file ... --tls-cert ... --tls-key ...
+  bbrlab campaign run SPEC --out DIR --scheduler tls://HOST:8786 --tls-ca-file ... (one worker per testbed)
 """
 
 
 #: The subcommands, in the order ``bbrlab --help`` lists them: module ``bbrlab.cli.<name>`` defines
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
-COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "ingest",
+COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "tls", "ingest",
             "figures", "demo", "cache")
 
 

@@ -10,8 +10,9 @@ up for this module and down afterwards (``BBRLAB_KEEP_TESTBED=1`` keeps them). O
 - Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while a contended run is in flight:
   the command ends promptly, nothing is half-configured on either testbed, and the same command resumes
   the campaign to exactly-once;
-- a lab's way on the same two testbeds: ``dask scheduler``, one ``bbrlab worker`` per testbed, and
-  ``campaign run --scheduler``; the workers, stopped with SIGTERM, restore their testbeds and let them go.
+- a lab's way on the same two testbeds, over mutual TLS with a lab CA: ``dask scheduler --tls-...``, one
+  ``bbrlab worker`` per testbed, and ``campaign run --scheduler tls://``; the workers, stopped with SIGTERM,
+  restore their testbeds and let them go.
 """
 
 from __future__ import annotations
@@ -144,12 +145,27 @@ def _campaign_argv(spec: Path, out: Path) -> list[str]:
 
 
 def test_twelve_runs_over_two_local_testbeds_each_exactly_once(testbeds, tmp_path):
+    """Also: while it runs, every socket its processes listen on is on loopback (issue 24)."""
+    from tests.system.test_dask_security import _is_loopback, _tree, listeners
+
     before = {name: _state(tb) for name, tb in testbeds.items()}
     out = tmp_path / "campaign"
     t0 = time.monotonic()
-    res = subprocess.run(_campaign_argv(_spec(tmp_path), out), capture_output=True, text=True, timeout=1200)
+    proc = subprocess.Popen(_campaign_argv(_spec(tmp_path), out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen: set = set()
+    try:
+        while proc.poll() is None and not _records(out):  # sampled until the first run is recorded
+            seen |= set(listeners(_tree(proc.pid)))
+            time.sleep(0.5)
+        stdout, stderr = proc.communicate(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     took_s = time.monotonic() - t0
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert len(seen) >= 5 and [a for a in seen if not _is_loopback(a[0])] == [], seen
     assert "over 2 testbeds on this machine" in res.stderr and "no calibration" in res.stderr
     records = _exactly_once(out)
     assert len(records) == 12
@@ -214,29 +230,35 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout_s: float) -> None:
 def test_a_lab_campaign_over_bbrlab_workers_on_a_dask_scheduler(testbeds, tmp_path):
     """The lab's commands of docs/scaling.md, with this machine as the lab (no CPU partitions: a lab's
     testbeds are on machines of their own, so the records say cpus: null)."""
+    from bbrlab import tlsconf
+
     before = {name: _state(tb) for name, tb in testbeds.items()}
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tls://127.0.0.1:{_free_port()}"
+    tlsconf.write_ca(tmp_path / "ca")  # the lab's CA, and one certificate for this "lab host"
+    host = tlsconf.write_host_cert(tmp_path / "ca", "lab", tmp_path / "tls", ["127.0.0.1"])
+    tls = ["--tls-ca-file", str(host.ca_file), "--tls-cert", str(host.cert), "--tls-key", str(host.key)]
     procs: list[subprocess.Popen] = []
     try:
         scheduler = subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port",
-                                      address.rsplit(":", 1)[1], "--no-dashboard"],
+                                      address.rsplit(":", 1)[1], "--no-dashboard", *tls],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         procs.append(scheduler)
         _wait_for_line(scheduler, "Scheduler at", 60)
         for name in NAMES:
-            worker = subprocess.Popen([BBRLAB, "worker", "--testbed", name, "--scheduler", address],
+            worker = subprocess.Popen([BBRLAB, "worker", "--testbed", name, "--scheduler", address, *tls],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             procs.append(worker)
             _wait_for_line(worker, f"testbed {name} joined", 180)
         out = tmp_path / "lab"
         spec = _spec(tmp_path, name="two-testbeds-lab", ccas=["cubic"], repetitions=2)  # 4 runs
         res = subprocess.run([BBRLAB, "campaign", "run", str(spec), "--out", str(out), "--no-progress",
-                              "--scheduler", address], capture_output=True, text=True, timeout=900)
+                              "--scheduler", address, *tls], capture_output=True, text=True, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         assert f"over 2 testbeds of {address}" in res.stderr
         records = _exactly_once(out)
         assert len(records) == 4
         _check_records(records, testbeds, partitioned=False)
+        assert {r["metadata"]["worker"]["transport"] for r in records} == {"tls"}
         for name, tb in testbeds.items():  # the workers still own their testbeds, restored between campaigns
             state = _state(tb)
             assert state["lock_holder"] is not None, name

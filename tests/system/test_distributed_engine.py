@@ -112,7 +112,7 @@ def test_ctrl_c_stops_the_runs_in_flight_at_once_and_the_campaign_resumes(tmp_pa
     first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)  # its own process group, like a shell's foreground job
     try:
-        assert first.stdout.readline().strip() == "started"
+        assert first.stdout.readline().startswith("started")
         deadline = time.monotonic() + 60
         while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:  # a run on each worker
             time.sleep(0.05)

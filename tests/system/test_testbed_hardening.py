@@ -206,9 +206,9 @@ README_NOT_RUN = {
                                                 "test_sender_kernel_testbed does",
     "bbrlab campaign run SPEC --out DIR --testbed a --testbed b": "placeholders; test_campaign_two_testbeds runs "
                                                                   "it on two testbeds of its own",
-    "bbrlab worker --testbed FILE --scheduler tcp://HOST:8786": "placeholders; test_campaign_two_testbeds starts "
-                                                               "a scheduler and a worker per testbed",
-    "bbrlab campaign run SPEC --out DIR --scheduler tcp://HOST:8786": "placeholders; see above",
+    "bbrlab tls": "the command's name in the text; test_dask_security runs bbrlab tls ca and cert",
+    "bbrlab worker": "the command's name in the text; test_campaign_two_testbeds starts a TLS scheduler and a "
+                     "worker per testbed",
 }
 
 

@@ -189,7 +189,7 @@ def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
               "ended_at": "b", "metadata": {"testbed": LOCAL_TCG}, "files": {"iperf.json": b"{}"},
               "testbed": "local", "worker_host": "h", "cpus": None}
     outcome = Outcome(**{k: v for k, v in values.items() if k in fields})
-    made = commit_outcome(out, s, scenario, outcome, {"allowed": True, "differences": ["x"]})
+    made = commit_outcome(out, s, scenario, outcome, mixed={"allowed": True, "differences": ["x"]})
     assert made["metadata"]["mixed"] == {"allowed": True, "differences": ["x"]}
     assert json.loads((out / record.RUNS / scenario.run_id / record.RECORD_FILE).read_text())["metadata"]["mixed"]
 

@@ -67,7 +67,7 @@ def test_worker_needs_a_testbed_and_a_scheduler(capsys):
 
 
 @pytest.mark.parametrize("text, expected", [("tcp://10.0.0.5:8786", "tcp://10.0.0.5:8786"),
-                                            ("sched.lab:8786", "tcp://sched.lab:8786"),
+                                            ("sched.lab:8786", "tls://sched.lab:8786"),
                                             ("tls://[fe80::1]:9000", "tls://[fe80::1]:9000")])
 def test_scheduler_addresses_are_normalised(text, expected):
     assert scaleout.scheduler_address(text) == expected
@@ -78,7 +78,7 @@ def test_scheduler_addresses_are_normalised(text, expected):
 def test_a_bad_scheduler_address_names_the_option(text):
     with pytest.raises(ValidationError) as e:
         scaleout.scheduler_address(text)
-    assert e.value.field == "--scheduler" and "tcp://HOST:PORT" in str(e.value)
+    assert e.value.field == "--scheduler" and "tls://HOST:PORT" in str(e.value)
 
 
 # -- refusals before anything changes ----------------------------------------------------------------------
@@ -130,7 +130,8 @@ def test_one_testbed_file_under_two_spellings_is_one_testbed(tmp_path, monkeypat
 def test_a_scheduler_nobody_listens_on_is_refused(spec_file, tmp_path, capsys, no_testbeds):
     address = f"tcp://127.0.0.1:{_free_port()}"
     t0 = time.monotonic()
-    assert main(["campaign", "run", str(spec_file), "--out", str(tmp_path / "o"), "--scheduler", address]) == 1
+    assert main(["campaign", "run", str(spec_file), "--out", str(tmp_path / "o"), "--scheduler", address,
+                 "--insecure"]) == 1
     err = capsys.readouterr().err
     assert f"--scheduler = '{address}'" in err and "nothing answered" in err
     assert time.monotonic() - t0 < scaleout.CONNECT_TIMEOUT_S + 10
@@ -138,7 +139,7 @@ def test_a_scheduler_nobody_listens_on_is_refused(spec_file, tmp_path, capsys, n
 
 
 def test_worker_refuses_a_testbed_that_is_not_up_and_a_bad_scheduler(capsys, no_testbeds):
-    assert main(["worker", "--testbed", "tbx", "--scheduler", "tcp://127.0.0.1:8786"]) == 1
+    assert main(["worker", "--testbed", "tbx", "--scheduler", "tcp://127.0.0.1:8786", "--insecure"]) == 1
     assert "--testbed = 'tbx'" in capsys.readouterr().err
     assert main(["worker", "--testbed", "tbx", "--scheduler", "127.0.0.1"]) == 1
     assert "--scheduler = '127.0.0.1'" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""``bbrlab tls``: a lab's certificate authority and one certificate per host, for the Dask engine's mutual
+TLS (docs/scaling.md, "Security")."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """\
+Why: a Dask scheduler and its workers run what a connected peer sends them, and bbrlab's workers run as
+root. Over mutual TLS only a holder of a certificate signed by the lab's own CA can connect.
+
+Once, on a machine you trust (keep DIR/ca-key.pem there, never copy it to the lab's hosts):
+  bbrlab tls ca --out labca
+For every host that takes part (the scheduler's, each worker's, each driver's), name it as the lab knows it:
+  bbrlab tls cert --ca labca --name sched --host sched.lab --host 10.0.0.5 --out tls-sched
+  bbrlab tls cert --ca labca --name hosta --out tls-hosta
+  bbrlab tls cert --ca labca --name me --out tls-me
+Copy each OUT directory (ca.pem, NAME.pem, NAME-key.pem) to its host, then:
+  dask scheduler --host 10.0.0.5 --port 8786 --tls-ca-file tls-sched/ca.pem \\
+      --tls-cert tls-sched/sched.pem --tls-key tls-sched/sched-key.pem
+  bbrlab worker --testbed lab-a.yaml --scheduler tls://10.0.0.5:8786 --tls-ca-file tls-hosta/ca.pem \\
+      --tls-cert tls-hosta/hosta.pem --tls-key tls-hosta/hosta-key.pem
+  bbrlab campaign run SPEC --out DIR --scheduler tls://10.0.0.5:8786 --tls-ca-file tls-me/ca.pem \\
+      --tls-cert tls-me/me.pem --tls-key tls-me/me-key.pem
+
+Dask checks every peer's certificate against the CA, not its host name: the CA is what is trusted, so it
+must be the lab's own (never a public one). Keys are written readable by their owner only (0600).
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tls", help="make a lab's CA and per-host certificates (mutual TLS for bbrlab worker and "
+                                   "campaign run --scheduler)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+                       description="Certificates for a lab's Dask scheduler, bbrlab workers and campaign drivers.")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    ca = verbs.add_parser("ca", help="make a new certificate authority in --out DIR (ca.pem, ca-key.pem)",
+                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    ca.add_argument("--out", required=True, type=Path, metavar="DIR",
+                    help="a new or empty directory (made 0700); an existing CA there is never replaced")
+    ca.add_argument("--common-name", default="bbrlab lab CA", help="the CA's name (default: %(default)s)")
+    ca.set_defaults(func=run_ca)
+    cert = verbs.add_parser("cert", help="make one host's certificate, signed by the CA in --ca DIR",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    cert.add_argument("--ca", required=True, type=Path, metavar="DIR", help="the directory bbrlab tls ca made")
+    cert.add_argument("--name", required=True, help="the host's short name: the files are NAME.pem and NAME-key.pem")
+    cert.add_argument("--host", action="append", metavar="DNS|IP",
+                      help="a name or address the certificate names (repeatable; default: --name). Informative: "
+                           "Dask trusts the CA, not host names")
+    cert.add_argument("--out", required=True, type=Path, metavar="DIR",
+                      help="where to write NAME.pem, NAME-key.pem (0600) and a copy of ca.pem: what to copy to the host")
+    cert.set_defaults(func=run_cert)
+
+
+def run_ca(args) -> int:
+    from ..tlsconf import write_ca
+
+    files = write_ca(args.out, args.common_name)
+    print(f"CA certificate: {files.ca_file}\nCA key (keep it here, 0600): {files.key}\n"
+          f"next, one per host: bbrlab tls cert --ca {args.out} --name HOST --out DIR")
+    return 0
+
+
+def run_cert(args) -> int:
+    from ..tlsconf import write_host_cert
+
+    files = write_host_cert(args.ca, args.name, args.out, args.host)
+    print(f"--tls-ca-file {files.ca_file} --tls-cert {files.cert} --tls-key {files.key}")
+    return 0

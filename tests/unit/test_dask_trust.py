@@ -1,0 +1,213 @@
+"""The Dask engine's trust, the parts that need no cluster: what the driver accepts of a worker's outcome
+(:func:`bbrlab.distributed.check_outcome`), the certificates of :mod:`bbrlab.tlsconf` (real TLS handshakes
+in memory between Dask's own SSL contexts), the refusal of ``tcp://`` without ``--insecure``, and
+``bbrlab tls``. With real Dask processes: tests/system/test_dask_security.py."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import stat
+
+import pytest
+import yaml
+
+from bbrlab import distributed as d
+from bbrlab import tlsconf
+from bbrlab.cli.main import main
+from bbrlab.errors import ValidationError
+from bbrlab.testbed_worker import Outcome
+
+RUN, TOKEN = "cubic-ts10ms-sh100-rtt20ms-50mbit-r00-abc", "t0k3n"
+
+
+def _outcome(**over) -> Outcome:
+    base = Outcome(RUN, 1, "ok", None, {"pid": 1}, {"iperf.json": b"{}", "samples.log": b"x"}, "t0", "t1", "a", "h",
+                   [0], TOKEN)
+    for key, value in over.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_an_outcome_of_the_submitted_attempt_is_accepted():
+    d.check_outcome(_outcome(), RUN, 1, TOKEN)
+    d.check_outcome(_outcome(status="failed", reason="boom", cpus=None), RUN, 1, TOKEN)
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"run_id": "bbr-other-run"}, "this task was attempt 1"),
+    ({"attempt": 2}, "this task was attempt 1"),
+    ({"token": "another-campaign"}, "this task was attempt 1"),
+    ({"status": "done"}, "status"),
+    ({"metadata": ["not", "a", "mapping"]}, "metadata"),
+    ({"metadata": {"x": object()}}, "not JSON"),
+    ({"testbed": 7}, "testbed"),
+    ({"cpus": ["0"]}, "cpus"),
+    ({"files": {"iperf.json": "text, not bytes"}}, "not bytes"),
+])
+def test_an_outcome_that_is_not_the_submitted_attempts_is_refused(over, says):
+    with pytest.raises(d.RefusedOutcome, match=says):
+        d.check_outcome(_outcome(**over), RUN, 1, TOKEN)
+
+
+def test_something_else_than_an_outcome_is_refused():
+    with pytest.raises(d.RefusedOutcome, match="not a bbrlab Outcome"):
+        d.check_outcome({"run_id": RUN}, RUN, 1, TOKEN)
+
+
+@pytest.mark.parametrize("name", ["../x", "../../../escaped", "/etc/passwd", "a/b", "..", ".", ".hidden", "x\0y",
+                                  "a b", "", "n" * (d.MAX_NAME_CHARS + 1), "record.json", "x\\y"])
+def test_a_file_name_that_is_not_a_plain_name_is_refused(name):
+    with pytest.raises(d.RefusedOutcome, match="not a plain name"):
+        d.check_outcome(_outcome(files={name: b"x"}), RUN, 1, TOKEN)
+
+
+def test_files_beyond_the_bounds_are_refused(monkeypatch):
+    monkeypatch.setattr(d, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(d, "MAX_OUTCOME_BYTES", 40)
+    d.check_outcome(_outcome(files={"a.log": b"x" * 10}), RUN, 1, TOKEN)
+    with pytest.raises(d.RefusedOutcome, match="at most"):
+        d.check_outcome(_outcome(files={"a.log": b"x" * 11}), RUN, 1, TOKEN)
+    with pytest.raises(d.RefusedOutcome, match="more than"):
+        d.check_outcome(_outcome(files={f"f{i}.log": b"x" * 10 for i in range(4)}), RUN, 1, TOKEN)
+    with pytest.raises(d.RefusedOutcome, match="files"):
+        d.check_outcome(_outcome(files={f"f{i}": b"" for i in range(d.MAX_FILES + 1)}), RUN, 1, TOKEN)
+
+
+# -- certificates ---------------------------------------------------------------------------------------
+
+def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> None:
+    """A real TLS handshake between two contexts through memory buffers; raises ssl.SSLError when refused."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_side=False)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(20):
+        for name, side, out, peer_in in (("client", client, c_out, s_in), ("server", server, s_out, c_in)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+            peer_in.write(out.read())
+        if all(done.values()):
+            client.write(b"ping")  # TLS 1.3: the server checks the client's certificate after its own handshake
+            s_in.write(c_out.read())
+            assert server.read(4) == b"ping"
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def test_a_campaigns_certificate_is_private_and_admits_only_its_own(tmp_path):
+    files = tlsconf.campaign_files(tmp_path / "tls")
+    assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "tls").iterdir()} == {0o600}
+    assert len(list((tmp_path / "tls").iterdir())) == 3  # no CA key kept: nothing else can be signed
+    ours = tlsconf.security(files)
+    assert ours.require_encryption
+    server = ours.get_listen_args("scheduler")["ssl_context"]
+    _handshake(server, ours.get_connection_args("client")["ssl_context"])
+    other = tlsconf.campaign_files(tmp_path / "other")
+    from distributed.security import Security
+
+    stranger = Security(require_encryption=True, tls_ca_file=str(files.ca_file), tls_client_cert=str(other.cert),
+                        tls_client_key=str(other.key))
+    with pytest.raises(ssl.SSLError):
+        _handshake(server, stranger.get_connection_args("client")["ssl_context"])
+    bare = ssl.create_default_context(cafile=str(files.ca_file))
+    bare.check_hostname = False
+    with pytest.raises(ssl.SSLError):
+        _handshake(server, bare)
+
+
+def test_a_lab_ca_and_host_certificates(tmp_path):
+    ca = tlsconf.write_ca(tmp_path / "ca")
+    assert stat.S_IMODE(ca.key.stat().st_mode) == 0o600
+    with pytest.raises(ValidationError) as e:
+        tlsconf.write_ca(tmp_path / "ca")  # never replaced
+    assert e.value.field == "--out"
+    a = tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", ["hosta.lab", "10.0.0.7"])
+    b = tlsconf.write_host_cert(tmp_path / "ca", "hostb", tmp_path / "b")
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a").iterdir()} == {0o600}
+    _handshake(tlsconf.security(a).get_listen_args("scheduler")["ssl_context"],
+               tlsconf.security(b).get_connection_args("worker")["ssl_context"])
+    for name in ("../x", "", ".x", "a/b"):
+        with pytest.raises(ValidationError) as e:
+            tlsconf.write_host_cert(tmp_path / "ca", name, tmp_path / "c")
+        assert e.value.field == "--name"
+    with pytest.raises(ValidationError) as e:
+        tlsconf.write_host_cert(tmp_path / "nothing", "h", tmp_path / "c")
+    assert e.value.field == "--ca"
+
+
+def test_tls_commands_write_what_the_help_says(tmp_path, capsys):
+    assert main(["tls", "ca", "--out", str(tmp_path / "ca")]) == 0
+    assert main(["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "sched", "--host", "127.0.0.1",
+                 "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert f"--tls-cert {tmp_path / 's' / 'sched.pem'}" in out
+    assert sorted(os.listdir(tmp_path / "s")) == ["ca.pem", "sched-key.pem", "sched.pem"]
+
+
+# -- a lab's transport ------------------------------------------------------------------------------------
+
+def test_tcp_is_refused_unless_insecure_and_then_named_insecure():
+    with pytest.raises(ValidationError) as e:
+        tlsconf.lab_security("tcp://10.0.0.5:8786", tlsconf.LabTls())
+    assert e.value.field == "--scheduler" and "--insecure" in str(e.value)
+    sec, transport = tlsconf.lab_security("tcp://10.0.0.5:8786", tlsconf.LabTls(insecure=True))
+    assert transport == tlsconf.TRANSPORT_INSECURE and "insecure" in transport
+    with pytest.raises(ValidationError) as e:
+        tlsconf.lab_security("tcp://10.0.0.5:8786", tlsconf.LabTls(ca_file="ca.pem", insecure=True))
+    assert e.value.field == "--tls-ca-file"
+
+
+def test_tls_needs_all_three_files_or_daskss_config(tmp_path):
+    import dask
+
+    files = tlsconf.campaign_files(tmp_path / "t")
+    with pytest.raises(ValidationError) as e:
+        tlsconf.lab_security("tls://h:8786", tlsconf.LabTls(ca_file=str(files.ca_file), cert=str(files.cert)))
+    assert e.value.field == "--tls-key"
+    with pytest.raises(ValidationError) as e:
+        tlsconf.lab_security("tls://h:8786", tlsconf.LabTls(str(files.ca_file), str(files.cert), str(tmp_path / "no")))
+    assert e.value.field == "--tls-key"
+    with dask.config.set({"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None}):
+        with pytest.raises(ValidationError) as e:
+            tlsconf.lab_security("tls://h:8786", tlsconf.LabTls())
+        assert e.value.field == "--tls-ca-file"
+    sec, transport = tlsconf.lab_security("tls://h:8786", tlsconf.LabTls(str(files.ca_file), str(files.cert),
+                                                                         str(files.key)))
+    assert transport == tlsconf.TRANSPORT_TLS and sec.require_encryption and sec.tls_worker_key == str(files.key)
+    with dask.config.set({"distributed.comm.tls.ca-file": str(files.ca_file),
+                          "distributed.comm.tls.client.cert": str(files.cert),
+                          "distributed.comm.tls.client.key": str(files.key)}):
+        sec, transport = tlsconf.lab_security("tls://h:8786", tlsconf.LabTls())
+    assert transport == tlsconf.TRANSPORT_TLS and sec.tls_client_cert == str(files.cert) and sec.require_encryption
+
+
+@pytest.mark.parametrize("options, field", [
+    (["--scheduler", "tcp://127.0.0.1:8786"], "--scheduler"),
+    (["--scheduler", "tls://127.0.0.1:8786"], "--tls-ca-file"),
+    (["--testbed", "a", "--testbed", "b", "--tls-cert", "c.pem"], "--tls-cert"),
+    (["--insecure"], "--insecure"),
+])
+def test_campaign_run_refuses_an_unprotected_scheduler_before_anything(options, field, tmp_path, capsys,
+                                                                        monkeypatch):
+    import dask
+
+    monkeypatch.setenv("BBRLAB_STATE_DIR", str(tmp_path / "state"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "ccas": ["cubic"], "timeslices_ms": [10], "cpu_shares_pct": [100],
+                                    "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1, "duration_s": 2}))
+    with dask.config.set({"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None}):
+        assert main(["campaign", "run", str(spec), "--out", str(tmp_path / "o"), *options]) == 1
+    assert f"{field} = " in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_worker_refuses_tcp_without_insecure(capsys):
+    assert main(["worker", "--testbed", "x", "--scheduler", "tcp://127.0.0.1:8786"]) == 1
+    err = capsys.readouterr().err
+    assert "--scheduler = 'tcp://127.0.0.1:8786'" in err and "--insecure" in err

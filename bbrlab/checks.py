@@ -112,6 +112,10 @@ def contention_held(record: dict, scenario: Scenario) -> None:
         raise RunFailed(f"vCPU thread {first['tid']} stayed runnable without CPU for {first['stalled_s']} s under "
                         "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
                         f"the contention did not hold as configured ({len(stalls)} stall(s))")
+    idle = [t["tid"] for t in evidence.get("threads", []) if t.get("got_cpu") is False]
+    if idle:
+        raise RunFailed(f"vCPU thread(s) {idle} got no CPU time during the run (their run time in "
+                        "/proc/<tid>/schedstat did not grow): not the VM's vCPU threads, or the VM was stopped")
     if not evidence.get("policy_held", False):
         raise RunFailed(f"the deadline policy did not hold on the vCPU threads: {json.dumps(evidence)[:400]}")
     for thread in evidence.get("threads", []):

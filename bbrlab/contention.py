@@ -11,15 +11,18 @@ The usual way in is the context manager::
 
 What it does, in order:
 
-1. check everything it can *before* changing anything: the thread ids, the contention against the
-   target host's live limits (``sched_deadline_period_{min,max}_us``, ``sched_rt_runtime_us`` x CPUs),
+1. check everything it can *before* changing anything: the thread ids, each one's identity (process, name,
+   start time: pinned now, or checked against the pins of hand-given vCPU threads), the contention against
+   the target host's live limits (``sched_deadline_period_{min,max}_us``, ``sched_rt_runtime_us`` x CPUs),
    and each thread's current policy (read and kept for restoring);
-2. apply the policy thread by thread and read it back from the kernel; if the kernel refuses one
-   (admission control, permissions, a thread that vanished) the threads already changed are restored
-   and the refusal is explained;
+2. apply the policy thread by thread, each change made only while the thread id still names the pinned
+   thread (checked at the syscall), and read it back from the kernel; if the kernel refuses one
+   (admission control, permissions, a thread that vanished or was replaced) the threads already changed
+   are restored and the refusal is explained;
 3. while the body runs, optionally check the policy every ``watch_interval_s``; at the end read the
    policy back again and the CPU time each thread used (``/proc/<tid>/schedstat``) against wall time;
-4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT), SIGTERM and SIGHUP.
+4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT), SIGTERM and SIGHUP;
+   a thread stays listed until it is restored, and one failing thread does not stop the others.
 
 Where the VM runs on this machine the syscalls are used directly (:mod:`bbrlab.sched`); on another
 hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.hosts.Host` (``method="chrt"``).
@@ -27,6 +30,7 @@ hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.hosts.Hos
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -45,10 +49,21 @@ from .sched import (
     SchedError,
     SchedPolicy,
     ThreadGoneError,
+    ThreadReplacedError,
     explain_refusal,
 )
 from .signals import die_as_default
-from .threadstat import ThreadUsage, read_proc_files, sample_threads, thread_state, usage_between
+from .threadstat import (
+    ThreadIdentity,
+    ThreadUsage,
+    open_thread_dir,
+    read_identities,
+    read_proc_files,
+    read_stat_at,
+    sample_threads,
+    thread_state,
+    usage_between,
+)
 from .vcpu import explicit_vcpu_threads
 
 Method = Literal["auto", "syscall", "chrt"]
@@ -155,10 +170,50 @@ class SyscallScheduler:
 
         return sched_getattr(tid)
 
-    def set(self, tid: int, policy: SchedPolicy) -> None:
+    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
+        """Give ``tid`` the ``policy``; with ``identity``, only while ``tid`` is still that thread.
+
+        The thread's ``/proc/<pid>/task/<tid>`` directory is opened and checked first and read again after
+        the call: a directory that still reads proves the thread lived through the call, so the id named
+        it and no newcomer was changed."""
         from .sched import sched_setattr
 
-        sched_setattr(tid, policy)
+        if identity is None:
+            sched_setattr(tid, policy)
+            return
+        fd = open_thread_dir(identity)
+        if fd is None:
+            raise replaced_error(tid, identity, policy)
+        try:
+            sched_setattr(tid, policy)
+            if read_stat_at(fd) is None:
+                undo_on_newcomer(self, tid, policy)
+                raise replaced_error(tid, identity, policy, during=True)
+        finally:
+            os.close(fd)
+
+
+def replaced_error(tid: int, identity: ThreadIdentity, policy: SchedPolicy | None,
+                   during: bool = False) -> ThreadReplacedError:
+    """The error for a thread id that no longer names the thread ``identity`` pinned."""
+    what = f"setting {policy.describe()}" if policy else "changing its policy"
+    when = "ended while its policy was being set" if during else "exited"
+    return ThreadReplacedError(
+        f"thread {tid}: {what} refused: it is no longer {identity.describe()} (that thread {when}; its id "
+        "may now name another thread, which bbrlab never changes)", tid=tid, err=errno.ESRCH)
+
+
+def undo_on_newcomer(scheduler, tid: int, policy: SchedPolicy) -> None:
+    """After a pinned thread ended during a change: if a newcomer now holds ``tid`` under the deadline
+    ``policy`` just asked for, put it back to SCHED_OTHER (best effort; the pid space would have to wrap
+    within one syscall for this to happen)."""
+    if not policy.is_deadline:
+        return
+    try:
+        if scheduler.get(tid).same_policy_as(policy):
+            scheduler.set(tid, SchedPolicy("SCHED_OTHER"))
+    except SchedError:
+        pass
 
 
 _CHRT_FLAGS = {"SCHED_OTHER": "-o", "SCHED_BATCH": "-b", "SCHED_IDLE": "-i", "SCHED_FIFO": "-f",
@@ -221,12 +276,43 @@ class ChrtScheduler:
             raise self._refusal(res, tid, None)
         return parse_chrt_show(res.stdout, self._nice(tid))
 
-    def set(self, tid: int, policy: SchedPolicy) -> None:
-        res = self.host.run(chrt_set_argv(tid, policy), check=False, sudo=True)
+    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
+        """Give ``tid`` the ``policy`` with chrt (and renice); with ``identity``, only while ``tid`` is still
+        that thread: one shell on the host checks it, runs the command, and checks again (its working
+        directory holds the thread's ``/proc`` directory, which stops answering once the thread is gone)."""
+        self._run(tid, chrt_set_argv(tid, policy), policy, identity)
+        if policy.policy in ("SCHED_OTHER", "SCHED_BATCH") and self._nice(tid) != policy.nice:
+            self._run(tid, ["renice", "-n", str(policy.nice), "-p", str(tid)], policy, identity)
+
+    def _run(self, tid: int, argv: list[str], policy: SchedPolicy, identity: ThreadIdentity | None) -> None:
+        if identity is not None:
+            argv = ["sh", "-c", CHECKED_SCRIPT, "sh", str(identity.pid), str(tid), identity.comm,
+                    str(identity.start_ticks), *argv]
+        res = self.host.run(argv, check=False, sudo=True)
+        if res.exit_code == CHECKED_GONE:
+            raise replaced_error(tid, identity, policy)
+        if res.exit_code == CHECKED_ENDED:
+            undo_on_newcomer(self, tid, policy)
+            raise replaced_error(tid, identity, policy, during=True)
         if not res.ok:
             raise self._refusal(res, tid, policy)
-        if policy.policy in ("SCHED_OTHER", "SCHED_BATCH") and self._nice(tid) != policy.nice:
-            self.host.run(["renice", "-n", str(policy.nice), "-p", str(tid)], sudo=True)
+
+
+#: Exit codes of :data:`CHECKED_SCRIPT`: the thread was not the pinned one before the command, or ended
+#: while it ran.
+CHECKED_GONE, CHECKED_ENDED = 97, 98
+#: ``sh -c CHECKED_SCRIPT sh PID TID COMM START_TICKS COMMAND...``: runs COMMAND only while TID is the
+#: thread of process PID named COMM that started at START_TICKS (field 22 of its stat).
+CHECKED_SCRIPT = r"""pid=$1 tid=$2 comm=$3 start=$4; shift 4
+cd "/proc/$pid/task/$tid" 2>/dev/null && s=$(cat stat 2>/dev/null) || exit 97
+c=${s#*\(}; c=${c%\)*}
+field22() { shift 19; echo "$1"; }
+set -f
+st=$(field22 ${s##*\) })
+[ "$c" = "$comm" ] && [ "$st" = "$start" ] || exit 97
+"$@" || exit $?
+cat stat >/dev/null 2>&1 || exit 98
+"""
 
 
 def scheduler_for(host: Host, method: Method = "auto") -> SyscallScheduler | ChrtScheduler:
@@ -262,6 +348,11 @@ class ContentionSession:
 
     Use :func:`contended` rather than calling the steps yourself, unless the policy is meant to
     outlive the Python process (``bbrlab contention set``).
+
+    Each thread id is pinned to the thread holding it: ``expected`` (the pins of hand-given vCPU thread
+    ids, :func:`bbrlab.vcpu.pin_given_threads`) or, without it, the identity read by :meth:`prepare`.
+    A thread id that names another thread is refused before anything changes, and every policy change
+    re-checks the pin at the moment of the syscall (or of ``chrt`` on the host), restoring included.
     """
 
     host: Host
@@ -272,6 +363,8 @@ class ContentionSession:
     previous: dict[int, SchedPolicy] = field(default_factory=dict)
     applied: dict[int, SchedPolicy] = field(default_factory=dict)
     evidence: dict | None = None
+    expected: dict[int, ThreadIdentity] | None = None
+    identities: dict[int, ThreadIdentity] = field(default_factory=dict)
     _changed: list[int] = field(default_factory=list)
     _start: dict = field(default_factory=dict)
     _watch: PolicyWatch | None = None
@@ -291,9 +384,26 @@ class ContentionSession:
         """Read limits and current policies and check everything; changes nothing."""
         self.limits = read_kernel_limits(self.host)
         check_fits(self.contention, self.limits, len(self.thread_ids))
+        self.identities = self._identify()
         self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
         if self.contention.unlimited:
             self.refuse_leftover_deadline("a 100 % share run would not be uncontended")
+
+    def _identify(self) -> dict[int, ThreadIdentity]:
+        """Each thread's identity now, checked against ``expected``: the pins every change re-checks."""
+        now = read_identities(self.host, self.thread_ids)
+        pins = {}
+        for tid in self.thread_ids:
+            if tid not in now:
+                raise explain_refusal(errno.ESRCH, tid, None)
+            pinned = (self.expected or {}).get(tid)
+            differences = pinned.differences(now[tid]) if pinned else []
+            if differences:
+                raise ThreadReplacedError(
+                    f"{self.host.name}: thread id {tid} no longer names the pinned {pinned.describe()}: now "
+                    f"{'; '.join(differences)}. Nothing was changed", tid=tid, err=errno.ESRCH)
+            pins[tid] = pinned or now[tid]
+        return pins
 
     def refuse_leftover_deadline(self, why: str) -> None:
         """Raise if a thread was already under SCHED_DEADLINE before this session (read by :meth:`prepare`)."""
@@ -332,7 +442,7 @@ class ContentionSession:
     def _apply_one(self, tid: int) -> None:
         # Noted as changed before the call, so a signal arriving during it still restores this thread.
         self._changed.append(tid)
-        self.scheduler.set(tid, self.wanted)
+        self.scheduler.set(tid, self.wanted, self.identities.get(tid))
         got = self.scheduler.get(tid)
         if not got.same_policy_as(self.wanted):
             raise TestbedError(f"{self.host.name}: thread {tid} reads back {got.describe()} "
@@ -365,7 +475,7 @@ class ContentionSession:
         """Check the policy of every thread every ``interval_s`` until :meth:`finish` (None: don't)."""
         if interval_s is None or self.contention.unlimited:
             return
-        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s, self.host)
+        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s, self.host, dict(self.identities))
         self._watch.start()
 
     def finish(self) -> dict:
@@ -387,6 +497,7 @@ class ContentionSession:
             if tid in self._start and tid in end:
                 usage = usage_between(self._start[tid], end[tid])
                 entry.update(usage.to_dict())
+                entry["got_cpu"] = usage.same_thread and usage.cpu_s > 0
                 entry["held"] = entry["held"] and usage.same_thread
             threads.append(entry)
         held = all(t["held"] for t in threads) and not (watch and (watch["deviations"] or watch["stalls"]))
@@ -396,22 +507,38 @@ class ContentionSession:
         return self.evidence
 
     def restore(self) -> None:
-        """Give every changed thread its previous policy back. Safe to call more than once."""
+        """Give every changed thread its previous policy back. Safe to call more than once.
+
+        A thread leaves the list of changed threads only once it is restored (or gone: a thread that
+        exited, or whose id names another thread now, has nothing to restore). A failure on one thread
+        does not stop the others; the threads that failed stay listed and one
+        :class:`ContentionRestoreError` names them all at the end."""
         problems = []
-        while self._changed:
-            tid = self._changed.pop()
+        for tid in reversed(list(self._changed)):
             try:
-                self.scheduler.set(tid, self.previous[tid])
-                got = self.scheduler.get(tid)
-                if not got.same_policy_as(self.previous[tid]):
-                    problems.append(f"thread {tid} reads back {got.describe()}")
+                self._restore_one(tid)
             except ThreadGoneError:
-                continue  # nothing left to restore
-            except SchedError as e:
-                problems.append(str(e))
+                pass  # nothing left to restore
+            except Exception as e:  # noqa: BLE001 - any failure is reported below; the other threads go on
+                problems.append(f"thread {tid}: {e}")
+                continue
+            if tid in self._changed:
+                self._changed.remove(tid)
         if problems:
-            raise ContentionRestoreError(f"{self.host.name}: could not restore the previous policy: "
+            raise ContentionRestoreError(f"{self.host.name}: could not restore the previous policy of "
+                                         f"{len(problems)} thread(s), still under the run's policy: "
                                          + "; ".join(problems))
+
+    def _restore_one(self, tid: int) -> None:
+        self.scheduler.set(tid, self.previous[tid], self.identities.get(tid))
+        got = self.scheduler.get(tid)
+        if not got.same_policy_as(self.previous[tid]):
+            raise TestbedError(f"reads back {got.describe()} after restoring {self.previous[tid].describe()}")
+
+    @property
+    def unrestored(self) -> list[int]:
+        """Threads changed and not (yet) restored."""
+        return list(self._changed)
 
     def record(self) -> dict:
         """The ``metadata.contention`` part of a run record (docs/run-record.md)."""
@@ -445,9 +572,11 @@ class PolicyWatch(threading.Thread):
     the stall is noted in ``stalls``: the run's contention did not hold as configured.
     """
 
-    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None):
+    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None,
+                 identities: dict[int, ThreadIdentity] | None = None):
         super().__init__(name="bbrlab-policy-watch", daemon=True)
         self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
+        self.identities = identities or {}
         self.checks = 0
         self.deviations: list[dict] = []
         self.stalls: list[dict] = []
@@ -494,8 +623,8 @@ class PolicyWatch(threading.Thread):
     def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
         stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
         try:
-            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"))
-            self.scheduler.set(tid, want)
+            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"), self.identities.get(tid))
+            self.scheduler.set(tid, want, self.identities.get(tid))
             stall["restarted"] = True
         except BbrlabError as e:
             stall.update(restarted=False, error=str(e))
@@ -569,29 +698,45 @@ def contended(
     method: Method = "auto",
     handle_signals: bool = True,
     watch_interval_s: float | None = 1.0,
+    expected: dict[int, ThreadIdentity] | None = None,
 ) -> Iterator[ContentionSession]:
     """Run the ``with`` body with ``contention`` on ``thread_ids`` of ``host``; restore afterwards.
 
-    Raises before changing anything if the input or the host's limits rule the request out.
+    Raises before changing anything if the input or the host's limits rule the request out, or a thread id
+    no longer names the thread ``expected`` pins it to (hand-given vCPU thread ids).
     The yielded :class:`ContentionSession` has ``applied`` (read back) during the body, and after
     it ``evidence`` and :meth:`~ContentionSession.record` for the run record.
     """
-    session = ContentionSession(host, list(thread_ids), contention, method=method)
+    session = ContentionSession(host, list(thread_ids), contention, method=method, expected=expected)
     session.prepare()
     # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
     session.refuse_leftover_deadline("the run would hand it back that policy afterwards")
     with restore_on_signals(session.restore) if handle_signals else nullcontext():
         session.apply()
+        failure: BaseException | None = None
         try:
             session.start_watch(watch_interval_s)
             yield session
+        except BaseException as e:
+            failure = e
+            raise
         finally:
             try:
                 session.finish()
             except BbrlabError as e:
                 session.evidence = {"error": f"could not collect evidence: {e}"}
             finally:
-                session.restore()
+                _restore_after_body(session, failure)
+
+
+def _restore_after_body(session: ContentionSession, failure: BaseException | None) -> None:
+    """Restore; a restore that fails after the body failed names that failure too (it would be lost)."""
+    try:
+        session.restore()
+    except ContentionRestoreError as e:
+        if failure is None:
+            raise
+        raise ContentionRestoreError(f"{e} (after the run failed: {type(failure).__name__}: {failure})") from failure
 
 
 # -- one-shot operations (the CLI) -------------------------------------------------------------------

@@ -68,7 +68,13 @@ class Runner:
         """Run ``scenario`` once, its files into ``staging``; the record's metadata. Raises if the run fails."""
         meta = RunMetadata()
         with meta.carried_by_errors():
-            self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams))
+            try:
+                self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams))
+            except Exception:
+                # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
+                # would otherwise refuse the leftover (or measure under it).
+                meta.contention = {**(meta.contention or {}), "after_failure": self.session.clear_deadline()}
+                raise
         return meta.to_dict()
 
     def close(self) -> None:
@@ -96,10 +102,11 @@ class Runner:
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
                         kind=flow.sampler)) if flow.sample_ms else None
-                    vcpus = tb.sender.vcpu_threads()
+                    vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
-                        contention.contended(tb.sender.hypervisor, vcpus, scenario.contention) as held:
+                        contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
+                                             expected=tb.sender.vcpu_pins()) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):

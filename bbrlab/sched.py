@@ -11,7 +11,8 @@ researcher can act on:
   (:class:`DeadlineAdmissionError`),
 * ``EPERM``: no privilege, or the thread's CPU affinity is narrower than its root domain
   (:class:`SchedPermissionError`),
-* ``ESRCH``: the thread no longer exists (:class:`ThreadGoneError`),
+* ``ESRCH``: the thread no longer exists (:class:`ThreadGoneError`; :class:`ThreadReplacedError` when its
+  id now names another thread than the one pinned),
 * ``EINVAL``: parameters the kernel does not accept (:class:`SchedParamsError`).
 """
 
@@ -145,6 +146,11 @@ class SchedPermissionError(SchedError):
 
 class ThreadGoneError(SchedError):
     """ESRCH: the thread exited (e.g. the VM was shut down)."""
+
+
+class ThreadReplacedError(ThreadGoneError):
+    """The thread id no longer names the thread it was pinned to (it exited; a new thread may hold its id).
+    Nothing was changed on the thread that holds the id now."""
 
 
 class SchedParamsError(SchedError):

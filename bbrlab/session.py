@@ -8,7 +8,7 @@ run's recovery of a testbed left dirty by an earlier process.
 
 from __future__ import annotations
 
-from . import __version__, link, sender
+from . import __version__, contention, link, sender
 from . import record as rec
 from .errors import RunFailed
 from .kernel.ccaprobe import CcaIdentities
@@ -62,6 +62,15 @@ class TestbedSession:
         meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
         if self._recovered is None:
             meta.recovered = self._recovered = recover(tb)
+
+    def clear_deadline(self) -> dict:
+        """Put every sender vCPU thread still under SCHED_DEADLINE back to SCHED_OTHER (after a failed run);
+        what was cleared, or why it could not be (the next attempt then refuses the leftover)."""
+        tb = self.testbed
+        try:
+            return {"deadline_cleared_tids": contention.clear_deadline(tb.sender.hypervisor, tb.sender.vcpu_threads())}
+        except Exception as e:  # noqa: BLE001 - the run's own failure is the one to report; this is noted
+            return {"error": f"could not clear the deadline policy: {e}"[:500]}
 
     def watched_hosts(self) -> dict:
         """The hosts whose CPU load a run records (:func:`bbrlab.hostcpu.watching`)."""

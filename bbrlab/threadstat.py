@@ -9,17 +9,23 @@ thread uses about 25 %; an idle one uses less (a halted vCPU does not spend its 
 The thread's start time (field 22 of ``/proc/<tid>/stat``) tells a live thread from a new
 one that reused its id. Everything is read in one command on the host, so the counters and
 the clock belong together.
+
+A :class:`ThreadIdentity` (process id, name, start time, the host's boot id) is what a thread id is
+pinned to (:mod:`bbrlab.vcpu`); :func:`open_thread_dir` holds a thread's ``/proc`` directory, which
+stops answering once that thread is gone, even if its id is handed to a new thread.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from .hosts import Host
 
 UPTIME = "/proc/uptime"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 @dataclass(frozen=True)
@@ -127,3 +133,105 @@ def usage_between(first: ThreadSample, last: ThreadSample) -> ThreadUsage:
         timeslices=last.timeslices - first.timeslices,
         same_thread=first.start_ticks == last.start_ticks,
     )
+
+
+# -- which thread a thread id is -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ThreadIdentity:
+    """Who holds thread id ``tid``: its process (``pid``, the tgid), name (``comm``), start time in clock
+    ticks since the host booted (field 22 of ``/proc/<tid>/stat``) and the host's ``boot_id``.
+
+    A thread id freed by an exited thread can be handed to a new thread (``pid_max`` is 32768 on many
+    hosts); the new one differs in start time at least."""
+
+    tid: int
+    pid: int
+    comm: str
+    start_ticks: int
+    boot_id: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ThreadIdentity:
+        """The identity stored by :meth:`to_dict` (unknown keys are an error)."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown thread identity field(s) {sorted(unknown)}")
+        return cls(tid=int(d["tid"]), pid=int(d["pid"]), comm=str(d["comm"]), start_ticks=int(d["start_ticks"]),
+                   boot_id=str(d.get("boot_id", "")))
+
+    def differences(self, now: ThreadIdentity) -> list[str]:
+        """How the thread holding the id ``now`` differs from this one (empty: the same thread)."""
+        out = []
+        if self.boot_id and now.boot_id and self.boot_id != now.boot_id:
+            out.append(f"the host rebooted (boot id {now.boot_id}, pinned {self.boot_id})")
+        for name in ("pid", "comm", "start_ticks"):
+            mine, theirs = getattr(self, name), getattr(now, name)
+            if mine != theirs:
+                out.append(f"{name} {theirs!r} (pinned {mine!r})")
+        return out
+
+    def stat_matches(self, stat_text: str) -> bool:
+        """Whether ``/proc/<tid>/stat`` text is this thread's (same name and start time)."""
+        return _parse_stat(stat_text) == (self.comm, self.start_ticks)
+
+    def describe(self) -> str:
+        return f"thread {self.tid} ({self.comm!r} of process {self.pid}, started at tick {self.start_ticks})"
+
+
+def _tgid(status_text: str) -> int | None:
+    for line in status_text.splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
+    return None
+
+
+def read_identities(host: Host, thread_ids: Sequence[int]) -> dict[int, ThreadIdentity]:
+    """The identity of each thread in ``thread_ids`` on ``host`` now; ids no thread holds are left out."""
+    paths = [BOOT_ID]
+    for tid in thread_ids:
+        paths += [f"/proc/{tid}/stat", f"/proc/{tid}/status"]
+    files = read_proc_files(host, paths)
+    boot_id = files.get(BOOT_ID, "").strip()
+    out = {}
+    for tid in thread_ids:
+        stat, status = files.get(f"/proc/{tid}/stat"), files.get(f"/proc/{tid}/status")
+        pid = _tgid(status) if status else None
+        if not stat or pid is None:
+            continue
+        comm, start_ticks = _parse_stat(stat)
+        out[tid] = ThreadIdentity(tid, pid, comm, start_ticks, boot_id)
+    return out
+
+
+def open_thread_dir(identity: ThreadIdentity) -> int | None:
+    """An open descriptor of ``/proc/<pid>/task/<tid>`` on this machine if that directory is still the
+    thread ``identity`` names, else None. Files opened through it (:func:`read_stat_at`) fail once that
+    thread is gone, also after its id went to a new thread: the descriptor holds the thread, not the id."""
+    try:
+        fd = os.open(f"/proc/{identity.pid}/task/{identity.tid}", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    stat = read_stat_at(fd)
+    if stat is None or not identity.stat_matches(stat):
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_stat_at(dir_fd: int) -> str | None:
+    """``stat`` of the thread whose directory ``dir_fd`` holds, or None when that thread is gone."""
+    try:
+        fd = os.open("stat", os.O_RDONLY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -12,6 +12,7 @@ A YAML file (the local testbed writes one of the same form, so one code path dri
         experiment_ip: 10.0.0.1
         hypervisor: local       # or {address, port, user, key, known_hosts}: where its QEMU runs
         vcpu: {qmp_socket: /run/vm1.qmp}   # or {libvirt_domain: vm1} or {thread_ids: [1234]}
+                                           # (an entry may be {tid: 1234, comm: EMT-0, pid: .., start_ticks: ..})
       emulator:
         address: 192.0.2.11
         ports: {sender_side: eth1, receiver_side: eth2}
@@ -33,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ValidationError
+from ..vcpu import parse_given_threads
 
 ROLES = ("sender", "emulator", "receiver")
 ACCELERATORS = ("kvm", "tcg", "unknown")
@@ -158,13 +160,7 @@ def _parse_vcpu(where: str, raw: object, base: Path) -> dict:
         return {kind: _path(f"{where}.qmp_socket", raw[kind], base)}
     if kind == "libvirt_domain":
         return {kind: _str(f"{where}.libvirt_domain", raw[kind], "a libvirt domain name")}
-    ids = raw[kind]
-    if not isinstance(ids, list) or not ids:
-        raise ValidationError(f"{where}.thread_ids", ids, "a non-empty list of thread ids")
-    for i, t in enumerate(ids):
-        if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
-            raise ValidationError(f"{where}.thread_ids[{i}]", t, "a positive thread id")
-    return {kind: list(ids)}
+    return {kind: [g.to_file() for g in parse_given_threads(raw[kind], f"{where}.thread_ids")]}
 
 
 def _parse_ports(where: str, raw: object) -> tuple[str, str]:

@@ -11,14 +11,26 @@ lab are driven by the same code::
 
 from __future__ import annotations
 
+import hashlib
 import platform
+import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..errors import TestbedError
 from ..hosts import Host, LocalHost, NetnsHost, SSHHost
 from ..kernel.sender import SenderKernel
-from ..vcpu import explicit_vcpu_threads, libvirt_vcpu_threads, qmp_vcpu_threads, qmp_vcpu_threads_remote
+from ..threadstat import ThreadIdentity
+from ..vcpu import (
+    libvirt_vcpu_threads,
+    parse_given_threads,
+    pin_given_threads,
+    qmp_vcpu_threads,
+    qmp_vcpu_threads_remote,
+)
 from .file import RoleSpec, SSHSpec, TestbedSpec
+
+GIVEN_THREADS_FIELD = "roles.sender.vcpu.thread_ids"
 
 
 def ssh_host(name: str, spec: SSHSpec) -> SSHHost:
@@ -51,9 +63,13 @@ class SenderRole(Role):
 
     hypervisor: Host = field(default_factory=LocalHost)
     vcpu: dict = field(default_factory=dict)
+    #: Where the pins of hand-given thread ids are kept (:func:`vcpu_pin_path`); None: none given.
+    pin_path: Path | None = None
 
     def vcpu_threads(self) -> list[int]:
-        """The VM's vCPU thread ids on the hypervisor host, sorted by vCPU index (never guessed)."""
+        """The VM's vCPU thread ids on the hypervisor host, sorted by vCPU index (never guessed).
+
+        Hand-given ids are checked against their pins first (:meth:`vcpu_pins`)."""
         if "qmp_socket" in self.vcpu:
             if self.hypervisor.is_local:
                 return qmp_vcpu_threads(self.vcpu["qmp_socket"])
@@ -61,9 +77,20 @@ class SenderRole(Role):
         if "libvirt_domain" in self.vcpu:
             return libvirt_vcpu_threads(self.hypervisor, self.vcpu["libvirt_domain"])
         if "thread_ids" in self.vcpu:
-            return explicit_vcpu_threads(self.vcpu["thread_ids"], "roles.sender.vcpu.thread_ids")
+            return list(self.vcpu_pins())
         raise TestbedError("the testbed file gives no roles.sender.vcpu (qmp_socket, libvirt_domain or "
                            "thread_ids): cannot find the sender's vCPU threads")
+
+    def vcpu_pins(self) -> dict[int, ThreadIdentity] | None:
+        """Hand-given vCPU thread ids, each checked now against the thread it is pinned to (pinned at the
+        first call: :func:`bbrlab.vcpu.pin_given_threads`); None when the threads are found through QMP or
+        libvirt, which name the VM's threads themselves."""
+        if "thread_ids" not in self.vcpu:
+            return None
+        if self.pin_path is None:
+            raise TestbedError("hand-given vCPU thread ids need a place for their pins (SenderRole.pin_path)")
+        given = parse_given_threads(self.vcpu["thread_ids"], GIVEN_THREADS_FIELD)
+        return pin_given_threads(self.hypervisor, given, self.pin_path, GIVEN_THREADS_FIELD)
 
     def qemu_pid(self) -> int | None:
         """The pid of the sender's QEMU on a local hypervisor (owner of the vCPU threads), else None."""
@@ -143,12 +170,27 @@ class Testbed:
         self.sender.hypervisor.close()
 
 
+def vcpu_pin_path(spec: TestbedSpec) -> Path:
+    """Where the pins of a testbed file's hand-given vCPU threads live:
+    ``<state>/labs/<name>-<hash>/vcpu-pins.json`` beside the local testbeds' state (``$BBRLAB_STATE_DIR``,
+    else ``~/.local/state/bbrlab``), one per testbed file (its resolved path), name and hypervisor host."""
+    from .local.state import state_root
+
+    hypervisor = spec.roles["sender"].hypervisor
+    where = f"{hypervisor.address}:{hypervisor.port}" if hypervisor else "local"
+    source = str(Path(spec.source).resolve()) if spec.source else ""
+    key = hashlib.sha256(f"{source}\0{spec.name}\0{where}".encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name)[:40]
+    return state_root().parent / "labs" / f"{slug}-{key}" / "vcpu-pins.json"
+
+
 def from_spec(spec: TestbedSpec, *, kind: str = "lab", hypervisor_name: str | None = None,
               local: LocalDetails | None = None) -> Testbed:
     """Role objects for a validated testbed file."""
     s, e, r = spec.roles["sender"], spec.roles["emulator"], spec.roles["receiver"]
     hypervisor_host: Host = ssh_host("sender-hypervisor", s.hypervisor) if s.hypervisor else LocalHost()
-    sender = SenderRole("sender", role_host(s), s.experiment_ip, s, hypervisor=hypervisor_host, vcpu=dict(s.vcpu))
+    sender = SenderRole("sender", role_host(s), s.experiment_ip, s, hypervisor=hypervisor_host, vcpu=dict(s.vcpu),
+                        pin_path=vcpu_pin_path(spec) if "thread_ids" in s.vcpu else None)
     emulator = EmulatorRole("emulator", role_host(e), e.experiment_ip, e, ports=e.ports)
     receiver = Role("receiver", role_host(r), r.experiment_ip, r)
     if hypervisor_name is None:  # a lab: as far as the file says (how its vCPU threads are found)

@@ -290,7 +290,8 @@ def test_campaign_refuses_shares_the_hypervisor_cannot_admit_before_anything_cha
         cwd = tmp_path / "elsewhere"
         cwd.mkdir()
         res = subprocess.run([BBRLAB, "campaign", "run", str(tmp_path / "spec.yaml"), "--out", "out"],
-                             cwd=cwd, capture_output=True, text=True, timeout=120)
+                             cwd=cwd, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "BBRLAB_STATE_DIR": str(tmp_path / "state")})  # the pins stay here
         assert res.returncode == 1, res.stderr
         assert "cpu_shares_pct[0] with timeslices_ms[0]" in res.stderr and f"{n} vCPU thread(s)" in res.stderr
         assert not (cwd / "out").exists()

@@ -42,7 +42,7 @@ class RecordingScheduler:
     def get(self, tid):
         return DEADLINE
 
-    def set(self, tid, policy):
+    def set(self, tid, policy, identity=None):
         self.calls.append((tid, policy.policy))
 
 

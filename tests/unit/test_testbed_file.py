@@ -94,6 +94,10 @@ def test_netns_receiver_is_a_local_namespace_host():
     ("roles.sender.vcpu", {"qmp_socket": "/a", "libvirt_domain": "b"}, "roles.sender.vcpu"),
     ("roles.sender.vcpu", {"thread_ids": [12, -3]}, "roles.sender.vcpu.thread_ids[1]"),
     ("roles.sender.vcpu", {"pid": 3}, "roles.sender.vcpu.pid"),
+    ("roles.sender.vcpu", {"thread_ids": [12, {"tid": 13, "comm": ""}]}, "roles.sender.vcpu.thread_ids[1].comm"),
+    ("roles.sender.vcpu", {"thread_ids": [{"tid": 13, "start_ticks": -1}]},
+     "roles.sender.vcpu.thread_ids[0].start_ticks"),
+    ("roles.sender.vcpu", {"thread_ids": [12, 12]}, "roles.sender.vcpu.thread_ids"),
     ("roles.sender.hypervisor", {"port": 22}, "roles.sender.hypervisor.address"),
     ("roles.sender.hypervisor", "remote", "roles.sender.hypervisor"),
     ("roles.sender.color", "blue", "roles.sender.color"),
@@ -137,3 +141,14 @@ def test_vcpu_count_is_checked_before_anything_changes():
     for bad in (0, 9, "1", True, 1.0):
         with pytest.raises(ValidationError, match="sender_vcpus"):
             check_vcpus(bad)
+
+
+def test_hand_given_threads_keep_what_the_file_says_about_them(tmp_path):
+    doc = _with("roles.sender.vcpu", {"thread_ids": [4242, {"tid": 4243, "comm": "EMT-1", "pid": 4200}]})
+    spec = tbfile.parse(doc, base=tmp_path)
+    assert spec.roles["sender"].vcpu == {"thread_ids": [4242, {"tid": 4243, "comm": "EMT-1", "pid": 4200}]}
+    path = tmp_path / "again.yaml"
+    tbfile.write_file(spec, path)
+    assert tbfile.load_file(path).roles["sender"].vcpu == spec.roles["sender"].vcpu
+    assert from_spec(spec).sender.pin_path.name == "vcpu-pins.json"
+    assert from_spec(tbfile.parse(LAB, base=tmp_path)).sender.pin_path is None  # libvirt names its own threads

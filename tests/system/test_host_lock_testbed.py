@@ -127,3 +127,37 @@ def test_each_vm_serves_its_own_host_key_and_a_sender_is_not_taken_for_the_emula
             impostor.run(["true"], timeout=30)  # main: accepted, the sender passes for the emulator
     finally:
         impostor.close()
+
+
+def test_a_command_on_a_lab_file_waits_for_the_emulators_holder_and_then_drives_it(testbed):
+    """The testbed's own testbed.yaml read as a lab's file: ``bbrlab link set`` holds the emulator host's lock
+    (the local lock is our pytest session's, which the command inherits), so it waits while another driver
+    holds the emulator, saying who, and sets the link once that driver is gone."""
+    from bbrlab.testbed.local.lifecycle import testbed_file
+
+    if testbed.kind != "local":
+        pytest.skip("the local testbed's VMs only")
+    lab_file = str(testbed_file(testbed.name))
+    link.clear(testbed.emulator.host, testbed.emulator.ports)
+    first = _driver(testbed, "hold")
+    cmd = subprocess.Popen([sys.executable, "-c", "import sys; from bbrlab.cli.main import main; sys.exit(main())",
+                            "link", "set", "--rtt", "30ms", "--rate", "20mbit", "--testbed", lab_file], cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    try:
+        try:
+            out, err = cmd.communicate(timeout=8)
+            pytest.fail(f"link set did not wait for the emulator's holder: {out} {err}")
+        except subprocess.TimeoutExpired:
+            pass
+        now = link.show(testbed.emulator.host, testbed.emulator.ports)
+        assert all(link.is_default(link.root_qdisc(q)) for q in now.values())  # main: set at once
+    finally:
+        first.kill()
+        first.wait()
+    out, err = cmd.communicate(timeout=120)
+    assert cmd.returncode == 0, err
+    assert f"is in use by another bbrlab: pid {first.pid} on " in err and "waiting for it" in err
+    now = link.show(testbed.emulator.host, testbed.emulator.ports)
+    assert link.configured_from_readback(now, testbed.emulator.ports)["rtt_ms"] == pytest.approx(30, abs=0.01)
+    link.clear(testbed.emulator.host, testbed.emulator.ports)

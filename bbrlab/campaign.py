@@ -576,13 +576,11 @@ def prepare(spec: Planned, out_dir: str | Path) -> dict:
     resuming = check(out, spec.to_dict(), text, wanted)
     out.mkdir(parents=True, exist_ok=True)
     if not resuming:
-        rec.write_file(out / ".spec.yaml.tmp", text)
-        os.replace(out / ".spec.yaml.tmp", out / SPEC_FILE)
+        rec.write_atomic(out / SPEC_FILE, text)
         rec.write_json_atomic(out / PLAN_FILE, wanted)
         return wanted
     if not (out / SPEC_FILE).exists():
-        rec.write_file(out / ".spec.yaml.tmp", text)
-        os.replace(out / ".spec.yaml.tmp", out / SPEC_FILE)
+        rec.write_atomic(out / SPEC_FILE, text)
     repair(out, [r["run_id"] for r in wanted["runs"]])
     return wanted
 
@@ -652,8 +650,13 @@ def announcing(run_fn: RunFunction, testbed_name: str, spec: CampaignSpec, out_d
 
 @contextmanager
 def directory_lock(out_dir: Path) -> Iterator[None]:
-    """Exclusive lock on the campaign directory; refused at once if another process holds it."""
-    fd = os.open(Path(out_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    """Exclusive lock on the campaign directory; refused at once if another process holds it.
+
+    The lock file is opened without following a symbolic link and created 0600; one that is not a regular
+    file of ours is refused (bbrlab.testbed.lock.open_lock_file)."""
+    from .testbed.lock import open_lock_file
+
+    fd = open_lock_file(Path(out_dir) / ".lock")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

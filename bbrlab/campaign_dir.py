@@ -36,7 +36,7 @@ SET_ASIDE = "set-aside"
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_DIR = "calibration"
 #: What a campaign leaves in its directory before ``plan.json`` exists (a crash between the two writes).
-_OWN_TEMPORARY = re.compile(r"\.spec\.yaml\.tmp|\.plan\.json\.\d+\.tmp")
+_OWN_TEMPORARY = re.compile(r"\.spec\.yaml(\.\d+)?\.tmp|\.plan\.json\.\d+\.tmp")
 
 
 class OutDirError(BbrlabError):

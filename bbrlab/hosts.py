@@ -65,6 +65,88 @@ class CommandTimeout(CommandError):
     """A command did not finish within its timeout."""
 
 
+class HeldCommand:
+    """A command left running with its stdin open (:meth:`Host.hold_open`): it can tell us lines on its
+    stdout, and it sees end of file on its stdin when we :meth:`close` it, or when this process dies (the
+    kernel closes our end of the pipe, or the SSH connection). A lock held by such a command on a host
+    lasts exactly as long as the process that asked for it."""
+
+    def readline(self, timeout_s: float) -> str:
+        """The next line the command prints ('' once it has exited without one)."""
+        raise NotImplementedError
+
+    def close(self, wait_s: float = 10.0) -> int | None:
+        """End of file on the command's stdin; wait up to ``wait_s`` for it to exit; its exit code."""
+        raise NotImplementedError
+
+
+class _LocalHeld(HeldCommand):
+    def __init__(self, argv: tuple[str, ...]):
+        import subprocess
+
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+
+    def readline(self, timeout_s: float) -> str:
+        import select
+
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout_s)
+        if not ready:
+            raise TimeoutError(f"no line from {self._proc.args[0]} within {timeout_s} s")
+        return self._proc.stdout.readline()
+
+    def close(self, wait_s: float = 10.0) -> int | None:
+        import subprocess
+
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self._proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            return self._proc.wait()
+        finally:
+            self._proc.stdout.close()
+
+
+class _SSHHeld(HeldCommand):
+    def __init__(self, transport, command: str):
+        self._chan = transport.open_session()
+        self._chan.exec_command(command)
+        self._buffer = b""
+
+    def readline(self, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no line from the command on the SSH channel within {timeout_s} s")
+            self._chan.settimeout(left)
+            try:
+                chunk = self._chan.recv(4096)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            self._buffer += chunk
+        line, sep, self._buffer = self._buffer.partition(b"\n")
+        return (line + sep).decode(errors="replace")
+
+    def close(self, wait_s: float = 10.0) -> int | None:
+        try:
+            self._chan.shutdown_write()  # EOF on the command's stdin
+            deadline = time.monotonic() + wait_s
+            while not self._chan.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return self._chan.recv_exit_status() if self._chan.exit_status_ready() else None
+        except OSError:
+            return None
+        finally:
+            self._chan.close()
+
+
 #: Seconds a local command has to end after the SIGINT bbrlab forwards on Ctrl-C, before SIGKILL.
 INTERRUPT_GRACE_S = 3.0
 
@@ -310,6 +392,17 @@ class Host:
         finally:
             self.run(["rm", "-rf", "--one-file-system", "--", path], check=False, timeout=30)
 
+    def hold_open(self, argv: Sequence[str], *, sudo: bool = False) -> HeldCommand:
+        """Start ``argv`` and keep it running with its stdin open until :meth:`HeldCommand.close` (or until
+        this process ends). For what must last exactly as long as we do, such as a lock held on the host."""
+        args = _argv(argv)
+        if sudo and not self._is_root():
+            args = ("sudo", "-n", *args)
+        return self._hold_open(args)
+
+    def _hold_open(self, argv: tuple[str, ...]) -> HeldCommand:
+        raise NotImplementedError
+
     def exists(self, path: str) -> bool:
         return self.run(["test", "-e", path], check=False).ok
 
@@ -361,6 +454,9 @@ class LocalHost(Host):
 
     def _is_root(self) -> bool:
         return os.geteuid() == 0
+
+    def _hold_open(self, argv: tuple[str, ...]) -> HeldCommand:
+        return _LocalHeld((*self.prefix, *argv))
 
     def put(self, local_path: str | Path, remote_path: str) -> None:
         """Copy a file here, keeping its mode (as fabric's ``put`` does for an SSH host)."""
@@ -445,6 +541,11 @@ class SSHHost(Host):
 
     def _is_root(self) -> bool:
         return self.user == "root"
+
+    def _hold_open(self, argv: tuple[str, ...]) -> HeldCommand:
+        conn = self._connection()
+        conn.open()
+        return _SSHHeld(conn.client.get_transport(), shlex.join(argv))
 
     def put(self, local_path: str | Path, remote_path: str) -> None:
         self._connection().put(str(local_path), remote_path)

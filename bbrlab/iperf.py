@@ -11,6 +11,9 @@ Data flows from the client to the server, so the client runs on the sender VM, a
   is killed on the sender itself, without polling the contended VM during the run.
 - :func:`parse_result` extracts what the run record and the analyses need; :class:`IperfError` carries
   iperf3's own error text when a test failed.
+- Every iperf3 bbrlab starts carries :data:`MARKER` in its environment (``env BBRLAB_IPERF3=1 ...``), so
+  recovery (:func:`kill_port_users`) stops only those: a lab's receiver may run its own iperf3 server on
+  the same port, and a campaign must not kill it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ class IperfError(BbrlabError):
     """iperf3 failed (its JSON has an ``error``), or its output is not iperf3 JSON."""
 
 
+#: In the environment of every iperf3 bbrlab starts: what recovery recognises its own by.
+MARKER = "BBRLAB_IPERF3=1"
+
+
+def _marked(argv: list[str]) -> list[str]:
+    return ["env", MARKER, *argv]
+
+
 def _port(value: object, field_name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ValidationError(field_name, value, "a TCP port number from 1 to 65535")
@@ -44,7 +55,7 @@ def _port(value: object, field_name: str) -> int:
 def server_argv(port: int = DEFAULT_PORT, *, lifetime_s: float = 300.0) -> list[str]:
     """The receiver's server: one test in JSON, killed after ``lifetime_s`` whatever happens."""
     _port(port, "port")
-    return ["timeout", "--kill-after=5", f"{lifetime_s:.0f}", "iperf3", "-s", "-1", "-J", "-p", str(port)]
+    return _marked(["timeout", "--kill-after=5", f"{lifetime_s:.0f}", "iperf3", "-s", "-1", "-J", "-p", str(port)])
 
 
 def client_argv(server_ip: str, *, cca: str, duration_s: float, streams: int = 1, port: int = DEFAULT_PORT,
@@ -66,7 +77,7 @@ def client_argv(server_ip: str, *, cca: str, duration_s: float, streams: int = 1
         _port(cport, "cport")
         _port(cport + streams - 1, "cport + streams - 1")
         argv += ["--cport", str(cport)]
-    return argv
+    return _marked(argv)
 
 
 def listening(host: Host, port: int) -> bool:
@@ -190,9 +201,27 @@ def port_users(host: Host, port: int, *, listening: bool) -> list[int]:
     return sorted({int(m.group(1)) for m in re.finditer(r'"iperf3",pid=(\d+)', out)})
 
 
+#: Prints each pid given whose environment holds :data:`MARKER` ($1 the marker, the rest pids).
+_MARKED_SH = r"""
+marker=$1; shift
+for pid; do tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF -- "$marker" && echo "$pid"; done
+exit 0
+"""
+
+
+def bbrlab_started(host: Host, pids: list[int]) -> list[int]:
+    """The pids of ``pids`` that bbrlab started (their environment holds :data:`MARKER`)."""
+    if not pids:
+        return []
+    out = host.run(["sh", "-c", _MARKED_SH, "bbrlab-marked", MARKER, *(str(int(p)) for p in pids)],
+                   sudo=True, check=False, timeout=20).stdout
+    return sorted({int(line) for line in out.split() if line.isdigit()})
+
+
 def kill_port_users(host: Host, port: int, *, listening: bool) -> list[int]:
-    """Kill (SIGKILL) the iperf3 processes :func:`port_users` finds; return their pids."""
-    pids = port_users(host, port, listening=listening)
+    """Kill (SIGKILL) the iperf3 processes :func:`port_users` finds that bbrlab started (:data:`MARKER`);
+    anyone else's iperf3 on the port is left alone. Returns the pids killed."""
+    pids = bbrlab_started(host, port_users(host, port, listening=listening))
     for pid in pids:
         host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
     return pids

@@ -38,6 +38,7 @@ from .qdisc import (
     to_tc_argv,
 )
 from .scenario import Link
+from .testbed import hostlock
 
 #: What read-back may differ from the request by: the kernel stores times in 64 ns ticks and tc
 #: prints microseconds; tbf's burst is stored as a time at the configured rate.
@@ -135,8 +136,16 @@ def check_host_can_run(host: Host, tree: LinkTree) -> None:
                               "6.6 or later); nothing was changed")
 
 
+def owner_note(host: Host) -> str:
+    """The name of the note on ``host`` saying which session set bbrlab's qdiscs there (one per network
+    namespace: ports are named per namespace)."""
+    return f"link-{_local_netns(host) or 'host'}.owner"
+
+
 def check_ports_free(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
-    """Each port exists and its root qdisc is the kernel default or bbrlab's; returns the read-back."""
+    """Each port exists and its root qdisc is the kernel default or bbrlab's, and bbrlab's is not another
+    campaign's: one whose note (:func:`mark_ports`) names another session that still holds the host
+    (:mod:`bbrlab.testbed.hostlock`) is refused, naming that campaign. Returns the read-back."""
     before = show(host, ports)
     for ifname, qdiscs in before.items():
         root = root_qdisc(qdiscs)
@@ -144,7 +153,24 @@ def check_ports_free(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
             raise TestbedError(
                 f"{ifname} on {host.name} has a root qdisc {root.get('kind')} {root.get('handle')} that bbrlab did "
                 f"not set; remove it first (tc qdisc del dev {ifname} root). Nothing was changed.")
+    _refuse_another_campaigns(host, ports, before)
     return before
+
+
+def _refuse_another_campaigns(host: Host, ports: Sequence[str], readbacks: dict[str, list[dict]]) -> None:
+    """Raise when bbrlab's qdiscs on ``ports`` were set by another session that still holds ``host``."""
+    if not any(is_ours(root_qdisc(q)) for q in readbacks.values()):
+        return
+    note, live = hostlock.mark_of(host, owner_note(host))
+    if live:
+        raise TestbedError(
+            f"the qdiscs on {', '.join(ports)} of {host.name} belong to another campaign that still holds that "
+            f"host: {hostlock.describe(note)}. Nothing was changed.")
+
+
+def mark_ports(host: Host, ports: Sequence[str]) -> None:
+    """Note on ``host`` that this session sets bbrlab's qdiscs on ``ports`` (before it does)."""
+    hostlock.mark(host, owner_note(host), {"ports": list(ports)})
 
 
 # -- comparing read-back with the request -------------------------------------------------------------
@@ -255,13 +281,16 @@ def _clear_port(host: Host, ifname: str) -> None:
 
 def clear(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
     """Remove bbrlab's qdiscs from ``ports``; the kernel's defaults come back. Returns the read-back,
-    and raises if a port still carries a non-default root qdisc afterwards."""
+    and raises if a port still carries a non-default root qdisc afterwards, or (before any change) when
+    they are another live campaign's (:func:`check_ports_free`)."""
+    _refuse_another_campaigns(host, ports, show(host, ports))
     for ifname in ports:
         _clear_port(host, ifname)
     after = show(host, ports)
     left = {i: root_qdisc(q) for i, q in after.items() if not is_default(root_qdisc(q))}
     if left:
         raise TestbedError(f"after clear, ports still carry qdiscs: {left}")
+    hostlock.unmark(host, owner_note(host))
     return after
 
 
@@ -278,6 +307,7 @@ def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
     names = [p.ifname for p in tree.ports]
     check_ports_free(host, names)
     check_host_can_run(host, tree)
+    mark_ports(host, names)
     try:
         for spec in tree.ports:
             _clear_port(host, spec.ifname)

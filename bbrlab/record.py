@@ -4,6 +4,10 @@ A run is written into ``CAMPAIGN/.tmp/<run_id>.<pid>/`` and only then renamed, a
 to ``runs/<run_id>`` (status ok) or ``failed/<run_id>.a<N>`` (a failed attempt). Every file is fsynced
 before the rename and the parent directory after it, so after a crash (SIGKILL, power loss) a run is
 either completely in ``runs/`` or not there at all; ``.tmp/`` leftovers are cleared on resume.
+
+Nothing is written through a symbolic link another user could plant: files are opened with ``O_NOFOLLOW``,
+a temporary file is created afresh (``O_EXCL``, mode 0600 while it is written) under a name that is first
+cleared, and ``.tmp/`` is a directory of mode 0700 that is refused when it is a link.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import functools
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from .errors import BbrlabError
@@ -79,30 +84,86 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_file(path: Path, text: str | bytes) -> None:
-    """Write and fsync one file (inside a staging directory, so no rename is needed for it)."""
-    data = text.encode() if isinstance(text, str) else text
-    with open(path, "wb") as f:
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` would, for a moment, for every thread)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
-def write_json_atomic(path: Path, obj: object) -> None:
-    """Replace ``path`` with ``obj`` as JSON: temp file, fsync, rename, fsync the directory."""
+def write_file(path: Path, text: str | bytes) -> None:
+    """Write and fsync one file (inside a staging directory, so no rename is needed for it); a symbolic
+    link at ``path`` is refused, not followed."""
+    data = text.encode() if isinstance(text, str) else text
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    _write_fd(fd, data)
+
+
+def temporary_name(path: Path) -> Path:
+    """The name ``path`` is written under before it is renamed into place: ``.<name>.<pid>.tmp``."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text``: a fresh private temporary file (whatever was at its name, a planted
+    link too, is removed first, then ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsync, the file's usual
+    mode, rename, fsync the directory."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_file(tmp, json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    data = text.encode() if isinstance(text, str) else text
+    tmp = temporary_name(path)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # private while written; then what any file of the campaign gets
+        _write_fd(fd, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_path(path.parent)
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """Replace ``path`` with ``obj`` as JSON (see :func:`write_atomic`)."""
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def private_tmp_dir(campaign_dir: Path) -> Path:
+    """The campaign's ``.tmp/``: created 0700, refused when it is a symbolic link or not ours."""
+    tmp = Path(campaign_dir) / TMP
+    try:
+        tmp.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(tmp)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise BbrlabError(f"{tmp} is not a directory of ours (a symbolic link?): refusing to write runs there; "
+                          "move it away")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(tmp, 0o700)
+    return tmp
 
 
 def staging_dir(campaign_dir: Path, run_id: str) -> Path:
     """A fresh ``.tmp/<run_id>.<pid>/`` to write one attempt into."""
-    d = Path(campaign_dir) / TMP / f"{run_id}.{os.getpid()}"
-    if d.exists():
+    d = private_tmp_dir(campaign_dir) / f"{run_id}.{os.getpid()}"
+    if d.is_symlink():
+        d.unlink()
+    elif d.exists():
         shutil.rmtree(d)
-    d.mkdir(parents=True)
+    d.mkdir()
     return d
 
 

@@ -142,12 +142,13 @@ class TestbedPlugin(WorkerPlugin):
         from . import testbed as testbed_mod
         from .recovery import recover
         from .runner import Runner
-        from .testbed import isolation
+        from .testbed import hostlock, isolation, lock
 
-        try:
+        try:  # the testbed's lock first, then its state; a lab's own hosts are locked too (hostlock)
+            self._lock = contextlib.ExitStack()
+            self._lock.enter_context(testbed_mod.testbed_lock(lock.name_for(self.testbed_ref), timeout_s=60))
             self.testbed = testbed_mod.load(self.testbed_ref)
-            self._lock = testbed_mod.testbed_lock(self.testbed.name, timeout_s=60)
-            self._lock.__enter__()
+            self._lock.enter_context(hostlock.holding(self.testbed, activity="bbrlab worker", timeout_s=60))
             recover(self.testbed)  # a deadline policy left behind would keep its thread from moving
             if self.cpus is not None and self.testbed.kind == "local":
                 pids = [pid for pid in self.testbed.local.qemu_pids.values() if pid]
@@ -187,7 +188,7 @@ class TestbedPlugin(WorkerPlugin):
                     self.testbed.close()
             finally:
                 if self._lock is not None:
-                    self._lock.__exit__(None, None, None)
+                    self._lock.close()
                     self._lock = None
 
     @property

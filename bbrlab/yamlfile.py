@@ -3,6 +3,11 @@
 PyYAML's ``safe_load`` keeps the last of two equal keys without a word, so a spec with ``rtts_ms``
 twice would silently run only the second list. :func:`load_text` refuses that, and turns every way a
 document can fail to parse into a :class:`~bbrlab.errors.ValidationError` naming the file.
+
+YAML anchors and aliases are allowed (``&ramp`` / ``*ramp``), but a document whose values, with every
+alias expanded, number more than :data:`MAX_EXPANDED_NODES` is refused: nine aliases of nine aliases of
+... make a file of a few hundred bytes stand for hundreds of millions of values (the "billion laughs"),
+which anything that prints, copies or serialises the value would then build in full.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ import yaml
 from .errors import ValidationError, key_name
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+#: The most scalars, sequences and mappings a document may stand for once its aliases are expanded. A campaign
+#: spec or a testbed file has a few hundred; this leaves room for generated ones and refuses alias bombs.
+MAX_EXPANDED_NODES = 100_000
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -41,10 +49,52 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def expanded_size(node: yaml.Node | None, limit: int = MAX_EXPANDED_NODES) -> int:
+    """How many nodes ``node`` stands for with every alias expanded (counting stops just above ``limit``).
+
+    PyYAML's composer returns an alias as the very node object of its anchor, so sizes are memoised per node:
+    the count costs one visit per distinct node, however large the expansion."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        key = id(n)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = limit + 1  # a node reached again while being counted: a recursive alias, never finite
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            children = n.value
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for pair in n.value for c in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[key] = min(total, limit + 1)
+        return sizes[key]
+
+    return 0 if node is None else size(node)
+
+
+def _load(text: str, source: str, field: str) -> object:
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        size = expanded_size(node)
+        if size > MAX_EXPANDED_NODES:
+            raise ValidationError(field, source, f"a document of at most {MAX_EXPANDED_NODES} values with its YAML "
+                                  "aliases expanded (this one stands for more: aliases nested in aliases?)")
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_text(text: str, source: str, field: str = "spec") -> object:
     """The document in ``text`` (from ``source``, for messages); every failure is a ValidationError."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return _load(text, source, field)
     except DuplicateKeyError as e:
         raise ValidationError(key_name(e.key), f"given twice in {source} (lines {e.first_line} and {e.again_line})",
                               "each key once (YAML would silently keep only the last)") from None

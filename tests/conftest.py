@@ -1,12 +1,18 @@
 """Shared pytest fixtures.
 
-``testbed``: the local testbed (sender VM, emulator VM, receiver namespace), brought up or
-attached to ONCE per pytest session. The session holds that testbed's lock (bbrlab.testbed.lock)
+``testbed``: the suite's local testbed (sender VM, emulator VM, receiver namespace), named
+:data:`TEST_TESTBED` (``bbrlab-test``), brought up or attached to ONCE per pytest session. The session holds that testbed's lock (bbrlab.testbed.lock)
 from the first test that asks for it until the end, so two sessions never boot or tear down the
 same testbed under each other. At the end it is brought down,
 unless ``BBRLAB_KEEP_TESTBED=1`` (then the next session attaches to it in seconds).
 ``BBRLAB_TESTBED`` names another local testbed, or a lab's testbed file (then nothing is
-brought up or down: the lab is used as it is).
+brought up or down: the lab is used as it is). Unless it is set, :func:`pytest_configure` sets it to
+:data:`TEST_TESTBED`, so the ``bbrlab`` commands the tests start act on the suite's testbed too.
+
+The suite's testbed has a name of its own, not ``local``: a testbed's lock file (``/run/bbrlab``),
+its network namespaces (``bbrlab-<name>-link``/``-rx``) and its QEMU processes (``-name
+bbrlab-<name>-sender``) are named after it machine-wide, whatever the state directory, so a suite
+that drove ``local`` would wait on, stop or tear down a user's own ``local`` testbed.
 
 Tests keep their testbeds' state (``state.json``, SSH keys, overlays) out of the user's own
 ``~/.local/state/bbrlab``: :func:`pytest_configure` points ``BBRLAB_STATE_DIR`` at a directory of the
@@ -35,6 +41,13 @@ import pytest
 
 #: Where test testbeds keep their state unless BBRLAB_STATE_DIR is set (see the module docstring).
 TEST_STATE_DIR = Path(f"/var/tmp/bbrlab-tests-{os.geteuid()}") / "state"
+#: The suite's local testbed (unless BBRLAB_TESTBED names another): never a user's ``local``.
+TEST_TESTBED = "bbrlab-test"
+
+
+def suite_testbed() -> str:
+    """The testbed the suite drives: ``$BBRLAB_TESTBED`` (a name or a testbed file), else :data:`TEST_TESTBED`."""
+    return os.environ.get("BBRLAB_TESTBED") or TEST_TESTBED
 
 
 def _private_dir(path: Path) -> Path:
@@ -62,6 +75,7 @@ def pytest_configure(config):
         signal.signal(signal.SIGHUP, lambda signum, frame: None)
     if not os.environ.get(STATE_DIR_ENV):
         os.environ[STATE_DIR_ENV] = str(_private_dir(TEST_STATE_DIR))
+    os.environ["BBRLAB_TESTBED"] = suite_testbed()  # commands the tests start: never the user's `local`
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +84,7 @@ def testbed():
     import bbrlab.testbed as tbmod
     from bbrlab.testbed.lock import set_activity
 
-    name = os.environ.get("BBRLAB_TESTBED", "local")
+    name = suite_testbed()
     if os.path.isfile(name):
         tb = tbmod.load(name)
         yield tb

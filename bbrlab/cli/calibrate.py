@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from .common import changing
+from .common import driving
 
 DESCRIPTION = """\
 Measures the sender's CPU ceiling at every timeslice x CPU share x RTT of a campaign: the throughput of
@@ -118,25 +118,20 @@ def run(args) -> int:
 def _measure(args, spec, target: str | None) -> int:
     from tqdm import tqdm
 
-    from .. import testbed as testbed_mod
     from ..calibrate import calibrate, format_grid
     from ..runner import Runner
     from ..testbed.target import resolve
 
-    tb = testbed_mod.load(resolve(target))
     say = None if args.no_progress else tqdm.write
-    print(f"calibrating {len(spec.points())} points ({len(spec.plan())} runs of {spec.duration_s:g} s, about "
-          f"{_hms(spec.expected_duration_s())}) on testbed {tb.name} ({tb.accelerator})", flush=True)
-    with changing(tb.name, "calibrate", out=str(args.out)):
+    with driving(resolve(target), "calibrate", out=str(args.out)) as tb:
+        print(f"calibrating {len(spec.points())} points ({len(spec.plan())} runs of {spec.duration_s:g} s, about "
+              f"{_hms(spec.expected_duration_s())}) on testbed {tb.name} ({tb.accelerator})", flush=True)
         runner = Runner(tb)
         try:
             cal = calibrate(tb, spec, args.out, runner=runner, progress=not args.no_progress, fresh=args.fresh,
                             say=say)
         finally:
-            try:
-                runner.close()
-            finally:
-                tb.close()
+            runner.close()
     print(json.dumps(cal.to_dict(), indent=2) if args.json else format_grid(cal))
     print(f"written: {cal.path}")
     unmeasured = [p.key for p in cal.points if p.ceiling_mbit is None]

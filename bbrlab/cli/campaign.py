@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import changing
+from .common import driving
 from .worker import add_tls_options, lab_tls
 
 RUN_EPILOG = """\
@@ -204,7 +204,17 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
 
 
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
-    """One testbed, in this process."""
+    """One testbed, in this process. The testbed's lock comes first: nothing of the testbed (its state, its
+    vCPU threads, the hypervisor's limits) is read while another process may be changing it."""
+    from ..testbed.target import resolve
+
+    with driving(resolve(testbed or spec.testbed), "campaign run", campaign=spec.name, out=str(args.out)) as tb:
+        st = _run_held(args, spec, tb, calibration_path)
+    print(json.dumps(st))
+    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
+
+
+def _run_held(args, spec, tb, calibration_path: Path | None) -> dict:
     from .. import testbed as testbed_mod
     from ..campaign import announcing, check_admission, run_campaign
     from ..ceiling import for_campaign
@@ -212,33 +222,27 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     from ..recovery import clear_partitions
     from ..runner import Runner
     from ..signals import Interrupted
-    from ..testbed.target import resolve
 
-    tb = testbed_mod.load(resolve(testbed or spec.testbed))  # reads the testbed file / state only
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
     check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
-    with changing(tb.name, "campaign run", campaign=spec.name, out=str(args.out)):
-        for path in clear_partitions(tb):  # a killed multi-testbed campaign's; refused while that one runs
-            print(f"removed the CPU partition {path} a killed campaign left", file=sys.stderr)
-        calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
-        print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
-              f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
-              file=sys.stderr)
-        runner = Runner(tb, calibration=calibration, calibration_source=source)
-        try:
-            st = run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
-                              progress=not args.no_progress, retry_failed=args.retry_failed,
-                              testbed=tb.describe(), allow_mixed=args.allow_mixed)
-        except Interrupted:
-            _stopped(spec, args.out)
-            raise
-        finally:
-            if not args.keep_link:
-                try:
-                    runner.close()
-                except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
-                    print(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}", file=sys.stderr)
-            tb.close()
-    print(json.dumps(st))
-    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
+    for path in clear_partitions(tb):  # a killed multi-testbed campaign's; refused while that one runs
+        print(f"removed the CPU partition {path} a killed campaign left", file=sys.stderr)
+    calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
+    print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
+          f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
+          file=sys.stderr)
+    runner = Runner(tb, calibration=calibration, calibration_source=source)
+    try:
+        return run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
+                            progress=not args.no_progress, retry_failed=args.retry_failed,
+                            testbed=tb.describe(), allow_mixed=args.allow_mixed)
+    except Interrupted:
+        _stopped(spec, args.out)
+        raise
+    finally:
+        if not args.keep_link:
+            try:
+                runner.close()
+            except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
+                print(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}", file=sys.stderr)

@@ -4,7 +4,9 @@ Every command that acts on a testbed has ``--testbed NAME|FILE`` (:func:`add_tes
 the default of :func:`bbrlab.testbed.target.default_testbed`. Commands that change a testbed hold its
 lock while they do (:func:`changing`) and say what they are doing; read-only commands that would run
 commands on its guests first ask whether someone else holds it (:func:`busy_elsewhere`), so a look at
-the testbed does not steal CPU from a contended sender in the middle of a campaign.
+the testbed does not steal CPU from a contended sender in the middle of a campaign. Commands that drive
+a testbed (a campaign, calibration, setting the link) take its lock before they read anything of it, and
+on a lab also the lock on its own hosts (:func:`driving`).
 """
 
 from __future__ import annotations
@@ -100,6 +102,31 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
     with testbed_lock(name, note=io.StringIO()):
         set_activity(name, activity, **details)
         yield
+
+
+def lock_name(ref: str) -> str:
+    """The name testbed ``ref``'s lock on this machine goes by: a local testbed's own name, or the name a lab's
+    testbed file gives (read from that file; no testbed state is read)."""
+    from ..testbed.lock import name_for
+
+    return name_for(ref)
+
+
+@contextlib.contextmanager
+def driving(ref: str, activity: str, **details) -> Iterator:
+    """For a command that drives testbed ``ref``: hold its lock first (:func:`changing`), only then read it
+    (a local testbed's state, a lab's hosts), then hold the lock on a lab's own hosts
+    (:func:`bbrlab.testbed.hostlock.holding`: a driver on another machine waits too); yields the
+    :class:`~bbrlab.testbed.Testbed` and closes it at the end."""
+    from ..testbed import hostlock, load
+
+    with changing(lock_name(ref), activity, **details):
+        tb = load(ref)
+        try:
+            with hostlock.holding(tb, activity=activity):
+                yield tb
+        finally:
+            tb.close()
 
 
 def refuse_if_busy(name: str, force: bool, what: str = "run commands on its guests") -> None:

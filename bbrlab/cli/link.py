@@ -21,7 +21,7 @@ import json
 
 from ..errors import ValidationError
 from ..units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
-from .common import add_force_option, add_testbed_option, changing, load_testbed, refuse_if_busy
+from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
 
 LINK_FLAGS = ("rtt", "rate")
 
@@ -149,8 +149,7 @@ def run_set(args) -> int:
     from .. import link as linkmod
 
     link = link_from_args(args)  # validated before the testbed is even looked up
-    tb = load_testbed(args)
-    with changing(tb.name, "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit):
+    with driving(testbed_arg(args), "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit) as tb:
         readbacks = linkmod.set(tb.emulator.host, tb.emulator.ports, link)
     if args.json:
         print(json.dumps(readbacks, indent=2))
@@ -179,8 +178,7 @@ def run_show(args) -> int:
 def run_clear(args) -> int:
     from .. import link as linkmod
 
-    tb = load_testbed(args)
-    with changing(tb.name, "link clear"):
+    with driving(testbed_arg(args), "link clear") as tb:
         after = linkmod.clear(tb.emulator.host, tb.emulator.ports)
     print(f"cleared {', '.join(after)} on {tb.emulator.host.name}; roots now: "
           + ", ".join(f"{i}={linkmod.root_qdisc(q).get('kind') if linkmod.root_qdisc(q) else 'none'}"
@@ -208,8 +206,7 @@ def run_validate(args) -> int:
 
     if args.rtt is not None and args.rate is not None:
         link_from_args(args)  # bad values fail before the testbed is looked up
-    tb = load_testbed(args)
-    with changing(tb.name, "link validate"):
+    with driving(testbed_arg(args), "link validate") as tb:
         link, to_set = _configured_link(args, tb)
         if to_set:
             linkmod.set(tb.emulator.host, tb.emulator.ports, link)

@@ -92,19 +92,30 @@ def _ancestors(pid: int) -> set[int]:
     return out
 
 
-def lock_holders(path: str | Path) -> set[int]:
-    """Pids holding an flock on ``path`` (from /proc/locks)."""
+def _lock_file_id(field: str) -> tuple[int, int, int] | None:
+    """``(major, minor, inode)`` of a /proc/locks file field ``MAJ:MIN:INODE`` (device numbers in hex)."""
     try:
-        ino = os.stat(path).st_ino
+        major, minor, inode = field.split(":")
+        return int(major, 16), int(minor, 16), int(inode)
+    except ValueError:
+        return None
+
+
+def lock_holders(path: str | Path) -> set[int]:
+    """Pids holding an flock on the file at ``path`` (from /proc/locks), matched by device AND inode: an
+    inode number alone also names files on every other file system (two tmpfs mounts count from 1 alike)."""
+    try:
+        st = os.stat(path)
     except FileNotFoundError:
         return set()
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     holders = set()
     with open("/proc/locks") as f:
         for line in f:
             parts = line.split()
             if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
                 continue
-            if int(parts[5].rsplit(":", 1)[1]) == ino:
+            if _lock_file_id(parts[5]) == want:
                 holders.add(int(parts[4]))
     return holders
 
@@ -172,6 +183,15 @@ def hold(path: str | Path, *, timeout_s: float = 3600.0, what: str = "the lock",
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+def name_for(ref: str) -> str:
+    """The name testbed ``ref``'s lock goes by: a local testbed's own name, or the name a lab's testbed file
+    gives (read from that file only: nothing of the testbed's state is read before its lock is held)."""
+    from .file import load_file
+    from .target import local_name
+
+    return local_name(str(ref)) or load_file(ref).name
 
 
 def testbed_lock(name: str = "local", *, timeout_s: float = 3600.0, note=None):

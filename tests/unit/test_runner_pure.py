@@ -19,7 +19,7 @@ def test_client_ports_below_the_ephemeral_range_and_vary():
 
 def test_client_argv_is_a_literal_argument_list():
     argv = iperf.client_argv("10.0.0.2", cca="bbr2b", duration_s=20, streams=4, cport=20_000)
-    assert argv[:3] == ["timeout", "--kill-after=5", "35"]
+    assert argv[:5] == ["env", "BBRLAB_IPERF3=1", "timeout", "--kill-after=5", "35"]
     i = argv.index("iperf3")
     assert argv[i:] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-t", "20", "-P", "4", "-C", "bbr2b", "-J",
                         "--get-server-output", "--cport", "20000"]
@@ -33,8 +33,8 @@ def test_client_argv_refuses_out_of_range(kw):
 
 
 def test_server_argv_has_a_lifetime():
-    assert iperf.server_argv(5201, lifetime_s=80) == ["timeout", "--kill-after=5", "80", "iperf3", "-s", "-1", "-J",
-                                                      "-p", "5201"]
+    assert iperf.server_argv(5201, lifetime_s=80) == ["env", "BBRLAB_IPERF3=1", "timeout", "--kill-after=5", "80",
+                                                      "iperf3", "-s", "-1", "-J", "-p", "5201"]
 
 
 def test_git_commit_names_this_checkout_and_is_read_once():

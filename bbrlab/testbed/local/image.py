@@ -14,8 +14,10 @@ image that looks finished. SIGINT, SIGTERM and SIGHUP stop a build cleanly: its 
 everything they started) are stopped and the work folder removed. A work folder left by a build that
 was killed outright is swept by the next build, under the image lock.
 
-The guest's SSH host key (ed25519) is generated at build time; its public half is stored next to
-the image (``host_key.pub``) so the testbed's ``known_hosts`` pins it.
+The image carries an SSH host key (ed25519) generated at build time (public half next to the image,
+``host_key.pub``), but no testbed trusts it: the image is shared by every VM of every testbed, so each VM
+is handed a key of its own at boot and only that one is pinned (see
+:mod:`bbrlab.testbed.local.lifecycle`). A VM that served the image's key would be refused.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class GuestImage:
 
     @property
     def host_key_pub(self) -> str:
-        """The guest's SSH host public key, ``ssh-ed25519 AAAA...``."""
+        """The image's own SSH host public key, ``ssh-ed25519 AAAA...`` (replaced in every VM at boot; never pinned)."""
         return (self.folder / "host_key.pub").read_text().split("\n")[0].strip()
 
     @property

@@ -7,8 +7,13 @@ sender through the emulator's bridge, and writes ``testbed.yaml`` in the state d
 form as a lab's testbed file). Every resource is recorded in ``state.json`` before it is created;
 any failure calls :func:`down`, which removes all of it.
 
+Each VM gets an SSH host key of its own, made fresh at each boot (``ssh-keygen``, milliseconds) and
+pinned in the testbed's ``known_hosts``: the private half reaches the guest through fw_cfg and the role's
+setup script installs it before sshd starts (:data:`HOST_KEY_SETUP`), so the cached guest image needs no
+rebuild and its own key is never served. A sender answering on the emulator's port is refused.
+
 A running testbed is reused when the sender already runs the requested kernel with the requested
-vCPUs; when only the sender differs, only the sender VM is rebooted (the emulator, namespaces and
+vCPUs (and each of its VMs has its own pinned host key); when only the sender differs, only the sender VM is rebooted (the emulator, namespaces and
 bridge stay), which is what a campaign over several kernels needs between kernel blocks.
 """
 
@@ -38,6 +43,18 @@ SSH_DEADLINE_S = 300.0
 PING_DEADLINE_S = 60.0
 MAX_SENDER_VCPUS = 8
 
+#: First in every role's setup script (run by the guest's init before sshd starts): the VM's own host key,
+#: handed in through fw_cfg, replaces the one in the image. Without it sshd would serve the image's key,
+#: which the testbed's known_hosts does not pin: SSH then refuses the VM rather than trust it.
+HOST_KEY_SETUP = """\
+key=/sys/firmware/qemu_fw_cfg/by_name/opt/bbrlab/host_key/raw
+if [ -r "$key" ]; then
+    (umask 077; cat "$key" > /etc/ssh/ssh_host_ed25519_key.new) && mv -f /etc/ssh/ssh_host_ed25519_key.new \
+        /etc/ssh/ssh_host_ed25519_key && rm -f /etc/ssh/ssh_host_ed25519_key.pub
+else
+    echo "bbrlab-init: no host key handed in: sshd keeps the image's, which nobody pins"
+fi
+"""
 SENDER_SETUP = f"""\
 ip link set eth1 up
 ip addr add {SENDER_IP}/{SUBNET_PREFIX} dev eth1
@@ -164,7 +181,8 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True,
     for part in _clear_partitions(name):  # before the sender is reused: it must not stay on a few CPUs
         say(f"removed the CPU partition {part.path} a killed campaign left")
     state = State.load(name)
-    if running(state) and state.data.get("image") == str(img.folder) and _all_ssh_ready(state):
+    if running(state) and state.data.get("image") == str(img.folder) and _own_host_keys(state) and \
+            _all_ssh_ready(state):
         if _sender_matches(state, sender_vcpus, boot):
             say(f"testbed '{name}' already up (accelerator {state.data.get('accelerator')}, sender kernel "
                 f"{resolved.kernel.release}): reusing it")
@@ -189,6 +207,12 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True,
         down(name, progress=progress)
         raise
     return testbed_file(name)
+
+
+def _own_host_keys(state: State) -> bool:
+    """Each VM has a host key of its own, recorded (a testbed started before per-VM keys has none)."""
+    keys = [vm.get("host_key_pub") for vm in state.vms.values()]
+    return bool(keys) and all(keys) and len(set(keys)) == len(keys)
 
 
 def _all_ssh_ready(state: State) -> bool:
@@ -229,7 +253,7 @@ def _bring_up(state: State, sender_vcpus: int, resolved: sender_kernel.ResolvedK
     finally:
         for fd in fds.values():
             os.close(fd)  # QEMU holds its own copies; the taps live as long as QEMU does
-    _write_known_hosts(state, img)
+    _write_known_hosts(state)
     _write_testbed_file(state, key)
     boot_s = _wait_ssh(state, specs, say)
     _wait_ping(state, RECEIVER_IP, say)
@@ -259,6 +283,7 @@ def _reboot_sender(state: State, sender_vcpus: int, resolved: sender_kernel.Reso
         _launch(state, "sender", spec, img, say)
     finally:
         os.close(fd)
+    _write_known_hosts(state)  # the sender's new host key
     boot_s = _wait_ssh(state, {"sender": spec}, say)
     _wait_ping(state, RECEIVER_IP, say)
     state.data.update(phase="up", boot_to_ssh_s={**state.data.get("boot_to_ssh_s", {}), **boot_s},
@@ -300,24 +325,45 @@ def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:
             time.sleep(0.05)
 
 
+def new_host_key(state: State, role: str) -> Path:
+    """A fresh ed25519 SSH host key for ``role``'s VM (private half 0600 in the testbed's 0700 state
+    directory); its public half is recorded in the state (``vms.<role>.host_key_pub``) for known_hosts."""
+    key = state.dir / f"{role}_host_ed25519_key"
+    for old in (key, Path(f"{key}.pub")):
+        old.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"bbrlab-{state.name}-{role}",
+                    "-f", str(key)], check=True, capture_output=True, timeout=30)
+    key.chmod(0o600)
+    public = " ".join(Path(f"{key}.pub").read_text().split()[:2])  # "ssh-ed25519 AAAA..." without the comment
+    state.set_vm(role, host_key_pub=public)
+    return key
+
+
+def _setup_script(state: State, role: str, text: str) -> Path:
+    path = state.dir / f"{role}-setup.sh"
+    path.write_text(HOST_KEY_SETUP + text)
+    return path
+
+
 def _sender_spec(state: State, sender_vcpus: int, accelerator: str, key: Path, tap_fd: int,
                  boot: qemu.BootFiles, ssh_port: int = 0) -> qemu.VmSpec:
-    (state.dir / "sender-setup.sh").write_text(SENDER_SETUP)
     return qemu.VmSpec(vm_name=vm_name(state.name, "sender"), hostname="sender", folder=state.dir,
                        accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"), vcpus=sender_vcpus,
-                       setup_script=state.dir / "sender-setup.sh", tap_fds=[tap_fd], mac_tag=1,
+                       host_key_file=new_host_key(state, "sender"),
+                       setup_script=_setup_script(state, "sender", SENDER_SETUP), tap_fds=[tap_fd], mac_tag=1,
                        ssh_port=ssh_port or qemu.free_local_port(), boot=boot)
 
 
 def _vm_specs(state: State, sender_vcpus: int, accelerator: str, key: Path, fds: dict[str, int],
               boot: qemu.BootFiles) -> dict[str, qemu.VmSpec]:
-    (state.dir / "emulator-setup.sh").write_text(EMULATOR_SETUP)
     return {
         "sender": _sender_spec(state, sender_vcpus, accelerator, key, fds["s"], boot),
         "emulator": qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
                                 folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"),
-                                setup_script=state.dir / "emulator-setup.sh", tap_fds=[fds["ea"], fds["eb"]],
-                                mac_tag=2, ssh_port=qemu.free_local_port(), receive_offloads=False),
+                                host_key_file=new_host_key(state, "emulator"),
+                                setup_script=_setup_script(state, "emulator", EMULATOR_SETUP),
+                                tap_fds=[fds["ea"], fds["eb"]], mac_tag=2, ssh_port=qemu.free_local_port(),
+                                receive_offloads=False),
     }
 
 
@@ -330,8 +376,9 @@ def _launch(state: State, role: str, spec: qemu.VmSpec, img: image.GuestImage, s
     say(f"{role}: QEMU pid {pid}, {spec.vcpus} vCPU, {spec.accelerator}, ssh 127.0.0.1:{spec.ssh_port}")
 
 
-def _write_known_hosts(state: State, img: image.GuestImage) -> None:
-    lines = [f"[127.0.0.1]:{v['ssh_port']} {img.host_key_pub}\n" for v in state.vms.values()]
+def _write_known_hosts(state: State) -> None:
+    """Pin each VM's own host key at its management port (and nothing else)."""
+    lines = [f"[127.0.0.1]:{v['ssh_port']} {v['host_key_pub']}\n" for v in state.vms.values()]
     (state.dir / "known_hosts").write_text("".join(lines))
 
 

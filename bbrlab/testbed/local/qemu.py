@@ -6,7 +6,8 @@ unless the VM's :class:`BootFiles` name another (the sender's kernel, see :mod:`
 which then also brings a read-only modules disk. Management is
 QEMU user-mode networking restricted to a host forward ``127.0.0.1:<port> -> :22``, so a guest is
 reachable only from this machine; experiment NICs are tap descriptors opened by
-:mod:`.plumbing`. The role's SSH key, hostname and setup script reach the guest through fw_cfg.
+:mod:`.plumbing`. The role's SSH key, its own SSH host key, hostname and setup script reach the guest
+through fw_cfg.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class VmSpec:
     accelerator: str = "tcg"
     ssh_port: int = 0
     authorized_key_file: Path | None = None
+    #: This VM's own SSH host key (private half), handed in through fw_cfg and installed by the role's setup
+    #: script before sshd starts (see lifecycle.HOST_KEY_SETUP): no two VMs share a host key.
+    host_key_file: Path | None = None
     setup_script: Path | None = None
     tap_fds: list[int] = field(default_factory=list)
     mac_tag: int = 1  # distinct per VM of a testbed: experiment MACs are 52:54:00:77:<tag>:1<n>
@@ -125,6 +129,8 @@ def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
                  f",addr={0x4 + i:#x}{offloads}"]
     if spec.authorized_key_file:
         argv += ["-fw_cfg", f"name=opt/bbrlab/authorized_keys,file={spec.authorized_key_file}"]
+    if spec.host_key_file:
+        argv += ["-fw_cfg", f"name=opt/bbrlab/host_key,file={spec.host_key_file}"]
     if spec.setup_script:
         argv += ["-fw_cfg", f"name=opt/bbrlab/setup,file={spec.setup_script}"]
     return argv

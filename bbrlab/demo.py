@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resources import specs_dir
+from bbrlab.core.resources import specs_dir
 
 DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 
@@ -49,7 +49,7 @@ class DemoPlan:
 
 def calibration_spec(specs):
     """The demo's calibration: every timeslice, share and RTT of its specs, fewer repetitions than the CLI's."""
-    from .calibrate import CalibrationSpec
+    from bbrlab.campaign.calibrate import CalibrationSpec
 
     return CalibrationSpec.covering(specs, "demo-calibration", repetitions=CALIBRATION_REPETITIONS)
 
@@ -59,9 +59,9 @@ def _say(step: str, text: str) -> None:
 
 
 def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
-    from .campaign import load_spec
-    from .testbed.local import image, lifecycle
-    from .testbed.local.state import State
+    from bbrlab.campaign.loop import load_spec
+    from bbrlab.testbed.local import image, lifecycle
+    from bbrlab.testbed.local.state import State
 
     specs = [load_spec(p) for p in spec_paths]  # every value checked before anything starts
     return DemoPlan(specs, image_cached=image.cached_image() is not None,
@@ -70,13 +70,13 @@ def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
 
 def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, spec_paths=DEMO_SPECS,
              name: str = "local") -> int:
-    from . import kernel
-    from . import testbed as testbed_mod
-    from .calibrate import calibrate, format_grid
-    from .campaign import announcing, run_campaign
-    from .ceiling import source_for
-    from .cli.main import main as cli_main
-    from .runner import Runner
+    from bbrlab import kernel
+    from bbrlab import testbed as testbed_mod
+    from bbrlab.campaign.calibrate import calibrate, format_grid
+    from bbrlab.campaign.loop import announcing, run_campaign
+    from bbrlab.cli.main import main as cli_main
+    from bbrlab.run.ceiling import source_for
+    from bbrlab.run.runner import Runner
 
     plan = make_plan(spec_paths, name)
     minutes = plan.expected_s / 60

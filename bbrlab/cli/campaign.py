@@ -97,8 +97,8 @@ def _hms(seconds: float) -> str:
 
 
 def run_plan(args) -> int:
-    from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
-    from ..resources import spec_path
+    from bbrlab.campaign.loop import ESTIMATED_OVERHEAD_S, load_spec
+    from bbrlab.core.resources import spec_path
 
     spec = load_spec(spec_path(args.spec))
     runs = spec.plan()
@@ -125,7 +125,7 @@ def run_plan(args) -> int:
 
 
 def run_status(args) -> int:
-    from ..campaign import status
+    from bbrlab.campaign.loop import status
 
     st = status(args.dir)
     if args.json:
@@ -137,17 +137,17 @@ def run_status(args) -> int:
 
 
 def run_run(args) -> int:
-    from ..campaign import check_out_dir, load_spec
-    from ..resources import spec_path
-    from ..scaleout import scheduler_address
-    from ..tlsconf import lab_security
+    from bbrlab.campaign.loop import check_out_dir, load_spec
+    from bbrlab.campaign.scaleout import scheduler_address
+    from bbrlab.campaign.tls import lab_security
+    from bbrlab.core.resources import spec_path
 
     testbeds, calibrations = list(args.testbed or []), list(args.calibration or [])
     check_run_options(testbeds, args.scheduler, calibrations, args.dashboard)
     if args.scheduler:
         lab_security(scheduler_address(args.scheduler), lab_tls(args))  # its form and TLS, before anything is read
     elif args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
-        from ..errors import ValidationError
+        from bbrlab.core.errors import ValidationError
 
         raise ValidationError("--tls-ca-file" if args.tls_ca_file else "--tls-cert" if args.tls_cert else
                               "--tls-key" if args.tls_key else "--insecure", True, "given only with --scheduler "
@@ -161,7 +161,7 @@ def run_run(args) -> int:
 
 def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: list, dashboard: bool) -> None:
     """The options of ``campaign run`` that only make sense together, checked before anything is read."""
-    from ..errors import ValidationError
+    from bbrlab.core.errors import ValidationError
 
     if scheduler and testbeds:
         raise ValidationError("--testbed", testbeds, "absent with --scheduler: the cluster's workers bring their "
@@ -175,7 +175,7 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
 
 
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
-    from ..campaign import status
+    from bbrlab.campaign.loop import status
 
     st = status(out)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
@@ -185,8 +185,8 @@ def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -
 
 def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
     """Over several testbeds (docs/scaling.md): a Dask cluster started here, or the one at --scheduler."""
-    from .. import scaleout
-    from ..signals import Interrupted
+    from bbrlab.campaign import scaleout
+    from bbrlab.core.signals import Interrupted
 
     common = {"calibration_paths": calibrations, "progress": not args.no_progress,
               "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
@@ -206,7 +206,7 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
     """One testbed, in this process. The testbed's lock comes first: nothing of the testbed (its state, its
     vCPU threads, the hypervisor's limits) is read while another process may be changing it."""
-    from ..testbed.target import resolve
+    from bbrlab.testbed.target import resolve
 
     with driving(resolve(testbed or spec.testbed), "campaign run", campaign=spec.name, out=str(args.out)) as tb:
         st = _run_held(args, spec, tb, calibration_path)
@@ -215,13 +215,13 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
 
 
 def _run_held(args, spec, tb, calibration_path: Path | None) -> dict:
-    from .. import testbed as testbed_mod
-    from ..campaign import announcing, check_admission, run_campaign
-    from ..ceiling import for_campaign
-    from ..contention import read_kernel_limits
-    from ..recovery import clear_partitions
-    from ..runner import Runner
-    from ..signals import Interrupted
+    from bbrlab import testbed as testbed_mod
+    from bbrlab.campaign.loop import announcing, check_admission, run_campaign
+    from bbrlab.contention.deadline import read_kernel_limits
+    from bbrlab.core.signals import Interrupted
+    from bbrlab.run.ceiling import for_campaign
+    from bbrlab.run.recovery import clear_partitions
+    from bbrlab.run.runner import Runner
 
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
     # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.

@@ -34,14 +34,14 @@ def add_force_option(p: argparse.ArgumentParser) -> None:
 
 def testbed_arg(args: argparse.Namespace) -> str:
     """The testbed the command acts on: ``--testbed`` or the default."""
-    from ..testbed.target import resolve
+    from bbrlab.testbed.target import resolve
 
     return resolve(getattr(args, "testbed", None))
 
 
 def load_testbed(args: argparse.Namespace):
     """The :class:`~bbrlab.testbed.Testbed` named by ``--testbed`` (or the default)."""
-    from ..testbed import load
+    from bbrlab.testbed import load
 
     return load(testbed_arg(args))
 
@@ -75,8 +75,8 @@ def describe_holder(info: dict) -> str:
 
 def busy_elsewhere(name: str) -> dict | None:
     """Who holds testbed ``name``'s lock, when it is another process (not ours or an ancestor's)."""
-    from ..errors import TestbedError
-    from ..testbed.lock import held_by_us, holder, lock_path
+    from bbrlab.core.errors import TestbedError
+    from bbrlab.testbed.lock import held_by_us, holder, lock_path
 
     try:
         info = holder(name)
@@ -93,7 +93,7 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
 
     When another process holds it, say who and what it is doing, then wait for it (Ctrl-C gives up).
     """
-    from ..testbed.lock import set_activity, testbed_lock
+    from bbrlab.testbed.lock import set_activity, testbed_lock
 
     busy = busy_elsewhere(name)
     if busy is not None:
@@ -107,7 +107,7 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
 def lock_name(ref: str) -> str:
     """The name testbed ``ref``'s lock on this machine goes by: a local testbed's own name, or the name a lab's
     testbed file gives (read from that file; no testbed state is read)."""
-    from ..testbed.lock import name_for
+    from bbrlab.testbed.lock import name_for
 
     return name_for(ref)
 
@@ -118,7 +118,7 @@ def driving(ref: str, activity: str, **details) -> Iterator:
     (a local testbed's state, a lab's hosts), then hold the lock on a lab's own hosts
     (:func:`bbrlab.testbed.hostlock.holding`: a driver on another machine waits too); yields the
     :class:`~bbrlab.testbed.Testbed` and closes it at the end."""
-    from ..testbed import hostlock, load
+    from bbrlab.testbed import hostlock, load
 
     with changing(lock_name(ref), activity, **details):
         tb = load(ref)
@@ -130,9 +130,9 @@ def driving(ref: str, activity: str, **details) -> Iterator:
 
 
 def refuse_if_busy(name: str, force: bool, what: str = "run commands on its guests") -> None:
-    """Raise :class:`~bbrlab.errors.TestbedError` when another process holds testbed ``name`` (unless
+    """Raise :class:`~bbrlab.core.errors.TestbedError` when another process holds testbed ``name`` (unless
     ``force``): looking at a testbed takes CPU from the sender a campaign is measuring."""
-    from ..errors import TestbedError
+    from bbrlab.core.errors import TestbedError
 
     busy = None if force else busy_elsewhere(name)
     if busy is not None:

@@ -12,13 +12,14 @@ import json
 import os
 import re
 
-from ..errors import ValidationError
-from ..hosts import Host, LocalHost
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.hosts import Host, LocalHost
+
 from .common import TESTBED_HELP, changing, testbed_arg
 
 SET_EPILOG = """\
 `set` leaves the policy in place after the command exits: it stays until `bbrlab contention clear`
-(or until the VM stops). Inside Python, use bbrlab.contention.contended(), which restores the
+(or until the VM stops). Inside Python, use bbrlab.contention.deadline.contended(), which restores the
 previous policy on exit, exceptions, Ctrl-C and SIGTERM.
 
 examples:
@@ -106,7 +107,7 @@ def resolve_target(args) -> tuple[Host, list[int], str | None]:
     Without --pid, --qmp or --threads: the sender of ``--testbed`` (or of the default testbed). The
     testbed of explicit threads is known when they belong to a local testbed's sender QEMU.
     """
-    from ..vcpu import explicit_vcpu_threads, qmp_vcpu_threads
+    from bbrlab.contention.vcpu import explicit_vcpu_threads, qmp_vcpu_threads
 
     if args.pid is not None:
         tids = threads_by_name(args.pid)
@@ -121,7 +122,7 @@ def resolve_target(args) -> tuple[Host, list[int], str | None]:
 
 def testbed_target(name_or_file: str) -> tuple[Host, list[int], str]:
     """The sender's hypervisor and vCPU threads of a local testbed (by name) or a testbed file."""
-    from ..testbed import load
+    from bbrlab.testbed import load
 
     tb = load(name_or_file)
     return tb.sender.hypervisor, tb.sender.vcpu_threads(), tb.name
@@ -151,9 +152,9 @@ def _changing(name: str | None, activity: str, **details):
 # -- the verbs --------------------------------------------------------------------------------------
 
 def run_set(args) -> int:
-    from ..contention import ContentionSession
-    from ..scenario import Contention
-    from ..units import parse_percent, parse_time_ms
+    from bbrlab.contention.deadline import ContentionSession
+    from bbrlab.core.scenario import Contention
+    from bbrlab.core.units import parse_percent, parse_time_ms
 
     contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
                             cpu_share_pct=parse_percent(args.share, "--share"))
@@ -173,7 +174,7 @@ def run_set(args) -> int:
 
 
 def run_show(args) -> int:
-    from ..contention import measure_usage, show_policies
+    from bbrlab.contention.deadline import measure_usage, show_policies
 
     host, tids, _testbed = resolve_target(args)
     policies = show_policies(host, tids, args.method)
@@ -193,7 +194,7 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from ..contention import clear_deadline
+    from bbrlab.contention.deadline import clear_deadline
 
     host, tids, testbed = resolve_target(args)
     with _changing(testbed, "contention clear"):

@@ -1,6 +1,6 @@
 """``bbrlab figures``: execute every analysis notebook with papermill into an output directory.
 
-The notebooks are the ones installed with bbrlab (``bbrlab.resources.notebooks_dir()``) unless
+The notebooks are the ones installed with bbrlab (``bbrlab.core.resources.notebooks_dir()``) unless
 ``--notebooks`` names another folder. Each runs non-interactively (parameter ``interactive=False``) in a
 kernel reached over local IPC sockets in Jupyter's private runtime folder rather than TCP, so nothing
 listens on the network and the kernel has no transport warning to print; an idle kernel is shut down by
@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 #: A UNIX socket path must fit in 108 bytes; longer runtime folders fall back to a private temp folder.
 MAX_IPC_PREFIX = 90
@@ -66,7 +66,7 @@ def notebooks_in(folder: Path, only: list[str] | None) -> list[Path]:
 
 def check_data(data_dir: Path) -> None:
     """Fail early, with a clear message, when the data directory holds no runs; ingest it once."""
-    from .. import data
+    from bbrlab.analysis import data
 
     if not data_dir.is_dir():
         raise BbrlabError(f"--data {data_dir}: no such directory (run a campaign first, e.g. `make demo`)")
@@ -144,7 +144,7 @@ def ipc_kernel_manager():
 def run(args) -> int:
     import papermill
 
-    from ..resources import notebooks_dir
+    from bbrlab.core.resources import notebooks_dir
 
     notebooks = notebooks_in(args.notebooks or notebooks_dir(), args.only)
     params = notebook_parameters(notebooks, parse_params(args.param))

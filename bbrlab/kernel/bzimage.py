@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 HEADER_MAGIC = b"HdrS"
 BOOT_FLAG = 0xAA55

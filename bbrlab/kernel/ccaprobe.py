@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from importlib import resources
 
-from ..errors import TestbedError
-from ..hosts import Host
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.hosts import Host
 
 PROBE_TIMEOUT_S = 60
 

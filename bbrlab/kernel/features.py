@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 BBR_UNIT = 256
 

@@ -21,7 +21,7 @@ Paths (a user's kernel):
 :func:`resolve` returns a :class:`ResolvedKernel`: the :class:`SenderKernel` a run records as
 ``metadata.kernel``, the files the testbed boots, and the :class:`FeatureReport` proving the
 kernel has virtio, ext4, fw_cfg, inet_diag and tcp_diag. Every refusal is a
-:class:`~bbrlab.errors.ValidationError` for the field ``kernel`` naming the kernel and the fault.
+:class:`~bbrlab.core.errors.ValidationError` for the field ``kernel`` naming the kernel and the fault.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BbrlabError, ValidationError
+from bbrlab.core.errors import BbrlabError, ValidationError
+
 from . import debian
 from .bzimage import NotABzImage, read_bzimage
 from .features import FeatureReport, MissingFeatures, check_features

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import TestbedError
+from bbrlab.core.errors import TestbedError
 
 ENV = "BBRLAB_TESTBED"
 DEFAULT_NAME = "local"

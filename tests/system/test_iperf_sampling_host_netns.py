@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from bbrlab import iperf, sampling
+from bbrlab.run import iperf
+from bbrlab.sampling import sampler as sampling
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -84,7 +85,7 @@ def test_hostile_values_passed_literally_or_refused(pair, tmp_path):
 
 
 def test_link_show_in_one_command_matches_per_port_readback(pair):
-    from bbrlab import link
+    from bbrlab.link import emulator as link
 
     sender, _ = pair
     dev = sender.output(["ip", "-o", "link", "show", "type", "veth"]).split(":")[1].strip().split("@")[0]

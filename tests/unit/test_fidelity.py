@@ -4,8 +4,8 @@ import json
 
 import pandas as pd
 
-from bbrlab import fidelity
-from bbrlab.tables import Tables
+from bbrlab.analysis import fidelity
+from bbrlab.analysis.tables import Tables
 
 
 def _runs(points):
@@ -174,7 +174,7 @@ def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
 def test_testbeds_agree_names_the_testbed_that_differs():
     import pandas as pd
 
-    from bbrlab.fidelity import claim_testbeds_agree
+    from bbrlab.analysis.fidelity import claim_testbeds_agree
 
     def rows(testbed, util, n=3):
         return [{"run_id": f"{testbed}{i}", "status": "ok", "testbed": testbed, "cpu_share_pct": 100.0,

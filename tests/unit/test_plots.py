@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from bbrlab import data, plots
+from bbrlab.analysis import data, plots
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

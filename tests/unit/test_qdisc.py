@@ -4,11 +4,12 @@ import copy
 
 import pytest
 
-from bbrlab import link as linkmod
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
-from bbrlab.errors import ValidationError
-from bbrlab.qdisc import (
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as linkmod
+from bbrlab.link.qdisc import (
     NETEM_MIN_LIMIT_PACKETS,
     Netem,
     Tbf,
@@ -21,7 +22,6 @@ from bbrlab.qdisc import (
     tbf_burst_bytes,
     to_tc_argv,
 )
-from bbrlab.scenario import Link
 
 PORTS = ("eth1", "eth2")  # sender side (ACKs leave here), receiver side (data leaves here)
 

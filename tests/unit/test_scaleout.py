@@ -15,10 +15,10 @@ import time
 import pytest
 import yaml
 
-from bbrlab import scaleout
+from bbrlab.campaign import scaleout
+from bbrlab.campaign.worker import CampaignContext, StopRequested, TestbedPlugin
 from bbrlab.cli.main import build_parser, main
-from bbrlab.errors import ValidationError
-from bbrlab.testbed_worker import CampaignContext, StopRequested, TestbedPlugin
+from bbrlab.core.errors import ValidationError
 
 SPEC = {"name": "two", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [70, 100],
         "rtts_ms": [20], "rates_mbit": [50], "repetitions": 3, "duration_s": 2}
@@ -173,8 +173,8 @@ def _check(name: str, cpus=None) -> scaleout.TestbedCheck:
 
 def _calibration(path, name: str, *, drop: int = 0):
     """A calibration of testbed ``name`` with a ceiling for every point of SPEC (less ``drop`` of them)."""
-    from bbrlab.campaign import CampaignSpec
-    from bbrlab.ceiling import Calibration, CeilingPoint, PointKey
+    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.run.ceiling import Calibration, CeilingPoint, PointKey
 
     keys = sorted({PointKey.of_scenario(s) for s in CampaignSpec.from_dict(SPEC).plan()}, key=lambda k: k.text)
     points = [CeilingPoint(key=k.text, timeslice_ms=k.timeslice_ms, cpu_share_pct=k.cpu_share_pct, rtt_ms=k.rtt_ms,
@@ -186,7 +186,7 @@ def _calibration(path, name: str, *, drop: int = 0):
 
 
 def _plan():
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign.loop import CampaignSpec
 
     return CampaignSpec.from_dict(SPEC).plan()
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import sampling, sockdiag
-from bbrlab.data import SS_COLUMNS
-from bbrlab.errors import ValidationError
-from bbrlab.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
+from bbrlab.analysis.data import SS_COLUMNS
+from bbrlab.core.errors import ValidationError
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
 from tests.sampler_compare import IDLE_FIELDS, MONOTONE, between_netlink_samples, ss_equal
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sockdiag"
@@ -292,7 +293,7 @@ def test_log_kind_and_dispatch():
 
 def test_data_reads_samples_log_into_the_ss_table(tmp_path):
     """A run directory with a samples.log (BPF) fills the ss table like an ss.log does."""
-    from bbrlab.records_reader import read_run
+    from bbrlab.analysis.records_reader import read_run
 
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import sampling
-from bbrlab.iperf import parse_result
-from bbrlab.sampling import SsFieldsMissing, parse_rate_mbit, parse_ss_line, parse_ss_log
+from bbrlab.run.iperf import parse_result
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.sampler import SsFieldsMissing, parse_rate_mbit, parse_ss_line, parse_ss_log
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 

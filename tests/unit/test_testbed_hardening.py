@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from bbrlab import errors
 from bbrlab.cli.main import COMMANDS, build_parser
+from bbrlab.core import errors
 from bbrlab.testbed import target
 
 #: Commands that act on a testbed (``testbed up/down`` name the one they create or remove with --name).
@@ -189,8 +189,8 @@ def test_the_suites_testbeds_keep_their_state_out_of_the_users_directory():
 
 
 def test_a_campaign_announces_each_run_on_the_testbeds_lock(tmp_path, monkeypatch):
-    from bbrlab import campaign
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign import loop as campaign
+    from bbrlab.campaign.loop import CampaignSpec
     from bbrlab.testbed import lock
 
     monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))

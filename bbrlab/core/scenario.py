@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from .errors import ValidationError
+from .linksizing import check_kernel_limits
 
 #: Linux's TCP_CA_NAME_MAX is 16 including the NUL; names are lowercase identifiers.
 CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
@@ -127,8 +128,6 @@ class Link:
         if self.delay_split not in ("symmetric", "forward"):
             raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
         _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
-        from bbrlab.link.qdisc import check_kernel_limits  # here, not at the top: qdisc builds on Link
-
         check_kernel_limits(self)
         check_queue_floor(self)
 

@@ -8,8 +8,9 @@ import pytest
 from bbrlab.campaign import calibrate
 from bbrlab.campaign.calibrate import CalibrationSpec
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
-from bbrlab.link.qdisc import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT, build_tree
+from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import Calibration, CalibrationMismatch, PointKey

@@ -7,19 +7,17 @@ import pytest
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, netem_limit_packets, tbf_burst_bytes
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
-    NETEM_MIN_LIMIT_PACKETS,
     Netem,
     Tbf,
     UnsupportedByRenderer,
     build_tree,
     clear_argv,
     handle_int,
-    netem_limit_packets,
     pyroute2_kwargs,
-    tbf_burst_bytes,
     to_tc_argv,
 )
 

@@ -333,7 +333,7 @@ def _iso(secs) -> str | None:
 def parse_socket_line(line: str) -> dict | None:
     """One ``<epoch seconds>,<ss output>`` line -> an ss row (``t_unix_s`` + bbrlab's ss fields), or
     None when it is not a sample with BBR state and a delivery rate (as the authors' notebooks skip)."""
-    from bbrlab.sampling.sampler import parse_ss_line
+    from bbrlab.sampling.ss import parse_ss_line
 
     stamp, sep, rest = line.partition(",")
     body = rest.strip()

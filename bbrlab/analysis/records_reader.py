@@ -123,7 +123,7 @@ def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
 
 
 def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log") -> list[dict]:
-    """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.sampler.parse_ss_log`,
+    """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.ss.parse_ss_log`,
     ``samples.log`` (the netlink or BPF sampler) by :func:`bbrlab.sampling.sockdiag.rows`, into the same columns.
 
     Only the data connections are kept; ``t_s`` counts from the first sample (the sampler starts with the
@@ -131,7 +131,7 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     RTT) and inflight_bdp.
     """
     if log == "ss.log":
-        from bbrlab.sampling.sampler import parse_ss_log as parse
+        from bbrlab.sampling.ss import parse_ss_log as parse
     else:
         from bbrlab.sampling.sockdiag import rows as parse
 

@@ -14,6 +14,7 @@ import math
 from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.ss import parse_ss_log
 
 from . import iperf
 
@@ -79,7 +80,7 @@ def sample_rows(kind: str, text: str, ports) -> list[dict]:
     from bbrlab.sampling import sockdiag
 
     if kind == "ss":
-        return sampling.parse_ss_log(text, ports=ports)
+        return parse_ss_log(text, ports=ports)
     return sockdiag.rows(text, ports=ports)
 
 

@@ -104,7 +104,7 @@ def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campa
 
 def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
     """Each drawn bw line is, value for value, the bw_mbit series of one sampled bbr run's ss.log."""
-    from bbrlab.sampling.sampler import parse_ss_log
+    from bbrlab.sampling.ss import parse_ss_log
 
     out, _ = rendered
     panels = json.loads((out / "fig06_rates.points.json").read_text())

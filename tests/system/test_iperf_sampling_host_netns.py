@@ -14,6 +14,7 @@ import pytest
 
 from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.ss import parse_ss_log
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -60,7 +61,7 @@ def test_server_client_and_sampler(pair, tmp_path):
     text = (tmp_path / "ss.log").read_text()
     footer = sampling.parse_sampler_footer(text)
     assert footer is not None and footer["samples"] >= 10 and footer["cpu_s"] >= 0
-    rows = sampling.parse_ss_log(text)
+    rows = parse_ss_log(text)
     assert rows, "the sampler recorded no data connection"
     assert {r["port"] for r in rows} == set(ports)  # the control connection was filtered out by ss
     assert {r["cca"] for r in rows} == {"cubic"}

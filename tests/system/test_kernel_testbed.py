@@ -27,7 +27,7 @@ from bbrlab.kernel import (
     read_params,
     set_params,
 )
-from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.ss import parse_ss_log
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -139,7 +139,7 @@ def _probe_bw_samples(testbed, tmp_path, cca: str, tag: str) -> list[dict]:
     assert record["status"] == "ok", record["reason"]
     if cca == "bbr2b":
         assert record["metadata"]["module"]["srcversion"]
-    rows = sampling.parse_ss_log((tmp_path / tag / "ss.log").read_text(),
+    rows = parse_ss_log((tmp_path / tag / "ss.log").read_text(),
                                  check=False)
     return [r for r in rows if r.get("cwnd_gain") == 2 and r.get("pacing_gain") is not None]
 

@@ -35,6 +35,7 @@ from bbrlab.link import emulator as link
 from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
+from bbrlab.sampling.ss import parse_ss_log
 from tests.sampler_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, between_netlink_samples, ss_equal
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -156,8 +157,8 @@ def test_idle_connection_same_fields_as_ss(testbed, deployed, cca):
         before, netlink, after = _both_at_once(testbed, deployed, cport, SINK_PORT)
     _record(f"idle-{cca}.ss.txt", before)
     _record(f"idle-{cca}.sockdiag.log", netlink)
-    ss_before = sampling.parse_ss_log("# t=0\n" + before)
-    ss_after = sampling.parse_ss_log("# t=0\n" + after)
+    ss_before = parse_ss_log("# t=0\n" + before)
+    ss_after = parse_ss_log("# t=0\n" + after)
     rows = sockdiag.rows(netlink)
     assert len(ss_before) == len(ss_after) == 1 and len(rows) >= 9
     assert {k: ss_before[0].get(k) for k in IDLE_AND_OMITTED} == {k: ss_after[0].get(k) for k in IDLE_AND_OMITTED}, \
@@ -228,7 +229,7 @@ def test_live_flow_ss_within_netlink_samples(testbed, deployed):
     _record("live-bbr.ss.log", ss_text)
     assert result.sender_tcp_congestion == "bbr"
     nl = sockdiag.rows(netlink_text, ports=[cport])
-    ss = sampling.parse_ss_log(ss_text, ports=[cport])
+    ss = parse_ss_log(ss_text, ports=[cport])
     assert len(nl) > 200 and len(ss) >= 5
     for key in MONOTONE:
         values = [r[key] for r in nl]

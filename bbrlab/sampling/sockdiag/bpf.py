@@ -2,7 +2,7 @@
 
 Each ``R`` line is one ``struct sockbpf_record`` (``bbrlab/sampling/native/sockbpf_record.h``): what the BPF program
 read from a data socket when an ACK arrived in a new sampling slot. :func:`rows` turns records into the
-rows :func:`bbrlab.sampling.sampler.parse_ss_log` makes (same keys and units), computing what ``tcp_get_info()``
+rows :func:`bbrlab.sampling.ss.parse_ss_log` makes (same keys and units), computing what ``tcp_get_info()``
 would report from the same fields (rtt = srtt >> 3, the delivery rate from the last rate sample, ...).
 
 BBR's bandwidth estimate, min RTT and gains are decoded from the congestion control's private area with
@@ -19,7 +19,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..sampler import derive_inflight
+from ..inflight import derive_inflight
 from .columns import bbr_columns, tcp_columns
 from .parse import (
     ESTABLISHED,

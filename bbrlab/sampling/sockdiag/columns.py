@@ -2,9 +2,9 @@
 
 :func:`tcp_columns` takes ``struct tcp_info``'s fields (names without ``tcpi_``, as
 :func:`bbrlab.sampling.sockdiag.structs.decode_tcp_info` gives them) and returns the keys, units and omissions of
-:func:`bbrlab.sampling.sampler.parse_ss_log` (a field ss does not print is None; the counters it omits when zero
+:func:`bbrlab.sampling.ss.parse_ss_log` (a field ss does not print is None; the counters it omits when zero
 are 0). :func:`bbr_columns` does the same for BBR's info; inflight and BBR's BDP are added by
-:func:`bbrlab.sampling.sampler.derive_inflight`, where they are defined.
+:func:`bbrlab.sampling.inflight.derive_inflight`, where they are defined.
 """
 
 from __future__ import annotations

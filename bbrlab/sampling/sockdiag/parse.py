@@ -2,7 +2,7 @@
 
 :func:`parse_log` gives the log's structure (header, discovered sockets, samples with their raw
 attributes, sockets gone, errors, footer). :func:`rows` turns it into exactly the rows
-:func:`bbrlab.sampling.sampler.parse_ss_log` makes from ``ss -tin``: the same keys, units (rates in Mbit/s,
+:func:`bbrlab.sampling.ss.parse_ss_log` makes from ``ss -tin``: the same keys, units (rates in Mbit/s,
 times in ms, sizes in bytes) and derivations (``inflight_bytes``, ``bdp_bytes``, ``inflight_bdp``: see
 :mod:`bbrlab.sampling.sampler`). A field ``ss`` leaves out (a zero rtt, an infinite ssthresh, an unset
 pacing rate) is None here too, so both samplers fill one table. Values are exact: ``ss`` prints
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from bbrlab.core.errors import BbrlabError
 
-from ..sampler import derive_inflight
+from ..inflight import derive_inflight
 from .columns import bbr_columns, tcp_columns
 from .structs import decode_bbr_info, decode_tcp_info
 
@@ -219,7 +219,7 @@ def _check_bbr_info(out: list[dict]) -> None:
 
 def rows(text: str | SockdiagLog, *, ports: Iterable[int] | None = None, t0_unix_s: float | None = None,
          check: bool = True, states: Iterable[int] | None = (ESTABLISHED,)) -> list[dict]:
-    """One row per (sample, socket), with the keys and units of :func:`bbrlab.sampling.sampler.parse_ss_log`.
+    """One row per (sample, socket), with the keys and units of :func:`bbrlab.sampling.ss.parse_ss_log`.
 
     ``ports`` keeps only those local ports; ``states`` only sockets in those TCP states (by default
     established, as the ss sampler's filter; None keeps all). ``t_unix_s`` is the sample's realtime

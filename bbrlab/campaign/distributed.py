@@ -45,6 +45,7 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, Scenario
 from bbrlab.core.signals import interruptible
 from bbrlab.run import record as rec
+from bbrlab.testbed import isolation
 
 from . import tls as tlsconf
 from .loop import CampaignSpec, FailureStreak, directory_lock, mixed_marker, prepare, status
@@ -225,7 +226,7 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
 
     The same guarantees and return value as :func:`bbrlab.campaign.loop.run_campaign`; runs go to whichever
     testbed worker is free. ``calibrations`` maps each testbed's name to ``(Calibration, source)``
-    (:func:`bbrlab.campaign.scaleout.calibrations_for`); empty or None: the records carry no CPU ceiling. At the
+    (:func:`bbrlab.campaign.preflight.calibrations_for`); empty or None: the records carry no CPU ceiling. At the
     end, also when interrupted, every worker finishes the campaign (:func:`finish_workers`): a run in
     flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
     result is checked before it is written (:func:`receive`); a task's error is a failed attempt. Each
@@ -345,8 +346,6 @@ def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, 
     import tempfile
 
     from distributed import Scheduler
-
-    from bbrlab.testbed import isolation
 
     quiet_logs()
     if len(set(testbeds)) != len(testbeds):

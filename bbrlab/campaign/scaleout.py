@@ -24,13 +24,21 @@ import contextlib
 import re
 import socket
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bbrlab import testbed as testbed_mod
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
+from bbrlab.core.signals import interruptible
+from bbrlab.testbed import isolation
+from bbrlab.testbed.holder import busy_elsewhere, describe_holder
+from bbrlab.testbed.target import is_testbed_file, local_name
 
+from . import distributed as d
+from .distributed import TestbedNanny
 from .loop import check_same_testbed
+from .preflight import TestbedCheck, calibrations_for, check_testbed
 from .tls import TRANSPORT_TLS, LabTls, lab_security
+from .worker import RESOURCE, TestbedPlugin, check_on_worker
 
 #: ``tls://HOST:PORT`` or ``tcp://HOST:PORT`` (an IPv6 host in brackets); a bare ``HOST:PORT`` means tls.
 SCHEDULER_RE = re.compile(r"(?P<scheme>tcp|tls)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})")
@@ -94,7 +102,6 @@ def check_scheduler(address: str, timeout_s: float = CONNECT_TIMEOUT_S, security
 
 def distinct_refs(refs: list[str]) -> list[str]:
     """``--testbed`` values, each given once (a testbed file also under another spelling of its path)."""
-    from bbrlab.testbed.target import is_testbed_file
 
     seen: dict[str, str] = {}
     for ref in refs:
@@ -113,9 +120,6 @@ def load_testbeds(refs: list[str]) -> dict:
     """Each ``--testbed`` loaded (nothing on it changes): ``{ref: Testbed}``. Refused: a testbed that is not
     up or whose file is wrong, two testbeds with one name (records would not tell them apart), a local
     testbed another process is using."""
-    from bbrlab import testbed as testbed_mod
-    from bbrlab.cli.common import busy_elsewhere, describe_holder
-    from bbrlab.testbed.target import local_name
 
     loaded: dict = {}
     try:
@@ -143,7 +147,6 @@ def load_testbeds(refs: list[str]) -> dict:
 def partitions_for(testbeds: dict) -> dict[str, list[int]]:
     """CPUs for each local testbed's partition when there are several (:func:`bbrlab.testbed.isolation.plan`);
     ``{}`` for one local testbed or none. Refused, naming ``--testbed``, when the machine cannot isolate them."""
-    from bbrlab.testbed import isolation
 
     local = [tb.name for tb in testbeds.values() if tb.kind == "local"]
     if len(local) < 2:
@@ -154,95 +157,6 @@ def partitions_for(testbeds: dict) -> dict[str, list[int]]:
         raise ValidationError("--testbed", local, f"local testbeds that can be kept apart: {e}. Their "
                               "SCHED_DEADLINE vCPUs must not compete, and a deadline task's CPUs must span its "
                               "whole root domain, so each needs an exclusive cpuset of its own") from None
-
-
-@dataclass(frozen=True)
-class TestbedCheck:
-    """One testbed as checked for a campaign: its name, kind, the host that checked it (a worker's),
-    ``describe`` (:meth:`bbrlab.testbed.Testbed.describe`, what a calibration must match) and its CPU
-    partition (None: not isolated)."""
-
-    __test__ = False  # not a pytest test class
-
-    name: str
-    kind: str
-    host: str
-    describe: dict
-    cpus: tuple[int, ...] | None = None
-
-
-def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
-    """What the single-testbed path checks before a campaign, for testbed ``tb``: every sender kernel of the
-    spec (downloads, never boots) and every timeslice x share against the live limits of the host that
-    runs its sender's vCPUs, with the capacity of ``cpus`` when the testbed gets a partition. Raises
-    :class:`ValidationError` naming the spec's field and the testbed; changes nothing."""
-    from bbrlab import testbed as testbed_mod
-    from bbrlab.contention.deadline import read_kernel_limits
-
-    from .loop import check_admission
-
-    testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)
-    limits = read_kernel_limits(tb.sender.hypervisor)
-    if cpus:
-        limits = replace(limits, online_cpus=len(cpus))  # a partition is its own root domain
-    where = f"testbed {tb.name}" + (f" in its partition of {len(cpus)} CPU(s)" if cpus else "")
-    try:
-        check_admission(spec, limits, len(tb.sender.vcpu_threads()))
-    except ValidationError as e:
-        raise ValidationError(e.field, e.value, e.allowed, where) from None
-    return TestbedCheck(tb.name, tb.kind, socket.gethostname(), tb.describe(), tuple(cpus) if cpus else None)
-
-
-def calibrations_for(checks: list[TestbedCheck], out_dir: str | Path, scenarios, paths: list[Path] | None
-                     ) -> dict[str, tuple]:
-    """The calibration of each testbed: ``{name: (Calibration, source)}``, or ``{}`` for none.
-
-    ``paths`` (``--calibration``, each a file or a directory holding ``calibration.json``) are matched to the
-    testbeds they were made on; without them ``DIR/calibration.json`` is used when it exists. Either every
-    testbed has one or none has (a campaign half with CPU ceilings and half without could not be read as
-    one). Refused, naming ``--calibration``: a calibration of none of these testbeds, two for one, one
-    that no longer matches its testbed or lacks a point of the plan, and any calibration for a testbed in
-    a CPU partition (calibrated with the whole machine, its ceilings do not hold on fewer CPUs).
-    """
-    from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
-
-    given = list(paths or [])
-    if not given and (Path(out_dir) / FILE_NAME).is_file():
-        given = [Path(out_dir) / FILE_NAME]
-    if not given:
-        return {}
-    by_name = {c.name: c for c in checks}
-    out: dict[str, tuple] = {}
-    for path in given:
-        cal = load(path)
-        name = cal.testbed.get("name")
-        check = by_name.get(name)
-        if check is None:
-            raise ValidationError("--calibration", str(path), f"a calibration of one of this campaign's testbeds "
-                                  f"({', '.join(sorted(by_name))}); it was made on {name!r}")
-        if name in out:
-            raise ValidationError("--calibration", str(path), f"one calibration per testbed; {name!r} already has "
-                                  f"{out[name][0].path}")
-        if check.cpus:
-            raise ValidationError("--calibration", str(path), f"none for testbed {name!r}: in this campaign it runs in "
-                                  f"a partition of {len(check.cpus)} CPU(s), and a calibration measured it with the "
-                                  "whole machine; run without (move DIR/calibration.json aside) or one testbed at a "
-                                  "time")
-        try:
-            cal.check_testbed(check.describe)
-        except CalibrationMismatch as e:
-            raise ValidationError("--calibration", str(path), f"a calibration of the testbed as it is now: {e}") from None
-        missing = cal.missing(scenarios)
-        if missing:
-            raise ValidationError("--calibration", str(path), f"a ceiling for every point of the plan; it has none "
-                                  f"for {', '.join(missing)} (bbrlab calibrate SPEC --out DIR --testbed {name})")
-        out[name] = (cal, source_for(cal, out_dir))
-    lacking = sorted(set(by_name) - set(out))
-    if lacking:
-        raise ValidationError("--calibration", [str(p) for p in given], f"one calibration per testbed, or none; "
-                              f"{', '.join(lacking)} has none (bbrlab calibrate SPEC --out DIR --testbed NAME for each, "
-                              "then one --calibration DIR per testbed)")
-    return out
 
 
 def _say_plan(spec, checks: list[TestbedCheck], calibrations: dict, where: str) -> None:
@@ -272,10 +186,6 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
     """
     from distributed import Client
 
-    from bbrlab.core.signals import interruptible
-
-    from . import distributed as d
-
     testbeds = load_testbeds(refs)
     try:
         cpus = partitions_for(testbeds)
@@ -288,8 +198,6 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
             tb.close()
     _say_plan(spec, checks, calibrations, "on this machine")
     if cpus:
-        from bbrlab.testbed import isolation
-
         for part in isolation.remove_leftovers(list(cpus)):
             _say(f"removed the CPU partition {part.path} a killed campaign left")
     with interruptible():  # Ctrl-C while the workers start: their plugins undo what they began
@@ -310,8 +218,6 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
 def worker_checks(client, spec) -> list[TestbedCheck]:
     """:func:`check_testbed` run by each testbed worker of ``client`` on its own testbed; the first refusal is
     raised naming the worker. Refused too: two workers with testbeds of one name."""
-    from . import distributed as d
-    from .worker import check_on_worker
 
     addresses = list(d.testbed_workers(client))
     results = client.run(check_on_worker, spec.to_dict(), workers=addresses, on_error="return")
@@ -346,8 +252,6 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
     (unless ``keep_link``).
     """
     from distributed import Client
-
-    from . import distributed as d
 
     address = scheduler_address(scheduler)
     security, transport = lab_security(address, tls or LabTls(), role="client")
@@ -396,7 +300,6 @@ def serve_worker(ref: str, scheduler: str, name: str | None = None, *, tls: LabT
     tb.close()
     check_scheduler(address, security=security, role="worker")
     name = name or f"{label}@{socket.gethostname()}"
-    from . import distributed as d
 
     if transport != TRANSPORT_TLS:
         _say(f"bbrlab: warning: {address} is {transport}; anyone who reaches it or this worker can run code here")
@@ -436,9 +339,6 @@ async def _serve(ref: str, address: str, name: str, label: str, security=None, h
     import asyncio
     import logging
     import signal
-
-    from .distributed import TestbedNanny
-    from .worker import RESOURCE, TestbedPlugin
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

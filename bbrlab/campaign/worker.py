@@ -31,9 +31,19 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
+from bbrlab import testbed as testbed_mod
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import Interrupted, clear_pending, raise_in_thread
 from bbrlab.run import record as rec
+from bbrlab.run.ceiling import CalibrationMismatch
+from bbrlab.run.recovery import recover
+from bbrlab.run.runmeta import of_error
+from bbrlab.run.runner import Runner
+from bbrlab.testbed import hostlock, isolation, lock
+from bbrlab.testbed.lock import set_activity
+
+from .loop import CampaignSpec, failure_reason
+from .preflight import TestbedCheck, check_testbed
 
 #: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
 RESOURCE = "bbrlab-testbed"
@@ -139,10 +149,6 @@ class TestbedPlugin(WorkerPlugin):
         if self.run_function is not None:
             self.runner = self.run_function
             return
-        from bbrlab import testbed as testbed_mod
-        from bbrlab.run.recovery import recover
-        from bbrlab.run.runner import Runner
-        from bbrlab.testbed import hostlock, isolation, lock
 
         try:  # the testbed's lock first, then its state; a lab's own hosts are locked too (hostlock)
             self._lock = contextlib.ExitStack()
@@ -165,7 +171,6 @@ class TestbedPlugin(WorkerPlugin):
         self.stop(None)
         if self.testbed is None:
             return
-        from bbrlab.run.recovery import recover
 
         try:
             if self.runner is not None:
@@ -176,8 +181,6 @@ class TestbedPlugin(WorkerPlugin):
             self._release()
 
     def _release(self) -> None:
-        from bbrlab.testbed import isolation
-
         try:
             if self.partition is not None:
                 isolation.remove(self.partition)
@@ -228,8 +231,6 @@ class TestbedPlugin(WorkerPlugin):
         announced on the testbed's lock for ``bbrlab testbed status``."""
         if self.testbed is None or context is None:
             return self.runner
-        from bbrlab.run.ceiling import CalibrationMismatch
-        from bbrlab.testbed.lock import set_activity
 
         calibrations = context.calibrations or {}
         name = self.runner.testbed.name
@@ -264,7 +265,6 @@ class TestbedPlugin(WorkerPlugin):
         done = {"testbed": self.label, "interrupted": interrupted, "recovered": None, "link_cleared": False}
         if self.testbed is None:
             return done
-        from bbrlab.run.recovery import recover
 
         if not self._busy.acquire(timeout=STOP_TIMEOUT_S):  # another campaign's run: leave it its link
             return done
@@ -311,10 +311,6 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
     closing it raises Dask's ``Reschedule`` instead, and the run goes to another testbed."""
     from distributed import Reschedule
 
-    from bbrlab.run.runmeta import of_error
-
-    from .loop import failure_reason
-
     owner = plugin()
     sc = Scenario.from_dict(scenario)
     started = rec.now_iso()
@@ -349,12 +345,9 @@ async def finish_on_worker(token: str, keep_link: bool = False, dask_worker=None
 
 async def check_on_worker(spec: dict, dask_worker=None) -> dict:
     """``client.run`` target: check campaign ``spec`` against this worker's testbed (nothing changes);
-    returns :func:`bbrlab.campaign.scaleout.check_testbed`'s description, or raises its error; None on a worker without
+    returns :func:`bbrlab.campaign.preflight.check_testbed`'s description, or raises its error; None on a worker without
     the testbed plugin."""
     import asyncio
-
-    from .loop import CampaignSpec
-    from .scaleout import TestbedCheck, check_testbed
 
     owner = dask_worker.plugins.get(PLUGIN_NAME)
     if not isinstance(owner, TestbedPlugin):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import io
 import sys
 from collections.abc import Iterator
+
+from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 TESTBED_HELP = ("a local testbed's name or a testbed file (default: $BBRLAB_TESTBED, else the local testbed "
                 "that is up: 'local', or the only one)")
@@ -44,47 +45,6 @@ def load_testbed(args: argparse.Namespace):
     from bbrlab.testbed import load
 
     return load(testbed_arg(args))
-
-
-def describe_holder(info: dict) -> str:
-    """One line about who holds a testbed's lock and what it said it is doing."""
-    pids = info.get("pids") or []
-    text = f"pid {info.get('pid') or ', '.join(map(str, pids))}"
-    argv = info.get("argv")
-    if argv:
-        text += f" ({' '.join(str(a) for a in argv)[:160]})"
-    activity = info.get("activity")
-    if activity:
-        text += f": {activity}"
-        if info.get("campaign"):
-            text += f" {info['campaign']}"
-        if info.get("run_id"):
-            where = f", run {info['index']}/{info['planned']}" if info.get("planned") else ", run"
-            text += f"{where} {info['run_id']}"
-            if info.get("attempt"):
-                text += f" (attempt {info['attempt']})"
-        if info.get("out"):
-            text += f" into {info['out']}"
-    else:
-        text += ": activity not stated"
-    if info.get("since"):
-        since = dt.datetime.fromtimestamp(float(info["since"])).strftime("%H:%M:%S")
-        text += f", since {since}"
-    return text
-
-
-def busy_elsewhere(name: str) -> dict | None:
-    """Who holds testbed ``name``'s lock, when it is another process (not ours or an ancestor's)."""
-    from bbrlab.core.errors import TestbedError
-    from bbrlab.testbed.lock import held_by_us, holder, lock_path
-
-    try:
-        info = holder(name)
-        if info is None or held_by_us(lock_path(name)):
-            return None
-    except TestbedError:  # no lock can exist under this name here (e.g. a lab named with spaces)
-        return None
-    return info
 
 
 @contextlib.contextmanager

@@ -8,13 +8,12 @@ import shlex
 import sys
 
 from bbrlab.core.errors import BbrlabError
+from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 from .common import (
     add_force_option,
     add_testbed_option,
-    busy_elsewhere,
     changing,
-    describe_holder,
     refuse_if_busy,
     testbed_arg,
 )

@@ -104,7 +104,7 @@ def test_a_name_too_long_for_a_path_is_a_name_not_a_crash():
 
 
 def test_holder_is_described_with_the_run_it_is_on():
-    from bbrlab.cli.common import describe_holder
+    from bbrlab.testbed.holder import describe_holder
 
     text = describe_holder({"pids": [7], "pid": 7, "argv": ["bbrlab", "campaign", "run", "s.yaml"],
                             "activity": "campaign run", "campaign": "demo", "run_id": "cubic-x", "index": 12,

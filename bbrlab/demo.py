@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import specs_dir
 
 DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
@@ -72,9 +73,9 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
              name: str = "local") -> int:
     from bbrlab import kernel
     from bbrlab import testbed as testbed_mod
+    from bbrlab.analysis.render import render
     from bbrlab.campaign.calibrate import calibrate, format_grid
     from bbrlab.campaign.loop import announcing, run_campaign
-    from bbrlab.cli.main import main as cli_main
     from bbrlab.run.ceiling import source_for
     from bbrlab.run.runner import Runner
 
@@ -114,8 +115,12 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
             testbed_mod.down(name, progress=True)
     _say("6/6", "tables and figures")
 
-    # Through the figures command itself, so the demo renders exactly what `bbrlab figures` does.
-    rc = cli_main(["figures", "--data", str(runs_dir), "--out", str(figures_dir)])
+    # The figures command's own rendering, so the demo renders exactly what `bbrlab figures` does.
+    try:
+        rc = render(runs_dir, figures_dir)
+    except BbrlabError as e:  # said as `bbrlab figures` says it
+        print(f"bbrlab: error: {e}", file=sys.stderr)
+        rc = 1
     elapsed_min = (time.monotonic() - t0) / 60
     print(f"\nbbrlab demo done in {elapsed_min:.1f} minutes.\n  runs:    {runs_dir}\n  figures: {figures_dir}"
           f"\n  executed notebooks: {figures_dir / 'notebooks'}", flush=True)

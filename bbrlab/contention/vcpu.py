@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -255,3 +256,47 @@ def pin_given_threads(host: Host, given: Sequence[GivenThread], pin_path: Path,
         pins = {tid: now[tid] for tid in tids}
         save_pins(pin_path, pins, host)
     return {tid: pins[tid] for tid in tids}
+
+
+# -- a local QEMU, by its threads' names --------------------------------------------------------
+
+VCPU_THREAD_NAME = re.compile(r"CPU \d+/\w+")
+#: ``-name`` of a local testbed's sender QEMU (bbrlab.testbed.local.lifecycle.vm_name).
+TESTBED_SENDER_NAME = re.compile(rb"bbrlab-([a-z][a-z0-9-]{0,11})-sender,debug-threads=on")
+
+
+def named_vcpu_threads(pid: int, field: str = "pid") -> list[int]:
+    """vCPU thread ids of a local QEMU by QEMU's own thread names (needs ``debug-threads=on``); an error
+    names ``field``."""
+    task_dir = f"/proc/{pid}/task"
+    if not os.path.isdir(task_dir):
+        raise ValidationError(field, pid, "the pid of a running process on this machine")
+    found = []
+    for tid in sorted(os.listdir(task_dir), key=int):
+        try:
+            with open(f"{task_dir}/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if VCPU_THREAD_NAME.fullmatch(name):
+            found.append((int(name.split()[1].split("/")[0]), int(tid)))
+    if not found:
+        raise ValidationError(field, pid, "a QEMU started with -name NAME,debug-threads=on "
+                              "(no thread named 'CPU N/...'); or use --qmp SOCKET")
+    return [tid for _index, tid in sorted(found)]
+
+
+def owning_testbed(tid: int) -> str | None:
+    """The local testbed whose sender QEMU runs thread ``tid`` on this machine, or None."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            tgid = next(line.split()[1] for line in f if line.startswith("Tgid:"))
+        with open(f"/proc/{tgid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, StopIteration):
+        return None
+    for arg in argv:
+        m = TESTBED_SENDER_NAME.fullmatch(arg)
+        if m:
+            return m.group(1).decode()
+    return None

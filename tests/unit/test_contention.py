@@ -171,3 +171,14 @@ def test_cli_says_set_persists_and_parses_threads(capsys):
     assert parse_thread_list("12,13") == [12, 13]
     with pytest.raises(ValidationError, match="--threads"):
         parse_thread_list("12;13")
+
+
+def test_vcpu_threads_of_a_process_without_qemu_thread_names_are_refused_naming_the_field():
+    import os
+
+    from bbrlab.contention.vcpu import named_vcpu_threads, owning_testbed
+
+    with pytest.raises(ValidationError) as e:
+        named_vcpu_threads(os.getpid(), "--pid")
+    assert e.value.field == "--pid"
+    assert owning_testbed(os.getpid()) is None  # pytest is no testbed's sender QEMU

@@ -39,7 +39,7 @@ from bbrlab.run.ceiling import CalibrationMismatch
 from bbrlab.run.recovery import recover
 from bbrlab.run.runmeta import of_error
 from bbrlab.run.runner import Runner
-from bbrlab.testbed import hostlock, isolation, lock
+from bbrlab.testbed import hostlock, isolation, target
 from bbrlab.testbed.lock import set_activity
 
 from .loop import CampaignSpec, failure_reason
@@ -152,7 +152,7 @@ class TestbedPlugin(WorkerPlugin):
 
         try:  # the testbed's lock first, then its state; a lab's own hosts are locked too (hostlock)
             self._lock = contextlib.ExitStack()
-            self._lock.enter_context(testbed_mod.testbed_lock(lock.name_for(self.testbed_ref), timeout_s=60))
+            self._lock.enter_context(testbed_mod.testbed_lock(target.lock_name(self.testbed_ref), timeout_s=60))
             self.testbed = testbed_mod.load(self.testbed_ref)
             self._lock.enter_context(hostlock.holding(self.testbed, activity="bbrlab worker", timeout_s=60))
             recover(self.testbed)  # a deadline policy left behind would keep its thread from moving

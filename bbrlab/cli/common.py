@@ -67,9 +67,9 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
 def lock_name(ref: str) -> str:
     """The name testbed ``ref``'s lock on this machine goes by: a local testbed's own name, or the name a lab's
     testbed file gives (read from that file; no testbed state is read)."""
-    from bbrlab.testbed.lock import name_for
+    from bbrlab.testbed import target
 
-    return name_for(ref)
+    return target.lock_name(ref)
 
 
 @contextlib.contextmanager

@@ -185,15 +185,6 @@ def hold(path: str | Path, *, timeout_s: float = 3600.0, what: str = "the lock",
         os.close(fd)  # releases the flock
 
 
-def name_for(ref: str) -> str:
-    """The name testbed ``ref``'s lock goes by: a local testbed's own name, or the name a lab's testbed file
-    gives (read from that file only: nothing of the testbed's state is read before its lock is held)."""
-    from .file import load_file
-    from .target import local_name
-
-    return local_name(str(ref)) or load_file(ref).name
-
-
 def testbed_lock(name: str = "local", *, timeout_s: float = 3600.0, note=None):
     """Hold testbed ``name``'s lock for a ``with`` block; waits up to ``timeout_s`` for another holder."""
     return hold(lock_path(name), timeout_s=timeout_s, what=f"the lock of testbed '{name}'", note=note)

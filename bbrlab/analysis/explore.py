@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from .facets import show
 from .tables import Tables
 
 ALL = "(all)"
@@ -50,6 +51,36 @@ def run_options(tables: Tables, candidates: Sequence[str] | None = None) -> list
     return [(run_label(r), r["run_id"]) for _, r in runs.iterrows()]
 
 
+def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "timeslice_ms", "cpu_share_pct"),
+                        have: Sequence[str] | None = None) -> list[str]:
+    """One typical run per group: the run whose throughput is closest to its group's median.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+    by : sequence of str, default ("variant", "timeslice_ms", "cpu_share_pct")
+        The groups.
+    have : sequence of str, optional
+        Only these run ids qualify (e.g. runs with ss samples).
+
+    Returns
+    -------
+    list of str
+        One run id per group, in group order; a group without throughputs (e.g. the authors' socket
+        logs) gives its first run.
+    """
+    pool = runs if have is None else runs[runs["run_id"].isin(have)]
+    if pool.empty:
+        return []
+    cols = [c for c in by if c in pool.columns]
+    chosen = []
+    for _, g in pool.groupby(cols, dropna=False, sort=True):
+        distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
+        chosen.append(g.loc[distance.idxmin(), "run_id"] if distance.notna().any() else g["run_id"].iloc[0])
+    return chosen
+
+
 def pick_runs(tables: Tables, draw: Callable[[list[str]], tuple], *, candidates: Sequence[str] | None = None,
               initial: Sequence[str] | None = None, rows: int = 10):
     """A run picker (filter by variant, multi-select runs) above the figure of the picked runs.
@@ -82,8 +113,6 @@ def pick_runs(tables: Tables, draw: Callable[[list[str]], tuple], *, candidates:
     """
     import ipywidgets as widgets
 
-    from . import plots
-
     options = run_options(tables, candidates)
     variants = sorted({label.split(" | ", 1)[0] for label, _ in options})
     variant = widgets.Dropdown(options=[ALL, *variants], value=ALL, description="variant")
@@ -105,7 +134,7 @@ def pick_runs(tables: Tables, draw: Callable[[list[str]], tuple], *, candidates:
                 print("Pick one or more runs (Ctrl/Shift-click for several).")
                 return
             fig, _ = draw(list(picker.value))
-            plots.show(fig)
+            show(fig)
 
     variant.observe(refilter, names="value")
     picker.observe(redraw, names="value")

@@ -14,8 +14,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bbrlab import kernel
+from bbrlab import testbed as testbed_mod
+from bbrlab.analysis.render import render
+from bbrlab.campaign.calibrate import CalibrationSpec, calibrate, format_grid
+from bbrlab.campaign.loop import announcing, load_spec, run_campaign
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import specs_dir
+from bbrlab.run.ceiling import source_for
+from bbrlab.run.runner import Runner
+from bbrlab.testbed.local import image, lifecycle
+from bbrlab.testbed.local.state import State
 
 DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 
@@ -50,7 +59,6 @@ class DemoPlan:
 
 def calibration_spec(specs):
     """The demo's calibration: every timeslice, share and RTT of its specs, fewer repetitions than the CLI's."""
-    from bbrlab.campaign.calibrate import CalibrationSpec
 
     return CalibrationSpec.covering(specs, "demo-calibration", repetitions=CALIBRATION_REPETITIONS)
 
@@ -60,10 +68,6 @@ def _say(step: str, text: str) -> None:
 
 
 def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
-    from bbrlab.campaign.loop import load_spec
-    from bbrlab.testbed.local import image, lifecycle
-    from bbrlab.testbed.local.state import State
-
     specs = [load_spec(p) for p in spec_paths]  # every value checked before anything starts
     return DemoPlan(specs, image_cached=image.cached_image() is not None,
                     testbed_running=lifecycle.running(State.load(name)), calibration=calibration_spec(specs))
@@ -71,14 +75,6 @@ def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
 
 def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, spec_paths=DEMO_SPECS,
              name: str = "local") -> int:
-    from bbrlab import kernel
-    from bbrlab import testbed as testbed_mod
-    from bbrlab.analysis.render import render
-    from bbrlab.campaign.calibrate import calibrate, format_grid
-    from bbrlab.campaign.loop import announcing, run_campaign
-    from bbrlab.run.ceiling import source_for
-    from bbrlab.run.runner import Runner
-
     plan = make_plan(spec_paths, name)
     minutes = plan.expected_s / 60
     print(f"bbrlab demo: {len(plan.specs)} campaigns, {plan.runs} runs; expected about {minutes:.0f} minutes "

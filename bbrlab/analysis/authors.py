@@ -59,6 +59,7 @@ from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.units import parse_percent, parse_rate_mbit, parse_time_ms
+from bbrlab.sampling.ss import parse_ss_line
 
 from . import identity
 from .records_reader import iperf_intervals, iperf_summary
@@ -333,7 +334,6 @@ def _iso(secs) -> str | None:
 def parse_socket_line(line: str) -> dict | None:
     """One ``<epoch seconds>,<ss output>`` line -> an ss row (``t_unix_s`` + bbrlab's ss fields), or
     None when it is not a sample with BBR state and a delivery rate (as the authors' notebooks skip)."""
-    from bbrlab.sampling.ss import parse_ss_line
 
     stamp, sep, rest = line.partition(",")
     body = rest.strip()

@@ -18,7 +18,11 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.ss import parse_ss_log
+
 from . import identity
+from .table_cache import Layout
 from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json")
@@ -130,11 +134,7 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     transfer). The parsers derive inflight_bytes (sent - retransmitted - acked), bdp_bytes (BBR's bw x min
     RTT) and inflight_bdp.
     """
-    if log == "ss.log":
-        from bbrlab.sampling.ss import parse_ss_log as parse
-    else:
-        from bbrlab.sampling.sockdiag import rows as parse
-
+    parse = parse_ss_log if log == "ss.log" else sockdiag.rows
     out = []
     for s in parse(text, ports=sorted(data_ports) or None):
         row = {k: s.get(k) for k in SS_COLUMNS}
@@ -229,8 +229,6 @@ def unit_of_path(path: str) -> str:
 
 
 def _layout():
-    from .table_cache import Layout
-
     return Layout("bbrlab", discover, signature, read_units, unit_of_path)
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.scenario import Scenario
 
+from .record import write_json_atomic
+
 SCHEMA = "bbrlab.calibration/1"
 FILE_NAME = "calibration.json"
 #: What must be equal between the calibration's testbed and the one a run uses.
@@ -141,7 +143,6 @@ class Calibration:
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (a reader never sees half a file); remembers ``path``."""
-        from .record import write_json_atomic
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

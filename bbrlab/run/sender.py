@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bbrlab.core.errors import BbrlabError
+from bbrlab.core.errors import BbrlabError, TestbedError
 from bbrlab.core.hosts import Host
+from bbrlab.kernel import module_identity as identify
 
 SYSCTLS = (
     "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_congestion_control", "net.core.default_qdisc",
@@ -116,8 +117,6 @@ def module_identity(host: Host, cca: str) -> dict | None:
     """The identity of a congestion control loaded as a module (None for the kernel's own ones)."""
     if cca in STOCK_CCAS:
         return None
-    from bbrlab.core.errors import TestbedError
-    from bbrlab.kernel import module_identity as identify
 
     try:
         return identify(host, cca)

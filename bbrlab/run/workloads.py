@@ -24,6 +24,7 @@ from bbrlab.core.scenario import Flow
 from . import checks, iperf
 from . import record as rec
 from .runmeta import RunMetadata
+from .transfer import Rsync
 
 
 class Workload(Protocol):
@@ -80,7 +81,5 @@ class Iperf3:
 def for_flow(flow: Flow) -> Workload:
     """The workload ``flow.workload`` names (validated by :class:`~bbrlab.core.scenario.Flow`)."""
     if flow.workload == "rsync":
-        from .transfer import Rsync
-
         return Rsync()
     return Iperf3()

@@ -13,6 +13,11 @@ import subprocess
 import uuid
 from dataclasses import asdict, dataclass
 
+from bbrlab.kernel.debian import KEYRING
+
+from .local import accel
+from .local.kernelboot import BUSYBOX
+
 
 @dataclass
 class Check:
@@ -149,10 +154,6 @@ def check_kvm(probe: bool = False) -> Check:
         return Check("accelerator", "info", "no /dev/kvm: guests run under QEMU TCG (slower, recorded in every run)")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return Check("accelerator", "warn", "/dev/kvm not accessible: TCG only", "add the user to group kvm")
-    try:
-        from .local import accel
-    except ImportError:
-        return Check("accelerator", "info", "/dev/kvm present (probe not available)")
     result = accel.probe_kvm() if probe else accel.cached_kvm_probe()
     if result is None:
         return Check("accelerator", "info",
@@ -176,9 +177,6 @@ def check_guest_kernel_sources() -> list[Check]:
 def check_sender_kernel_tools() -> list[Check]:
     """What other sender kernels need: a static busybox for their initramfs, the archive keyring and
     gpgv to verify the Debian mirror, and the tools ``bbrlab kernel build-tree`` compiles with."""
-    from bbrlab.kernel.debian import KEYRING
-
-    from .local.kernelboot import BUSYBOX
 
     out = []
     for label, present, pkg in (

@@ -20,6 +20,8 @@ from pathlib import Path
 from bbrlab.core.errors import TestbedError
 
 from .file import load_file
+from .local.lifecycle import running
+from .local.state import State, state_root
 
 ENV = "BBRLAB_TESTBED"
 DEFAULT_NAME = "local"
@@ -38,8 +40,6 @@ def is_testbed_file(text: str) -> bool:
 
 def running_local_testbeds() -> list[str]:
     """Names of the local testbeds whose VMs and namespaces are alive now (from their recorded state)."""
-    from .local.lifecycle import running
-    from .local.state import State, state_root
 
     names = []
     root = state_root()

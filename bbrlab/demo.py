@@ -38,6 +38,10 @@ CALIBRATION_REPETITIONS = 2
 
 @dataclass
 class DemoPlan:
+    """What the demo will do, worked out before anything starts: its campaigns, its calibration, and whether
+    the image and testbed are there already.
+    """
+
     specs: list  # CampaignSpec
     image_cached: bool
     testbed_running: bool
@@ -45,10 +49,14 @@ class DemoPlan:
 
     @property
     def runs(self) -> int:
+        """Runs in all: every campaign's plus the calibration's."""
         return sum(len(s.plan()) for s in self.specs) + (len(self.calibration.plan()) if self.calibration else 0)
 
     @property
     def expected_s(self) -> float:
+        """Expected wall time in seconds on a 2-core machine under QEMU TCG, image build and boot included
+        when needed.
+        """
         total = sum(s.expected_duration_s() for s in self.specs) + FIGURES_S
         if self.calibration is not None:
             total += self.calibration.expected_duration_s()
@@ -68,6 +76,9 @@ def _say(step: str, text: str) -> None:
 
 
 def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
+    """The demo's :class:`DemoPlan` for testbed ``name``; loading the specs checks every value before
+    anything starts.
+    """
     specs = [load_spec(p) for p in spec_paths]  # every value checked before anything starts
     return DemoPlan(specs, image_cached=image.cached_image() is not None,
                     testbed_running=lifecycle.running(State.load(name)), calibration=calibration_spec(specs))
@@ -75,6 +86,11 @@ def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
 
 def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, spec_paths=DEMO_SPECS,
              name: str = "local") -> int:
+    """The whole demo: testbed ``name`` up, bbr2b loaded, calibration, the campaigns into ``runs_dir``, the
+    figures into ``figures_dir``. A testbed the demo started goes down afterwards unless ``keep_testbed``.
+    Returns 0, or 1 when a planned run did not complete or the figures failed (the error printed as
+    ``bbrlab figures`` prints it).
+    """
     plan = make_plan(spec_paths, name)
     minutes = plan.expected_s / 60
     print(f"bbrlab demo: {len(plan.specs)} campaigns, {plan.runs} runs; expected about {minutes:.0f} minutes "

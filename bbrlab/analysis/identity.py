@@ -72,6 +72,9 @@ def variant_label(cca: str | None, bbr_version: int | None, patched: bool, patch
 
 
 def is_bbr(cca: str | None) -> bool:
+    """True for a congestion control of the BBR family (``bbr``, ``bbr2``, ``bbr3``, ``bbr2b`` ...); False
+    for None.
+    """
     return bool(cca) and str(cca).lower().startswith("bbr")
 
 

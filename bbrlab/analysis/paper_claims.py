@@ -79,6 +79,7 @@ class Claim:
     set_aside: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The claim as plain JSON-ready values (one row of :func:`bbrlab.analysis.fidelity.claims`)."""
         return asdict(self)
 
 

@@ -83,10 +83,12 @@ class RunView:
 
     @cached_property
     def identity(self) -> identity.Identity:
+        """The run's congestion-control identity (CCA, BBR version, patched, kernel, variant), read once."""
         return identity.from_record(self.record)
 
     @property
     def workload(self) -> str:
+        """``iperf3`` or ``rsync`` (records older than the transfer workload: ``iperf3``)."""
         return self.flow.get("workload", "iperf3")
 
     @property
@@ -96,16 +98,23 @@ class RunView:
 
     @property
     def goodput_mbit(self) -> float | None:
+        """Goodput in Mbit/s: iperf3's receiver throughput, or an rsync copy's bytes over its wall time; None
+        when unknown.
+        """
         if self.workload == "iperf3":
             return self.summary.get("throughput_mbit")
         return self.transfer.get("goodput_mbit")
 
     @property
     def utilisation(self) -> float:
+        """Throughput over the link rate (0..1, a fraction); NaN without a rate or a throughput."""
         rate = self.link.get("rate_mbit")
         return self.summary.get("throughput_mbit", float("nan")) / rate if rate else float("nan")
 
     def sender_sysctl(self, name: str):
+        """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
+        recorded.
+        """
         return _get(self.meta, "sysctls", "sender", name)
 
 

@@ -54,6 +54,7 @@ class Bbr2bPlan:
 
     @property
     def patch(self) -> str:
+        """The patch file the module is built from, or ``prebuilt``."""
         return str(self.build.patch_path) if self.build else "prebuilt"
 
 

@@ -43,10 +43,12 @@ class CcaIdentity:
     info_bytes: int = 0  # size of the INET_DIAG_BBRINFO the kernel returned (20: BBRv1's struct)
 
     def to_dict(self) -> dict:
+        """The identity as a JSON-ready dict (how a run records it)."""
         return asdict(self)
 
 
 def probe_script() -> str:
+    """The Python source of the guest-side probe (``kernel/guest/cca_probe.py``), run on the sender."""
     return resources.files("bbrlab.kernel").joinpath("guest/cca_probe.py").read_text()
 
 

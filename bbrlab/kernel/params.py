@@ -18,6 +18,8 @@ BBR_UNIT = 256
 
 @dataclass(frozen=True)
 class ParamSpec:
+    """One module parameter of the patched BBR: its default, its largest allowed value, and what it means."""
+
     name: str
     default: int
     max: int

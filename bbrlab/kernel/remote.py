@@ -34,6 +34,7 @@ def available_ccas(host: Host) -> list[str]:
 
 
 def kernel_release(host: Host) -> str:
+    """The host's running kernel release (``uname -r``)."""
     return host.output(["uname", "-r"])
 
 

@@ -66,14 +66,18 @@ class SenderKernel:
     path: str | None = None
 
     def to_dict(self) -> dict:
+        """The kernel as a run records it (``metadata.kernel``)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SenderKernel:
+        """Read ``metadata.kernel`` back (absent fields as None)."""
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
     @property
     def label(self) -> str:
+        """A human label: the Debian package and version, or the user's path with release and a short sha256.
+        """
         if self.origin == "debian":
             return f"{self.name} ({self.package} {self.package_version})"
         return f"{self.path} ({self.release}, sha256 {self.sha256[:12]})"
@@ -94,6 +98,8 @@ class KernelFiles:
 
 @dataclass(frozen=True)
 class ResolvedKernel:
+    """A kernel spec resolved and checked: what runs record, where its files are, and what it supports."""
+
     kernel: SenderKernel
     files: KernelFiles
     features: FeatureReport = field(repr=False)

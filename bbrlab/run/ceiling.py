@@ -58,11 +58,15 @@ class PointKey:
 
     @classmethod
     def of(cls, timeslice_ms: float, cpu_share_pct: float, rtt_ms: float) -> PointKey:
+        """The key of a point; at 100 % share (no policy) the timeslice is dropped (None), so any timeslice
+        matches.
+        """
         full = cpu_share_pct >= 100
         return cls(None if full else float(timeslice_ms), 100.0 if full else float(cpu_share_pct), float(rtt_ms))
 
     @classmethod
     def of_scenario(cls, scenario: Scenario) -> PointKey:
+        """The key of a scenario's timeslice (ms), CPU share (%) and RTT (ms)."""
         c = scenario.contention
         return cls.of(c.timeslice_ms, c.cpu_share_pct, scenario.link.rtt_ms)
 
@@ -96,6 +100,9 @@ class CeilingPoint:
 
     @property
     def point(self) -> PointKey:
+        """This point's :class:`PointKey` (a missing timeslice counts as 0 ms, dropped anyway at 100 %
+        share).
+        """
         return PointKey.of(self.timeslice_ms if self.timeslice_ms is not None else 0.0, self.cpu_share_pct,
                            self.rtt_ms)
 
@@ -116,12 +123,16 @@ class Calibration:
 
     # -- reading and writing ------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The file's JSON content: ``schema`` first, then every field but ``path``."""
         d = asdict(self)
         d.pop("path")
         return {"schema": d.pop("schema"), **d}
 
     @classmethod
     def from_dict(cls, data: object, path: Path | None = None) -> Calibration:
+        """Read a calibration file's JSON; raise :class:`~bbrlab.core.errors.ValidationError` naming the
+        field (prefixed by ``path``) on a wrong schema or a missing field.
+        """
         where = str(path or "calibration")
         if not isinstance(data, dict):
             raise ValidationError(where, type(data).__name__, f"a JSON object with schema {SCHEMA}")
@@ -152,6 +163,7 @@ class Calibration:
 
     # -- using it -----------------------------------------------------------------------------
     def find(self, key: PointKey) -> CeilingPoint | None:
+        """The calibrated point with this key, or None when the calibration did not measure it."""
         return next((p for p in self.points if p.point == key), None)
 
     def mismatches(self, testbed: dict) -> list[str]:

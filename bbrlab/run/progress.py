@@ -52,10 +52,12 @@ class Poller:
 
     @property
     def log_path(self) -> str:
+        """Where the poller writes its samples on ``host`` (``<directory>/progress.log``)."""
         return f"{self.directory}/progress.log"
 
     @property
     def stop_path(self) -> str:
+        """The file whose creation tells the poller to stop (``<directory>/stop``)."""
         return f"{self.directory}/stop"
 
 

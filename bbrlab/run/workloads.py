@@ -55,21 +55,32 @@ class Iperf3:
     name = "iperf3"
 
     def client_limit_s(self, flow: Flow) -> float:
+        """How long the client may take, in seconds: the flow's duration plus a margin for connect and teardown."""
         return flow.duration_s + iperf.CLIENT_MARGIN_S
 
     def prepare(self, testbed, flow: Flow) -> None:
+        """Nothing to prepare: iperf3 sends generated data."""
         return None
 
     def server(self, testbed, flow: Flow, prepared: None, *, lifetime_s: float,
                ready_timeout_s: float) -> AbstractContextManager[iperf.Server]:
+        """An iperf3 server on the receiver, ready within ``ready_timeout_s`` and gone after ``lifetime_s``
+        seconds.
+        """
         return iperf.server(testbed.receiver.host, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
 
     def run_client(self, testbed, flow: Flow, endpoint: iperf.Server, ports: list[int]):
+        """The iperf3 client on the sender, from local port ``ports[0]``, with the flow's CCA, duration and
+        streams.
+        """
         return iperf.run_client(testbed.sender.host, testbed.receiver.experiment_ip, cca=flow.cca,
                                 duration_s=flow.duration_s, streams=flow.streams, port=endpoint.port, cport=ports[0])
 
     def verify(self, flow: Flow, endpoint: iperf.Server, result, ports: list[int], out: Path,
                meta: RunMetadata) -> list[int]:
+        """Write ``iperf.json``, record iperf3's view of the run in ``meta``, check it; the data connections'
+        local ports.
+        """
         rec.write_file(out / "iperf.json", result.stdout)
         parsed = checks.client_result(result, flow)
         meta.cca.iperf_sender = parsed.sender_tcp_congestion

@@ -21,12 +21,17 @@ from .local.kernelboot import BUSYBOX
 
 @dataclass
 class Check:
+    """One check of this machine: ``status`` is ``ok``, ``missing``, ``warn`` or ``info``; ``detail`` what
+    was found; ``fix`` the command that installs or enables what is missing.
+    """
+
     name: str
     status: str  # ok | missing | warn | info
     detail: str
     fix: str = ""
 
     def to_dict(self) -> dict:
+        """The check as a JSON-ready dict (``bbrlab doctor --json``)."""
         return asdict(self)
 
 
@@ -70,6 +75,7 @@ def tool_version(tool: str) -> str | None:
 
 
 def check_tools() -> list[Check]:
+    """One check per external tool in :data:`TOOLS`: its version, or the package that provides it."""
     out = []
     for tool, (_argv, _pat, pkg) in TOOLS.items():
         v = tool_version(tool)
@@ -81,6 +87,7 @@ def check_tools() -> list[Check]:
 
 
 def check_root() -> Check:
+    """Whether bbrlab runs as root (the testbed, tc and SCHED_DEADLINE need it)."""
     if os.geteuid() == 0:
         return Check("root", "ok", "running as root")
     return Check("root", "missing", f"running as uid {os.geteuid()}: testbed, tc and SCHED_DEADLINE need root",
@@ -150,6 +157,9 @@ def check_qdiscs() -> list[Check]:
 
 
 def check_kvm(probe: bool = False) -> Check:
+    """Whether KVM can boot the guest kernel: from the cached probe result, or by a probe boot now when
+    ``probe``.
+    """
     if not os.path.exists("/dev/kvm"):
         return Check("accelerator", "info", "no /dev/kvm: guests run under QEMU TCG (slower, recorded in every run)")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
@@ -164,6 +174,9 @@ def check_kvm(probe: bool = False) -> Check:
 
 
 def check_guest_kernel_sources() -> list[Check]:
+    """Whether the 6.1 kernel source and headers the guest modules build against are installed under
+    /usr/src.
+    """
     out = []
     src = sorted(p for p in os.listdir("/usr/src") if p.startswith("linux-source-6.1")) if os.path.isdir("/usr/src") else []
     hdr = sorted(p for p in os.listdir("/usr/src") if re.match(r"linux-headers-6\.1\.\d+-\d+-amd64$", p)) if os.path.isdir("/usr/src") else []
@@ -192,6 +205,7 @@ def check_sender_kernel_tools() -> list[Check]:
 
 
 def run_checks(probe_kvm: bool = False) -> list[Check]:
+    """Every check, in the order ``bbrlab doctor`` prints them; ``probe_kvm`` boots a guest to test KVM."""
     checks = [
         Check("host kernel", "info", os.uname().release),
         check_root(),

@@ -39,6 +39,7 @@ class AccelProbe:
     qemu_version: str = ""
 
     def to_dict(self) -> dict:
+        """The probe result as a JSON-ready dict (how it is cached)."""
         return asdict(self)
 
     def expired(self, age_s: float) -> bool:

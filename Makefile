@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml setup.py Makefile scripts/install-system-packages
 	touch $@
 
 sampler: setup
-	$(BIN)/python -m bbrlab.sockdiag
+	$(BIN)/python -m bbrlab.sampling.sockdiag
 
 test: setup
 	$(BIN)/pytest tests -m "not slow"

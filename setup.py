@@ -2,7 +2,7 @@
 
 ``notebooks/``, ``kernels/`` and ``specs/`` stay at the top of the repository, where people look for
 them, and are installed as the data-only packages ``bbrlab.notebooks``, ``bbrlab.kernels`` and
-``bbrlab.specs`` (``bbrlab.resources`` finds them with ``importlib.resources``). Every file under them
+``bbrlab.specs`` (``bbrlab.core.resources`` finds them with ``importlib.resources``). Every file under them
 travels, except build outputs, caches and dotfiles, so a new notebook, spec or kernel recipe needs no
 change here.
 """

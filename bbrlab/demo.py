@@ -14,7 +14,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resources import specs_dir
+from bbrlab import kernel
+from bbrlab import testbed as testbed_mod
+from bbrlab.analysis.render import render
+from bbrlab.campaign.calibrate import CalibrationSpec, calibrate, format_grid
+from bbrlab.campaign.loop import announcing, load_spec, run_campaign
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.resources import specs_dir
+from bbrlab.run.ceiling import source_for
+from bbrlab.run.runner import Runner
+from bbrlab.testbed.local import image, lifecycle
+from bbrlab.testbed.local.state import State
 
 DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 
@@ -28,6 +38,10 @@ CALIBRATION_REPETITIONS = 2
 
 @dataclass
 class DemoPlan:
+    """What the demo will do, worked out before anything starts: its campaigns, its calibration, and whether
+    the image and testbed are there already.
+    """
+
     specs: list  # CampaignSpec
     image_cached: bool
     testbed_running: bool
@@ -35,10 +49,14 @@ class DemoPlan:
 
     @property
     def runs(self) -> int:
+        """Runs in all: every campaign's plus the calibration's."""
         return sum(len(s.plan()) for s in self.specs) + (len(self.calibration.plan()) if self.calibration else 0)
 
     @property
     def expected_s(self) -> float:
+        """Expected wall time in seconds on a 2-core machine under QEMU TCG, image build and boot included
+        when needed.
+        """
         total = sum(s.expected_duration_s() for s in self.specs) + FIGURES_S
         if self.calibration is not None:
             total += self.calibration.expected_duration_s()
@@ -49,7 +67,6 @@ class DemoPlan:
 
 def calibration_spec(specs):
     """The demo's calibration: every timeslice, share and RTT of its specs, fewer repetitions than the CLI's."""
-    from .calibrate import CalibrationSpec
 
     return CalibrationSpec.covering(specs, "demo-calibration", repetitions=CALIBRATION_REPETITIONS)
 
@@ -59,10 +76,9 @@ def _say(step: str, text: str) -> None:
 
 
 def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
-    from .campaign import load_spec
-    from .testbed.local import image, lifecycle
-    from .testbed.local.state import State
-
+    """The demo's :class:`DemoPlan` for testbed ``name``; loading the specs checks every value before
+    anything starts.
+    """
     specs = [load_spec(p) for p in spec_paths]  # every value checked before anything starts
     return DemoPlan(specs, image_cached=image.cached_image() is not None,
                     testbed_running=lifecycle.running(State.load(name)), calibration=calibration_spec(specs))
@@ -70,14 +86,11 @@ def make_plan(spec_paths=DEMO_SPECS, name: str = "local") -> DemoPlan:
 
 def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, spec_paths=DEMO_SPECS,
              name: str = "local") -> int:
-    from . import kernel
-    from . import testbed as testbed_mod
-    from .calibrate import calibrate, format_grid
-    from .campaign import announcing, run_campaign
-    from .ceiling import source_for
-    from .cli.main import main as cli_main
-    from .runner import Runner
-
+    """The whole demo: testbed ``name`` up, bbr2b loaded, calibration, the campaigns into ``runs_dir``, the
+    figures into ``figures_dir``. A testbed the demo started goes down afterwards unless ``keep_testbed``.
+    Returns 0, or 1 when a planned run did not complete or the figures failed (the error printed as
+    ``bbrlab figures`` prints it).
+    """
     plan = make_plan(spec_paths, name)
     minutes = plan.expected_s / 60
     print(f"bbrlab demo: {len(plan.specs)} campaigns, {plan.runs} runs; expected about {minutes:.0f} minutes "
@@ -114,8 +127,12 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
             testbed_mod.down(name, progress=True)
     _say("6/6", "tables and figures")
 
-    # Through the figures command itself, so the demo renders exactly what `bbrlab figures` does.
-    rc = cli_main(["figures", "--data", str(runs_dir), "--out", str(figures_dir)])
+    # The figures command's own rendering, so the demo renders exactly what `bbrlab figures` does.
+    try:
+        rc = render(runs_dir, figures_dir)
+    except BbrlabError as e:  # said as `bbrlab figures` says it
+        print(f"bbrlab: error: {e}", file=sys.stderr)
+        rc = 1
     elapsed_min = (time.monotonic() - t0) / 60
     print(f"\nbbrlab demo done in {elapsed_min:.1f} minutes.\n  runs:    {runs_dir}\n  figures: {figures_dir}"
           f"\n  executed notebooks: {figures_dir / 'notebooks'}", flush=True)

@@ -21,10 +21,10 @@ import time
 
 def main() -> None:
     import bbrlab.testbed as tbmod
-    from bbrlab.calibrate import calibrate, format_grid, host_load
-    from bbrlab.campaign import load_spec
+    from bbrlab.campaign.calibrate import calibrate, format_grid, host_load
+    from bbrlab.campaign.loop import load_spec
     from bbrlab.demo import DEMO_SPECS, calibration_spec
-    from bbrlab.runner import Runner
+    from bbrlab.run.runner import Runner
 
     name = os.environ.get("BBRLAB_TESTBED", "local")
     spec = calibration_spec([load_spec(p) for p in DEMO_SPECS])

@@ -1,7 +1,7 @@
 """Achieved vs configured CPU share under SCHED_DEADLINE, for a busy loop and for the cost of the API.
 
 A ``sh -c 'while :; do :; done'`` process is held under each (timeslice, share) for a few seconds
-by :func:`bbrlab.contention.contended`; the CPU it really got comes from ``/proc/<pid>/schedstat``.
+by :func:`bbrlab.contention.deadline.contended`; the CPU it really got comes from ``/proc/<pid>/schedstat``.
 Both methods (sched_setattr here, chrt as on a remote hypervisor) are timed for apply + restore.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import subprocess
 import time
 
-from bbrlab.contention import contended
-from bbrlab.hosts import LocalHost
-from bbrlab.scenario import Contention
+from bbrlab.contention.deadline import contended
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Contention
 
 SETTINGS = [(1, 25), (10, 50), (1, 10), (10, 10), (20, 70)]
 HOLD_S = 3.0

@@ -19,7 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bbrlab import data, plots
+from bbrlab.analysis import data, plots
 from tests import authors_layout
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "campaign"

@@ -22,7 +22,7 @@ def _grid() -> list[tuple[float, float]]:
 
 
 def _set_clear_cost(tb, link, n: int = 5) -> None:
-    from bbrlab import link as linkmod
+    from bbrlab.link import emulator as linkmod
 
     t0 = time.monotonic()
     for _ in range(n):
@@ -36,8 +36,8 @@ def _set_clear_cost(tb, link, n: int = 5) -> None:
 
 def main() -> None:
     import bbrlab.testbed as tbmod
-    from bbrlab import link as linkmod
-    from bbrlab.scenario import Link
+    from bbrlab.core.scenario import Link
+    from bbrlab.link import emulator as linkmod
 
     with tbmod.testbed_lock("local"):
         try:
@@ -57,7 +57,7 @@ def main() -> None:
                       f"{tcp['measured']:>6.2f} {tcp['retransmits']!s:>5}", flush=True)
             lossy = Link(rtt_ms=20, rate_mbit=50, loss_model="uniform", loss_pct=1.0)
             linkmod.set(tb.emulator.host, tb.emulator.ports, lossy)
-            from bbrlab.link_validate import measure_loss
+            from bbrlab.link.validate import measure_loss
 
             loss = measure_loss(tb, lossy, packets=10_000)
             print(f"loss 1 % configured: {loss['measured']:.2f} % of {loss['packets']} datagrams lost", flush=True)

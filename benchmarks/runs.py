@@ -24,8 +24,8 @@ GOAL_RATIO = 1.10
 
 
 def _overhead(tb, n_runs: int) -> list[float]:
-    from bbrlab.campaign import CampaignSpec, run_campaign
-    from bbrlab.runner import Runner
+    from bbrlab.campaign.loop import CampaignSpec, run_campaign
+    from bbrlab.run.runner import Runner
 
     spec = CampaignSpec.from_dict({
         "name": "bench-overhead", "testbed": tb.name, "ccas": ["cubic"], "timeslices_ms": [10],
@@ -53,8 +53,8 @@ def _overhead(tb, n_runs: int) -> list[float]:
 
 
 def _sampler(tb, share_pct: float, kind: str) -> dict:
-    from bbrlab.runner import run_once
-    from bbrlab.scenario import Contention, Flow, Link, Scenario
+    from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+    from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
                         Flow("cubic", duration_s=10, sample_ms=10, sampler=kind))

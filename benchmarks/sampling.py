@@ -27,9 +27,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from bbrlab import iperf, link, sampling, sockdiag
-from bbrlab.contention import contended
-from bbrlab.scenario import Contention, Link
+from bbrlab.contention.deadline import contended
+from bbrlab.core.scenario import Contention, Link
+from bbrlab.link import emulator as link
+from bbrlab.run import iperf
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
 
 LINK = Link(rtt_ms=20, rate_mbit=100)
 INTERVAL_MS = 10

@@ -1,1 +1,1 @@
-"""The analysis notebooks, installed as package data ``bbrlab.notebooks`` (see setup.py, bbrlab.resources)."""
+"""The analysis notebooks, installed as package data ``bbrlab.notebooks`` (see setup.py, bbrlab.core.resources)."""

@@ -1,1 +1,1 @@
-"""Campaign specs, installed as package data ``bbrlab.specs`` (see setup.py, bbrlab.resources)."""
+"""Campaign specs, installed as package data ``bbrlab.specs`` (see setup.py, bbrlab.core.resources)."""

@@ -1,7 +1,7 @@
 """Write datasets in the 2BRobust authors' published layout, with invented values.
 
 The layout and key names follow what their ``measure/run.sh`` writes and their ``results/plots``
-notebooks read (see bbrlab/authors.py): ``<YYYYmmdd-HHMMSS>/meta.json`` (one line, every value a
+notebooks read (see bbrlab/analysis/authors.py): ``<YYYYmmdd-HHMMSS>/meta.json`` (one line, every value a
 string, deadlines in nanoseconds), ``<stamp>/sender/iperf_<i>.json`` for i = 1..n, an empty
 ``<stamp>/emulator/``, and ``socket_data/ss_<scenario>_scheduling_bbr<v>[_N].log``. The numbers are
 NOT measurements: a small model (below) makes throughputs and socket states that differ per BBR

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bbrlab.campaign import CampaignSpec
+from bbrlab.campaign.loop import CampaignSpec
 
 
 def spec() -> CampaignSpec:
@@ -53,8 +53,8 @@ def dying_run(scenario, staging, *, run_id, attempt):
 def main(out: str) -> int:
     from distributed import Client
 
-    from bbrlab import distributed as d
-    from bbrlab.signals import Interrupted
+    from bbrlab.campaign import distributed as d
+    from bbrlab.core.signals import Interrupted
 
     try:
         with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:

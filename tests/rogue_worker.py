@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-import bbrlab.testbed_worker as tw
+import bbrlab.campaign.worker as tw
 from tests.engine_runs import slow_run
 
 ESCAPE_NAME = "../../../escaped-x"

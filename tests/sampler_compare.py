@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from bbrlab import sockdiag
+from bbrlab.sampling import sockdiag
 
 #: Columns ss prints and an idle connection cannot change (the lastsnd/lastrcv/lastack ages are left out).
 IDLE_FIELDS = ("cca", "recv_q", "send_q", "rto_ms", "rtt_ms", "rttvar_ms", "mss", "pmtu", "rcvmss", "advmss", "cwnd",

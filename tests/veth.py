@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bbrlab.hosts import NetnsHost
+from bbrlab.core.hosts import NetnsHost
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def _age(t: float) -> str:
 
 
 def run_show(args) -> int:
-    from ..testbed.local import caches
+    from bbrlab.testbed.local import caches
 
     info = caches.summary()
     if args.json:
@@ -75,7 +75,7 @@ def run_show(args) -> int:
 
 
 def run_prune(args) -> int:
-    from ..testbed.local import caches
+    from bbrlab.testbed.local import caches
 
     cap = None if args.max_gb is None else int(caches.check_max_gb(args.max_gb, "--max-gb") * caches.GB)
     report = caches.prune(cap, dry_run=args.dry_run)

@@ -65,10 +65,10 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    """The :class:`~bbrlab.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
-    from ..calibrate import CalibrationSpec
-    from ..campaign import load_spec
-    from ..errors import ValidationError
+    """The :class:`~bbrlab.campaign.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
+    from bbrlab.campaign.calibrate import CalibrationSpec
+    from bbrlab.campaign.loop import load_spec
+    from bbrlab.core.errors import ValidationError
 
     overrides = {k: v for k, v in (("streams", tuple(args.streams) if args.streams else None),
                                    ("repetitions", args.repetitions), ("duration_s", args.duration))
@@ -93,9 +93,9 @@ def _hms(seconds: float) -> str:
 
 
 def run(args) -> int:
-    from .. import ceiling
-    from ..calibrate import format_grid
-    from ..errors import ValidationError
+    from bbrlab.campaign.calibrate import format_grid
+    from bbrlab.core.errors import ValidationError
+    from bbrlab.run import ceiling
 
     if args.show:
         cal = ceiling.load(args.show)
@@ -118,9 +118,9 @@ def run(args) -> int:
 def _measure(args, spec, target: str | None) -> int:
     from tqdm import tqdm
 
-    from ..calibrate import calibrate, format_grid
-    from ..runner import Runner
-    from ..testbed.target import resolve
+    from bbrlab.campaign.calibrate import calibrate, format_grid
+    from bbrlab.run.runner import Runner
+    from bbrlab.testbed.target import resolve
 
     say = None if args.no_progress else tqdm.write
     with driving(resolve(target), "calibrate", out=str(args.out)) as tb:

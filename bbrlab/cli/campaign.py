@@ -16,6 +16,11 @@ import json
 import sys
 from pathlib import Path
 
+from bbrlab.campaign.preflight import check_testbed
+from bbrlab.campaign.single import run_on_testbed
+from bbrlab.core.signals import Interrupted
+from bbrlab.testbed.target import resolve
+
 from .common import driving
 from .worker import add_tls_options, lab_tls
 
@@ -97,8 +102,8 @@ def _hms(seconds: float) -> str:
 
 
 def run_plan(args) -> int:
-    from ..campaign import ESTIMATED_OVERHEAD_S, load_spec
-    from ..resources import spec_path
+    from bbrlab.campaign.loop import ESTIMATED_OVERHEAD_S, load_spec
+    from bbrlab.core.resources import spec_path
 
     spec = load_spec(spec_path(args.spec))
     runs = spec.plan()
@@ -125,7 +130,7 @@ def run_plan(args) -> int:
 
 
 def run_status(args) -> int:
-    from ..campaign import status
+    from bbrlab.campaign.loop import status
 
     st = status(args.dir)
     if args.json:
@@ -137,17 +142,17 @@ def run_status(args) -> int:
 
 
 def run_run(args) -> int:
-    from ..campaign import check_out_dir, load_spec
-    from ..resources import spec_path
-    from ..scaleout import scheduler_address
-    from ..tlsconf import lab_security
+    from bbrlab.campaign.loop import check_out_dir, load_spec
+    from bbrlab.campaign.scaleout import scheduler_address
+    from bbrlab.campaign.tls import lab_security
+    from bbrlab.core.resources import spec_path
 
     testbeds, calibrations = list(args.testbed or []), list(args.calibration or [])
     check_run_options(testbeds, args.scheduler, calibrations, args.dashboard)
     if args.scheduler:
         lab_security(scheduler_address(args.scheduler), lab_tls(args))  # its form and TLS, before anything is read
     elif args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
-        from ..errors import ValidationError
+        from bbrlab.core.errors import ValidationError
 
         raise ValidationError("--tls-ca-file" if args.tls_ca_file else "--tls-cert" if args.tls_cert else
                               "--tls-key" if args.tls_key else "--insecure", True, "given only with --scheduler "
@@ -161,7 +166,7 @@ def run_run(args) -> int:
 
 def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: list, dashboard: bool) -> None:
     """The options of ``campaign run`` that only make sense together, checked before anything is read."""
-    from ..errors import ValidationError
+    from bbrlab.core.errors import ValidationError
 
     if scheduler and testbeds:
         raise ValidationError("--testbed", testbeds, "absent with --scheduler: the cluster's workers bring their "
@@ -175,7 +180,7 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
 
 
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
-    from ..campaign import status
+    from bbrlab.campaign.loop import status
 
     st = status(out)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
@@ -185,8 +190,7 @@ def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -
 
 def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
     """Over several testbeds (docs/scaling.md): a Dask cluster started here, or the one at --scheduler."""
-    from .. import scaleout
-    from ..signals import Interrupted
+    from bbrlab.campaign import scaleout
 
     common = {"calibration_paths": calibrations, "progress": not args.no_progress,
               "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
@@ -204,45 +208,17 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
 
 
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
-    """One testbed, in this process. The testbed's lock comes first: nothing of the testbed (its state, its
-    vCPU threads, the hypervisor's limits) is read while another process may be changing it."""
-    from ..testbed.target import resolve
-
+    """One testbed, in this process (:func:`bbrlab.campaign.single.run_on_testbed`). The testbed's lock comes
+    first: nothing of the testbed (its state, its vCPU threads, the hypervisor's limits) is read while another
+    process may be changing it."""
     with driving(resolve(testbed or spec.testbed), "campaign run", campaign=spec.name, out=str(args.out)) as tb:
-        st = _run_held(args, spec, tb, calibration_path)
+        check_testbed(spec, tb)  # sender kernels (downloads, never boots), every timeslice x share
+        try:
+            st = run_on_testbed(spec, args.out, tb, calibration_path=calibration_path,
+                                progress=not args.no_progress, retry_failed=args.retry_failed,
+                                keep_link=args.keep_link, allow_mixed=args.allow_mixed)
+        except Interrupted:
+            _stopped(spec, args.out)
+            raise
     print(json.dumps(st))
     return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
-
-
-def _run_held(args, spec, tb, calibration_path: Path | None) -> dict:
-    from .. import testbed as testbed_mod
-    from ..campaign import announcing, check_admission, run_campaign
-    from ..ceiling import for_campaign
-    from ..contention import read_kernel_limits
-    from ..recovery import clear_partitions
-    from ..runner import Runner
-    from ..signals import Interrupted
-
-    testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)  # downloads, never boots
-    # Every timeslice x share against the live limits of the host that runs the sender's vCPUs.
-    check_admission(spec, read_kernel_limits(tb.sender.hypervisor), len(tb.sender.vcpu_threads()))
-    for path in clear_partitions(tb):  # a killed multi-testbed campaign's; refused while that one runs
-        print(f"removed the CPU partition {path} a killed campaign left", file=sys.stderr)
-    calibration, source = for_campaign(tb, args.out, spec.plan(), calibration_path)
-    print(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
-          f"no calibration in {args.out}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)",
-          file=sys.stderr)
-    runner = Runner(tb, calibration=calibration, calibration_source=source)
-    try:
-        return run_campaign(spec, args.out, announcing(runner, tb.name, spec, args.out),
-                            progress=not args.no_progress, retry_failed=args.retry_failed,
-                            testbed=tb.describe(), allow_mixed=args.allow_mixed)
-    except Interrupted:
-        _stopped(spec, args.out)
-        raise
-    finally:
-        if not args.keep_link:
-            try:
-                runner.close()
-            except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
-                print(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}", file=sys.stderr)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import io
 import sys
 from collections.abc import Iterator
+
+from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 TESTBED_HELP = ("a local testbed's name or a testbed file (default: $BBRLAB_TESTBED, else the local testbed "
                 "that is up: 'local', or the only one)")
@@ -34,57 +35,16 @@ def add_force_option(p: argparse.ArgumentParser) -> None:
 
 def testbed_arg(args: argparse.Namespace) -> str:
     """The testbed the command acts on: ``--testbed`` or the default."""
-    from ..testbed.target import resolve
+    from bbrlab.testbed.target import resolve
 
     return resolve(getattr(args, "testbed", None))
 
 
 def load_testbed(args: argparse.Namespace):
     """The :class:`~bbrlab.testbed.Testbed` named by ``--testbed`` (or the default)."""
-    from ..testbed import load
+    from bbrlab.testbed import load
 
     return load(testbed_arg(args))
-
-
-def describe_holder(info: dict) -> str:
-    """One line about who holds a testbed's lock and what it said it is doing."""
-    pids = info.get("pids") or []
-    text = f"pid {info.get('pid') or ', '.join(map(str, pids))}"
-    argv = info.get("argv")
-    if argv:
-        text += f" ({' '.join(str(a) for a in argv)[:160]})"
-    activity = info.get("activity")
-    if activity:
-        text += f": {activity}"
-        if info.get("campaign"):
-            text += f" {info['campaign']}"
-        if info.get("run_id"):
-            where = f", run {info['index']}/{info['planned']}" if info.get("planned") else ", run"
-            text += f"{where} {info['run_id']}"
-            if info.get("attempt"):
-                text += f" (attempt {info['attempt']})"
-        if info.get("out"):
-            text += f" into {info['out']}"
-    else:
-        text += ": activity not stated"
-    if info.get("since"):
-        since = dt.datetime.fromtimestamp(float(info["since"])).strftime("%H:%M:%S")
-        text += f", since {since}"
-    return text
-
-
-def busy_elsewhere(name: str) -> dict | None:
-    """Who holds testbed ``name``'s lock, when it is another process (not ours or an ancestor's)."""
-    from ..errors import TestbedError
-    from ..testbed.lock import held_by_us, holder, lock_path
-
-    try:
-        info = holder(name)
-        if info is None or held_by_us(lock_path(name)):
-            return None
-    except TestbedError:  # no lock can exist under this name here (e.g. a lab named with spaces)
-        return None
-    return info
 
 
 @contextlib.contextmanager
@@ -93,7 +53,7 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
 
     When another process holds it, say who and what it is doing, then wait for it (Ctrl-C gives up).
     """
-    from ..testbed.lock import set_activity, testbed_lock
+    from bbrlab.testbed.lock import set_activity, testbed_lock
 
     busy = busy_elsewhere(name)
     if busy is not None:
@@ -107,9 +67,9 @@ def changing(name: str, activity: str, **details) -> Iterator[None]:
 def lock_name(ref: str) -> str:
     """The name testbed ``ref``'s lock on this machine goes by: a local testbed's own name, or the name a lab's
     testbed file gives (read from that file; no testbed state is read)."""
-    from ..testbed.lock import name_for
+    from bbrlab.testbed import target
 
-    return name_for(ref)
+    return target.lock_name(ref)
 
 
 @contextlib.contextmanager
@@ -118,7 +78,7 @@ def driving(ref: str, activity: str, **details) -> Iterator:
     (a local testbed's state, a lab's hosts), then hold the lock on a lab's own hosts
     (:func:`bbrlab.testbed.hostlock.holding`: a driver on another machine waits too); yields the
     :class:`~bbrlab.testbed.Testbed` and closes it at the end."""
-    from ..testbed import hostlock, load
+    from bbrlab.testbed import hostlock, load
 
     with changing(lock_name(ref), activity, **details):
         tb = load(ref)
@@ -130,9 +90,9 @@ def driving(ref: str, activity: str, **details) -> Iterator:
 
 
 def refuse_if_busy(name: str, force: bool, what: str = "run commands on its guests") -> None:
-    """Raise :class:`~bbrlab.errors.TestbedError` when another process holds testbed ``name`` (unless
+    """Raise :class:`~bbrlab.core.errors.TestbedError` when another process holds testbed ``name`` (unless
     ``force``): looking at a testbed takes CPU from the sender a campaign is measuring."""
-    from ..errors import TestbedError
+    from bbrlab.core.errors import TestbedError
 
     busy = None if force else busy_elsewhere(name)
     if busy is not None:

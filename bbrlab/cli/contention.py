@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import re
 
-from ..errors import ValidationError
-from ..hosts import Host, LocalHost
+from bbrlab.contention.vcpu import explicit_vcpu_threads, named_vcpu_threads, owning_testbed, qmp_vcpu_threads
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.hosts import Host, LocalHost
+
 from .common import TESTBED_HELP, changing, testbed_arg
 
 SET_EPILOG = """\
 `set` leaves the policy in place after the command exits: it stays until `bbrlab contention clear`
-(or until the VM stops). Inside Python, use bbrlab.contention.contended(), which restores the
+(or until the VM stops). Inside Python, use bbrlab.contention.deadline.contended(), which restores the
 previous policy on exit, exceptions, Ctrl-C and SIGTERM.
 
 examples:
@@ -28,11 +28,6 @@ examples:
   bbrlab contention set --timeslice 10ms --share 50% --testbed lab.yaml
   bbrlab contention set --timeslice 1ms --share 25% --qmp /path/to/vm.qmp   any local QEMU
 """
-
-VCPU_THREAD_NAME = re.compile(r"CPU \d+/\w+")
-#: ``-name`` of a local testbed's sender QEMU (bbrlab.testbed.local.lifecycle.vm_name).
-TESTBED_SENDER_NAME = re.compile(rb"bbrlab-([a-z][a-z0-9-]{0,11})-sender,debug-threads=on")
-
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
@@ -73,26 +68,6 @@ def register(sub) -> None:
 
 # -- finding the threads --------------------------------------------------------------------------
 
-def threads_by_name(pid: int) -> list[int]:
-    """vCPU thread ids of a local QEMU by QEMU's own thread names (needs ``debug-threads=on``)."""
-    task_dir = f"/proc/{pid}/task"
-    if not os.path.isdir(task_dir):
-        raise ValidationError("--pid", pid, "the pid of a running process on this machine")
-    found = []
-    for tid in sorted(os.listdir(task_dir), key=int):
-        try:
-            with open(f"{task_dir}/{tid}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        if VCPU_THREAD_NAME.fullmatch(name):
-            found.append((int(name.split()[1].split("/")[0]), int(tid)))
-    if not found:
-        raise ValidationError("--pid", pid, "a QEMU started with -name NAME,debug-threads=on "
-                              "(no thread named 'CPU N/...'); or use --qmp SOCKET")
-    return [tid for _index, tid in sorted(found)]
-
-
 def parse_thread_list(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t.strip()]
@@ -106,10 +81,8 @@ def resolve_target(args) -> tuple[Host, list[int], str | None]:
     Without --pid, --qmp or --threads: the sender of ``--testbed`` (or of the default testbed). The
     testbed of explicit threads is known when they belong to a local testbed's sender QEMU.
     """
-    from ..vcpu import explicit_vcpu_threads, qmp_vcpu_threads
-
     if args.pid is not None:
-        tids = threads_by_name(args.pid)
+        tids = named_vcpu_threads(args.pid, "--pid")
     elif args.qmp:
         tids = qmp_vcpu_threads(args.qmp)
     elif args.threads:
@@ -121,26 +94,10 @@ def resolve_target(args) -> tuple[Host, list[int], str | None]:
 
 def testbed_target(name_or_file: str) -> tuple[Host, list[int], str]:
     """The sender's hypervisor and vCPU threads of a local testbed (by name) or a testbed file."""
-    from ..testbed import load
+    from bbrlab.testbed import load
 
     tb = load(name_or_file)
     return tb.sender.hypervisor, tb.sender.vcpu_threads(), tb.name
-
-
-def owning_testbed(tid: int) -> str | None:
-    """The local testbed whose sender QEMU runs thread ``tid`` on this machine, or None."""
-    try:
-        with open(f"/proc/{tid}/status") as f:
-            tgid = next(line.split()[1] for line in f if line.startswith("Tgid:"))
-        with open(f"/proc/{tgid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except (OSError, StopIteration):
-        return None
-    for arg in argv:
-        m = TESTBED_SENDER_NAME.fullmatch(arg)
-        if m:
-            return m.group(1).decode()
-    return None
 
 
 def _changing(name: str | None, activity: str, **details):
@@ -151,9 +108,9 @@ def _changing(name: str | None, activity: str, **details):
 # -- the verbs --------------------------------------------------------------------------------------
 
 def run_set(args) -> int:
-    from ..contention import ContentionSession
-    from ..scenario import Contention
-    from ..units import parse_percent, parse_time_ms
+    from bbrlab.contention.deadline import ContentionSession
+    from bbrlab.core.scenario import Contention
+    from bbrlab.core.units import parse_percent, parse_time_ms
 
     contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
                             cpu_share_pct=parse_percent(args.share, "--share"))
@@ -173,7 +130,7 @@ def run_set(args) -> int:
 
 
 def run_show(args) -> int:
-    from ..contention import measure_usage, show_policies
+    from bbrlab.contention.deadline import measure_usage, show_policies
 
     host, tids, _testbed = resolve_target(args)
     policies = show_policies(host, tids, args.method)
@@ -193,7 +150,7 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from ..contention import clear_deadline
+    from bbrlab.contention.deadline import clear_deadline
 
     host, tids, testbed = resolve_target(args)
     with _changing(testbed, "contention clear"):

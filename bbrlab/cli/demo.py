@@ -24,7 +24,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..demo import make_plan, run_demo
+    from bbrlab.demo import make_plan, run_demo
 
     if args.plan:
         plan = make_plan()

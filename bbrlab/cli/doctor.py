@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..doctor import run_checks
+    from bbrlab.testbed.doctor import run_checks
 
     checks = run_checks(probe_kvm=args.probe_kvm)
     if args.json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 
 def register(sub) -> None:
@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import data
+    from bbrlab.analysis import data
 
     sources = data.find_sources(args.dir)
     if not sources:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
+
 from .common import TESTBED_HELP, add_force_option, changing, load_testbed, refuse_if_busy
 
 
@@ -71,7 +72,7 @@ def register(sub) -> None:
 
 
 def _build_args(p) -> None:
-    from ..kernel import DEFAULT_PATCH, DEFAULT_SOURCE
+    from bbrlab.kernel import DEFAULT_PATCH, DEFAULT_SOURCE
 
     p.add_argument("--patch", default=str(DEFAULT_PATCH), help=f"unified diff of net/ipv4/tcp_bbr.c "
                    f"(default {DEFAULT_PATCH.relative_to(DEFAULT_PATCH.parents[2])})")
@@ -89,7 +90,7 @@ def _target_args(p) -> None:
 
 def _target(args):
     """(host to act on, the testbed it belongs to or None for this machine)."""
-    from ..hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
 
     if args.this_host:
         return LocalHost(), None
@@ -126,7 +127,7 @@ def _print(data: dict, as_json: bool) -> None:
 
 
 def run_build(args) -> int:
-    from ..kernel import build_module
+    from bbrlab.kernel import build_module
 
     built = build_module(args.patch, args.headers, args.out, source=args.source, expected_sha256=args.sha256)
     _print(built.to_dict(), args.json)
@@ -134,7 +135,7 @@ def run_build(args) -> int:
 
 
 def run_load(args) -> int:
-    from ..kernel import ensure_module
+    from bbrlab.kernel import ensure_module
 
     with _on_target(args, "kernel load", patch=args.patch) as host:
         identity = ensure_module(host, args.patch, source=args.source, expected_sha256=args.sha256)
@@ -143,7 +144,7 @@ def run_load(args) -> int:
 
 
 def run_status(args) -> int:
-    from ..kernel import available_ccas, loaded_srcversion, module_identity
+    from bbrlab.kernel import available_ccas, loaded_srcversion, module_identity
 
     with _on_target(args) as host:
         data = {"host": host.name, "kernel": host.output(["uname", "-r"]), "available": " ".join(available_ccas(host))}
@@ -164,7 +165,7 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
 
 
 def run_set(args) -> int:
-    from ..kernel import set_params
+    from bbrlab.kernel import set_params
 
     params = parse_assignments(args.assignments)
     with _on_target(args, "kernel set", module=args.name, params=params) as host:
@@ -180,7 +181,7 @@ def _progress(message: str) -> None:
 
 
 def run_build_tree(args) -> int:
-    from ..kernel.tree import build_tree
+    from bbrlab.kernel.tree import build_tree
 
     result = build_tree(args.source, args.out, jobs=args.jobs, nice=args.nice, localversion=args.localversion,
                         bbr2b=not args.no_bbr2b, bbr2b_patch=args.bbr2b_patch, bbr2b_sha256=args.bbr2b_sha256,
@@ -191,13 +192,13 @@ def run_build_tree(args) -> int:
 
 
 def run_check(args) -> int:
-    from ..testbed import check_kernel
+    from bbrlab.testbed import check_kernel
 
     resolved = check_kernel(args.kernel, need_bbr2b=args.bbr2b, progress=not args.json)
     data = {"kernel": resolved.kernel.to_dict(), "features": resolved.features.found,
             "evidence": resolved.features.evidence}
     if args.bbr2b:
-        from ..kernel.bbr2b import plan_bbr2b
+        from bbrlab.kernel.bbr2b import plan_bbr2b
 
         data["bbr2b_patch"] = plan_bbr2b(resolved).patch
     _print(data, args.json)
@@ -205,7 +206,7 @@ def run_check(args) -> int:
 
 
 def run_ccas(args) -> int:
-    from ..kernel.ccaprobe import probe_ccas
+    from bbrlab.kernel.ccaprobe import probe_ccas
 
     with _on_target(args) as host:
         found = probe_ccas(host)

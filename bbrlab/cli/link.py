@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ValidationError
-from ..units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
+
 from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
 
 LINK_FLAGS = ("rtt", "rate")
@@ -82,8 +83,8 @@ def register(sub) -> None:
 
 
 def link_from_args(args: argparse.Namespace):
-    """A validated :class:`~bbrlab.scenario.Link` from the flags (raises before anything is touched)."""
-    from ..scenario import BufferBelowMinimum
+    """A validated :class:`~bbrlab.core.scenario.Link` from the flags (raises before anything is touched)."""
+    from bbrlab.core.scenario import BufferBelowMinimum
 
     buffer_bdp, buffer_bytes = parse_buffer(args.buffer, "--buffer")
     loss_pct = parse_percent(args.loss, "--loss") if args.loss is not None else 0.0
@@ -95,7 +96,7 @@ def link_from_args(args: argparse.Namespace):
 
 
 def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, model: str):
-    from ..scenario import Link
+    from bbrlab.core.scenario import Link
 
     return Link(
         rtt_ms=parse_time_ms(args.rtt, "--rtt"),
@@ -146,7 +147,7 @@ def _print_ports(readbacks: dict, ports: tuple[str, str]) -> None:
 
 
 def run_set(args) -> int:
-    from .. import link as linkmod
+    from bbrlab.link import emulator as linkmod
 
     link = link_from_args(args)  # validated before the testbed is even looked up
     with driving(testbed_arg(args), "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit) as tb:
@@ -163,7 +164,7 @@ def run_set(args) -> int:
 
 
 def run_show(args) -> int:
-    from .. import link as linkmod
+    from bbrlab.link import emulator as linkmod
 
     tb = load_testbed(args)
     refuse_if_busy(tb.name, args.force, "read the emulator's qdiscs")
@@ -176,7 +177,7 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from .. import link as linkmod
+    from bbrlab.link import emulator as linkmod
 
     with driving(testbed_arg(args), "link clear") as tb:
         after = linkmod.clear(tb.emulator.host, tb.emulator.ports)
@@ -188,8 +189,8 @@ def run_clear(args) -> int:
 
 def _configured_link(args, tb):
     """The link to validate: from the flags (then it is set first), or as the emulator holds it now."""
-    from .. import link as linkmod
-    from ..scenario import Link
+    from bbrlab.core.scenario import Link
+    from bbrlab.link import emulator as linkmod
 
     given = [f for f in LINK_FLAGS if getattr(args, f) is not None]
     if given and len(given) != len(LINK_FLAGS):
@@ -202,7 +203,7 @@ def _configured_link(args, tb):
 
 
 def run_validate(args) -> int:
-    from .. import link as linkmod
+    from bbrlab.link import emulator as linkmod
 
     if args.rtt is not None and args.rate is not None:
         link_from_args(args)  # bad values fail before the testbed is looked up

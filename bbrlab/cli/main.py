@@ -6,9 +6,9 @@ import argparse
 import importlib
 import sys
 
-from .. import __version__
-from ..errors import BbrlabError
-from ..signals import Interrupted
+from bbrlab import __version__
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.signals import Interrupted
 
 DESCRIPTION = """\
 bbrlab measures TCP congestion control (cubic, bbr, patched bbr) from a sender VM whose

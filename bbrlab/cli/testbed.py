@@ -7,13 +7,13 @@ import os
 import shlex
 import sys
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
+from bbrlab.testbed.holder import busy_elsewhere, describe_holder
+
 from .common import (
     add_force_option,
     add_testbed_option,
-    busy_elsewhere,
     changing,
-    describe_holder,
     refuse_if_busy,
     testbed_arg,
 )
@@ -59,10 +59,10 @@ def register(sub) -> None:
 
 
 def run_up(args) -> int:
-    from .. import testbed
-    from ..signals import interruptible
-    from ..testbed.local.state import check_name
-    from ..testbed.target import DEFAULT_NAME, ENV
+    from bbrlab import testbed
+    from bbrlab.core.signals import interruptible
+    from bbrlab.testbed.local.state import check_name
+    from bbrlab.testbed.target import DEFAULT_NAME, ENV
 
     name = check_name(args.name or os.environ.get(ENV, "").strip() or DEFAULT_NAME)
     with changing(name, "testbed up"), interruptible():  # a signal: the half-built image or testbed is removed
@@ -75,9 +75,9 @@ def run_up(args) -> int:
 
 
 def run_down(args) -> int:
-    from .. import testbed
-    from ..testbed.local.state import check_name
-    from ..testbed.target import resolve
+    from bbrlab import testbed
+    from bbrlab.testbed.local.state import check_name
+    from bbrlab.testbed.target import resolve
 
     name = check_name(resolve(args.name))
     with changing(name, "testbed down"):
@@ -88,7 +88,7 @@ def run_down(args) -> int:
 
 
 def run_status(args) -> int:
-    from .. import testbed
+    from bbrlab import testbed
 
     tb = testbed.load(testbed_arg(args))
     busy = None if args.force else busy_elsewhere(tb.name)
@@ -116,14 +116,14 @@ def run_status(args) -> int:
             print(f"  {'':<9} QEMU pid {r.get('qemu_pid')}  vCPU threads {r.get('vcpu_threads')}"
                   + (f"  ({r['vcpu_error']})" if r.get("vcpu_error") else ""))
             if st.get("sender_kernel_identity"):
-                from ..kernel.sender import SenderKernel
+                from bbrlab.kernel.sender import SenderKernel
 
                 print(f"  {'':<9} booted: {SenderKernel.from_dict(st['sender_kernel_identity']).label}")
     return 0 if all(r.get("reachable") for r in st["roles"].values()) else 1
 
 
 def run_shell(args) -> int:
-    from .. import testbed
+    from bbrlab import testbed
 
     tb = testbed.load(testbed_arg(args))
     refuse_if_busy(tb.name, args.force, "open a shell on it")

@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 
 def run_ca(args) -> int:
-    from ..tlsconf import write_ca
+    from bbrlab.campaign.tls import write_ca
 
     files = write_ca(args.out, args.common_name)
     print(f"CA certificate: {files.ca_file}\nCA key (keep it here, 0600): {files.key}\n"
@@ -64,7 +64,7 @@ def run_ca(args) -> int:
 
 
 def run_cert(args) -> int:
-    from ..tlsconf import write_host_cert
+    from bbrlab.campaign.tls import write_host_cert
 
     files = write_host_cert(args.ca, args.name, args.out, args.host)
     print(f"--tls-ca-file {files.ca_file} --tls-cert {files.cert} --tls-key {files.key}")

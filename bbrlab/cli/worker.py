@@ -56,13 +56,13 @@ def register(sub) -> None:
 
 
 def lab_tls(args):
-    """The TLS options of ``args`` as :class:`bbrlab.tlsconf.LabTls`."""
-    from ..tlsconf import LabTls
+    """The TLS options of ``args`` as :class:`bbrlab.campaign.tls.LabTls`."""
+    from bbrlab.campaign.tls import LabTls
 
     return LabTls(args.tls_ca_file, args.tls_cert, args.tls_key, bool(args.insecure))
 
 
 def run(args) -> int:
-    from ..scaleout import serve_worker
+    from bbrlab.campaign.scaleout import serve_worker
 
     return serve_worker(args.testbed, args.scheduler, args.name, tls=lab_tls(args), host=args.host)

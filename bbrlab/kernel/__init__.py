@@ -17,7 +17,8 @@ compares them run by run. The steps, each a function here:
 
 from __future__ import annotations
 
-from ..hosts import Host
+from bbrlab.core.hosts import Host
+
 from .build import (
     DEFAULT_PATCH,
     KERNELS_DIR,

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BbrlabError
-from ..hosts import Host
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.hosts import Host
+
 from . import debian
 from .build import KERNELS_DIR, BuiltModule, ModuleBuild, cached_build, plan_build
 from .remote import load
@@ -53,6 +54,7 @@ class Bbr2bPlan:
 
     @property
     def patch(self) -> str:
+        """The patch file the module is built from, or ``prebuilt``."""
         return str(self.build.patch_path) if self.build else "prebuilt"
 
 

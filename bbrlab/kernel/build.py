@@ -22,10 +22,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import cachefiles, resources
-from ..errors import BbrlabError
-from ..hosts import LocalHost
-from ..signals import interruptible
+from bbrlab.core import cachefiles, resources
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.signals import interruptible
+
 from .source import (
     DEFAULT_SOURCE,
     SOURCE_MEMBER,

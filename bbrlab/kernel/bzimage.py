@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 HEADER_MAGIC = b"HdrS"
 BOOT_FLAG = 0xAA55
@@ -35,6 +35,7 @@ class BzImage:
 
     @property
     def release(self) -> str:
+        """The kernel release, the first word of the header's version string (e.g. ``6.1.0-56-amd64``)."""
         return self.version_string.split()[0]
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from importlib import resources
 
-from ..errors import TestbedError
-from ..hosts import Host
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.hosts import Host
 
 PROBE_TIMEOUT_S = 60
 
@@ -43,10 +43,12 @@ class CcaIdentity:
     info_bytes: int = 0  # size of the INET_DIAG_BBRINFO the kernel returned (20: BBRv1's struct)
 
     def to_dict(self) -> dict:
+        """The identity as a JSON-ready dict (how a run records it)."""
         return asdict(self)
 
 
 def probe_script() -> str:
+    """The Python source of the guest-side probe (``kernel/guest/cca_probe.py``), run on the sender."""
     return resources.files("bbrlab.kernel").joinpath("guest/cca_probe.py").read_text()
 
 

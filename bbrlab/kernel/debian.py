@@ -12,7 +12,7 @@ Layout under ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/debian/``::
     unpacked/<package>_<version>/             ``dpkg-deb -x`` of one package
     kernels/<name>.json                       the package set a kernel name resolved to (pinned)
 
-Every file and folder is made under a work name (``.build-*``, see :mod:`bbrlab.cachefiles`) and
+Every file and folder is made under a work name (``.build-*``, see :mod:`bbrlab.core.cachefiles`) and
 renamed into place when complete; SIGINT, SIGTERM and SIGHUP remove the work name on the way out, and
 one left by a killed process is swept later. Each use of a package or an unpacked tree marks it used,
 so pruning the cache (``bbrlab cache prune``) removes the least recently used first.
@@ -34,9 +34,10 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import cachefiles
-from ..errors import BbrlabError
-from ..signals import interruptible, run_group
+from bbrlab.core import cachefiles
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.signals import interruptible, run_group
+
 from .source import cache_dir, sha256_file
 
 MIRROR = "http://deb.debian.org/debian"

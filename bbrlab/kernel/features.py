@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BbrlabError
+from bbrlab.core.errors import BbrlabError
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ def normalise(name: str) -> str:
 
 
 def module_name(path: str) -> str:
+    """The module name of a ``.ko`` path (any compression suffix dropped, ``-`` as ``_``)."""
     base = path.rsplit("/", 1)[-1]
     for suffix in MODULE_SUFFIXES:
         if base.endswith(suffix):

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 BBR_UNIT = 256
 
 
 @dataclass(frozen=True)
 class ParamSpec:
+    """One module parameter of the patched BBR: its default, its largest allowed value, and what it means."""
+
     name: str
     default: int
     max: int

@@ -1,6 +1,6 @@
 """Load a built module on a host, identify what is loaded, and change its parameters.
 
-Everything goes through :class:`bbrlab.hosts.Host`, so the same code serves the local testbed's
+Everything goes through :class:`bbrlab.core.hosts.Host`, so the same code serves the local testbed's
 sender guest (SSH), a lab VM, or this machine when its kernel can load modules.
 
 On the host, bbrlab keeps ``/var/lib/bbrlab/modules/<name>.ko`` (the loaded file) and
@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..errors import BbrlabError, TestbedError
-from ..hosts import Host
+from bbrlab.core.errors import BbrlabError, TestbedError
+from bbrlab.core.hosts import Host
+
 from .build import BuiltModule
 from .params import validate_params
 
@@ -33,6 +34,7 @@ def available_ccas(host: Host) -> list[str]:
 
 
 def kernel_release(host: Host) -> str:
+    """The host's running kernel release (``uname -r``)."""
     return host.output(["uname", "-r"])
 
 

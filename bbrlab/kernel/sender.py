@@ -21,7 +21,7 @@ Paths (a user's kernel):
 :func:`resolve` returns a :class:`ResolvedKernel`: the :class:`SenderKernel` a run records as
 ``metadata.kernel``, the files the testbed boots, and the :class:`FeatureReport` proving the
 kernel has virtio, ext4, fw_cfg, inet_diag and tcp_diag. Every refusal is a
-:class:`~bbrlab.errors.ValidationError` for the field ``kernel`` naming the kernel and the fault.
+:class:`~bbrlab.core.errors.ValidationError` for the field ``kernel`` naming the kernel and the fault.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BbrlabError, ValidationError
+from bbrlab.core.errors import BbrlabError, ValidationError
+
 from . import debian
 from .bzimage import NotABzImage, read_bzimage
 from .features import FeatureReport, MissingFeatures, check_features
@@ -65,14 +66,18 @@ class SenderKernel:
     path: str | None = None
 
     def to_dict(self) -> dict:
+        """The kernel as a run records it (``metadata.kernel``)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SenderKernel:
+        """Read ``metadata.kernel`` back (absent fields as None)."""
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
     @property
     def label(self) -> str:
+        """A human label: the Debian package and version, or the user's path with release and a short sha256.
+        """
         if self.origin == "debian":
             return f"{self.name} ({self.package} {self.package_version})"
         return f"{self.path} ({self.release}, sha256 {self.sha256[:12]})"
@@ -93,6 +98,8 @@ class KernelFiles:
 
 @dataclass(frozen=True)
 class ResolvedKernel:
+    """A kernel spec resolved and checked: what runs record, where its files are, and what it supports."""
+
     kernel: SenderKernel
     files: KernelFiles
     features: FeatureReport = field(repr=False)

@@ -20,8 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import BbrlabError
-from ..hosts import LocalHost
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.hosts import LocalHost
 
 #: The file every patch here targets, relative to a kernel tree.
 SOURCE_MEMBER = "net/ipv4/tcp_bbr.c"

@@ -36,8 +36,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BbrlabError
-from ..signals import interruptible, run_group
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.signals import interruptible, run_group
+
 from .bbr2b import PATCH_NAME, Bbr2bUnavailable, patch_for_source
 from .build import KERNELS_DIR, BuiltModule, build_in, plan_build
 from .bzimage import read_bzimage

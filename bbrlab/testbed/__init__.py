@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import TestbedError
-from ..kernel.sender import DEFAULT_KERNEL, ResolvedKernel, SenderKernel
+from bbrlab.core.errors import TestbedError
+from bbrlab.kernel.sender import DEFAULT_KERNEL, ResolvedKernel, SenderKernel
+
 from .file import TestbedSpec, load_file
 from .lock import image_lock, lock_path, testbed_lock
 from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_spec
@@ -42,7 +43,7 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     done the testbed still comes up, with a warning: runs of ``bbr2b`` then fail their CCA check (use
     :func:`check_kernel` with ``need_bbr2b=True`` before a campaign to refuse such a kernel early).
 
-    The socket samplers (:mod:`bbrlab.sockdiag`) are built (cached) and put into the sender too, so no run
+    The socket samplers (:mod:`bbrlab.sampling.sockdiag`) are built (cached) and put into the sender too, so no run
     copies them. They are copied rather than baked into the guest image: an image recipe that hashed their
     sources would rebuild the image (minutes) at every change of a sampler, and branches with different
     samplers would prune each other's images. A sampled run checks the SHA-256 of its copy anyway.
@@ -66,14 +67,15 @@ def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = Fals
                  progress: bool = False) -> ResolvedKernel:
     """Resolve and check a sender kernel without booting it (downloads and caches a Debian one).
 
-    Raises :class:`~bbrlab.errors.ValidationError` (field ``kernel``) for a bad name or path, a file
+    Raises :class:`~bbrlab.core.errors.ValidationError` (field ``kernel``) for a bad name or path, a file
     that is not a bzImage, or a kernel without virtio/ext4/fw_cfg/inet_diag/tcp_diag; with
     ``need_bbr2b`` also :class:`bbrlab.kernel.bbr2b.Bbr2bUnavailable` when bbr2b cannot be had for it.
     The call a campaign makes for each of its kernels before its first run.
     """
     import sys
 
-    from ..kernel.bbr2b import check_bbr2b
+    from bbrlab.kernel.bbr2b import check_bbr2b
+
     from .local import lifecycle
 
     def say(message: str) -> None:
@@ -89,7 +91,7 @@ def check_kernel(kernel: str | Path = DEFAULT_KERNEL, *, need_bbr2b: bool = Fals
 def check_campaign_kernels(tb: Testbed, kernels, ccas) -> list[ResolvedKernel]:
     """Before a campaign with a ``kernels:`` dimension: every kernel resolves, has what the testbed needs and,
     when ``bbr2b`` is among ``ccas``, can have bbr2b; the testbed is a local one. Raises before any run."""
-    from ..errors import ValidationError
+    from bbrlab.core.errors import ValidationError
 
     if kernels and tb.kind != "local":
         raise ValidationError("kernels", list(kernels), "absent for a lab testbed (its sender's kernel is the "
@@ -109,8 +111,8 @@ def sender_kernel(tb: Testbed | str = "local") -> SenderKernel:
 def _install_samplers(tb: Testbed, progress: bool) -> None:
     import sys
 
-    from .. import sockdiag
-    from ..errors import BbrlabError
+    from bbrlab.core.errors import BbrlabError
+    from bbrlab.sampling import sockdiag
 
     for kind in sockdiag.KINDS:
         try:
@@ -125,8 +127,8 @@ def _install_samplers(tb: Testbed, progress: bool) -> None:
 def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:
     import sys
 
-    from ..errors import BbrlabError
-    from ..kernel.bbr2b import ensure_bbr2b_for
+    from bbrlab.core.errors import BbrlabError
+    from bbrlab.kernel.bbr2b import ensure_bbr2b_for
 
     try:
         ident = ensure_bbr2b_for(tb.sender.host, resolved)

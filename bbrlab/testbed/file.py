@@ -20,7 +20,7 @@ A YAML file (the local testbed writes one of the same form, so one code path dri
         address: 192.0.2.12     # or, on this machine only: netns: <namespace>
         experiment_ip: 10.0.0.2 # the address iperf3 connects to
 
-Every field is checked; a wrong one raises :class:`~bbrlab.errors.ValidationError` naming it
+Every field is checked; a wrong one raises :class:`~bbrlab.core.errors.ValidationError` naming it
 (``roles.sender.port``) and what is allowed.
 """
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ValidationError
-from ..vcpu import parse_given_threads
+from bbrlab.contention.vcpu import parse_given_threads
+from bbrlab.core.errors import ValidationError
 
 ROLES = ("sender", "emulator", "receiver")
 ACCELERATORS = ("kvm", "tcg", "unknown")
@@ -225,7 +225,7 @@ def parse(raw: object, source: str = "", base: Path | None = None) -> TestbedSpe
 
 def load_file(path: str | Path) -> TestbedSpec:
     """Read and validate a testbed file."""
-    from ..yamlfile import load_text
+    from bbrlab.core.yamlfile import load_text
 
     path = Path(path)
     try:

@@ -12,7 +12,7 @@ the host drops the lock. A second driver is told who holds the host and waits (o
 timeout), on any machine.
 
 :func:`mark` notes on a host which session set something there (the emulator's qdiscs, see
-:func:`bbrlab.link.check_ports_free`); :func:`mark_of` reads the note back and says whether that session
+:func:`bbrlab.link.emulator.check_ports_free`); :func:`mark_of` reads the note back and says whether that session
 still holds the host, so a live campaign's qdiscs are never taken for another's.
 
 The directory on the host is created 0700 and refused when it is a link, not owned by the user bbrlab
@@ -31,8 +31,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-from ..errors import TestbedError
-from ..hosts import Host, SSHHost
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.hosts import Host, SSHHost
 
 #: Where the lock and the notes live on a host (a tmpfs on Linux: gone after a reboot, like every holder).
 REMOTE_DIR = "/run/bbrlab"

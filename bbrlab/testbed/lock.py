@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import TestbedError
+from bbrlab.core.errors import TestbedError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -183,15 +183,6 @@ def hold(path: str | Path, *, timeout_s: float = 3600.0, what: str = "the lock",
         yield
     finally:
         os.close(fd)  # releases the flock
-
-
-def name_for(ref: str) -> str:
-    """The name testbed ``ref``'s lock goes by: a local testbed's own name, or the name a lab's testbed file
-    gives (read from that file only: nothing of the testbed's state is read before its lock is held)."""
-    from .file import load_file
-    from .target import local_name
-
-    return local_name(str(ref)) or load_file(ref).name
 
 
 def testbed_lock(name: str = "local", *, timeout_s: float = 3600.0, note=None):

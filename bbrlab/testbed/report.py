@@ -21,6 +21,9 @@ done
 
 
 def role_status(role: Role) -> dict:
+    """What one role can do now: its kernel, congestion controls and qdiscs (loaded, built in, module,
+    missing or unknown); ``reachable`` False with the error when it cannot be asked.
+    """
     out: dict = {"role": role.name, "host": _where(role), "experiment_ip": role.experiment_ip}
     try:
         out["kernel"] = role.kernel_release()
@@ -46,6 +49,9 @@ def _where(role: Role) -> str:
 
 
 def testbed_status(tb: Testbed) -> dict:
+    """Every role's :func:`role_status`, the sender's vCPU threads and QEMU pid, and the testbed's kind,
+    accelerator and hypervisor (``bbrlab testbed status``).
+    """
     roles = {name: role_status(role) for name, role in tb.roles.items()}
     sender = roles["sender"]
     try:

@@ -17,17 +17,18 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import TestbedError
-from ..hosts import Host, LocalHost, NetnsHost, SSHHost
-from ..kernel.sender import SenderKernel
-from ..threadstat import ThreadIdentity
-from ..vcpu import (
+from bbrlab.contention.threadstat import ThreadIdentity
+from bbrlab.contention.vcpu import (
     libvirt_vcpu_threads,
     parse_given_threads,
     pin_given_threads,
     qmp_vcpu_threads,
     qmp_vcpu_threads_remote,
 )
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.hosts import Host, LocalHost, NetnsHost, SSHHost
+from bbrlab.kernel.sender import SenderKernel
+
 from .file import RoleSpec, SSHSpec, TestbedSpec
 
 GIVEN_THREADS_FIELD = "roles.sender.vcpu.thread_ids"
@@ -83,7 +84,7 @@ class SenderRole(Role):
 
     def vcpu_pins(self) -> dict[int, ThreadIdentity] | None:
         """Hand-given vCPU thread ids, each checked now against the thread it is pinned to (pinned at the
-        first call: :func:`bbrlab.vcpu.pin_given_threads`); None when the threads are found through QMP or
+        first call: :func:`bbrlab.contention.vcpu.pin_given_threads`); None when the threads are found through QMP or
         libvirt, which name the VM's threads themselves."""
         if "thread_ids" not in self.vcpu:
             return None

@@ -17,7 +17,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import TestbedError
+from bbrlab.core.errors import TestbedError
+
+from .file import load_file
+from .local.lifecycle import running
+from .local.state import State, state_root
 
 ENV = "BBRLAB_TESTBED"
 DEFAULT_NAME = "local"
@@ -36,8 +40,6 @@ def is_testbed_file(text: str) -> bool:
 
 def running_local_testbeds() -> list[str]:
     """Names of the local testbeds whose VMs and namespaces are alive now (from their recorded state)."""
-    from .local.lifecycle import running
-    from .local.state import State, state_root
 
     names = []
     root = state_root()
@@ -74,3 +76,9 @@ def resolve(name_or_file: str | Path | None) -> str:
 def local_name(name_or_file: str) -> str | None:
     """The local testbed's name, or None for a testbed file (a lab: no local lock applies)."""
     return None if is_testbed_file(name_or_file) else name_or_file
+
+
+def lock_name(ref: str) -> str:
+    """The name testbed ``ref``'s lock goes by: a local testbed's own name, or the name a lab's testbed file
+    gives (read from that file only: nothing of the testbed's state is read before its lock is held)."""
+    return local_name(str(ref)) or load_file(ref).name

@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from bbrlab import link as linkmod
-from bbrlab.errors import ValidationError
-from bbrlab.hosts import NetnsHost
-from bbrlab.scenario import Link
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.hosts import NetnsHost
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as linkmod
 
 pytestmark = pytest.mark.system
 

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import calibrate, ceiling, data, link
-from bbrlab import record as rec
-from bbrlab.scenario import Scenario
+from bbrlab.analysis import data
+from bbrlab.campaign import calibrate
+from bbrlab.core.scenario import Scenario
+from bbrlab.link import emulator as link
+from bbrlab.run import ceiling
+from bbrlab.run import record as rec
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

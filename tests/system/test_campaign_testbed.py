@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, link
-from bbrlab.contention import show_policies
+from bbrlab.campaign import loop as campaign
+from bbrlab.contention.deadline import show_policies
+from bbrlab.link import emulator as link
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -30,8 +30,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, link
-from bbrlab.contention import show_policies
+from bbrlab.campaign import loop as campaign
+from bbrlab.contention.deadline import show_policies
+from bbrlab.link import emulator as link
 
 pytestmark = [pytest.mark.system]
 
@@ -46,7 +47,7 @@ SPEC = {"name": "two-testbeds", "ccas": ["cubic", "bbr"], "timeslices_ms": [10],
 def testbeds():
     """The two testbeds, up (no lock held here: the campaign's workers take them)."""
     import bbrlab.testbed as tbmod
-    from bbrlab.errors import TestbedError
+    from bbrlab.core.errors import TestbedError
     from bbrlab.testbed import isolation
 
     try:
@@ -230,7 +231,7 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout_s: float) -> None:
 def test_a_lab_campaign_over_bbrlab_workers_on_a_dask_scheduler(testbeds, tmp_path):
     """The lab's commands of docs/scaling.md, with this machine as the lab (no CPU partitions: a lab's
     testbeds are on machines of their own, so the records say cpus: null)."""
-    from bbrlab import tlsconf
+    from bbrlab.campaign import tls as tlsconf
 
     before = {name: _state(tb) for name, tb in testbeds.items()}
     address = f"tls://127.0.0.1:{_free_port()}"

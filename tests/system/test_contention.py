@@ -15,12 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.contention import ContentionSession, contended, read_kernel_limits, show_policies
-from bbrlab.errors import ValidationError
-from bbrlab.hosts import LocalHost
-from bbrlab.scenario import Contention
-from bbrlab.sched import DeadlineAdmissionError, SchedPolicy, ThreadGoneError, sched_getattr, sched_setattr
-from bbrlab.vcpu import qmp_vcpu_threads
+from bbrlab.contention.deadline import ContentionSession, contended, read_kernel_limits, show_policies
+from bbrlab.contention.sched import (
+    DeadlineAdmissionError,
+    SchedPolicy,
+    ThreadGoneError,
+    sched_getattr,
+    sched_setattr,
+)
+from bbrlab.contention.vcpu import qmp_vcpu_threads
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Contention
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.system
@@ -105,9 +111,9 @@ def test_restored_after_an_exception_including_nice(qemu):
 
 _CONTROLLER = """
 import signal, sys
-from bbrlab.contention import contended
-from bbrlab.hosts import LocalHost
-from bbrlab.scenario import Contention
+from bbrlab.contention.deadline import contended
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Contention
 with contended(LocalHost(), [int(sys.argv[1])], Contention(10, 50)):
     print("applied", flush=True)
     while True:

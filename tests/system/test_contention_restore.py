@@ -15,13 +15,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from bbrlab import campaign
-from bbrlab.contention import ContentionRestoreError, ContentionSession, contended
-from bbrlab.errors import RunFailed
-from bbrlab.hosts import LocalHost
-from bbrlab.runner import Runner
-from bbrlab.scenario import Contention, Flow, Link, Scenario
-from bbrlab.sched import SchedPolicy, sched_getattr
+from bbrlab.campaign import loop as campaign
+from bbrlab.contention.deadline import ContentionRestoreError, ContentionSession, contended
+from bbrlab.contention.sched import SchedPolicy, sched_getattr
+from bbrlab.core.errors import RunFailed
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.run.runner import Runner
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
 

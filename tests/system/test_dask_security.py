@@ -155,8 +155,8 @@ def test_the_cluster_refuses_clients_without_the_campaigns_certificate(tmp_path)
     from distributed import Client
     from distributed.security import Security
 
-    from bbrlab import distributed as d
-    from bbrlab import tlsconf
+    from bbrlab.campaign import distributed as d
+    from bbrlab.campaign import tls as tlsconf
 
     other = tlsconf.campaign_files(tmp_path / "other")  # a valid certificate of another CA
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
@@ -202,7 +202,7 @@ def _failed_records(out: Path) -> list[dict]:
 
 
 def _wait_resource_workers(client, n: int) -> None:
-    from bbrlab import distributed as d
+    from bbrlab.campaign import distributed as d
 
     deadline = time.monotonic() + 60
     while len(d.testbed_workers(client)) < n:
@@ -213,7 +213,7 @@ def _wait_resource_workers(client, n: int) -> None:
 def test_forged_outcomes_are_failed_attempts_and_nothing_lands_outside_the_campaign(tmp_path):
     from distributed import Client
 
-    from bbrlab import distributed as d
+    from bbrlab.campaign import distributed as d
 
     out = tmp_path / "campaign"
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
@@ -241,7 +241,7 @@ def test_forged_outcomes_are_failed_attempts_and_nothing_lands_outside_the_campa
 def test_a_foreign_worker_joining_does_not_end_the_campaign(tmp_path, capfd):
     from distributed import Client
 
-    from bbrlab import distributed as d
+    from bbrlab.campaign import distributed as d
 
     out = tmp_path / "campaign"
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
@@ -264,8 +264,8 @@ def test_a_killed_worker_is_a_failed_attempt_and_the_campaign_resumes(tmp_path, 
     import dask
     from distributed import Client
 
-    from bbrlab import distributed as d
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign import distributed as d
+    from bbrlab.campaign.loop import CampaignSpec
 
     two = CampaignSpec.from_dict({**spec().to_dict(), "name": "killed", "timeslices_ms": [10],
                                   "cpu_shares_pct": [100]})  # two runs: one per worker, so a death hits one

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import campaign
+from bbrlab.campaign import loop as campaign
 from tests.engine_runs import slow_run, spec
 
 pytestmark = pytest.mark.system
@@ -39,7 +39,7 @@ def _exactly_once(out: Path) -> list[dict]:
 def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
     from distributed import Client
 
-    from bbrlab import distributed as d
+    from bbrlab.campaign import distributed as d
 
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
@@ -54,7 +54,7 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypatch):
     from distributed import Client
 
-    from bbrlab import distributed as d
+    from bbrlab.campaign import distributed as d
 
     monkeypatch.setenv("BBRLAB_TEST_RUN_S", "1.0")
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:

@@ -56,7 +56,7 @@ LABELS = {"bbr": "BBRv1", "cubic": "Cubic"}
 
 
 def medians_from_raw_files(campaign: Path, value) -> dict:
-    """(label, cpu_share_pct) -> median of value(report, record) over repetitions, without bbrlab.data."""
+    """(label, cpu_share_pct) -> median of value(report, record) over repetitions, without bbrlab.analysis.data."""
     groups = defaultdict(list)
     for run in (campaign / "runs").iterdir():
         record = json.loads((run / "record.json").read_text())
@@ -104,7 +104,7 @@ def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campa
 
 def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
     """Each drawn bw line is, value for value, the bw_mbit series of one sampled bbr run's ss.log."""
-    from bbrlab.sampling import parse_ss_log
+    from bbrlab.sampling.ss import parse_ss_log
 
     out, _ = rendered
     panels = json.loads((out / "fig06_rates.points.json").read_text())

@@ -18,9 +18,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from bbrlab import errors, link
-from bbrlab.hosts import SSHHost
-from bbrlab.scenario import Link
+from bbrlab.core import errors
+from bbrlab.core.hosts import SSHHost
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as link
 from bbrlab.testbed import hostlock
 from bbrlab.testbed.local.state import state_dir
 
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = """
 import sys
 from bbrlab import link, testbed
-from bbrlab.scenario import Link
+from bbrlab.core.scenario import Link
 from bbrlab.testbed import hostlock
 tb = testbed.load(sys.argv[1])
 with hostlock.hold(tb.emulator.host, testbed="driver-a", activity="campaign run"):

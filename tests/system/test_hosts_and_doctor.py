@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from bbrlab.hosts import CommandError, CommandTimeout, LocalHost, NetnsHost
+from bbrlab.core.hosts import CommandError, CommandTimeout, LocalHost, NetnsHost
 
 pytestmark = pytest.mark.system
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 RUN_AND_REPORT = textwrap.dedent("""
     import sys, time
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
     t0 = time.monotonic()
     try:
         LocalHost().run(sys.argv[1:], timeout=None)
@@ -87,7 +87,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_timeout_kills_the_commands_children_too():
-    code = ("from bbrlab.hosts import LocalHost, CommandTimeout\n"
+    code = ("from bbrlab.core.hosts import LocalHost, CommandTimeout\n"
             "try:\n    LocalHost().run(['sh', '-c', 'sleep 60 & sleep 60; wait'], timeout=1)\n"
             "except CommandTimeout:\n    print('timeout')\n")
     t0 = time.monotonic()
@@ -117,14 +117,14 @@ def _in_home(home: Path, code: str, **env) -> subprocess.CompletedProcess:
 
 def test_user_invoke_configuration_does_not_change_local_commands(planted_home, tmp_path):
     marker = tmp_path / "ran"
-    res = _in_home(planted_home, f"from bbrlab.hosts import LocalHost\n"
+    res = _in_home(planted_home, f"from bbrlab.core.hosts import LocalHost\n"
                                  f"print(repr(LocalHost().output(['sh', '-c', 'touch {marker}; echo hi'])))\n")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "'hi'" and marker.exists()  # really ran, and echoed nothing extra
 
 
 def test_user_fabric_configuration_is_not_read(planted_home):
-    code = ("from bbrlab.hosts import fabric_config, invoke_config\n"
+    code = ("from bbrlab.core.hosts import fabric_config, invoke_config\n"
             "c = fabric_config(); i = invoke_config()\n"
             "print(c.run.dry, c.forward_agent, c.gateway, c.load_ssh_configs, dict(c.connect_kwargs), i.run.dry,"
             " i.run.echo, len(c.base_ssh_config.get_hostnames()))\n")
@@ -142,7 +142,7 @@ def test_ssh_to_the_testbed_ignores_the_users_fabric_and_ssh_files(testbed, plan
     pid = int(agent.stdout.split("SSH_AGENT_PID=")[1].split(";")[0])
     try:
         spec = testbed.sender.spec.ssh
-        code = ("from bbrlab.hosts import SSHHost\n"
+        code = ("from bbrlab.core.hosts import SSHHost\n"
                 f"h = SSHHost(name='sender', address={spec.address!r}, port={spec.port}, key_path={spec.key!r}, "
                 f"known_hosts={spec.known_hosts!r})\n"
                 "print(h.output(['sh', '-c', 'echo ran ${SSH_AUTH_SOCK:-no-agent}']))\nh.close()\n")
@@ -154,12 +154,12 @@ def test_ssh_to_the_testbed_ignores_the_users_fabric_and_ssh_files(testbed, plan
 
 
 def test_a_campaigns_signal_handling_also_stops_a_local_command():
-    """Inside bbrlab.signals.interruptible() (a campaign) SIGINT raises Interrupted, not KeyboardInterrupt:
+    """Inside bbrlab.core.signals.interruptible() (a campaign) SIGINT raises Interrupted, not KeyboardInterrupt:
     the command's group is stopped before the exception unwinds (invoke would wait for its output pipes)."""
     code = textwrap.dedent("""
         import sys, time
-        from bbrlab.hosts import LocalHost
-        from bbrlab.signals import Interrupted, interruptible
+        from bbrlab.core.hosts import LocalHost
+        from bbrlab.core.signals import Interrupted, interruptible
         t0 = time.monotonic()
         try:
             with interruptible():

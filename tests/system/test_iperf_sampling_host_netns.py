@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from bbrlab import iperf, sampling
+from bbrlab.run import iperf
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.ss import parse_ss_log
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -59,7 +61,7 @@ def test_server_client_and_sampler(pair, tmp_path):
     text = (tmp_path / "ss.log").read_text()
     footer = sampling.parse_sampler_footer(text)
     assert footer is not None and footer["samples"] >= 10 and footer["cpu_s"] >= 0
-    rows = sampling.parse_ss_log(text)
+    rows = parse_ss_log(text)
     assert rows, "the sampler recorded no data connection"
     assert {r["port"] for r in rows} == set(ports)  # the control connection was filtered out by ss
     assert {r["cca"] for r in rows} == {"cubic"}
@@ -84,7 +86,7 @@ def test_hostile_values_passed_literally_or_refused(pair, tmp_path):
 
 
 def test_link_show_in_one_command_matches_per_port_readback(pair):
-    from bbrlab import link
+    from bbrlab.link import emulator as link
 
     sender, _ = pair
     dev = sender.output(["ip", "-o", "link", "show", "type", "veth"]).split(":")[1].strip().split("@")[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.hosts import LocalHost
+from bbrlab.core.hosts import LocalHost
 from bbrlab.kernel import (
     DEFAULT_PATCH,
     DEFAULT_SOURCE,

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bbrlab import campaign
-from bbrlab.runner import Runner
+from bbrlab.campaign import loop as campaign
+from bbrlab.run.runner import Runner
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from bbrlab import sampling
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.kernel import (
     DEFAULT_PATCH,
     DEFICIT_PARAMS,
@@ -27,7 +27,7 @@ from bbrlab.kernel import (
     read_params,
     set_params,
 )
-from bbrlab.scenario import Contention, Flow, Link, Scenario
+from bbrlab.sampling.ss import parse_ss_log
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -126,7 +126,7 @@ def test_another_build_replaces_an_unused_one_and_is_refused_while_in_use(sender
 
 def _probe_bw_samples(testbed, tmp_path, cca: str, tag: str) -> list[dict]:
     """ss samples of one contended run in steady state (cwnd_gain 2 = PROBE_BW; STARTUP has 2.89)."""
-    from bbrlab.runner import run_once
+    from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(timeslice_ms=1, cpu_share_pct=25),
                         Flow(cca=cca, duration_s=10, sample_ms=100, sampler="ss"))
@@ -139,7 +139,7 @@ def _probe_bw_samples(testbed, tmp_path, cca: str, tag: str) -> list[dict]:
     assert record["status"] == "ok", record["reason"]
     if cca == "bbr2b":
         assert record["metadata"]["module"]["srcversion"]
-    rows = sampling.parse_ss_log((tmp_path / tag / "ss.log").read_text(),
+    rows = parse_ss_log((tmp_path / tag / "ss.log").read_text(),
                                  check=False)
     return [r for r in rows if r.get("cwnd_gain") == 2 and r.get("pacing_gain") is not None]
 

@@ -11,10 +11,11 @@ import uuid
 
 import pytest
 
-from bbrlab import errors
-from bbrlab import link as linkmod
-from bbrlab.hosts import LocalHost, NetnsHost
-from bbrlab.qdisc import (
+from bbrlab.core import errors
+from bbrlab.core.hosts import LocalHost, NetnsHost
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as linkmod
+from bbrlab.link.qdisc import (
     PortTree,
     QdiscApplyError,
     QdiscNode,
@@ -24,7 +25,6 @@ from bbrlab.qdisc import (
     clear_pyroute2,
     to_tc_argv,
 )
-from bbrlab.scenario import Link
 
 pytestmark = pytest.mark.system
 
@@ -209,7 +209,7 @@ def bridged():
 
 def test_udp_and_tcp_measurements_through_a_token_bucket_in_namespaces(bridged):
     """validate's UDP and TCP parts against tbf at 50 Mbit/s (the host has no netem, so no delay here)."""
-    from bbrlab.link_validate import measure_tcp, measure_udp
+    from bbrlab.link.validate import measure_tcp, measure_udp
 
     link = Link(rtt_ms=0, rate_mbit=50, buffer_bdp=None, buffer_bytes=125_000)
     linkmod.set(bridged.emulator.host, bridged.emulator.ports, link)

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from bbrlab import link as linkmod
-from bbrlab.errors import ValidationError
-from bbrlab.link_validate import measure_loss
-from bbrlab.scenario import Link
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as linkmod
+from bbrlab.link.validate import measure_loss
 from bbrlab.testbed import lock as tblock
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]

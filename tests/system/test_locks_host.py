@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import iperf
-from bbrlab.hosts import NetnsHost
+from bbrlab.core.hosts import NetnsHost
+from bbrlab.run import iperf
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.system

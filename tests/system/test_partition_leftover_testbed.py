@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import errors
+from bbrlab.core import errors
 from bbrlab.testbed import isolation
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -110,7 +110,7 @@ def _gone(testbed, leaver: Leaver) -> None:
 
 
 def test_recover_removes_a_killed_campaigns_partition(machine):
-    from bbrlab.recovery import recover
+    from bbrlab.run.recovery import recover
 
     leaver = _left(machine)
     found = recover(machine)
@@ -120,7 +120,7 @@ def test_recover_removes_a_killed_campaigns_partition(machine):
 
 
 def test_a_partition_whose_campaign_still_runs_is_refused_not_taken(machine, tmp_path):
-    from bbrlab.recovery import recover
+    from bbrlab.run.recovery import recover
 
     leaver = Leaver(machine)
     try:
@@ -174,8 +174,8 @@ def test_campaign_run_removes_it_and_the_record_says_where_qemu_ran(machine, tmp
 def test_a_run_in_a_partition_records_its_cpus_and_cpuset(machine, tmp_path):
     # The partition a multi-testbed worker makes for itself (this process, its owner): the run's recovery keeps
     # it, and the record shows the QEMU threads on its one CPU, in its cpuset.
-    from bbrlab.campaign import CampaignSpec
-    from bbrlab.runner import run_once
+    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.run.runner import run_once
 
     pids = [p for p in machine.local.qemu_pids.values() if p]
     cpu = max(os.sched_getaffinity(0))
@@ -209,7 +209,7 @@ def test_calibrate_removes_it(machine, tmp_path):
 
 def test_resuming_on_another_accelerator_is_refused_unless_allow_mixed(testbed, tmp_path):
     # Item 6 through the command: the campaign's first run (a real committed record) says another accelerator.
-    from bbrlab.campaign import CampaignSpec, run_campaign
+    from bbrlab.campaign.loop import CampaignSpec, run_campaign
 
     spec_dict = {**SPEC, "cpu_shares_pct": [50, 100]}
     spec = tmp_path / "spec.yaml"

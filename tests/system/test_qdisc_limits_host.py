@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from bbrlab.errors import ValidationError
-from bbrlab.qdisc import build_tree, node_argv
-from bbrlab.scenario import Link
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Link
+from bbrlab.link.qdisc import build_tree, node_argv
 
 pytestmark = pytest.mark.system
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from bbrlab.vcpu import VcpuDiscoveryError, qmp_vcpu_threads
+from bbrlab.contention.vcpu import VcpuDiscoveryError, qmp_vcpu_threads
 
 pytestmark = pytest.mark.system
 

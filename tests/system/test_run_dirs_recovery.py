@@ -1,6 +1,6 @@
-"""Receivers leave nothing, for real: a run's sshd started as the rsync workload starts it (bbrlab.sshd.server in
+"""Receivers leave nothing, for real: a run's sshd started as the rsync workload starts it (bbrlab.run.sshd.server in
 the receiver's network namespace, the sender's client files beside it), its owner process SIGKILLed, then the
-recovery a campaign runs before its first run (bbrlab.transfer.recover, which bbrlab.recovery.recover calls).
+recovery a campaign runs before its first run (bbrlab.run.transfer.recover, which bbrlab.run.recovery.recover calls).
 
 Afterwards the dead run's private directories (the receiver's keys and the data it received, the sender's
 private key) and its sshd are gone; the directory and sshd of a run whose owner is alive, a directory stamped
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bbrlab import sshd, transfer
+from bbrlab.run import sshd, transfer
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.system
 OWNER = """
 import json, sys, time
 from bbrlab import sshd, transfer
-from bbrlab.hosts import NetnsHost
+from bbrlab.core.hosts import NetnsHost
 rx, tx = NetnsHost(name="receiver", netns=sys.argv[1]), NetnsHost(name="sender", netns=sys.argv[2])
 with sshd.server(rx, sys.argv[3], [transfer.RRSYNC, "-wo", "{dest}"], lifetime_s=300) as server:
     with transfer.client_files(tx, server) as client_dir:

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, link, record, sender
-from bbrlab.contention import show_policies
-from bbrlab.hosts import SSHHost
-from bbrlab.runner import Runner, run_once
-from bbrlab.scenario import Contention, Flow, Link, Scenario
+from bbrlab.campaign import loop as campaign
+from bbrlab.contention.deadline import show_policies
+from bbrlab.core.hosts import SSHHost
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.link import emulator as link
+from bbrlab.run import record, sender
+from bbrlab.run.runner import Runner, run_once
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -147,8 +149,8 @@ def test_no_per_run_file_at_a_predictable_tmp_name(testbed, tmp_path):
 
 
 def test_link_validate_refuses_while_the_sender_is_contended(testbed):
-    from bbrlab.contention import contended
-    from bbrlab.errors import TestbedError
+    from bbrlab.contention.deadline import contended
+    from bbrlab.core.errors import TestbedError
 
     with contended(testbed.sender.hypervisor, testbed.sender.vcpu_threads(), Contention(10, 50)):
         with pytest.raises(TestbedError, match="SCHED_DEADLINE"):

@@ -13,9 +13,10 @@ import threading
 
 import pytest
 
-from bbrlab import sampling, sockdiag
-from bbrlab.runner import SAMPLE_FILES, run_once
-from bbrlab.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.run.runner import SAMPLE_FILES, run_once
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

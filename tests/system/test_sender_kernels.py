@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
 from bbrlab.kernel import debian, sender
 from bbrlab.kernel.bbr2b import build_bbr2b, check_bbr2b
 from bbrlab.kernel.build import modinfo_field
@@ -129,7 +129,7 @@ def test_testbed_up_refuses_a_bad_kernel_before_anything_changes(tmp_path, capsy
 
 def test_cca_probe_on_this_host_kernel():
     """This machine's kernel (6.18, BBR built in) answers the same probe the sender runs."""
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
     from bbrlab.kernel.ccaprobe import CcaIdentities, probe_ccas
 
     host = LocalHost()

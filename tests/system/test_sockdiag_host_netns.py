@@ -10,9 +10,11 @@ import subprocess
 
 import pytest
 
-from bbrlab import iperf, sampling, sockdiag
-from bbrlab.errors import ValidationError
-from bbrlab.sockdiag import binary as build_mod
+from bbrlab.core.errors import ValidationError
+from bbrlab.run import iperf
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.sockdiag import binary as build_mod
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system

@@ -30,8 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import iperf, link, sampling, sockdiag
-from bbrlab.scenario import Link
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as link
+from bbrlab.run import iperf
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.ss import parse_ss_log
 from tests.sampler_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, between_netlink_samples, ss_equal
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -153,8 +157,8 @@ def test_idle_connection_same_fields_as_ss(testbed, deployed, cca):
         before, netlink, after = _both_at_once(testbed, deployed, cport, SINK_PORT)
     _record(f"idle-{cca}.ss.txt", before)
     _record(f"idle-{cca}.sockdiag.log", netlink)
-    ss_before = sampling.parse_ss_log("# t=0\n" + before)
-    ss_after = sampling.parse_ss_log("# t=0\n" + after)
+    ss_before = parse_ss_log("# t=0\n" + before)
+    ss_after = parse_ss_log("# t=0\n" + after)
     rows = sockdiag.rows(netlink)
     assert len(ss_before) == len(ss_after) == 1 and len(rows) >= 9
     assert {k: ss_before[0].get(k) for k in IDLE_AND_OMITTED} == {k: ss_after[0].get(k) for k in IDLE_AND_OMITTED}, \
@@ -225,7 +229,7 @@ def test_live_flow_ss_within_netlink_samples(testbed, deployed):
     _record("live-bbr.ss.log", ss_text)
     assert result.sender_tcp_congestion == "bbr"
     nl = sockdiag.rows(netlink_text, ports=[cport])
-    ss = sampling.parse_ss_log(ss_text, ports=[cport])
+    ss = parse_ss_log(ss_text, ports=[cport])
     assert len(nl) > 200 and len(ss) >= 5
     for key in MONOTONE:
         values = [r[key] for r in nl]
@@ -460,8 +464,8 @@ def test_deploy_copies_only_when_the_hash_differs(testbed, deployed, deployed_bp
 def test_sampled_run_through_the_run_path(testbed, tmp_path, kind):
     """The done-when criterion: 10 s at 100 % share sampled at 10 ms holds >= 500 samples; the record says
     which sampler (and binary) took them, the achieved interval, missed ticks and CPU per sample."""
-    from bbrlab.runner import run_once
-    from bbrlab.scenario import Contention, Flow, Scenario
+    from bbrlab.core.scenario import Contention, Flow, Scenario
+    from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
                         Flow("bbr", duration_s=10, sample_ms=10, sampler=kind))

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import bbrlab.testbed as tbmod
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
 from bbrlab.testbed.local import lifecycle, plumbing, qemu
 from bbrlab.testbed.local.state import State, state_dir
 from tests.testbed_flows import client_report, received_mbit, serve_once

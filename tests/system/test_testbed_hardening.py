@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import link
-from bbrlab.contention import read_kernel_limits, show_policies
-from bbrlab.hosts import LocalHost
+from bbrlab.contention.deadline import read_kernel_limits, show_policies
+from bbrlab.core.hosts import LocalHost
+from bbrlab.link import emulator as link
 from bbrlab.testbed.lock import set_activity
 from tests.polling import wait_for
 
@@ -75,7 +75,7 @@ def env(testbed) -> dict:
 
 @pytest.fixture
 def campaign_holds(testbed):
-    """The session holds the lock; make it say what a campaign says (bbrlab.campaign.announcing)."""
+    """The session holds the lock; make it say what a campaign says (bbrlab.campaign.loop.announcing)."""
     set_activity(testbed.name, "campaign run", campaign="demo", out="runs/demo", run_id="cubic-ts1ms-sh25-x",
                  attempt=1, index=3, planned=48)
     yield

@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, link
-from bbrlab.contention import show_policies
-from bbrlab.hosts import SSHHost
-from bbrlab.runner import Runner, run_once
-from bbrlab.scenario import Contention, Flow, Link, Scenario
+from bbrlab.campaign import loop as campaign
+from bbrlab.contention.deadline import show_policies
+from bbrlab.core.hosts import SSHHost
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.link import emulator as link
+from bbrlab.run.runner import Runner, run_once
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

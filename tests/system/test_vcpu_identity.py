@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import checks
-from bbrlab.contention import ContentionSession, contended
-from bbrlab.errors import RunFailed, ValidationError
-from bbrlab.hosts import LocalHost
-from bbrlab.scenario import Contention, Flow, Link, Scenario
-from bbrlab.sched import SchedPolicy, ThreadReplacedError, sched_getattr
+from bbrlab.contention.deadline import ContentionSession, contended
+from bbrlab.contention.sched import SchedPolicy, ThreadReplacedError, sched_getattr
+from bbrlab.contention.vcpu import VcpuIdentityError
+from bbrlab.core.errors import RunFailed, ValidationError
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.run import checks
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
-from bbrlab.vcpu import VcpuIdentityError
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.system

@@ -77,7 +77,7 @@ def test_the_wheel_carries_every_notebook_spec_and_kernel_file(wheel):
 def test_installed_bbrlab_renders_every_notebook_from_another_directory(venv, tmp_path):
     env = isolated_env(tmp_path)
     python, bbrlab = venv / "bin" / "python", venv / "bin" / "bbrlab"
-    where = run([str(python), "-c", "import bbrlab, bbrlab.resources as r; print(bbrlab.__file__); "
+    where = run([str(python), "-c", "import bbrlab, bbrlab.core.resources as r; print(bbrlab.__file__); "
                  "print(r.notebooks_dir()); from jupyter_client.kernelspec import KernelSpecManager as K; "
                  "print(K().get_kernel_spec('python3').argv[0])"], cwd=tmp_path, env=env).stdout.split()
     assert all(p.startswith(str(venv)) for p in where[:2]), where  # bbrlab from the wheel, not the checkout

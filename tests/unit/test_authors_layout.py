@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bbrlab import authors, data
-from bbrlab.errors import ValidationError
+from bbrlab.analysis import authors, data
+from bbrlab.core.errors import ValidationError
 from tests import authors_layout
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "authors"

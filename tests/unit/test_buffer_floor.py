@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from bbrlab import link as linkmod
-from bbrlab import tables
-from bbrlab.campaign import CampaignSpec
+from bbrlab.analysis import tables
+from bbrlab.analysis.records_reader import RunView
+from bbrlab.campaign.loop import CampaignSpec
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
-from bbrlab.errors import ValidationError
-from bbrlab.qdisc import build_tree
-from bbrlab.records_reader import RunView
-from bbrlab.scenario import BufferBelowMinimum, Link
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import BufferBelowMinimum, Link
+from bbrlab.link import emulator as linkmod
+from bbrlab.link.qdisc import build_tree
 
 PORTS = ("eth1", "eth2")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bbrlab.cli.main import main
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
 from bbrlab.testbed.local import caches
 
 MB = 10**6

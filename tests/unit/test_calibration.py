@@ -5,13 +5,15 @@ import json
 
 import pytest
 
-from bbrlab import calibrate, ceiling
-from bbrlab import record as rec
-from bbrlab.calibrate import CalibrationSpec
-from bbrlab.ceiling import Calibration, CalibrationMismatch, PointKey
-from bbrlab.errors import ValidationError
-from bbrlab.qdisc import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT, build_tree
-from bbrlab.scenario import Contention, Flow, Link, Scenario
+from bbrlab.campaign import calibrate
+from bbrlab.campaign.calibrate import CalibrationSpec
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.link.qdisc import build_tree
+from bbrlab.run import ceiling
+from bbrlab.run import record as rec
+from bbrlab.run.ceiling import Calibration, CalibrationMismatch, PointKey
 
 TESTBED = {"name": "tb", "kind": "local", "accelerator": "tcg", "sender_kernel": "6.1.0-56-amd64",
            "sender_vcpus": 1, "hypervisor": "QEMU 7.2"}
@@ -63,7 +65,7 @@ def test_points_run_full_share_once_per_rtt_plus_the_bridge_reference():
 
 
 def test_for_campaign_takes_the_grid_and_bad_values_name_their_field():
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign.loop import CampaignSpec
 
     camp = CampaignSpec.from_dict({"name": "x", "ccas": ["bbr"], "timeslices_ms": [1], "cpu_shares_pct": [25, 100],
                                    "rtts_ms": [40], "rates_mbit": [100], "delay_split": "forward"})

@@ -1,7 +1,7 @@
 """Issue 17: specs validated in combination, --out rules, resume repair, unique run ids.
 
 Every campaign here runs a run function that writes real files into the real directory layout
-(bbrlab.record), as in test_campaign_spec.py; nothing of the directory handling is replaced.
+(bbrlab.run.record), as in test_campaign_spec.py; nothing of the directory handling is replaced.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, record
-from bbrlab.campaign import CampaignSpec, check_admission, load_spec
-from bbrlab.campaign_dir import OutDirError
-from bbrlab.contention import KernelLimits, read_kernel_limits
-from bbrlab.errors import BbrlabError, ValidationError
-from bbrlab.hosts import LocalHost
-from bbrlab.scenario import Link
+from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.directory import OutDirError
+from bbrlab.campaign.loop import CampaignSpec, check_admission, load_spec
+from bbrlab.contention.deadline import KernelLimits, read_kernel_limits
+from bbrlab.core.errors import BbrlabError, ValidationError
+from bbrlab.core.hosts import LocalHost
+from bbrlab.core.scenario import Link
+from bbrlab.run import record
 from tests.campaign_runs import writing_run
 
 BASE = {
@@ -126,7 +127,7 @@ def test_a_key_given_twice_in_a_testbed_file_is_refused(tmp_path):
 
 
 def test_yaml_merge_keys_may_still_be_overridden():
-    from bbrlab.yamlfile import load_text
+    from bbrlab.core.yamlfile import load_text
 
     doc = load_text("a: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n", "<test>")
     assert doc == {"a": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}

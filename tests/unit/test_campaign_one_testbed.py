@@ -1,7 +1,7 @@
 """Issue 24 item 6: a resumed campaign stays on one testbed unless --allow-mixed, which the records show.
 
-Each campaign directory here is made by the real campaign loop (bbrlab.campaign.run_campaign, real records
-committed through bbrlab.record) with a run function that reports the testbed it "ran on" in its metadata
+Each campaign directory here is made by the real campaign loop (bbrlab.campaign.loop.run_campaign, real records
+committed through bbrlab.run.record) with a run function that reports the testbed it "ran on" in its metadata
 as the runner does (``metadata.testbed``); it is stopped part-way (KeyboardInterrupt, as Ctrl-C) and resumed
 with another testbed description offered.
 """
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import campaign, record
-from bbrlab.campaign import CampaignSpec, MixedTestbed, check_same_testbed, run_campaign
-from bbrlab.errors import ValidationError
+from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.loop import CampaignSpec, MixedTestbed, check_same_testbed, run_campaign
+from bbrlab.core.errors import ValidationError
+from bbrlab.run import record
 
 BASE = {"name": "mix", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [25, 100],
         "rtts_ms": [20], "rates_mbit": [100], "repetitions": 1, "duration_s": 5}
@@ -176,9 +177,9 @@ def test_several_testbeds_each_compared_with_its_own_first_run(tmp_path):
 
 
 def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
-    # bbrlab.distributed.commit_outcome: the multi-testbed driver's one place where a record is made.
-    from bbrlab.distributed import commit_outcome
-    from bbrlab.testbed_worker import Outcome
+    # bbrlab.campaign.distributed.commit_outcome: the multi-testbed driver's one place where a record is made.
+    from bbrlab.campaign.distributed import commit_outcome
+    from bbrlab.campaign.worker import Outcome
 
     s = spec()
     out = tmp_path / "c"
@@ -197,7 +198,7 @@ def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
 def test_calibration_runs_of_another_vcpu_count_are_not_resumed(tmp_path):
     # A calibration's runs folder is named by testbed, accelerator and kernel, not by the sender's vCPUs:
     # resuming it with 2 vCPUs would mix ceilings of two senders. Refused before any run, --fresh named.
-    from bbrlab.calibrate import RUNS_FOLDER, CalibrationSpec, calibrate, runs_key
+    from bbrlab.campaign.calibrate import RUNS_FOLDER, CalibrationSpec, calibrate, runs_key
 
     cal = CalibrationSpec(name="calibration", timeslices_ms=(10,), cpu_shares_pct=(25, 100), rtts_ms=(20,),
                           repetitions=1, duration_s=2, streams=(1,), bridge_reference=False)

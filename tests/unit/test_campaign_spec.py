@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab import campaign, record
-from bbrlab.campaign import CampaignSpec, load_spec
-from bbrlab.errors import BbrlabError, ValidationError
+from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.loop import CampaignSpec, load_spec
+from bbrlab.core.errors import BbrlabError, ValidationError
+from bbrlab.run import record
 from tests.campaign_runs import writing_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,7 +263,7 @@ def test_cli_status_json(tmp_path, capsys):
 
 
 def test_failure_reason_says_where_a_bare_error_came_from():
-    from bbrlab.campaign import failure_reason
+    from bbrlab.campaign.loop import failure_reason
 
     def read_channel():
         raise EOFError()

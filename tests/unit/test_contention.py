@@ -8,7 +8,7 @@ import pytest
 
 from bbrlab.cli.contention import parse_thread_list
 from bbrlab.cli.main import build_parser
-from bbrlab.contention import (
+from bbrlab.contention.deadline import (
     ContentionSession,
     KernelLimits,
     check_fits,
@@ -18,10 +18,7 @@ from bbrlab.contention import (
     restore_on_signals,
     scheduler_for,
 )
-from bbrlab.errors import ValidationError
-from bbrlab.hosts import Host
-from bbrlab.scenario import Contention
-from bbrlab.sched import (
+from bbrlab.contention.sched import (
     DeadlineAdmissionError,
     SchedParamsError,
     SchedPermissionError,
@@ -29,7 +26,10 @@ from bbrlab.sched import (
     ThreadGoneError,
     explain_refusal,
 )
-from bbrlab.threadstat import ThreadSample, _parse_stat, usage_between
+from bbrlab.contention.threadstat import ThreadSample, _parse_stat, usage_between
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.hosts import Host
+from bbrlab.core.scenario import Contention
 
 LIMITS_2CPU = KernelLimits(period_min_us=100, period_max_us=4_194_304, rt_runtime_us=950_000,
                            rt_period_us=1_000_000, online_cpus=2, kernel_release="6.18")
@@ -171,3 +171,14 @@ def test_cli_says_set_persists_and_parses_threads(capsys):
     assert parse_thread_list("12,13") == [12, 13]
     with pytest.raises(ValidationError, match="--threads"):
         parse_thread_list("12;13")
+
+
+def test_vcpu_threads_of_a_process_without_qemu_thread_names_are_refused_naming_the_field():
+    import os
+
+    from bbrlab.contention.vcpu import named_vcpu_threads, owning_testbed
+
+    with pytest.raises(ValidationError) as e:
+        named_vcpu_threads(os.getpid(), "--pid")
+    assert e.value.field == "--pid"
+    assert owning_testbed(os.getpid()) is None  # pytest is no testbed's sender QEMU

@@ -10,8 +10,8 @@ import os
 import threading
 from pathlib import Path
 
-from bbrlab import cpuplacement
-from bbrlab.hosts import LocalHost
+from bbrlab.contention import placement as cpuplacement
+from bbrlab.core.hosts import LocalHost
 
 
 def _own(tid: int) -> dict:

@@ -1,5 +1,5 @@
 """The Dask engine's trust, the parts that need no cluster: what the driver accepts of a worker's outcome
-(:func:`bbrlab.distributed.check_outcome`), the certificates of :mod:`bbrlab.tlsconf` (real TLS handshakes
+(:func:`bbrlab.campaign.distributed.check_outcome`), the certificates of :mod:`bbrlab.campaign.tls` (real TLS handshakes
 in memory between Dask's own SSL contexts), the refusal of ``tcp://`` without ``--insecure``, and
 ``bbrlab tls``. With real Dask processes: tests/system/test_dask_security.py."""
 
@@ -12,11 +12,11 @@ import stat
 import pytest
 import yaml
 
-from bbrlab import distributed as d
-from bbrlab import tlsconf
+from bbrlab.campaign import distributed as d
+from bbrlab.campaign import tls as tlsconf
+from bbrlab.campaign.worker import Outcome
 from bbrlab.cli.main import main
-from bbrlab.errors import ValidationError
-from bbrlab.testbed_worker import Outcome
+from bbrlab.core.errors import ValidationError
 
 RUN, TOKEN = "cubic-ts10ms-sh100-rtt20ms-50mbit-r00-abc", "t0k3n"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bbrlab import data, table_cache
-from bbrlab.errors import BbrlabError
+from bbrlab.analysis import data, table_cache
+from bbrlab.core.errors import BbrlabError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign"
 

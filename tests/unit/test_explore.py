@@ -6,7 +6,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from bbrlab import data, explore, plots
+from bbrlab.analysis import data, explore, plots
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "campaign"
 

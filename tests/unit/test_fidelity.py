@@ -4,8 +4,8 @@ import json
 
 import pandas as pd
 
-from bbrlab import fidelity
-from bbrlab.tables import Tables
+from bbrlab.analysis import fidelity, paper_claims
+from bbrlab.analysis.tables import Tables
 
 
 def _runs(points):
@@ -33,35 +33,35 @@ PAPER_LIKE = [
 
 def test_paper_like_numbers_reproduce():
     med = fidelity.medians(_runs(PAPER_LIKE))
-    assert fidelity.claim_cubic_robust(med).verdict == "reproduced"
-    assert fidelity.claim_bbr_capped(med).verdict == "reproduced"
-    rec = fidelity.claim_recovery_thresholds(med)
+    assert paper_claims.claim_cubic_robust(med).verdict == "reproduced"
+    assert paper_claims.claim_bbr_capped(med).verdict == "reproduced"
+    rec = paper_claims.claim_recovery_thresholds(med)
     assert rec.evidence["recovery_share_pct"] == {"1.0": 50.0, "10.0": 70.0}
     assert rec.verdict == "reproduced"
-    assert fidelity.claim_patch_lowers_threshold(med).verdict == "reproduced"
+    assert paper_claims.claim_patch_lowers_threshold(med).verdict == "reproduced"
 
 
 def test_verdicts_flip_when_the_data_disagrees():
     flat = [(c, ts, s, 0.95) for c in ("Cubic", "BBRv1", "BBRv1 patched") for ts in (1, 10) for s in (10, 25, 50, 100)]
     med = fidelity.medians(_runs(flat))
-    assert fidelity.claim_bbr_capped(med).verdict == "not reproduced"
-    assert fidelity.claim_patch_lowers_threshold(med).verdict == "not reproduced"
+    assert paper_claims.claim_bbr_capped(med).verdict == "not reproduced"
+    assert paper_claims.claim_patch_lowers_threshold(med).verdict == "not reproduced"
     starved = [(c, ts, s, 0.95 if s == 100 else 0.02) for c in ("Cubic", "BBRv1") for ts in (1, 10)
                for s in (10, 25, 50, 100)]
-    assert fidelity.claim_cubic_robust(fidelity.medians(_runs(starved))).verdict == "not reproduced"
+    assert paper_claims.claim_cubic_robust(fidelity.medians(_runs(starved))).verdict == "not reproduced"
 
 
 def test_recovery_share_needs_every_higher_share():
-    assert fidelity.recovery_share(pd.Series({10: 0.9, 25: 0.2, 50: 0.9, 100: 0.95})) == 50
-    assert fidelity.recovery_share(pd.Series({10: 0.1, 100: 0.95})) is None
+    assert paper_claims.recovery_share(pd.Series({10: 0.9, 25: 0.2, 50: 0.9, 100: 0.95})) == 50
+    assert paper_claims.recovery_share(pd.Series({10: 0.1, 100: 0.95})) is None
 
 
 def test_missing_dimensions_say_no_data():
     only_cubic = fidelity.medians(_runs([("Cubic", 1, 100, 0.95)]))
-    assert fidelity.claim_bbr_capped(only_cubic).verdict == "no data"
-    assert fidelity.claim_patch_lowers_threshold(only_cubic).verdict == "no data"
+    assert paper_claims.claim_bbr_capped(only_cubic).verdict == "no data"
+    assert paper_claims.claim_patch_lowers_threshold(only_cubic).verdict == "no data"
     empty_ss = pd.DataFrame()
-    assert fidelity.claim_inflight_deficit(empty_ss, _runs(PAPER_LIKE)).verdict == "no data"
+    assert paper_claims.claim_inflight_deficit(empty_ss, _runs(PAPER_LIKE)).verdict == "no data"
 
 
 def test_inflight_and_gain_claims_from_samples():
@@ -71,17 +71,17 @@ def test_inflight_and_gain_claims_from_samples():
         + [dict(run_id="r1-0", inflight_bdp=1.5, pacing_gain=1.0, app_limited=False)] * 8
         + [dict(run_id="r2-0", inflight_bdp=0.7, pacing_gain=2.89, app_limited=False)] * 8
     )
-    assert fidelity.claim_inflight_deficit(ss, runs).verdict == "reproduced"
-    assert fidelity.claim_patched_gain(ss, runs).verdict == "reproduced"
+    assert paper_claims.claim_inflight_deficit(ss, runs).verdict == "reproduced"
+    assert paper_claims.claim_patched_gain(ss, runs).verdict == "reproduced"
     ss.loc[ss["run_id"] == "r2-0", "pacing_gain"] = 1.0
-    assert fidelity.claim_patched_gain(ss, runs).verdict == "not reproduced"
+    assert paper_claims.claim_patched_gain(ss, runs).verdict == "not reproduced"
 
 
 def test_bracket_is_what_a_coarse_grid_can_say():
     curve = pd.Series({10.0: 0.02, 25.0: 0.06, 50.0: 0.12, 100.0: 0.94})
-    assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (50.0, 100.0)  # paper's 65 % fits
+    assert paper_claims.bracket(curve, paper_claims.recovery_share(curve)) == (50.0, 100.0)  # paper's 65 % fits
     curve = pd.Series({10.0: 0.02, 25.0: 0.08, 50.0: 0.89, 100.0: 0.93})
-    assert fidelity.bracket(curve, fidelity.recovery_share(curve)) == (25.0, 50.0)  # paper's 45 % fits
+    assert paper_claims.bracket(curve, paper_claims.recovery_share(curve)) == (25.0, 50.0)  # paper's 45 % fits
 
 
 def test_claims_are_checked_per_bbr_version_and_patch_pair():
@@ -112,7 +112,7 @@ def test_points_at_or_above_the_ceiling_are_set_aside_and_named():
     # A TCG-like testbed: at 10 % share nobody, not even Cubic, carries 100 Mbit/s (ceiling 30).
     runs = _runs([(v, ts, s, 0.28 if s == 10 else u) for v, ts, s, u in PAPER_LIKE])
     runs = _with_ceiling(runs, lambda r: 30.0 if r.cpu_share_pct == 10 else 300.0)
-    assert fidelity.claim_cubic_robust(fidelity.medians(runs)).verdict == "partly"  # unfiltered: TCG shows
+    assert paper_claims.claim_cubic_robust(fidelity.medians(runs)).verdict == "partly"  # unfiltered: TCG shows
     split = fidelity.split_by_ceiling(runs)
     assert set(split.set_aside["cpu_share_pct"]) == {10.0} and split.unchecked == 0
     assert (split.judged["cpu_share_pct"] != 10).all() and len(split.judged) == len(runs) - 2 * len(split.set_aside)
@@ -157,11 +157,11 @@ def _two_rates(bbr_mbit):
 
 def test_bandwidth_independence_compares_rates_at_low_shares():
     same = fidelity.medians(_two_rates(lambda rate: 4.0 if rate == 10 else 5.0))
-    claim = fidelity.claim_bandwidth_independent(same)
+    claim = paper_claims.claim_bandwidth_independent(same)
     assert claim.verdict == "reproduced" and "4.0 Mbit/s at 10 Mbit/s, 5.0 Mbit/s at 100 Mbit/s" in claim.measured
     scaled = fidelity.medians(_two_rates(lambda rate: rate * 0.5))
-    assert fidelity.claim_bandwidth_independent(scaled).verdict == "not reproduced"
-    assert fidelity.claim_bandwidth_independent(fidelity.medians(_runs(PAPER_LIKE))).verdict == "no data"
+    assert paper_claims.claim_bandwidth_independent(scaled).verdict == "not reproduced"
+    assert paper_claims.claim_bandwidth_independent(fidelity.medians(_runs(PAPER_LIKE))).verdict == "no data"
 
 
 def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
@@ -174,7 +174,7 @@ def test_figure_4_claims_are_judged_at_100_mbit_when_there_are_two_rates():
 def test_testbeds_agree_names_the_testbed_that_differs():
     import pandas as pd
 
-    from bbrlab.fidelity import claim_testbeds_agree
+    from bbrlab.analysis.paper_claims import claim_testbeds_agree
 
     def rows(testbed, util, n=3):
         return [{"run_id": f"{testbed}{i}", "status": "ok", "testbed": testbed, "cpu_share_pct": 100.0,

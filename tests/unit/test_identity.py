@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import identity
+from bbrlab.analysis import identity
 
 DATA = Path(__file__).parents[2] / "data"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bbrlab.cli.kernel import parse_assignments
-from bbrlab.errors import BbrlabError, ValidationError
+from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.kernel import DEFAULT_PATCH, DEFICIT_PARAMS, BuildError, BuiltModule, ca_name, validate_params
 from bbrlab.kernel.build import check_patch, expected_sha256_for, patch_targets
 from bbrlab.kernel.source import SourceMismatchError, check_sha256, prepare_source, read_expected_sha256

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from bbrlab import data, plots
+from bbrlab.analysis import data, facets, plots
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -154,7 +154,7 @@ def _with_runs(tables, runs):
 
 def test_the_ceiling_is_a_line_per_timeslice_with_the_median_of_its_points(tables):
     runs = tables.runs.copy()
-    assert not plots.ceiling_lines(plt.figure().gca(), runs, x="cpu_share_pct").size  # no calibration: nothing
+    assert not facets.ceiling_lines(plt.figure().gca(), runs, x="cpu_share_pct").size  # no calibration: nothing
     plt.close("all")
     two = pd.concat([runs, runs.assign(timeslice_ms=10.0, run_id=runs["run_id"] + "-10")], ignore_index=True)
     two["ceiling_mbit"] = two["cpu_share_pct"] * 2 + two["timeslice_ms"]  # any value that differs per point
@@ -187,7 +187,7 @@ def test_a_ceiling_far_above_the_rates_does_not_squash_the_curves(tables):
     runs = tables.runs.assign(ceiling_mbit=10_000.0)
     fig, _ = plots.throughput_vs_share(_with_runs(tables, runs))
     top = fig.axes[0].get_ylim()[1]
-    assert top == pytest.approx(plots.CEILING_VIEW_HEADROOM * max(runs["rate_mbit"].max(),
+    assert top == pytest.approx(facets.CEILING_VIEW_HEADROOM * max(runs["rate_mbit"].max(),
                                                                    runs["throughput_mbit"].max()), rel=0.3)
     assert top < 10_000
     plt.close(fig)

@@ -4,24 +4,22 @@ import copy
 
 import pytest
 
-from bbrlab import link as linkmod
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
-from bbrlab.errors import ValidationError
-from bbrlab.qdisc import (
-    NETEM_MIN_LIMIT_PACKETS,
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, netem_limit_packets, tbf_burst_bytes
+from bbrlab.core.scenario import Link
+from bbrlab.link import emulator as linkmod
+from bbrlab.link.qdisc import (
     Netem,
     Tbf,
     UnsupportedByRenderer,
     build_tree,
     clear_argv,
     handle_int,
-    netem_limit_packets,
     pyroute2_kwargs,
-    tbf_burst_bytes,
     to_tc_argv,
 )
-from bbrlab.scenario import Link
 
 PORTS = ("eth1", "eth2")  # sender side (ACKs leave here), receiver side (data leaves here)
 

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
-from bbrlab import campaign, checks, link, record, runmeta
-from bbrlab.errors import RunFailed, ValidationError
-from bbrlab.scenario import Flow, Link
-from bbrlab.signals import Interrupted, interruptible
+from bbrlab.campaign import loop as campaign
+from bbrlab.core.errors import RunFailed, ValidationError
+from bbrlab.core.scenario import Flow, Link
+from bbrlab.core.signals import Interrupted, interruptible
+from bbrlab.link import emulator as link
+from bbrlab.run import checks, record, runmeta
 from tests.unit.test_campaign_spec import spec
 
 

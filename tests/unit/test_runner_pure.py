@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bbrlab import iperf
-from bbrlab.runner import client_ports
+from bbrlab.run import iperf
+from bbrlab.run.runner import client_ports
 
 
 def test_client_ports_below_the_ephemeral_range_and_vary():
@@ -42,7 +42,7 @@ def test_git_commit_names_this_checkout_and_is_read_once():
     from pathlib import Path
 
     import bbrlab
-    from bbrlab import record
+    from bbrlab.run import record
 
     package = Path(bbrlab.__file__).resolve().parent
     head = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"], capture_output=True,

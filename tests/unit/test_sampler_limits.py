@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import sampling
-from bbrlab.campaign import CampaignSpec
-from bbrlab.errors import ValidationError
-from bbrlab.scenario import MAX_SAMPLE_RECORDS, SAMPLE_RECORD_BYTES, SAMPLER_MAX_PORTS, Flow
-from bbrlab.sockdiag import check_ports
+from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, SAMPLE_RECORD_BYTES, SAMPLER_MAX_PORTS, Flow
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.sockdiag import check_ports
 
 NATIVE = Path(sampling.__file__).parent / "native"
 

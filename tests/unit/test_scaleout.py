@@ -15,10 +15,10 @@ import time
 import pytest
 import yaml
 
-from bbrlab import scaleout
+from bbrlab.campaign import preflight, scaleout
+from bbrlab.campaign.worker import CampaignContext, StopRequested, TestbedPlugin
 from bbrlab.cli.main import build_parser, main
-from bbrlab.errors import ValidationError
-from bbrlab.testbed_worker import CampaignContext, StopRequested, TestbedPlugin
+from bbrlab.core.errors import ValidationError
 
 SPEC = {"name": "two", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [70, 100],
         "rtts_ms": [20], "rates_mbit": [50], "repetitions": 3, "duration_s": 2}
@@ -167,14 +167,14 @@ IDENTITY = {"kind": "local", "accelerator": "tcg", "sender_kernel": "6.1.0-56-am
             "hypervisor": "QEMU 7.2"}
 
 
-def _check(name: str, cpus=None) -> scaleout.TestbedCheck:
-    return scaleout.TestbedCheck(name, "local", "h", {"name": name, **IDENTITY}, cpus)
+def _check(name: str, cpus=None) -> preflight.TestbedCheck:
+    return preflight.TestbedCheck(name, "local", "h", {"name": name, **IDENTITY}, cpus)
 
 
 def _calibration(path, name: str, *, drop: int = 0):
     """A calibration of testbed ``name`` with a ceiling for every point of SPEC (less ``drop`` of them)."""
-    from bbrlab.campaign import CampaignSpec
-    from bbrlab.ceiling import Calibration, CeilingPoint, PointKey
+    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.run.ceiling import Calibration, CeilingPoint, PointKey
 
     keys = sorted({PointKey.of_scenario(s) for s in CampaignSpec.from_dict(SPEC).plan()}, key=lambda k: k.text)
     points = [CeilingPoint(key=k.text, timeslice_ms=k.timeslice_ms, cpu_share_pct=k.cpu_share_pct, rtt_ms=k.rtt_ms,
@@ -186,7 +186,7 @@ def _calibration(path, name: str, *, drop: int = 0):
 
 
 def _plan():
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign.loop import CampaignSpec
 
     return CampaignSpec.from_dict(SPEC).plan()
 
@@ -194,14 +194,14 @@ def _plan():
 def test_one_calibration_per_testbed_is_matched_by_the_testbed_it_was_made_on(tmp_path):
     out = tmp_path / "camp"
     paths = [_calibration(tmp_path / "cb" / "calibration.json", "b"), _calibration(tmp_path / "ca.json", "a")]
-    got = scaleout.calibrations_for([_check("a"), _check("b")], out, _plan(), paths)
+    got = preflight.calibrations_for([_check("a"), _check("b")], out, _plan(), paths)
     assert sorted(got) == ["a", "b"]
     assert got["a"][0].path == tmp_path / "ca.json" and got["a"][1] == "../ca.json"
     assert got["b"][1] == "../cb/calibration.json"
 
 
 def test_no_calibration_means_none_for_every_testbed(tmp_path):
-    assert scaleout.calibrations_for([_check("a"), _check("b")], tmp_path / "camp", _plan(), None) == {}
+    assert preflight.calibrations_for([_check("a"), _check("b")], tmp_path / "camp", _plan(), None) == {}
 
 
 @pytest.mark.parametrize("case, message", [
@@ -219,9 +219,9 @@ def test_a_calibration_that_does_not_fit_is_refused_naming_the_option(case, mess
     paths = {"half": [a], "unknown": [a, b, _calibration(tmp_path / "c.json", "c")], "twice": [a, a, b],
              "stale": [a, b], "missing_point": [a, b], "partitioned": [a, b]}[case]
     if case == "stale":
-        checks[0] = scaleout.TestbedCheck("a", "local", "h", {"name": "a", **IDENTITY, "sender_kernel": "6.12"})
+        checks[0] = preflight.TestbedCheck("a", "local", "h", {"name": "a", **IDENTITY, "sender_kernel": "6.12"})
     with pytest.raises(ValidationError, match=message) as e:
-        scaleout.calibrations_for(checks, tmp_path / "camp", _plan(), paths)
+        preflight.calibrations_for(checks, tmp_path / "camp", _plan(), paths)
     assert e.value.field == "--calibration"
 
 
@@ -229,8 +229,8 @@ def test_the_campaign_directorys_calibration_is_the_default_and_must_fit_every_t
     out = tmp_path / "camp"
     _calibration(out / "calibration.json", "a")
     with pytest.raises(ValidationError, match="b has none"):
-        scaleout.calibrations_for([_check("a"), _check("b")], out, _plan(), None)
-    assert scaleout.calibrations_for([_check("a")], out, _plan(), None)["a"][1] == "calibration.json"
+        preflight.calibrations_for([_check("a"), _check("b")], out, _plan(), None)
+    assert preflight.calibrations_for([_check("a")], out, _plan(), None)["a"][1] == "calibration.json"
 
 
 # -- stopping a run in flight ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
 from bbrlab.kernel import debian
 from bbrlab.kernel.bbr2b import Bbr2bUnavailable, patch_dirs, patch_for_source
 from bbrlab.kernel.bzimage import NotABzImage, read_bzimage

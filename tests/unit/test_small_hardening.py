@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import record as rec
-from bbrlab.campaign import directory_lock, prepare, spec_from_yaml
-from bbrlab.errors import ELISION, MAX_VALUE_CHARS, BbrlabError, ValidationError
+from bbrlab.campaign.loop import directory_lock, prepare, spec_from_yaml
+from bbrlab.core.errors import ELISION, MAX_VALUE_CHARS, BbrlabError, ValidationError
+from bbrlab.core.yamlfile import MAX_EXPANDED_NODES, load_text
+from bbrlab.run import record as rec
 from bbrlab.testbed import lock
-from bbrlab.yamlfile import MAX_EXPANDED_NODES, load_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -209,7 +209,7 @@ def test_commands_the_tests_start_default_to_the_suites_testbed():
 # -- item 4: a host's lock, held by a long-lived command (here on this machine; over SSH in tests/system) -------
 HOLDER = """
 import sys
-from bbrlab.hosts import LocalHost
+from bbrlab.core.hosts import LocalHost
 from bbrlab.testbed import hostlock
 with hostlock.hold(LocalHost(), testbed=sys.argv[2], activity="campaign run", directory=sys.argv[1]):
     print("held", flush=True)
@@ -225,7 +225,7 @@ def _holder(directory: Path, testbed: str) -> subprocess.Popen:
 
 
 def test_a_hosts_lock_names_its_holder_and_goes_with_it(tmp_path):
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
     from bbrlab.testbed import hostlock
 
     d = tmp_path / "hostlock"
@@ -252,7 +252,7 @@ def test_a_hosts_lock_names_its_holder_and_goes_with_it(tmp_path):
 def test_a_driver_waits_for_a_held_host_and_says_for_whom(tmp_path):
     import io
 
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
     from bbrlab.testbed import hostlock
 
     d = tmp_path / "hostlock"
@@ -272,8 +272,8 @@ def test_a_driver_waits_for_a_held_host_and_says_for_whom(tmp_path):
 
 
 def test_a_planted_link_or_a_shared_directory_is_refused_on_the_host(tmp_path):
-    from bbrlab.errors import TestbedError
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.errors import TestbedError
+    from bbrlab.core.hosts import LocalHost
     from bbrlab.testbed import hostlock
 
     (tmp_path / "elsewhere").mkdir()

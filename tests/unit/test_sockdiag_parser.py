@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import sampling, sockdiag
-from bbrlab.data import SS_COLUMNS
-from bbrlab.errors import ValidationError
-from bbrlab.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
+from bbrlab.analysis.data import SS_COLUMNS
+from bbrlab.core.errors import ValidationError
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
+from bbrlab.sampling.ss import parse_ss_log
 from tests.sampler_compare import IDLE_FIELDS, MONOTONE, between_netlink_samples, ss_equal
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sockdiag"
@@ -23,7 +25,7 @@ def _text(name: str) -> str:
 
 @pytest.mark.parametrize("cca", ["bbr", "cubic", "bbr2b"])
 def test_idle_connection_netlink_equals_ss(cca):
-    ss = sampling.parse_ss_log("# t=0\n" + _text(f"idle-{cca}.ss.txt"))
+    ss = parse_ss_log("# t=0\n" + _text(f"idle-{cca}.ss.txt"))
     rows = sockdiag.rows(_text(f"idle-{cca}.sockdiag.log"))
     assert len(ss) == 1 and len(rows) == 10
     for row in rows:
@@ -37,7 +39,7 @@ def test_idle_connection_netlink_equals_ss(cca):
 
 def test_gains_are_exact_where_ss_rounds():
     row = sockdiag.rows(_text("idle-bbr2b.sockdiag.log"))[0]
-    ss = sampling.parse_ss_log("# t=0\n" + _text("idle-bbr2b.ss.txt"))[0]
+    ss = parse_ss_log("# t=0\n" + _text("idle-bbr2b.ss.txt"))[0]
     for key in ("pacing_gain", "cwnd_gain"):
         assert row[key] * 256 == int(row[key] * 256)  # the kernel's fixed point, undivided
         assert float(f"{row[key]:g}") == ss[key]
@@ -45,7 +47,7 @@ def test_gains_are_exact_where_ss_rounds():
 
 def test_rows_have_every_ss_table_column():
     rows = sockdiag.rows(_text("live-bbr.sockdiag.log.gz"))
-    ss = sampling.parse_ss_log(_text("live-bbr.ss.log"))
+    ss = parse_ss_log(_text("live-bbr.ss.log"))
     wanted = set(SS_COLUMNS) - {"run_id"}
     assert wanted <= set(rows[0]) and wanted <= set(ss[0]) | {"bdp_bytes", "inflight_bdp"}
     for key in wanted:
@@ -58,7 +60,7 @@ def test_live_flow_ss_between_netlink_samples():
     text = _text("live-bbr.sockdiag.log.gz")
     log = sockdiag.parse_log(text)
     nl = sockdiag.rows(log)
-    ss = sampling.parse_ss_log(_text("live-bbr.ss.log"))
+    ss = parse_ss_log(_text("live-bbr.ss.log"))
     port = next(iter(log.discovered))
     assert {r["port"] for r in nl} == {r["port"] for r in ss} == {port}
     for key in MONOTONE:
@@ -292,7 +294,7 @@ def test_log_kind_and_dispatch():
 
 def test_data_reads_samples_log_into_the_ss_table(tmp_path):
     """A run directory with a samples.log (BPF) fills the ss table like an ss.log does."""
-    from bbrlab.records_reader import read_run
+    from bbrlab.analysis.records_reader import read_run
 
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

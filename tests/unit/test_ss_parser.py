@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab import sampling
-from bbrlab.iperf import parse_result
-from bbrlab.sampling import SsFieldsMissing, parse_rate_mbit, parse_ss_line, parse_ss_log
+from bbrlab.run.iperf import parse_result
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.ss import (
+    SsFieldsMissing,
+    filter_log_by_ports,
+    parse_rate_mbit,
+    parse_ss_line,
+    parse_ss_log,
+)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -127,7 +133,7 @@ def test_unknown_bbr3_fields_tolerated_constructed_line():
 def test_filter_log_by_ports_keeps_lines_verbatim():
     text = _log("host-bbr-P2.log")
     ports = _data_ports("bbr")
-    kept = sampling.filter_log_by_ports(text, ports)
+    kept = filter_log_by_ports(text, ports)
     assert set(kept.splitlines()) <= set(text.splitlines())
     assert {r["port"] for r in parse_ss_log(kept)} == set(ports)
     assert len(parse_ss_log(kept)) == len(parse_ss_log(text, ports=ports))

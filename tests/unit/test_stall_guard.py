@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from bbrlab import checks, contention
-from bbrlab.errors import RunFailed
-from bbrlab.sched import SchedPolicy
+from bbrlab.contention import deadline as contention
+from bbrlab.contention.sched import SchedPolicy
+from bbrlab.core.errors import RunFailed
+from bbrlab.run import checks
 
 pytestmark = pytest.mark.mock_only
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bbrlab import tables
+from bbrlab.analysis import tables
 
 DOC = Path(__file__).parents[2] / "docs" / "data-and-figures.md"
 

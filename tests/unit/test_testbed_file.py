@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from bbrlab.errors import ValidationError
+from bbrlab.core.errors import ValidationError
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.local.state import check_name
 from bbrlab.testbed.roles import from_spec

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from bbrlab import errors
 from bbrlab.cli.main import COMMANDS, build_parser
+from bbrlab.core import errors
 from bbrlab.testbed import target
 
 #: Commands that act on a testbed (``testbed up/down`` name the one they create or remove with --name).
@@ -104,7 +104,7 @@ def test_a_name_too_long_for_a_path_is_a_name_not_a_crash():
 
 
 def test_holder_is_described_with_the_run_it_is_on():
-    from bbrlab.cli.common import describe_holder
+    from bbrlab.testbed.holder import describe_holder
 
     text = describe_holder({"pids": [7], "pid": 7, "argv": ["bbrlab", "campaign", "run", "s.yaml"],
                             "activity": "campaign run", "campaign": "demo", "run_id": "cubic-x", "index": 12,
@@ -189,8 +189,8 @@ def test_the_suites_testbeds_keep_their_state_out_of_the_users_directory():
 
 
 def test_a_campaign_announces_each_run_on_the_testbeds_lock(tmp_path, monkeypatch):
-    from bbrlab import campaign
-    from bbrlab.campaign import CampaignSpec
+    from bbrlab.campaign import loop as campaign
+    from bbrlab.campaign.loop import CampaignSpec
     from bbrlab.testbed import lock
 
     monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))

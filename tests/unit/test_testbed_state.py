@@ -95,7 +95,7 @@ def test_prune_keeps_the_new_image_and_those_running_testbeds_use(tmp_path, monk
 def test_lock_files_live_in_a_private_directory_and_symlinks_are_refused(tmp_path, monkeypatch):
     import pytest
 
-    from bbrlab.errors import TestbedError
+    from bbrlab.core.errors import TestbedError
 
     monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))
     path = lock.lock_path("unit")
@@ -137,7 +137,7 @@ def test_lock_holder_says_what_it_is_doing_and_other_names_are_independent(tmp_p
 def test_isolation_plan_gives_each_testbed_cpus_of_its_own_or_refuses():
     import pytest
 
-    from bbrlab.errors import TestbedError
+    from bbrlab.core.errors import TestbedError
     from bbrlab.testbed import isolation
 
     assert isolation.plan(["a", "b"], cpus=[0, 1], kind="v1") == {"a": [0], "b": [1]}

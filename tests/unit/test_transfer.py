@@ -11,10 +11,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from bbrlab import data, progress, sshd, transfer
-from bbrlab.campaign import CampaignSpec
-from bbrlab.errors import RunFailed, ValidationError
-from bbrlab.scenario import Flow, Link, Scenario
+from bbrlab.analysis import data
+from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.core.errors import RunFailed, ValidationError
+from bbrlab.core.scenario import Flow, Link, Scenario
+from bbrlab.run import progress, sshd, transfer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transfer"
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +208,7 @@ def test_a_failed_client_fails_the_run():
 # -- the tables --------------------------------------------------------------------------------------
 
 def test_workload_columns_of_both_workloads():
-    from bbrlab.records_reader import run_row
+    from bbrlab.analysis.records_reader import run_row
 
     scenario = {"link": {"rate_mbit": 2}, "contention": {}, "flow": {"cca": "bbr"}}
     iperf3 = run_row({"status": "ok", "scenario": scenario, "metadata": {}}, {"throughput_mbit": 42.0}, "runs/a")
@@ -222,7 +223,7 @@ def test_workload_columns_of_both_workloads():
 
 
 def test_progress_series_becomes_intervals_of_the_bytes_that_arrived():
-    from bbrlab.records_reader import progress_intervals
+    from bbrlab.analysis.records_reader import progress_intervals
 
     rows = progress_intervals("r", {"progress": [[0.0, 0], [0.5, 0], [1.0, 125_000], [1.0, 125_000]]})
     assert rows == [("r", 0.0, 0.5, 0.0, None), ("r", 0.5, 1.0, 2.0, None)]
@@ -271,7 +272,7 @@ def test_a_copys_intervals_add_up_to_the_bytes_that_arrived(fixture_tables):
 
 
 def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(fixture_tables):
-    from bbrlab import plots
+    from bbrlab.analysis import plots
 
     fig, table = plots.goodput_vs_loss(fixture_tables)
     drawn = {}
@@ -293,7 +294,7 @@ def test_goodput_figure_draws_each_runs_goodput_and_marks_the_timed_out_copies(f
 
 
 def test_transfer_time_figure_and_outcomes_are_the_copies_only(fixture_tables):
-    from bbrlab import plots
+    from bbrlab.analysis import plots
 
     fig, table = plots.transfer_time_vs_loss(fixture_tables)
     assert set(table["loss_pct"]) == {0, 1, 10, 30} and table["n"].sum() == 8
@@ -307,7 +308,7 @@ def test_transfer_time_figure_and_outcomes_are_the_copies_only(fixture_tables):
 
 
 def test_a_local_put_keeps_the_mode_ssh_insists_on_for_a_private_key(tmp_path):
-    from bbrlab.hosts import LocalHost
+    from bbrlab.core.hosts import LocalHost
 
     key = tmp_path / "id_ed25519"
     key.touch(mode=0o600)

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from bbrlab import data
-from bbrlab.records_reader import run_row
-from bbrlab.tables import Tables
+from bbrlab.analysis import data
+from bbrlab.analysis.records_reader import run_row
+from bbrlab.analysis.tables import Tables
 
 
 def tables_of(sampled):

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .image import cache_dir, cached_image, ensure_image
-from .qemu import VmSpec, make_overlay, qemu_version, start_vm, stop_vm
+from .qemu import VmSpec, console_tail, is_our_qemu, make_overlay, qemu_version, start_vm, stop_vm
 
 READY_LINE = "bbrlab-init ready"
 PROBE_DEADLINE_S = 30.0
@@ -39,6 +39,7 @@ class AccelProbe:
     qemu_version: str = ""
 
     def to_dict(self) -> dict:
+        """The probe result as a JSON-ready dict (how it is cached)."""
         return asdict(self)
 
     def expired(self, age_s: float) -> bool:
@@ -95,8 +96,6 @@ def probe_kvm(deadline_s: float = PROBE_DEADLINE_S) -> AccelProbe:
 
 
 def _watch(spec: VmSpec, pid: int, t0: float, deadline_s: float, host: str, qver: str) -> AccelProbe:
-    from .qemu import console_tail, is_our_qemu
-
     while time.monotonic() - t0 < deadline_s:
         if READY_LINE in console_tail(spec, chars=1_000_000):
             return AccelProbe(True, f"guest init ready after {time.monotonic() - t0:.1f} s", host, qver)

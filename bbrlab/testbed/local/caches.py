@@ -4,7 +4,7 @@ the kernel caches to a size cap, least recently used first.
 The caches that grow with use are the sender-kernel ones: the boot files of each kernel booted
 (``boot/<key>/``: initramfs and modules disk, see :mod:`.kernelboot`) and the Debian kernel packages
 (``debian/pool/*.deb`` and ``debian/unpacked/<package>/``, see :mod:`bbrlab.kernel.debian`). Each of
-those is an *entry*; its last use is its modification time (:func:`bbrlab.cachefiles.mark_used`).
+those is an *entry*; its last use is its modification time (:func:`bbrlab.core.cachefiles.mark_used`).
 :func:`prune` removes entries, oldest use first, until the entries together fit ``max_bytes``, and
 never one a testbed uses: named in the state of a local testbed that is not down (its sender's
 kernel, initramfs and modules disk), named or held open by a QEMU process running on this machine
@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ... import cachefiles, owners
-from ...errors import ValidationError
+from bbrlab.core import cachefiles, owners
+from bbrlab.core.errors import ValidationError
+
 from . import image
 from .state import state_root
 

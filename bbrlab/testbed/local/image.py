@@ -9,7 +9,7 @@ out of its ``/boot`` for QEMU's ``-kernel``/``-initrd``.
 Everything that shapes the image is hashed (:func:`recipe`); the image lives in
 ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/images/<hash>/`` and is rebuilt only when the hash changes.
 A build happens in a work folder next to it (``.build-*``, named for the building process, see
-:mod:`bbrlab.cachefiles`) and is renamed into place when complete, so a crash never leaves a half
+:mod:`bbrlab.core.cachefiles`) and is renamed into place when complete, so a crash never leaves a half
 image that looks finished. SIGINT, SIGTERM and SIGHUP stop a build cleanly: its build steps (and
 everything they started) are stopped and the work folder removed. A work folder left by a build that
 was killed outright is swept by the next build, under the image lock.
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ... import cachefiles
-from ...errors import TestbedError
-from ...signals import interruptible, run_group
+from bbrlab.core import cachefiles
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.signals import interruptible, run_group
 
 IMAGE_VERSION = 1  # bump when the build steps change in a way the recipe below does not show
 SUITE = "bookworm"
@@ -218,7 +218,7 @@ def prune_images(keep: Path) -> list[Path]:
 
 def sweep_stale_builds() -> list[Path]:
     """Remove the work folders of image and boot-file builds whose process is gone (see
-    :mod:`bbrlab.cachefiles`); return what went. Callers hold the image lock."""
+    :mod:`bbrlab.core.cachefiles`); return what went. Callers hold the image lock."""
     root = cache_dir()
     return cachefiles.sweep(root / "images") + cachefiles.sweep(root / "boot")
 

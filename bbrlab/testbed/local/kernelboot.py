@@ -35,12 +35,13 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from ... import cachefiles
-from ...errors import TestbedError
-from ...kernel.features import module_name
-from ...kernel.sender import ResolvedKernel
-from ...kernel.source import sha256_file
-from ...signals import interruptible, run_group
+from bbrlab.core import cachefiles
+from bbrlab.core.errors import TestbedError
+from bbrlab.core.signals import interruptible, run_group
+from bbrlab.kernel.features import module_name
+from bbrlab.kernel.sender import ResolvedKernel
+from bbrlab.kernel.source import sha256_file
+
 from ..lock import image_lock
 from . import caches
 from .image import cache_dir, sweep_stale_builds

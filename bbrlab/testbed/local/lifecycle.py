@@ -27,10 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from ...errors import TestbedError, ValidationError
-from ...hosts import SSHHost
-from ...kernel import DEFAULT_SOURCE, default_headers_dir
-from ...kernel import sender as sender_kernel
+from bbrlab.core.errors import TestbedError, ValidationError
+from bbrlab.core.hosts import SSHHost
+from bbrlab.kernel import DEFAULT_SOURCE, default_headers_dir
+from bbrlab.kernel import sender as sender_kernel
+
 from ..file import RoleSpec, SSHSpec, TestbedSpec, write_file
 from . import accel, image, kernelboot, plumbing, qemu
 from .state import State, check_name

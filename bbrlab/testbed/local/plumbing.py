@@ -37,6 +37,7 @@ def receiver_netns(testbed: str) -> str:
 
 
 def netns_exists(name: str) -> bool:
+    """True when the network namespace ``name`` exists."""
     return name in netns.listnetns()
 
 
@@ -101,5 +102,6 @@ def set_address(ns: str, ifname: str, address: str, prefix_len: int) -> None:
 
 
 def interface_names(ns: str) -> list[str]:
+    """The names of the interfaces in network namespace ``ns``, sorted."""
     with IPRoute(netns=ns) as ipr:
         return sorted(link.get("ifname") for link in ipr.get_links())

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import TestbedError
+from bbrlab.core.errors import TestbedError
+
 from .image import INIT_PATH, GuestImage
 
 MEMORY_MB = 1024

@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from ...errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,11}$")
 

@@ -1,0 +1,256 @@
+"""The paper's main claims, side by side with what a dataset shows.
+
+Each claim is computed from the tidy tables (:mod:`bbrlab.analysis.data`); nothing is typed in by hand. The
+claims themselves, one function each, are in :mod:`bbrlab.analysis.paper_claims`; this module judges a
+dataset with them (:func:`claims`) and writes the report (:func:`write_report`). The verdict is one of
+``reproduced``, ``partly``, ``not reproduced`` or ``no data`` (the dataset lacks the dimension the claim
+needs), and ``measured`` says the numbers behind it.
+
+The paper's numbers come from KVM guests on 24-core servers; the local testbed runs under QEMU TCG on a
+small machine, where the guest needs far more host CPU per packet. A claim that does not reproduce there is
+a finding about that testbed, not a failure of the toolkit.
+
+CPU-bound points are set aside: a point whose link rate is at or above the sender's CPU ceiling at its
+timeslice, share and RTT (``ceiling_mbit``, measured by ``bbrlab calibrate``, docs/calibration.md)
+measures the sender's CPU, not its congestion control, so no claim is judged on it
+(:func:`split_by_ceiling`). Each claim lists the points it set aside and why (``set_aside``); points
+without a ceiling (no calibration) are judged as they are, and :func:`testbed_note` says how many.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .data import select
+from .paper_claims import (
+    LOW_SHARES_PCT,
+    at_paper_rate,
+    claim_bandwidth_independent,
+    claim_bbr_capped,
+    claim_cubic_robust,
+    claim_inflight_deficit,
+    claim_patch_lowers_threshold,
+    claim_patched_gain,
+    claim_recovery_thresholds,
+    claim_testbeds_agree,
+    medians,
+    with_rate_prefix,
+)
+
+#: Columns that make one point for the ceiling filter (its ceiling depends on timeslice, share and RTT).
+CEILING_POINT = ["variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit"]
+
+
+
+@dataclass
+class CeilingSplit:
+    """Runs split by the sender's CPU ceiling.
+
+    Attributes
+    ----------
+    judged : pandas.DataFrame
+        The runs of points below their ceiling, or without one.
+    set_aside : pandas.DataFrame
+        One row per point set aside: :data:`CEILING_POINT`, ``ceiling_mbit``, ``throughput_mbit`` (medians),
+        ``n`` and ``reason``.
+    points, unchecked : int
+        Points in all, and points without a ceiling.
+    """
+
+    judged: pd.DataFrame
+    set_aside: pd.DataFrame
+    points: int
+    unchecked: int
+
+    def reasons(self, variants: tuple[str, ...], shares: tuple[float, float] | None = None,
+                contended_only: bool = False) -> list[str]:
+        """The set-aside points of ``variants`` (within ``shares``, or below 100 % share), as text."""
+        a = self.set_aside
+        if a.empty:
+            return []
+        a = a[a["variant"].isin(variants)]
+        if shares is not None:
+            a = a[a["cpu_share_pct"].between(*shares)]
+        if contended_only:
+            a = a[a["cpu_share_pct"] < 100]
+        return a["reason"].tolist()
+
+
+
+def split_by_ceiling(runs: pd.DataFrame) -> CeilingSplit:
+    """Keep the runs of points whose link rate is below their ceiling (or that have none); set the rest aside.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table with ``ceiling_mbit`` (see :mod:`bbrlab.analysis.tables`).
+
+    Returns
+    -------
+    CeilingSplit
+    """
+    if runs.empty or "ceiling_mbit" not in runs.columns:
+        n = 0 if runs.empty else len(runs.groupby(CEILING_POINT, dropna=False))
+        return CeilingSplit(runs, pd.DataFrame(columns=[*CEILING_POINT, "reason"]), n, n)
+    g = runs.groupby(CEILING_POINT, dropna=False)
+    per_point = g.agg(ceiling_mbit=("ceiling_mbit", "median"), throughput_mbit=("throughput_mbit", "median"),
+                      n=("run_id", "count")).reset_index()
+    aside = per_point[per_point["ceiling_mbit"].notna() & (per_point["rate_mbit"] >= per_point["ceiling_mbit"])]
+    aside = aside.assign(reason=[_aside_reason(r) for r in aside.itertuples()])
+    flagged = runs[CEILING_POINT].merge(aside[CEILING_POINT].assign(_aside=True), how="left", on=CEILING_POINT)
+    judged = runs[~flagged["_aside"].fillna(False).astype(bool).to_numpy()]
+    return CeilingSplit(judged, aside.reset_index(drop=True), len(per_point),
+                        int(per_point["ceiling_mbit"].isna().sum()))
+
+
+
+def _aside_reason(r) -> str:
+    share = "100 %" if r.cpu_share_pct >= 100 else f"{r.timeslice_ms:g} ms / {r.cpu_share_pct:g} %"
+    return (f"{r.variant} at {share}, RTT {r.rtt_ms:g} ms: link {r.rate_mbit:g} Mbit/s >= CPU ceiling "
+            f"{r.ceiling_mbit:.1f} Mbit/s (median throughput {r.throughput_mbit:.1f})")
+
+
+
+def testbed_note(runs: pd.DataFrame) -> str:
+    """Where the data ran, from the records themselves.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table.
+
+    Returns
+    -------
+    str
+        e.g. ``"54 runs; testbed local; accelerator tcg; sender kernel 6.1.0-56-amd64; CPU ceiling known for
+        ..."`` (see :func:`ceiling_note`).
+    """
+    if runs.empty:
+        return "no runs"
+    acc = ", ".join(sorted(str(a) for a in runs["accelerator"].dropna().unique())) or "unknown"
+    kern = ", ".join(sorted(str(k) for k in runs.get("kernel", pd.Series()).dropna().unique())) or "unknown"
+    kind = ", ".join(sorted(str(k) for k in runs.get("testbed_kind", pd.Series()).dropna().unique())) or "unknown"
+    return f"{len(runs)} runs; testbed {kind}; accelerator {acc}; sender kernel {kern}; {ceiling_note(runs)}"
+
+
+
+def ceiling_note(runs: pd.DataFrame) -> str:
+    """How many points have a CPU ceiling and how many of them are set aside (link rate at or above it)."""
+    split = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)
+    if split.points == 0:
+        return "no points"
+    if split.unchecked == split.points:
+        return "no CPU ceiling calibrated: every point judged (CPU-bound points may be among them)"
+    text = (f"CPU ceiling known for {split.points - split.unchecked} of {split.points} points, "
+            f"{len(split.set_aside)} set aside (link rate at or above it)")
+    return text + (f"; {split.unchecked} points without a ceiling judged as they are" if split.unchecked else "")
+
+
+
+def bbr_variants(runs: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
+    """The stock BBR variants in the data, and the (stock, patched) pairs of one version both present.
+
+    Without any, BBRv1 (and BBRv1 vs BBRv1 patched) so that the claims say ``no data``.
+    """
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    present = ok.dropna(subset=["bbr_version"]).drop_duplicates("variant") if "bbr_version" in ok else ok.iloc[0:0]
+    stock = sorted(present.loc[~present["patched"].astype(bool), "variant"])
+    pairs = [(v, p) for v in stock for p in sorted(present.loc[present["patched"].astype(bool), "variant"])
+             if p.startswith(v + " patched")]
+    return stock or ["BBRv1"], pairs or [("BBRv1", "BBRv1 patched")]
+
+
+
+def claims(tables) -> pd.DataFrame:
+    """Every claim as a row: key, subject, verdict, paper, measured (and evidence).
+
+    BBR's claims are checked on every stock BBR version in the data, the patch's on every version
+    with both stock and patched runs. Each claim is judged only on points whose link rate is below the
+    sender's CPU ceiling (:func:`split_by_ceiling`); ``set_aside`` lists the points of the claim's
+    variants left out. With several rates, the figure-4 claims are judged at 100 Mbit/s.
+
+    Parameters
+    ----------
+    tables : bbrlab.analysis.data.Tables
+        Throughput claims use its runs without ss sampling, socket claims its ``ss`` samples.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per claim and subject.
+    """
+    runs = tables.runs
+    plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)  # throughput: sampling costs the sender CPU
+    every = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)  # the ss claims
+    med = medians(plain.judged)
+    fig4, prefix = at_paper_rate(med)
+    stock, pairs = bbr_variants(runs)
+    rows = [(claim_cubic_robust(med), plain.reasons(("Cubic",), contended_only=True))]
+    rows += [(with_rate_prefix(claim_bbr_capped(fig4, v), prefix), plain.reasons((v, "Cubic"), shares=LOW_SHARES_PCT))
+             for v in stock]
+    rows += [(with_rate_prefix(claim_recovery_thresholds(fig4, v), prefix), plain.reasons((v,))) for v in stock]
+    rows += [(with_rate_prefix(claim_patch_lowers_threshold(fig4, o, p), prefix), plain.reasons((o, p))) for o, p in pairs]
+    rows += [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
+    rows += [(claim_inflight_deficit(tables.ss, every.judged, v), every.reasons((v,))) for v in stock]
+    rows += [(claim_patched_gain(tables.ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
+    agree = claim_testbeds_agree(plain.judged)
+    if agree is not None:
+        rows.append((agree, []))
+    for claim, aside in rows:
+        claim.set_aside = aside
+        if aside:
+            claim.measured += f" [judged below the sender's CPU ceiling; {len(aside)} point(s) set aside]"
+    return pd.DataFrame([c.to_dict() for c, _ in rows])
+
+
+
+def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
+    """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`claims`.
+    note : str
+        Where the data ran (:func:`testbed_note`).
+    out_dir : str or pathlib.Path
+
+    Returns
+    -------
+    pathlib.Path
+        The Markdown file.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "",
+             "| claim | on | verdict | paper | this data |", "|---|---|---|---|---|"]
+    for row in table.itertuples():
+        cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += _set_aside_lines(table)
+    path = out / "fidelity.md"
+    path.write_text("\n".join(lines) + "\n")
+    (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records")},
+                                                  indent=2, default=str))
+    return path
+
+
+
+def _set_aside_lines(table: pd.DataFrame) -> list[str]:
+    """The report's section on the points each claim left out (none: it says so)."""
+    lines = ["", "## Points set aside", "",
+             "A point whose link rate is at or above the sender's CPU ceiling (bbrlab calibrate: Cubic over an "
+             "unshaped link at the same timeslice, share and RTT) measures the sender's CPU, not its congestion "
+             "control; no claim is judged on it."]
+    aside = table["set_aside"] if "set_aside" in table.columns else pd.Series(dtype=object)
+    if not any(isinstance(a, list) and a for a in aside):
+        return [*lines, "", "None."]
+    subjects = table["subject"] if "subject" in table.columns else [""] * len(table)
+    for key, subject, points in zip(table["key"], subjects, aside, strict=True):
+        if isinstance(points, list) and points:
+            lines += ["", f"{key} ({subject}):" if subject else f"{key}:", *[f"- {p}" for p in points]]
+    return lines

@@ -1,0 +1,244 @@
+"""bbrlab run directories -> table rows.
+
+A campaign directory holds one directory per run (``runs/<run_id>/`` and kept failures
+``failed/<run_id>.a<N>/``; layout in docs/run-record.md). Each run's ``record.json`` and ``iperf.json``
+are read once and only the needed keys are picked; ``ss.log`` (runs sampled by the ss loop) is parsed by
+:mod:`bbrlab.sampling.sampler`, ``samples.log`` (the netlink or BPF sampler) by :mod:`bbrlab.sampling.sockdiag`, into the same
+rows; an rsync run's ``transfer.json`` gives its progress series as intervals. The ``runs`` row is built column by column from :data:`bbrlab.analysis.tables.RUN_SCHEMA`.
+
+Failed runs appear in ``runs`` with ``status = 'failed'`` and their ``reason``; only successful runs
+contribute to ``intervals`` and ``ss`` (a failed attempt may share its run id with the later success).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.ss import parse_ss_log
+
+from . import identity
+from .table_cache import Layout
+from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
+
+RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json")
+
+
+def _get(d: Mapping | None, *keys, default=None):
+    for k in keys:
+        if not isinstance(d, Mapping) or k not in d:
+            return default
+        d = d[k]
+    return d if d is not None else default
+
+
+def _mbit(bits_per_second) -> float:
+    return float(bits_per_second) / 1e6 if bits_per_second is not None else float("nan")
+
+
+def iperf_summary(report: Mapping) -> dict:
+    """Throughput (receiver sum), sender throughput, retransmits and sender CPU from iperf3 JSON.
+
+    The client is the sender unless the test ran reversed (``-R``); the CPU figure is then the
+    server's (remote) one.
+    """
+    end = report.get("end") or {}
+    reverse = bool(_get(report, "start", "test_start", "reverse", default=0))
+    received = end.get("sum_received") or {}
+    sent = end.get("sum_sent") or {}
+    cpu = end.get("cpu_utilization_percent") or {}
+    return {
+        "throughput_mbit": _mbit(received.get("bits_per_second")),
+        "sender_throughput_mbit": _mbit(sent.get("bits_per_second")),
+        "retransmits": sent.get("retransmits"),
+        "cpu_sender_pct": cpu.get("remote_total" if reverse else "host_total"),
+        "iperf_cca": end.get("sender_tcp_congestion"),
+    }
+
+
+def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
+    """One tuple per reporting interval, from the per-interval ``sum`` (all streams together)."""
+    rows = []
+    for interval in report.get("intervals") or ():
+        s = interval.get("sum") or {}
+        rows.append((run_id, s.get("start"), s.get("end"), _mbit(s.get("bits_per_second")), s.get("retransmits")))
+    return rows
+
+
+class RunView:
+    """One bbrlab record and its iperf3 summary, with the parts the column readers use."""
+
+    def __init__(self, record: Mapping, summary: Mapping, path: str):
+        self.record, self.summary, self.path = record, summary, path
+        self.scenario = record.get("scenario") or {}
+        self.link = self.scenario.get("link") or {}
+        self.cont = self.scenario.get("contention") or {}
+        self.flow = self.scenario.get("flow") or {}
+        self.meta = record.get("metadata") or {}
+        self.testbed = self.meta.get("testbed") or {}
+
+    @cached_property
+    def identity(self) -> identity.Identity:
+        """The run's congestion-control identity (CCA, BBR version, patched, kernel, variant), read once."""
+        return identity.from_record(self.record)
+
+    @property
+    def workload(self) -> str:
+        """``iperf3`` or ``rsync`` (records older than the transfer workload: ``iperf3``)."""
+        return self.flow.get("workload", "iperf3")
+
+    @property
+    def transfer(self) -> Mapping:
+        """``metadata.transfer`` of an rsync run (docs/transfer.md); empty for iperf3."""
+        return self.meta.get("transfer") or {}
+
+    @property
+    def goodput_mbit(self) -> float | None:
+        """Goodput in Mbit/s: iperf3's receiver throughput, or an rsync copy's bytes over its wall time; None
+        when unknown.
+        """
+        if self.workload == "iperf3":
+            return self.summary.get("throughput_mbit")
+        return self.transfer.get("goodput_mbit")
+
+    @property
+    def utilisation(self) -> float:
+        """Throughput over the link rate (0..1, a fraction); NaN without a rate or a throughput."""
+        rate = self.link.get("rate_mbit")
+        return self.summary.get("throughput_mbit", float("nan")) / rate if rate else float("nan")
+
+    def sender_sysctl(self, name: str):
+        """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
+        recorded.
+        """
+        return _get(self.meta, "sysctls", "sender", name)
+
+
+def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
+    """The ``runs`` row of one bbrlab record (scenario + metadata) and its iperf3 summary."""
+    view = RunView(record, summary, path)
+    return {col.name: col.of_record(view) for col in RUN_SCHEMA}
+
+
+def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
+    """An rsync copy's progress series (``[t_s, bytes]`` on the receiver) as interval rows: the bytes that
+    arrived between two samples, as Mbit/s."""
+    points = transfer_json.get("progress") or []
+    rows = []
+    for (t0, b0), (t1, b1) in zip(points, points[1:], strict=False):
+        if t1 > t0:
+            rows.append((run_id, t0, t1, (b1 - b0) * 8 / (t1 - t0) / 1e6, None))
+    return rows
+
+
+def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log") -> list[dict]:
+    """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.ss.parse_ss_log`,
+    ``samples.log`` (the netlink or BPF sampler) by :func:`bbrlab.sampling.sockdiag.rows`, into the same columns.
+
+    Only the data connections are kept; ``t_s`` counts from the first sample (the sampler starts with the
+    transfer). The parsers derive inflight_bytes (sent - retransmitted - acked), bdp_bytes (BBR's bw x min
+    RTT) and inflight_bdp.
+    """
+    parse = parse_ss_log if log == "ss.log" else sockdiag.rows
+    out = []
+    for s in parse(text, ports=sorted(data_ports) or None):
+        row = {k: s.get(k) for k in SS_COLUMNS}
+        row["run_id"] = run_id
+        out.append(row)
+    return out
+
+
+def read_run(campaign_dir: Path, rel: str) -> RunRows:
+    """Read one run directory (``rel`` relative to the campaign) into its table rows."""
+    run_dir = campaign_dir / rel
+    with open(run_dir / "record.json", "rb") as f:
+        record = json.load(f)
+    notes: list[str] = []
+    report: dict = {}
+    iperf_path = run_dir / "iperf.json"
+    if iperf_path.exists():
+        try:
+            with open(iperf_path, "rb") as f:
+                report = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            notes.append(f"{rel}/iperf.json unreadable: {e}")
+    row = run_row(record, iperf_summary(report), rel)
+    if row["status"] != "ok":
+        return RunRows(row, [], [], notes)
+    intervals = iperf_intervals(row["run_id"], report)
+    if row["workload"] == "rsync":
+        try:
+            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            notes.append(f"{rel}/transfer.json unreadable: {e}")
+    ss: list[dict] = []
+    for log in ("ss.log", "samples.log"):
+        ss_path = run_dir / log
+        if not ss_path.exists():
+            continue
+        ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
+        ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
+        try:
+            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log)
+        except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
+            notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
+    return RunRows(row, intervals, ss, notes)
+
+
+# -- the layout, as the table cache sees it ----------------------------------------------------------
+
+def is_campaign(path: Path) -> bool:
+    """A bbrlab campaign directory: it has ``runs/``, ``failed/`` or ``plan.json``."""
+    return (path / "runs").is_dir() or (path / "failed").is_dir() or (path / "plan.json").is_file()
+
+
+def discover(campaign_dir: Path) -> list[str]:
+    """Run directories (relative paths) under ``runs/`` and ``failed/``; ``.tmp/`` is never read."""
+    out = []
+    for sub in ("runs", "failed"):
+        base = campaign_dir / sub
+        if not base.is_dir():
+            continue
+        with os.scandir(base) as it:
+            out.extend(f"{sub}/{e.name}" for e in it if e.is_dir() and not e.name.startswith("."))
+    return sorted(out)
+
+
+def signature(campaign_dir: Path, rel: str) -> list:
+    """(name, size, mtime_ns) of each run file present: changes whenever a file does."""
+    sig = []
+    for name in RUN_FILES:
+        try:
+            st = os.stat(campaign_dir / rel / name)
+        except FileNotFoundError:
+            continue
+        sig.append([name, st.st_size, st.st_mtime_ns])
+    return sig
+
+
+def read_units(campaign_dir: str, rels: list[str]) -> list[tuple[str, list[RunRows]]]:
+    """Read run directories; an unreadable one becomes a note, not an exception."""
+    base = Path(campaign_dir)
+    out = []
+    for rel in rels:
+        try:
+            out.append((rel, [read_run(base, rel)]))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            out.append((rel, [RunRows({}, [], [], [f"{rel}: unreadable run ({e})"])]))
+    return out
+
+
+def unit_of_path(path: str) -> str:
+    """The run directory a ``runs`` row's ``path`` belongs to (the path itself for bbrlab runs)."""
+    return path
+
+
+def _layout():
+    return Layout("bbrlab", discover, signature, read_units, unit_of_path)
+
+
+LAYOUT = _layout()

@@ -1,0 +1,331 @@
+"""The three tidy tables (runs, intervals, ss), their columns, units and dtypes.
+
+Every reader (bbrlab's run directories, the paper authors' layout) produces rows as plain dicts or
+tuples; :func:`build_tables` turns them into DataFrames in one go and :func:`normalise` gives each
+column the dtype its :class:`Column` declares, so parquet round-trips and concatenation behave. A column
+a reader does not fill is missing (``<NA>``/NaN), never guessed.
+
+Adding a column to ``runs`` is one line in :data:`RUN_SCHEMA`: its name, dtype, unit, meaning and how it
+is read from a bbrlab run record (readers of other layouts fill the keys they know).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table.
+
+    Parameters
+    ----------
+    name : str
+        Column name; a unit suffix (``_ms``, ``_mbit``, ``_pct``) states the unit.
+    dtype : str
+        pandas dtype: ``"string"``, ``"float64"``, ``"Int64"`` (integer or missing), ``"bool"``.
+    doc : str
+        What the column holds, with its unit.
+    of_record : callable, optional
+        For ``runs`` columns: how to read the value from a bbrlab run (a :class:`bbrlab.analysis.records_reader.RunView`).
+    """
+
+    name: str
+    dtype: str
+    doc: str
+    of_record: Callable[[Any], Any] | None = None
+
+
+def _share(v) -> float | None:
+    return v.cont.get("cpu_share_pct")
+
+
+def _get(d, *keys):
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _tbf_limit(qdiscs) -> int | None:
+    """tbf's ``limit`` in a record's qdisc read-back (``metadata.qdiscs``: ``{port: [qdisc, ...]}``)."""
+    for port in (qdiscs or {}).values():
+        for q in port or []:
+            if isinstance(q, dict) and q.get("kind") == "tbf":
+                return (q.get("options") or {}).get("limit")
+    return None
+
+
+def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float | None]:
+    """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had.
+
+    From ``metadata.link.queue_bytes`` (every record since the floor of two frames), else tbf's limit in the
+    record's qdisc read-back (older records: an asked buffer below two packets was enlarged to 3000 bytes
+    then, and this shows it), else the scenario's request. The BDP is the asked ``buffer_bdp`` when the
+    kernel held exactly that (to the byte), else bytes / BDP, so the same point keeps one value."""
+    rate, rtt = link.get("rate_mbit"), link.get("rtt_ms")
+    bdp_bytes = int(round(rate * 1e6 / 8 * rtt / 1e3)) if rate and rtt is not None else None
+    asked_bdp, asked_bytes = link.get("buffer_bdp"), link.get("buffer_bytes")
+    if asked_bytes is None and asked_bdp is not None and bdp_bytes is not None:
+        asked_bytes = int(round(asked_bdp * bdp_bytes))
+    held = _get(meta, "link", "queue_bytes")
+    if held is None:
+        held = _tbf_limit(meta.get("qdiscs"))
+    if held is None:
+        return asked_bytes, asked_bdp
+    if held == asked_bytes and asked_bdp is not None:
+        return held, asked_bdp
+    return held, (held / bdp_bytes if bdp_bytes else None)
+
+
+#: The ``runs`` table: one row per run (one repetition of one point).
+def sampler_of(flow: Mapping) -> str | None:
+    """The socket sampler a run's flow asked for: ``bpf``, ``netlink`` or ``ss`` (a record's ``sample_ss_ms``,
+    the form before the samplers had a choice, is ss); None for an unsampled run."""
+    if flow.get("sample_ss_ms") is not None:
+        return "ss"
+    return flow.get("sampler") if flow.get("sample_ms") is not None else None
+
+
+RUN_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "run id (unique within a source)", lambda v: v.record.get("run_id")),
+    Column("campaign", "string", "campaign name (bbrlab) or dataset folder name (authors)",
+           lambda v: v.record.get("campaign")),
+    Column("source", "string", "layout the run was read from: bbrlab or authors", lambda v: "bbrlab"),
+    Column("status", "string", "ok, failed (the run's own failure) or excluded (dropped by a cross-check)",
+           lambda v: v.record.get("status")),
+    Column("reason", "string", "why the run failed or was excluded", lambda v: v.record.get("reason")),
+    Column("path", "string", "the run's directory or file, relative to the source folder", lambda v: v.path),
+    Column("cca", "string", "congestion control name as configured", lambda v: v.identity.cca),
+    Column("bbr_version", "Int64", "BBR version 1, 2 or 3; <NA> for a CCA that is not BBR",
+           lambda v: v.identity.bbr_version),
+    Column("patched", "bool", "the inflight-deficit patch was in use", lambda v: v.identity.patched),
+    Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
+           lambda v: v.identity.kernel),
+    Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
+           "worker owned)", lambda v: (v.meta.get("worker") or {}).get("testbed") or v.testbed.get("name")),
+    Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
+           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.get("kernel") or {}).get("origin")),
+    Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
+           lambda v: (v.meta.get("kernel") or {}).get("name")),
+    Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
+           lambda v: v.identity.variant),
+    Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), hypervisor_load or none",
+           lambda v: "deadline" if (_share(v) or 100) < 100 else "none"),
+    Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice [ms]",
+           lambda v: v.cont.get("timeslice_ms")),
+    Column("cpu_share_pct", "float64", "CPU share = runtime / period [%]; 100 without a policy", _share),
+    Column("load_pct", "float64", "hypervisor load in hypervisor_load mode (authors' loadperc) [%]",
+           lambda v: None),
+    Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.get("rtt_ms")),
+    Column("rate_mbit", "float64", "bottleneck rate [Mbit/s]", lambda v: v.link.get("rate_mbit")),
+    Column("buffer_bdp", "float64", "bottleneck buffer the kernel held (tbf's limit / BDP; the value asked for "
+           "when the kernel held it to the byte; records without a read-back: as asked) [BDP]",
+           lambda v: effective_buffer(v.link, v.meta)[1]),
+    Column("buffer_bytes", "float64", "bottleneck buffer the kernel held, tbf's limit (records without a "
+           "read-back: as asked) [bytes]", lambda v: effective_buffer(v.link, v.meta)[0]),
+    Column("loss_model", "string", "none, uniform or gemodel", lambda v: v.link.get("loss_model", "none")),
+    Column("loss_pct", "float64", "loss probability [%]", lambda v: v.link.get("loss_pct", 0.0)),
+    Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),
+    Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
+    Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
+    Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams [Mbit/s]",
+           lambda v: v.summary.get("throughput_mbit")),
+    Column("sender_throughput_mbit", "float64", "iperf3 sender sum [Mbit/s]",
+           lambda v: v.summary.get("sender_throughput_mbit")),
+    Column("retransmits", "float64", "TCP retransmissions (iperf3 sender sum)", lambda v: v.summary.get("retransmits")),
+    Column("cpu_sender_pct", "float64", "iperf3's sender CPU use [%]", lambda v: v.summary.get("cpu_sender_pct")),
+    Column("link_utilisation", "float64", "throughput / rate (0..1)", lambda v: v.utilisation),
+    Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "
+           "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
+           lambda v: (v.meta.get("ceiling") or {}).get("value_mbit")),
+    Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
+           lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
+    Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
+           lambda v: v.testbed.get("accelerator")),
+    Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.get("kind")),
+    Column("sender_qdisc", "string", "the sender's qdisc (bbrlab: its net.core.default_qdisc; authors: qdisc)",
+           lambda v: v.sender_sysctl("net.core.default_qdisc")),
+    Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
+           lambda v: sampler_of(v.flow) is not None),
+    Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
+           lambda v: sampler_of(v.flow)),
+    Column("started_at", "string", "start time, UTC ISO 8601", lambda v: v.record.get("started_at")),
+    # the workload (docs/transfer.md); the authors' runs are iperf3's
+    Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
+           lambda v: v.workload),
+    Column("goodput_mbit", "float64", "iperf3: throughput_mbit; rsync: file bytes that arrived x 8 / the copy's "
+           "wall time [Mbit/s]", lambda v: v.goodput_mbit),
+    Column("file_mb", "float64", "rsync: the file's size [10^6 bytes]", lambda v: v.flow.get("file_mb")),
+    Column("bytes_delivered", "float64", "rsync: bytes of the file at the receiver at the end [bytes]",
+           lambda v: v.transfer.get("bytes_delivered")),
+    Column("completion_s", "float64", "rsync: wall time of a completed copy, SSH handshake included [s]",
+           lambda v: v.transfer.get("completion_s")),
+    Column("elapsed_s", "float64", "rsync: wall time of the copy, to completion or to its timeout [s]",
+           lambda v: v.transfer.get("elapsed_s")),
+    Column("timed_out", "boolean", "rsync: transfer_timeout_s ended the copy (<NA> for iperf3)",
+           lambda v: v.transfer.get("timed_out")),
+    Column("ssh_cipher", "string", "rsync: the SSH cipher, client to server", lambda v: _get(v.transfer, "ssh", "cipher")),
+)
+INTERVAL_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("t_start_s", "float64", "interval start since the transfer began (rsync: since the receiver's first "
+           "progress sample) [s]"),
+    Column("t_end_s", "float64", "interval end [s]"),
+    Column("throughput_mbit", "float64", "receiver throughput over the streams in the interval (rsync: the "
+           "file's bytes that arrived in it) [Mbit/s]"),
+    Column("retransmits", "float64", "retransmissions in the interval"),
+)
+SS_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("t_s", "float64", "time since the run's first sample [s]"),
+    Column("port", "float64", "the connection's local port (missing when the log does not print it)"),
+    Column("cca", "string", "congestion control as ss printed it"),
+    Column("bw_mbit", "float64", "BBR's bandwidth estimate [Mbit/s]"),
+    Column("mrtt_ms", "float64", "BBR's min RTT [ms]"),
+    Column("pacing_gain", "float64", "BBR's pacing gain"),
+    Column("cwnd_gain", "float64", "BBR's cwnd gain"),
+    Column("pacing_rate_mbit", "float64", "pacing rate [Mbit/s]"),
+    Column("delivery_rate_mbit", "float64", "delivery rate [Mbit/s]"),
+    Column("cwnd", "float64", "congestion window [packets]"),
+    Column("rtt_ms", "float64", "smoothed RTT [ms]"),
+    Column("bytes_sent", "float64", "bytes sent, retransmissions included [bytes]"),
+    Column("bytes_acked", "float64", "bytes cumulatively acknowledged [bytes]"),
+    Column("bytes_retrans", "float64", "bytes retransmitted [bytes]"),
+    Column("unacked", "float64", "packets not yet acknowledged"),
+    Column("mss", "float64", "maximum segment size [bytes]"),
+    Column("app_limited", "boolean", "the flow was application-limited"),
+    Column("inflight_bytes", "float64", "bytes_sent - bytes_retrans - bytes_acked [bytes]"),
+    Column("bdp_bytes", "float64", "BBR's BDP = bw x mrtt [bytes]"),
+    Column("inflight_bdp", "float64", "inflight_bytes / bdp_bytes [BBR BDP]"),
+)
+
+RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
+INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
+SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
+#: Columns that identify one experimental point (everything but the repetition).
+POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
+                 "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "loss_pct", "streams",
+                 "hypervisor", "sender_qdisc")
+
+
+@dataclass
+class Tables:
+    """The three tidy tables of one or more data sources, and notes on what was left out and why.
+
+    Attributes
+    ----------
+    runs : pandas.DataFrame
+        One row per run; columns :data:`RUN_COLUMNS` (see ``docs/data-and-figures.md``).
+    intervals : pandas.DataFrame
+        One row per iperf3 reporting interval (or rsync progress interval) of a successful run; columns
+        :data:`INTERVAL_COLUMNS`.
+    ss : pandas.DataFrame
+        One row per socket-state sample and connection; columns :data:`SS_COLUMNS`.
+    notes : list of str
+        What the step that made these tables left out or could not read, for a person.
+    sources : list of dict
+        Per data source read: ``kind``, ``path``, ``read`` (units read now), ``reused`` (from the cache).
+    """
+
+    runs: pd.DataFrame
+    intervals: pd.DataFrame
+    ss: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    sources: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls) -> Tables:
+        """Tables with every column and no rows."""
+        return normalise(cls(pd.DataFrame(columns=list(RUN_COLUMNS)), pd.DataFrame(columns=list(INTERVAL_COLUMNS)),
+                             pd.DataFrame(columns=list(SS_COLUMNS))))
+
+    def counts(self) -> dict[str, int]:
+        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``."""
+        return {"runs": len(self.runs), "ok": int((self.runs["status"] == "ok").sum()) if len(self.runs) else 0,
+                "intervals": len(self.intervals), "ss": len(self.ss)}
+
+    def with_runs(self, runs: pd.DataFrame, notes: list[str]) -> Tables:
+        """These tables restricted to ``runs`` (intervals and ss follow by run id), with ``notes``."""
+        ids = set(runs["run_id"])
+        return Tables(runs, self.intervals[self.intervals["run_id"].isin(ids)], self.ss[self.ss["run_id"].isin(ids)],
+                      notes, self.sources)
+
+
+@dataclass
+class RunRows:
+    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, and notes."""
+
+    run: dict
+    intervals: list[tuple]
+    ss: list[dict]
+    notes: list[str] = field(default_factory=list)
+
+
+def build_tables(rows: Iterable[RunRows]) -> Tables:
+    """Turn per-run rows into the three DataFrames in one go (no row-by-row appends)."""
+    runs, intervals, ss, notes = [], [], [], []
+    for r in rows:
+        notes.extend(r.notes)
+        if not r.run:
+            continue
+        runs.append(r.run)
+        intervals.extend(r.intervals)
+        ss.extend(r.ss)
+    t = Tables(pd.DataFrame.from_records(runs, columns=list(RUN_COLUMNS)),
+               pd.DataFrame.from_records(intervals, columns=list(INTERVAL_COLUMNS)),
+               pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes)
+    return normalise(t)
+
+
+def _as(series: pd.Series, dtype: str) -> pd.Series:
+    if dtype == "float64":
+        return pd.to_numeric(series, errors="coerce").astype("float64")
+    if dtype == "Int64":
+        return pd.to_numeric(series, errors="coerce").astype("Int64")
+    if dtype == "bool":
+        return series.astype("boolean").fillna(False).astype(bool)
+    if dtype == "boolean":
+        return series.astype("boolean")
+    return series.astype(dtype)
+
+
+def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFrame:
+    df = df.copy()
+    for col in schema:
+        if col.name not in df.columns:
+            df[col.name] = pd.Series(pd.NA, index=df.index, dtype="object")
+        df[col.name] = _as(df[col.name], col.dtype)
+    return df[[c.name for c in schema]]
+
+
+def normalise(t: Tables) -> Tables:
+    """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
+    return Tables(_normalise_frame(t.runs, RUN_SCHEMA), _normalise_frame(t.intervals, INTERVAL_SCHEMA),
+                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources)
+
+
+def concat(parts: list[Tables]) -> Tables:
+    """Concatenate tables of several sources (skipping empty frames to keep dtypes)."""
+    if not parts:
+        return Tables.empty()
+
+    def cat(name: str) -> pd.DataFrame:
+        frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
+        return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
+
+    return normalise(Tables(cat("runs"), cat("intervals"), cat("ss"), [n for p in parts for n in p.notes],
+                            [s for p in parts for s in p.sources]))
+
+
+def schema_markdown() -> str:
+    """The three tables' columns as a Markdown list (used to check the docs stay in step)."""
+    lines = []
+    for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA)):
+        lines.append(f"### `{title}`\n")
+        lines += [f"- `{c.name}` ({c.dtype}): {c.doc}" for c in schema]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""The campaign directory (``--out``): what may be used as one, and repairing one on resume.
+
+``--out`` is accepted when it is missing, empty (or holds only what ``bbrlab calibrate --out`` made
+there for it), or holds an earlier run of the same spec (its ``plan.json`` lists the same runs).
+Anything else is refused with the reason, before anything is written: a campaign never writes ``spec.yaml``, ``plan.json``, ``runs/`` or ``.tmp/`` over files it
+did not make (``--out .`` in a folder holding the user's own ``spec.yaml`` used to overwrite it).
+
+On resume, :func:`repair` looks at what earlier processes left:
+
+* a run directory without a readable ``record.json`` of that run (a half-copied ``runs/<id>/``, or
+  ``failed/<id>.a<N>/``) is moved to ``set-aside/`` and named in a note: nothing is deleted, and the
+  run is measured again;
+* failed attempts numbered with a gap (``failed/<id>.a2`` without ``a1``) cannot be continued
+  without renumbering recorded data, so the campaign stops before its first run and says which file to
+  rename or move.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bbrlab.core.errors import BbrlabError
+from bbrlab.run import record as rec
+
+SPEC_FILE = "spec.yaml"
+PLAN_FILE = "plan.json"
+LOCK_FILE = ".lock"
+SET_ASIDE = "set-aside"
+#: What ``bbrlab calibrate --out DIR`` leaves for the campaign that follows it (bbrlab.run.ceiling, bbrlab.campaign.calibrate).
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_DIR = "calibration"
+#: What a campaign leaves in its directory before ``plan.json`` exists (a crash between the two writes).
+_OWN_TEMPORARY = re.compile(r"\.spec\.yaml(\.\d+)?\.tmp|\.plan\.json\.\d+\.tmp")
+
+
+class OutDirError(BbrlabError):
+    """The directory cannot be used (or resumed) as this campaign's directory; the message says why."""
+
+
+def read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise OutDirError(f"{path} cannot be read as JSON ({e}): this campaign directory is damaged; move the "
+                          "file away to start the campaign afresh in it, or use another --out") from None
+
+
+def _read_yaml(path: Path) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise OutDirError(f"{path} cannot be read ({e}): this campaign directory is damaged") from None
+
+
+def _identity(spec_dict: object) -> object:
+    """What makes two specs the same campaign: everything but the testbed it runs on."""
+    return {k: v for k, v in spec_dict.items() if k != "testbed"} if isinstance(spec_dict, dict) else spec_dict
+
+
+def _is_calibration(out: Path, entry: str) -> bool:
+    """``bbrlab calibrate --out DIR`` before the campaign: ``calibration.json`` (schema
+    ``bbrlab.calibration/...``) and ``calibration/``, whose folders are campaign directories of their own."""
+    path = out / entry
+    if path.is_symlink():
+        return False
+    if entry == CALIBRATION_FILE and path.is_file():
+        data = read_json(path) if path.stat().st_size < 10_000_000 else None
+        return isinstance(data, dict) and str(data.get("schema", "")).startswith("bbrlab.calibration/")
+    if entry == CALIBRATION_DIR and path.is_dir():
+        return all(d.is_dir() and not d.is_symlink() and (d / PLAN_FILE).is_file() for d in path.iterdir())
+    return False
+
+
+def _is_own_before_plan(out: Path, entry: str, spec_text: str) -> bool:
+    path = out / entry
+    if entry == LOCK_FILE or _OWN_TEMPORARY.fullmatch(entry):
+        return path.is_file() and not path.is_symlink()
+    if entry in (CALIBRATION_FILE, CALIBRATION_DIR):
+        return _is_calibration(out, entry)
+    if entry == SPEC_FILE and path.is_file() and not path.is_symlink():
+        try:
+            return path.read_text() == spec_text
+        except (OSError, UnicodeDecodeError):
+            return False
+    return False
+
+
+def check_out_dir(out_dir: str | Path, spec_dict: dict, spec_text: str, plan: dict) -> bool:
+    """Whether ``out_dir`` may hold this campaign: True to resume it, False to start it there.
+
+    Reads only. Raises :class:`OutDirError` naming the reason otherwise.
+    """
+    out = Path(out_dir)
+    if not out.exists():
+        if out.is_symlink():
+            raise OutDirError(f"--out {out} is a dangling symbolic link: use a directory")
+        return False
+    if not out.is_dir():
+        raise OutDirError(f"--out {out} exists and is not a directory")
+    plan_path = out / PLAN_FILE
+    if plan_path.exists():
+        existing = read_json(plan_path)
+        if not isinstance(existing, dict) or existing.get("runs") != plan["runs"]:
+            raise OutDirError(f"{out} holds a different campaign (its plan.json lists other runs than this spec "
+                              "gives); use another --out directory")
+        spec_path = out / SPEC_FILE
+        if spec_path.exists() and _identity(_read_yaml(spec_path)) != _identity(spec_dict):
+            raise OutDirError(f"{out} holds a different campaign (spec.yaml differs from this spec); "
+                              "use another --out directory")
+        return True
+    foreign = [e for e in sorted(os.listdir(out)) if not _is_own_before_plan(out, e, spec_text)]
+    if foreign:
+        shown = ", ".join(foreign[:6]) + (f" and {len(foreign) - 6} more" if len(foreign) > 6 else "")
+        raise OutDirError(f"--out {out} is not empty and holds no campaign (no {PLAN_FILE}; found {shown}): a "
+                          "campaign writes spec.yaml, plan.json, runs/ and .tmp/ there and would overwrite what is "
+                          "yours. Use a new or empty directory, or the --out of an earlier run of this spec")
+    return False
+
+
+def _record_of(run_dir: Path) -> dict | None:
+    """The record.json of a run directory, or None when it is missing or unreadable."""
+    try:
+        data = json.loads((run_dir / rec.RECORD_FILE).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _set_aside(out: Path, path: Path, why: str, say: Callable[[str], None]) -> None:
+    target = out / SET_ASIDE / path.parent.name / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(path, target)
+    say(f"{path.relative_to(out)} {why}: moved to {target.relative_to(out)}; the run will be measured again")
+
+
+def _warn(text: str) -> None:
+    print(f"bbrlab: {text}", file=sys.stderr, flush=True)
+
+
+def repair(out_dir: str | Path, run_ids: list[str], say: Callable[[str], None] = _warn) -> None:
+    """Make an existing campaign directory safe to resume (see the module docstring).
+
+    Raises :class:`OutDirError` for what cannot be repaired without changing recorded data.
+    """
+    out = Path(out_dir)
+    planned = set(run_ids)
+    runs = out / rec.RUNS
+    for d in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if d.name not in planned or not d.is_dir():
+            continue
+        r = _record_of(d)
+        if r is None or r.get("run_id") != d.name or r.get("status") != "ok":
+            _set_aside(out, d, "has no complete record.json of this run (a half-copied run?)", say)
+    failed = out / rec.FAILED
+    for d in sorted(failed.iterdir()) if failed.is_dir() else []:
+        run_id, _, n = d.name.rpartition(".a")
+        if run_id not in planned or not n.isdigit() or not d.is_dir():
+            continue
+        r = _record_of(d)
+        if r is None or r.get("run_id") != run_id or r.get("attempt") != int(n):
+            _set_aside(out, d, "has no complete record.json of that attempt", say)
+    for run_id in run_ids:
+        numbers = rec.failed_attempts(out, run_id)
+        if numbers != list(range(1, len(numbers) + 1)) and not rec.is_complete(out, run_id):
+            gap = next(i for i in range(1, len(numbers) + 2) if i not in numbers)
+            first = next(n for n in numbers if n > gap)
+            raise OutDirError(
+                f"{out / rec.FAILED / f'{run_id}.a{first}'}: the failed attempts of {run_id} are numbered "
+                f"{numbers}, without a{gap} (was it removed?), so the number of its next attempt is taken. Move "
+                f"the attempts numbered above {gap - 1} out of the campaign directory (e.g. into {SET_ASIDE}/), "
+                "then run the campaign again")

@@ -1,0 +1,414 @@
+"""Campaigns over several testbeds at once, on Dask distributed: the driver's side.
+
+One Dask worker owns one testbed for the whole campaign (:mod:`bbrlab.campaign.worker`: the plugin that
+takes its lock, keeps one :class:`~bbrlab.run.runner.Runner` so the link stays set between runs, and restores
+the testbed when the worker closes). Each worker offers one unit of the resource :data:`RESOURCE`, and
+every run is submitted asking for one unit, so a testbed runs one run at a time.
+
+The driver (the ``bbrlab campaign run`` process) stays the single source of truth: it alone writes the
+campaign directory. A worker runs a scenario into a temporary directory of its own and returns the
+files and the record's metadata; the driver commits them atomically (:mod:`bbrlab.run.record`), retries
+failed attempts, and stops after too many consecutive failures, exactly as :func:`bbrlab.campaign.loop.run_campaign`
+does for one testbed. A worker lost mid-run (killed, machine gone) loses nothing: Dask runs that task
+again on another worker, and only a returned result is committed. A driver killed at any moment resumes
+with ``campaign run`` as always (completed runs are in ``runs/``; nothing else counts). A driver that
+stops (Ctrl-C, SIGTERM, SIGHUP, or the campaign's end) first has every worker finish its campaign:
+the run in flight is interrupted and restores the testbed, the link comes off
+(:meth:`~bbrlab.campaign.worker.TestbedPlugin.finish`).
+
+Runs are submitted in plan order with decreasing priority, so each worker takes the next planned run
+when it is free and the blocked-random order is kept as far as several testbeds allow.
+
+Trust. A local cluster (:func:`local_cluster`) listens on 127.0.0.1 only and speaks mutual TLS with a
+certificate made for this campaign (:mod:`bbrlab.campaign.tls`), so no other machine and no other local user
+can send its root workers code. What a worker sends back is still checked (:func:`check_outcome`): the
+driver accepts an outcome only for the attempt it submitted, with plain file names and bounded sizes;
+anything else, and any error of a task (a worker killed too often, a worker without bbrlab's testbed
+plugin, an exception), becomes a failed attempt with the reason, never a crash of the campaign.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from distributed import Nanny, SpecCluster
+
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, Scenario
+from bbrlab.core.signals import interruptible
+from bbrlab.run import record as rec
+from bbrlab.testbed import isolation
+
+from . import tls as tlsconf
+from .loop import CampaignSpec, FailureStreak, directory_lock, mixed_marker, prepare, status
+from .worker import (
+    PLUGIN_NAME,
+    RESOURCE,
+    STOPPED,
+    CampaignContext,
+    NotATestbedWorker,
+    Outcome,
+    TestbedPlugin,
+    finish_on_worker,
+    run_on_worker,
+)
+
+__all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker", "commit_outcome",
+           "run_campaign_distributed", "finish_workers", "local_cluster", "TestbedNanny", "testbed_workers",
+           "wait_for_workers", "quiet_logs", "check_outcome", "RefusedOutcome", "TestbedCluster", "transport_of"]
+
+#: Seconds a closing worker gets to restore its testbed before its Nanny kills it (Dask's default is 5 s,
+#: too short to stop a run and clear a testbed over SSH).
+CLOSE_TIMEOUT_S = 180.0
+#: The only address a local cluster's processes listen on (scheduler, nannies, workers, dashboard).
+LOOPBACK = "127.0.0.1"
+
+#: Bounds on what a worker may send back for one attempt. The largest file a valid run can make is the
+#: socket-sample log, at most :data:`~bbrlab.core.scenario.MAX_SAMPLE_RECORDS` records of under 1 KiB each (about
+#: 700 B measured, docs/sampling.md); the bounds admit that log and keep a rogue or broken worker from filling
+#: the driver's disk or memory.
+SAMPLE_RECORD_MAX_BYTES = 1024
+MAX_FILE_BYTES = MAX_SAMPLE_RECORDS * SAMPLE_RECORD_MAX_BYTES
+MAX_OUTCOME_BYTES = MAX_FILE_BYTES + 64 * 2**20  # all files and the metadata together
+MAX_FILES = 64
+MAX_NAME_CHARS = 128
+#: A file name in an outcome: a plain name (no directory, no '..', no leading dot, no NUL, no space).
+FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
+
+
+class TestbedNanny(Nanny):
+    """A Nanny that gives its worker :data:`CLOSE_TIMEOUT_S` to close: the plugin's teardown restores the
+    testbed, and a worker killed half-way through would leave it as it was."""
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT_S, reason: str = "nanny-close"):
+        return await super().close(timeout=timeout, reason=reason)
+
+
+class RefusedOutcome(BbrlabError):
+    """What a worker sent back is not an outcome of the attempt the driver submitted, or breaks a bound."""
+
+
+def check_outcome(outcome, run_id: str, attempt: int, token: str) -> None:
+    """Accept ``outcome`` only as the result of the attempt the driver submitted: attempt ``attempt`` of
+    ``run_id`` in the campaign of ``token``, with plain file names (:data:`FILE_NAME_RE`, at most
+    :data:`MAX_NAME_CHARS`) and bounded sizes (:data:`MAX_FILES`, :data:`MAX_FILE_BYTES` each,
+    :data:`MAX_OUTCOME_BYTES` in all). Raises :class:`RefusedOutcome` saying what is wrong."""
+    if not isinstance(outcome, Outcome):
+        raise RefusedOutcome(f"the task returned a {type(outcome).__name__}, not a bbrlab Outcome")
+    if (outcome.run_id, outcome.attempt, outcome.token) != (run_id, attempt, token):
+        raise RefusedOutcome(f"it names run {_short(outcome.run_id)!r} attempt {_short(outcome.attempt)} of campaign "
+                             f"token {_short(outcome.token)!r}; this task was attempt {attempt} of {run_id!r}")
+    if outcome.status not in ("ok", "failed", STOPPED):
+        raise RefusedOutcome(f"status {_short(outcome.status)!r} is not ok, failed or {STOPPED}")
+    for field in ("reason", "started_at", "ended_at", "testbed", "worker_host"):
+        value = getattr(outcome, field)
+        if not (value is None and field == "reason") and not (isinstance(value, str) and len(value) <= 4096):
+            raise RefusedOutcome(f"its {field} is not a text of at most 4096 characters")
+    if outcome.cpus is not None and not (isinstance(outcome.cpus, list)
+                                         and all(isinstance(c, int) for c in outcome.cpus)):
+        raise RefusedOutcome("its cpus are not a list of CPU numbers")
+    if not isinstance(outcome.metadata, dict):
+        raise RefusedOutcome("its metadata is not a mapping")
+    try:
+        total = len(json.dumps(outcome.metadata))
+    except (TypeError, ValueError) as e:
+        raise RefusedOutcome(f"its metadata is not JSON: {e}") from None
+    if not isinstance(outcome.files, dict) or len(outcome.files) > MAX_FILES:
+        raise RefusedOutcome(f"its files are not a mapping of at most {MAX_FILES} files")
+    for name, data in outcome.files.items():
+        if not (isinstance(name, str) and len(name) <= MAX_NAME_CHARS and FILE_NAME_RE.fullmatch(name)
+                and name != rec.RECORD_FILE):
+            raise RefusedOutcome(f"file name {_short(name)!r} is not a plain name (letters, digits, '._+-', not "
+                                 f"starting with '.', at most {MAX_NAME_CHARS} characters, not {rec.RECORD_FILE})")
+        if not isinstance(data, bytes) or len(data) > MAX_FILE_BYTES:
+            raise RefusedOutcome(f"file {name!r} is not bytes of at most {MAX_FILE_BYTES // 2**20} MiB")
+        total += len(data)
+    if total > MAX_OUTCOME_BYTES:
+        raise RefusedOutcome(f"its files and metadata are {total} bytes, more than {MAX_OUTCOME_BYTES // 2**20} MiB")
+
+
+def _short(value, limit: int = 80) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def failed_outcome(run_id: str, attempt: int, token: str, reason: str) -> Outcome:
+    """A failed attempt the driver records itself: the task raised, or what came back was refused."""
+    now = rec.now_iso()
+    return Outcome(run_id, attempt, "failed", reason, {}, {}, now, now, None, None, None, token)
+
+
+def receive(client, future, run_id: str, attempt: int, token: str) -> Outcome:
+    """The outcome of ``future`` (attempt ``attempt`` of ``run_id``), checked (:func:`check_outcome`); a task
+    that raised or returned something refused gives a failed outcome with the reason. A worker without the
+    testbed plugin that took the task loses the testbed resource on the scheduler, so it gets no more runs."""
+    try:
+        outcome = future.result()
+    except Exception as e:  # noqa: BLE001 - KilledWorker, a foreign worker, any task error: a failed attempt
+        if isinstance(e, NotATestbedWorker):
+            withdraw_resource(client, e.address)
+        reason = f"the task failed: {type(e).__name__}: {_short(e, 1000)}"
+        return failed_outcome(run_id, attempt, token, reason)
+    try:
+        check_outcome(outcome, run_id, attempt, token)
+    except RefusedOutcome as e:
+        return failed_outcome(run_id, attempt, token, f"the outcome was refused: {e}")
+    return outcome
+
+
+def withdraw_resource(client, address: str) -> None:
+    """Tell the scheduler that the worker at ``address`` has no testbed (the resource set to 0): it takes
+    no more runs. Said on stderr; a scheduler that refuses is reported, not fatal."""
+    try:
+        client.run_on_scheduler(_withdraw_on_scheduler, address)
+        _warn(f"the worker at {address} has the {RESOURCE} resource but no bbrlab testbed plugin (a plain dask "
+              "worker?); it gets no more runs of this campaign")
+    except Exception as e:  # noqa: BLE001 - the failed attempt is recorded anyway
+        _warn(f"the worker at {address} has no bbrlab testbed plugin and could not be withdrawn: {e}")
+
+
+def _withdraw_on_scheduler(address: str, dask_scheduler=None) -> bool:
+    if address not in dask_scheduler.workers:
+        return False
+    dask_scheduler.add_resources(worker=address, resources={RESOURCE: 0})
+    return True
+
+
+def _warn(message: str) -> None:
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print(f"bbrlab: warning: {message}", file=sys.stderr)
+
+
+def transport_of(client) -> str:
+    """How the driver talks to the cluster, as the records say it (``metadata.worker.transport``)."""
+    address = str(getattr(client.scheduler, "address", "") or "")
+    if address.startswith("tls://"):
+        return tlsconf.TRANSPORT_TLS
+    if address.startswith("tcp://"):
+        return tlsconf.TRANSPORT_INSECURE
+    return address.split("://", 1)[0] or "unknown"
+
+
+def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome,
+                   *, transport: str | None = None, mixed: dict | None = None) -> dict:
+    """Write a worker's outcome into the campaign directory, atomically (the driver's side). The outcome
+    must have passed :func:`check_outcome` (its run id is the planned run's, its file names plain); with ``mixed``
+    (:func:`bbrlab.campaign.loop.check_same_testbed`) the record says the campaign was let mix testbeds."""
+    staging = rec.staging_dir(out, outcome.run_id)
+    for name, data in outcome.files.items():
+        rec.write_file(staging / name, data)
+    metadata = dict(outcome.metadata)
+    metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
+    if transport is not None:
+        metadata["worker"]["transport"] = transport
+    if mixed is not None:
+        metadata["mixed"] = mixed_marker(mixed)
+    record = rec.build_record(run_id=outcome.run_id, campaign=spec.name, status=outcome.status,
+                              reason=outcome.reason, attempt=outcome.attempt, started_at=outcome.started_at,
+                              ended_at=outcome.ended_at, scenario=scenario.to_dict(), metadata=metadata)
+    rec.commit(staging, out, record)
+    return record
+
+
+def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
+                             retry_failed: bool = False, max_consecutive_failures: int = 5,
+                             on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
+                             keep_link: bool = False, mixed: dict | None = None) -> dict:
+    """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``.
+
+    The same guarantees and return value as :func:`bbrlab.campaign.loop.run_campaign`; runs go to whichever
+    testbed worker is free. ``calibrations`` maps each testbed's name to ``(Calibration, source)``
+    (:func:`bbrlab.campaign.preflight.calibrations_for`); empty or None: the records carry no CPU ceiling. At the
+    end, also when interrupted, every worker finishes the campaign (:func:`finish_workers`): a run in
+    flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
+    result is checked before it is written (:func:`receive`); a task's error is a failed attempt. Each
+    record's ``metadata.worker.transport`` says whether the cluster spoke TLS (:func:`transport_of`).
+    Raises :class:`BbrlabError` when the cluster has no testbed worker.
+    """
+    from distributed import as_completed
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not testbed_workers(client):
+        raise BbrlabError(f"the Dask cluster has no worker with the '{RESOURCE}' resource: start one per testbed "
+                          "(bbrlab worker --testbed NAME|FILE --scheduler ADDRESS)")
+    transport = transport_of(client)
+    with directory_lock(out), interruptible():
+        plan = prepare(spec, out)
+        rec.clear_tmp(out)
+        by_id = {r["run_id"]: Scenario.from_dict(r["scenario"]) for r in plan["runs"]}
+        todo = [run_id for run_id in by_id if not rec.is_complete(out, run_id)]
+        attempts = {r: len(rec.failed_attempts(out, r)) for r in todo}
+        last = {r: attempts[r] + spec.max_attempts if retry_failed else spec.max_attempts for r in todo}
+        todo = [r for r in todo if attempts[r] < last[r]]
+        order = {run_id: i for i, run_id in enumerate(by_id)}
+        context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
+                                  planned=len(by_id), calibrations=dict(calibrations or {}))
+        bar = _progress_bar(len(by_id), len(by_id) - len(todo), spec.name, progress)
+        submitted: dict = {}  # future key -> (run_id, attempt): the only results the driver accepts
+
+        def submit(run_id: str):
+            attempts[run_id] += 1
+            future = client.submit(run_on_worker, by_id[run_id].to_dict(), run_id, attempts[run_id], context,
+                                   order[run_id] + 1, resources={RESOURCE: 1}, priority=-order[run_id], pure=False,
+                                   key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}-{context.token[:8]}")
+            submitted[future.key] = (run_id, attempts[run_id])
+            return future
+
+        pending = as_completed()
+        streak = FailureStreak(max_consecutive_failures)
+        try:
+            for run_id in todo:
+                pending.add(submit(run_id))
+            for future in pending:
+                run_id, attempt = submitted.pop(future.key)
+                outcome = receive(client, future, run_id, attempt, context.token)
+                if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
+                    continue
+                record = commit_outcome(out, spec, by_id[run_id], outcome, transport=transport, mixed=mixed)
+                if record["status"] != "ok" and attempts[run_id] < last[run_id]:
+                    pending.add(submit(run_id))
+                    continue
+                bar.set_postfix_str(f"{run_id} {record['status']} on {outcome.testbed}")
+                bar.update(1)
+                if on_run:
+                    on_run(record)
+                streak.add(record)
+        finally:
+            try:
+                client.cancel(list(pending.futures))
+                finish_workers(client, context.token, keep_link=keep_link)
+            finally:
+                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                    bar.close()
+    return status(out)
+
+
+def finish_workers(client, token: str, *, keep_link: bool = False) -> list[dict]:
+    """Have every testbed worker finish campaign ``token``: its run in flight stopped (restoring the
+    testbed), what it may have left cleared, the link taken off unless ``keep_link``. A worker that cannot
+    is reported on stderr (its own teardown restores it when it closes)."""
+    addresses = list(testbed_workers(client))
+    if not addresses:
+        return []
+    results = client.run(finish_on_worker, token, keep_link, workers=addresses, on_error="return")
+    done = []
+    for address, result in results.items():
+        if isinstance(result, BaseException):
+            with contextlib.suppress(OSError):
+                print(f"bbrlab: warning: the worker at {address} could not restore its testbed: {result}",
+                      file=sys.stderr)
+        else:
+            done.append(result)
+    return done
+
+
+class TestbedCluster(SpecCluster):
+    """The local cluster of one campaign: a :class:`SpecCluster` that removes its TLS files (a private
+    temporary directory) when it closes."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, *args, tls_dir: Path, **kwargs):
+        self.tls_dir = Path(tls_dir)
+        super().__init__(*args, **kwargs)
+
+    async def _close(self):
+        try:
+            await super()._close()
+        finally:
+            shutil.rmtree(self.tls_dir, ignore_errors=True)
+
+
+def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, dashboard: bool = False,
+                  isolate: bool | None = None, cpus: dict[str, list[int]] | None = None) -> TestbedCluster:
+    """A Dask cluster on this machine with one single-threaded worker process per testbed (a
+    :class:`TestbedNanny` each, so a worker that dies is noticed, restarted, and its task runs again).
+
+    Every process of it (scheduler, nannies, workers, and the dashboard when ``dashboard``) listens on
+    127.0.0.1 only, and speaks mutual TLS with a CA and certificate made for this cluster alone
+    (:func:`bbrlab.campaign.tls.campaign_files`, in a private temporary directory removed when the cluster
+    closes); ``cluster.security`` is what a client needs (``Client(cluster)`` takes it).
+
+    ``isolate`` (default: when more than one local testbed and no ``run_function``) gives each local testbed
+    an exclusive CPU partition (:mod:`bbrlab.testbed.isolation`), from ``cpus`` when given (a plan made
+    beforehand, :func:`bbrlab.testbed.isolation.plan`); it raises before any worker starts when the
+    machine cannot isolate that many.
+    """
+    import tempfile
+
+    from distributed import Scheduler
+
+    quiet_logs()
+    if len(set(testbeds)) != len(testbeds):
+        raise BbrlabError(f"each testbed can be given once: {testbeds}")
+    local = [t for t in testbeds if _is_local_name(t)]
+    if isolate is None:
+        isolate = run_function is None and len(local) > 1
+    if not isolate:
+        cpus = {}
+    elif cpus is None:
+        cpus = isolation.plan(local)
+    tls_dir = Path(tempfile.mkdtemp(prefix="bbrlab-tls-"))  # 0700, this user's only
+    try:
+        security = tlsconf.security(tlsconf.campaign_files(tls_dir))
+        on_loopback = {"host": LOOPBACK, "protocol": "tls", "security": security}
+        workers = {
+            f"testbed-{i}-{name}": {"cls": TestbedNanny, "options": {
+                **on_loopback, "nthreads": 1, "resources": {RESOURCE: 1}, "name": f"testbed-{i}-{name}",
+                "dashboard": False, "dashboard_address": f"{LOOPBACK}:0",
+                "plugins": {TestbedPlugin(name, run_function, cpus.get(name))}}}
+            for i, name in enumerate(testbeds)
+        }
+        scheduler = {"cls": Scheduler, "options": {**on_loopback, "dashboard": bool(dashboard),
+                                                   "dashboard_address": f"{LOOPBACK}:0"}}
+        return TestbedCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="bbrlab",
+                              security=security, tls_dir=tls_dir)
+    except BaseException:
+        shutil.rmtree(tls_dir, ignore_errors=True)
+        raise
+
+
+def _is_local_name(ref: str) -> bool:
+    """A local testbed's name (not a lab's testbed file)."""
+    return "/" not in ref and not ref.endswith((".yaml", ".yml")) and not Path(ref).is_file()
+
+
+def quiet_logs() -> None:
+    """Dask logs every connection at INFO; a campaign prints its own progress, so only warnings pass (here and,
+    through the environment, in the worker processes this one starts)."""
+    import logging
+    import os
+
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+def testbed_workers(client) -> dict[str, dict]:
+    """The cluster's workers that offer the testbed resource: ``{address: worker info}``."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return {addr: w for addr, w in info.items() if w.get("resources", {}).get(RESOURCE)}
+
+
+def wait_for_workers(client, n: int, timeout_s: float = 120.0) -> None:
+    """Block until ``n`` testbed workers are connected (their plugins set up), or raise."""
+    deadline = time.monotonic() + timeout_s
+    while len(testbed_workers(client)) < n:
+        if time.monotonic() > deadline:
+            raise BbrlabError(f"only {len(testbed_workers(client))} of {n} testbed workers joined within "
+                              f"{timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _progress_bar(total: int, initial: int, name: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, dynamic_ncols=True)

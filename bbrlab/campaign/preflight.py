@@ -1,0 +1,104 @@
+"""The checks before a campaign changes anything on a testbed, shared by the driver and the testbed workers:
+the spec against one testbed (its sender kernels, every timeslice x share against the live deadline limits
+of its host), and the calibration that belongs to each testbed.
+
+May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.contention``, ``bbrlab.run`` (the calibration file),
+and ``.loop`` (the admission check). Never the executors (``distributed``, ``scaleout``, ``worker``).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bbrlab import testbed as testbed_mod
+from bbrlab.contention.deadline import read_kernel_limits
+from bbrlab.core.errors import ValidationError
+from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
+
+from .loop import check_admission
+
+
+@dataclass(frozen=True)
+class TestbedCheck:
+    """One testbed as checked for a campaign: its name, kind, the host that checked it (a worker's),
+    ``describe`` (:meth:`bbrlab.testbed.Testbed.describe`, what a calibration must match) and its CPU
+    partition (None: not isolated)."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    kind: str
+    host: str
+    describe: dict
+    cpus: tuple[int, ...] | None = None
+
+
+def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
+    """What the single-testbed path checks before a campaign, for testbed ``tb``: every sender kernel of the
+    spec (downloads, never boots) and every timeslice x share against the live limits of the host that
+    runs its sender's vCPUs, with the capacity of ``cpus`` when the testbed gets a partition. Raises
+    :class:`ValidationError` naming the spec's field and the testbed; changes nothing."""
+
+    testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)
+    limits = read_kernel_limits(tb.sender.hypervisor)
+    if cpus:
+        limits = replace(limits, online_cpus=len(cpus))  # a partition is its own root domain
+    where = f"testbed {tb.name}" + (f" in its partition of {len(cpus)} CPU(s)" if cpus else "")
+    try:
+        check_admission(spec, limits, len(tb.sender.vcpu_threads()))
+    except ValidationError as e:
+        raise ValidationError(e.field, e.value, e.allowed, where) from None
+    return TestbedCheck(tb.name, tb.kind, socket.gethostname(), tb.describe(), tuple(cpus) if cpus else None)
+
+
+def calibrations_for(checks: list[TestbedCheck], out_dir: str | Path, scenarios, paths: list[Path] | None
+                     ) -> dict[str, tuple]:
+    """The calibration of each testbed: ``{name: (Calibration, source)}``, or ``{}`` for none.
+
+    ``paths`` (``--calibration``, each a file or a directory holding ``calibration.json``) are matched to the
+    testbeds they were made on; without them ``DIR/calibration.json`` is used when it exists. Either every
+    testbed has one or none has (a campaign half with CPU ceilings and half without could not be read as
+    one). Refused, naming ``--calibration``: a calibration of none of these testbeds, two for one, one
+    that no longer matches its testbed or lacks a point of the plan, and any calibration for a testbed in
+    a CPU partition (calibrated with the whole machine, its ceilings do not hold on fewer CPUs).
+    """
+
+    given = list(paths or [])
+    if not given and (Path(out_dir) / FILE_NAME).is_file():
+        given = [Path(out_dir) / FILE_NAME]
+    if not given:
+        return {}
+    by_name = {c.name: c for c in checks}
+    out: dict[str, tuple] = {}
+    for path in given:
+        cal = load(path)
+        name = cal.testbed.get("name")
+        check = by_name.get(name)
+        if check is None:
+            raise ValidationError("--calibration", str(path), f"a calibration of one of this campaign's testbeds "
+                                  f"({', '.join(sorted(by_name))}); it was made on {name!r}")
+        if name in out:
+            raise ValidationError("--calibration", str(path), f"one calibration per testbed; {name!r} already has "
+                                  f"{out[name][0].path}")
+        if check.cpus:
+            raise ValidationError("--calibration", str(path), f"none for testbed {name!r}: in this campaign it runs in "
+                                  f"a partition of {len(check.cpus)} CPU(s), and a calibration measured it with the "
+                                  "whole machine; run without (move DIR/calibration.json aside) or one testbed at a "
+                                  "time")
+        try:
+            cal.check_testbed(check.describe)
+        except CalibrationMismatch as e:
+            raise ValidationError("--calibration", str(path), f"a calibration of the testbed as it is now: {e}") from None
+        missing = cal.missing(scenarios)
+        if missing:
+            raise ValidationError("--calibration", str(path), f"a ceiling for every point of the plan; it has none "
+                                  f"for {', '.join(missing)} (bbrlab calibrate SPEC --out DIR --testbed {name})")
+        out[name] = (cal, source_for(cal, out_dir))
+    lacking = sorted(set(by_name) - set(out))
+    if lacking:
+        raise ValidationError("--calibration", [str(p) for p in given], f"one calibration per testbed, or none; "
+                              f"{', '.join(lacking)} has none (bbrlab calibrate SPEC --out DIR --testbed NAME for each, "
+                              "then one --calibration DIR per testbed)")
+    return out

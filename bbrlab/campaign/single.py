@@ -1,0 +1,55 @@
+"""A campaign on one testbed, in this process: the calibration it is checked against, the runner wired to
+it, and the loop with the testbed's lock told what runs.
+
+The caller loads the testbed, runs the pre-flight (:func:`bbrlab.campaign.preflight.check_testbed`) and
+holds the testbed's lock; this module neither prints progress of its own beyond the ceilings' source nor
+parses options.
+
+May import: ``bbrlab.core``, ``bbrlab.run``, ``.loop``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from bbrlab.run.ceiling import for_campaign
+from bbrlab.run.recovery import clear_partitions
+from bbrlab.run.runner import Runner
+
+from .loop import announcing, run_campaign
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def runner_for_campaign(tb, out_dir: str | Path, scenarios, calibration_path: Path | None = None) -> Runner:
+    """A :class:`Runner` on ``tb`` carrying the calibration of ``out_dir`` (or ``calibration_path``) that
+    matches ``tb`` and covers ``scenarios``; without one the records carry no CPU ceiling (said on stderr)."""
+    calibration, source = for_campaign(tb, out_dir, scenarios, calibration_path)
+    _say(f"ceilings from {calibration.path} (calibrated {calibration.created_at})" if calibration else
+         f"no calibration in {out_dir}: the records carry no CPU ceiling (bbrlab calibrate SPEC --out DIR)")
+    return Runner(tb, calibration=calibration, calibration_source=source)
+
+
+def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | None = None, progress: bool = True,
+                   retry_failed: bool = False, keep_link: bool = False, allow_mixed: bool = False) -> dict:
+    """Run (or resume) ``spec`` on testbed ``tb`` into ``out_dir``; returns the campaign's status. CPU
+    partitions a killed multi-testbed campaign left are removed first (said on stderr). A campaign whose
+    records were made on another testbed is refused unless ``allow_mixed``
+    (:func:`bbrlab.campaign.loop.check_same_testbed`). The emulator's qdiscs are cleared at the end unless
+    ``keep_link`` (a failure to clear them is reported, not raised over the campaign's own outcome). Call it
+    holding ``tb``'s lock."""
+    for path in clear_partitions(tb):  # refused while the campaign that made it runs
+        _say(f"removed the CPU partition {path} a killed campaign left")
+    runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)
+    try:
+        return run_campaign(spec, out_dir, announcing(runner, tb.name, spec, out_dir), progress=progress,
+                            retry_failed=retry_failed, testbed=tb.describe(), allow_mixed=allow_mixed)
+    finally:
+        if not keep_link:
+            try:
+                runner.close()
+            except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
+                _say(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}")

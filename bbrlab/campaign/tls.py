@@ -1,0 +1,279 @@
+"""Mutual TLS for the Dask engine: the certificates and the :class:`distributed.security.Security` it uses.
+
+Dask workers and nannies run what a peer sends them (pickled functions), and bbrlab's workers run as root,
+so nothing of the engine accepts a connection from a peer that does not hold a certificate signed by the
+campaign's (or the lab's) own certificate authority. Two cases:
+
+- **A campaign over several testbeds on this machine** (:func:`campaign_security`): a fresh CA and one
+  certificate for this campaign only, in a private temporary directory (0700, files 0600) removed when the
+  campaign ends. Other local users cannot read the key, so they cannot connect either.
+- **A lab** (:func:`make_ca`, :func:`make_host_cert`, ``bbrlab tls``): a CA kept by the lab and one
+  certificate per host (scheduler, each worker's host, each driver's host), given to Dask's own options
+  (``--tls-ca-file``, ``--tls-cert``, ``--tls-key``) or its ``distributed.comm.tls.*`` config keys
+  (:func:`lab_security`). A plain ``tcp://`` scheduler is refused unless the user says ``--insecure``.
+
+Dask checks the peer's certificate against the CA (both directions) and not its host name, so the names in
+a certificate are informative; trust comes from the CA alone, which therefore must be the lab's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import ipaddress
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bbrlab.core.errors import ValidationError
+
+#: File names in a CA directory and in a host's certificate directory (``NAME.pem``, ``NAME-key.pem``).
+CA_CERT = "ca.pem"
+CA_KEY = "ca-key.pem"
+#: Validity of a lab's CA and host certificates, and of a campaign's temporary ones.
+LAB_VALID_DAYS = 825
+CAMPAIGN_VALID_DAYS = 7
+#: Addresses a campaign's temporary certificate names (every one of its processes is on loopback).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1")
+#: How a record says the Dask transport was encrypted or not (``metadata.worker.transport``).
+TRANSPORT_TLS = "tls"
+TRANSPORT_INSECURE = "insecure tcp (--insecure): unauthenticated, unencrypted"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The three files a Dask process needs for mutual TLS: the CA's certificate, its own certificate and
+    the matching private key (PEM)."""
+
+    ca_file: Path
+    cert: Path
+    key: Path
+
+
+def _key():
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _pem_cert(cert) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _subject(common_name: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "bbrlab"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _alt_names(hosts: list[str]):
+    from cryptography import x509
+
+    names = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return x509.SubjectAlternativeName(names)
+
+
+def make_ca(common_name: str = "bbrlab lab CA", valid_days: int = LAB_VALID_DAYS) -> tuple[bytes, bytes]:
+    """A new certificate authority: ``(certificate PEM, private key PEM)``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_subject(common_name)).issuer_name(_subject(common_name))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=valid_days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False),
+                           critical=True)
+            .sign(key, hashes.SHA256()))
+    return _pem_cert(cert), _pem_key(key)
+
+
+def make_host_cert(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: list[str] | None = None,
+                   valid_days: int = LAB_VALID_DAYS) -> tuple[bytes, bytes]:
+    """A certificate for one host (or one campaign), signed by the CA: ``(certificate PEM, key PEM)``. It
+    serves both as a server's and as a client's (a Dask process is both); ``hosts`` (default: ``name``) are
+    its subject alternative names, DNS names or IP addresses."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_subject(name)).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=valid_days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(_alt_names(list(hosts or [name])), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return _pem_cert(cert), _pem_key(key)
+
+
+def write_private(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new file readable by its owner only (0600); an existing file (or a link) is refused."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (0700), created when missing."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_ca(out_dir: Path, common_name: str = "bbrlab lab CA") -> TlsFiles:
+    """``bbrlab tls ca``: a new lab CA in ``out_dir`` (``ca.pem``, and ``ca-key.pem`` readable by its owner
+    only). Refused when ``out_dir`` already holds one (a CA is never replaced by accident)."""
+    out = private_dir(out_dir)
+    for name in (CA_CERT, CA_KEY):
+        if (out / name).exists():
+            raise ValidationError("--out", str(out_dir), f"a directory without a CA in it; it has {name} already")
+    cert, key = make_ca(common_name)
+    write_private(out / CA_KEY, key)
+    write_private(out / CA_CERT, cert)
+    os.chmod(out / CA_CERT, 0o644)  # the CA's certificate is public; its key is not
+    return TlsFiles(out / CA_CERT, out / CA_CERT, out / CA_KEY)
+
+
+def write_host_cert(ca_dir: Path, name: str, out_dir: Path, hosts: list[str] | None = None) -> TlsFiles:
+    """``bbrlab tls cert``: a certificate for host ``name`` signed by the CA in ``ca_dir``, written to
+    ``out_dir`` with a copy of the CA's certificate (``NAME.pem``, ``NAME-key.pem`` 0600, ``ca.pem``): the
+    three files that host's Dask processes need."""
+    if not name or "/" in name or name.startswith(".") or "\0" in name or len(name) > 64:
+        raise ValidationError("--name", name, "a host's name: 1 to 64 characters, no '/', not starting with '.'")
+    ca = Path(ca_dir)
+    try:
+        ca_cert, ca_key = (ca / CA_CERT).read_bytes(), (ca / CA_KEY).read_bytes()
+    except OSError as e:
+        raise ValidationError("--ca", str(ca_dir), f"a directory made by bbrlab tls ca (with {CA_CERT} and "
+                              f"{CA_KEY}); {e.strerror}: {e.filename}") from None
+    out = private_dir(out_dir)
+    cert_path, key_path = out / f"{name}.pem", out / f"{name}-key.pem"
+    for path in (cert_path, key_path):
+        if path.exists():
+            raise ValidationError("--out", str(out_dir), f"a directory without a certificate for {name}; it has "
+                                  f"{path.name} already")
+    cert, key = make_host_cert(ca_cert, ca_key, name, hosts)
+    write_private(key_path, key)
+    write_private(cert_path, cert)
+    ca_copy = out / CA_CERT
+    if ca.resolve() != out.resolve():
+        if ca_copy.exists() and ca_copy.read_bytes() != ca_cert:
+            raise ValidationError("--out", str(out_dir), f"a directory whose {CA_CERT} is this CA's (it holds "
+                                  "another CA's certificate)")
+        if not ca_copy.exists():
+            write_private(ca_copy, ca_cert)
+    return TlsFiles(ca_copy, cert_path, key_path)
+
+
+def security(files: TlsFiles):
+    """Dask's :class:`~distributed.security.Security` for mutual TLS with ``files`` in every role (client,
+    scheduler, worker), encryption required."""
+    from distributed.security import Security
+
+    ca, cert, key = str(files.ca_file), str(files.cert), str(files.key)
+    return Security(require_encryption=True, tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
+                    tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key)
+
+
+@contextlib.contextmanager
+def campaign_security() -> Iterator:
+    """A Security for one campaign on this machine: a fresh CA and one certificate (for 127.0.0.1), their
+    files in a temporary directory only this user can enter, removed when the ``with`` block ends."""
+    tmp = Path(tempfile.mkdtemp(prefix="bbrlab-tls-"))  # 0700
+    try:
+        yield security(campaign_files(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def campaign_files(directory: Path) -> TlsFiles:
+    """A fresh CA and one loopback certificate signed by it, written to ``directory`` (made 0700; the files
+    0600). The CA's key is not kept: nothing else can ever be signed by it."""
+    out = private_dir(directory)
+    ca_cert, ca_key = make_ca("bbrlab campaign CA", CAMPAIGN_VALID_DAYS)
+    cert, key = make_host_cert(ca_cert, ca_key, "bbrlab campaign", list(LOOPBACK_NAMES), CAMPAIGN_VALID_DAYS)
+    return TlsFiles(write_private(out / CA_CERT, ca_cert), write_private(out / "campaign.pem", cert),
+                    write_private(out / "campaign-key.pem", key))
+
+
+# -- a lab's options ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LabTls:
+    """What the user gave for a lab's transport: Dask's TLS options (None: from Dask's config) and
+    ``insecure`` (plain ``tcp://`` explicitly accepted)."""
+
+    ca_file: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    insecure: bool = False
+
+
+TLS_ALLOWED = ("tls://HOST:PORT with --tls-ca-file, --tls-cert and --tls-key (or Dask's config keys "
+               "distributed.comm.tls.ca-file, distributed.comm.tls.client.cert/.key and .worker.cert/.key); "
+               "bbrlab tls ca and bbrlab tls cert make them")
+
+
+def lab_security(address: str, options: LabTls, role: str = "client"):
+    """The Security for connecting to (and, for a worker, listening beside) the scheduler at ``address``, and
+    the transport a record names: ``(Security, TRANSPORT_TLS | TRANSPORT_INSECURE)``.
+
+    ``tls://`` needs a CA, a certificate and a key, from the options or else from Dask's
+    ``distributed.comm.tls.*`` config (for ``role``: ``client`` for a driver, ``worker`` for a worker).
+    ``tcp://`` is refused unless ``options.insecure``; TLS options with ``tcp://`` are refused too. Raises
+    :class:`ValidationError` naming the option."""
+    from distributed.security import Security
+
+    given = {"--tls-ca-file": options.ca_file, "--tls-cert": options.cert, "--tls-key": options.key}
+    if address.startswith("tcp://"):
+        if not options.insecure:
+            raise ValidationError("--scheduler", address, f"{TLS_ALLOWED}; a tcp:// scheduler lets anyone who "
+                                  "reaches it run code as root on every worker, so it is refused unless you pass "
+                                  "--insecure (the records then say so)")
+        named = [opt for opt, value in given.items() if value]
+        if named:
+            raise ValidationError(named[0], given[named[0]], "absent with a tcp:// --scheduler (TLS needs tls://)")
+        return Security(require_encryption=False), TRANSPORT_INSECURE
+    if any(given.values()):
+        for opt, value in given.items():
+            if not value:
+                raise ValidationError(opt, None, f"given too: {TLS_ALLOWED}")
+            if not Path(value).is_file():
+                raise ValidationError(opt, value, "a readable PEM file")
+        return security(TlsFiles(Path(options.ca_file), Path(options.cert), Path(options.key))), TRANSPORT_TLS
+    sec = Security()  # Dask's own config keys
+    if not sec.tls_ca_file or not getattr(sec, f"tls_{role}_cert"):
+        raise ValidationError("--tls-ca-file", None, f"given for a tls:// scheduler: {TLS_ALLOWED}")
+    sec.require_encryption = True
+    return sec, TRANSPORT_TLS

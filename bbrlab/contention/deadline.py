@@ -1,0 +1,769 @@
+"""CPU contention for the sender VM: SCHED_DEADLINE on its vCPU threads, as in the paper (section 4.2).
+
+Every vCPU thread gets runtime = deadline = timeslice and period = timeslice / share, so the vCPU
+runs at most ``timeslice`` out of every ``period``. A share of 100 % means no policy at all.
+
+The usual way in is the context manager::
+
+    with contended(hypervisor_host, vcpu_tids, Contention(timeslice_ms=1, cpu_share_pct=25)) as c:
+        run_iperf(...)
+    record["contention"] = c.record()      # requested, applied (read back), evidence it held
+
+What it does, in order:
+
+1. check everything it can *before* changing anything: the thread ids, each one's identity (process, name,
+   start time: pinned now, or checked against the pins of hand-given vCPU threads), the contention against
+   the target host's live limits (``sched_deadline_period_{min,max}_us``, ``sched_rt_runtime_us`` x CPUs),
+   and each thread's current policy (read and kept for restoring);
+2. apply the policy thread by thread, each change made only while the thread id still names the pinned
+   thread (checked at the syscall), and read it back from the kernel; if the kernel refuses one
+   (admission control, permissions, a thread that vanished or was replaced) the threads already changed
+   are restored and the refusal is explained;
+3. while the body runs, optionally check the policy every ``watch_interval_s``; at the end read the
+   policy back again and the CPU time each thread used (``/proc/<tid>/schedstat``) against wall time;
+4. restore the previous policies on normal exit, on exceptions, on Ctrl-C (SIGINT), SIGTERM and SIGHUP;
+   a thread stays listed until it is restored, and one failing thread does not stop the others.
+
+Where the VM runs on this machine the syscalls are used directly (:mod:`bbrlab.contention.sched`); on another
+hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.core.hosts.Host` (``method="chrt"``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
+from bbrlab.core.hosts import Host
+from bbrlab.core.scenario import Contention
+from bbrlab.core.signals import die_as_default
+
+from .sched import (
+    DeadlineAdmissionError,
+    SchedError,
+    SchedPolicy,
+    ThreadGoneError,
+    ThreadReplacedError,
+    explain_refusal,
+)
+from .threadstat import (
+    ThreadIdentity,
+    ThreadUsage,
+    open_thread_dir,
+    read_identities,
+    read_proc_files,
+    read_stat_at,
+    sample_threads,
+    thread_state,
+    usage_between,
+)
+from .vcpu import explicit_vcpu_threads
+
+Method = Literal["auto", "syscall", "chrt"]
+METHODS = ("auto", "syscall", "chrt")
+
+
+class ContentionRestoreError(BbrlabError):
+    """Restoring the previous policy failed on at least one thread (the message lists them)."""
+
+
+# -- the target host's limits ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """What the hypervisor host's kernel accepts for SCHED_DEADLINE, read live from /proc and /sys."""
+
+    period_min_us: int
+    period_max_us: int
+    rt_runtime_us: int
+    rt_period_us: int
+    online_cpus: int
+    kernel_release: str
+
+    @property
+    def capacity_cpus(self) -> float | None:
+        """Total deadline bandwidth admission control allows, in CPUs (None: no limit, rt_runtime = -1).
+
+        Admission control counts per root domain; with no exclusive cpusets that is all online CPUs.
+        """
+        if self.rt_runtime_us < 0:
+            return None
+        return self.online_cpus * self.rt_runtime_us / self.rt_period_us
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["capacity_cpus"] = self.capacity_cpus
+        return d
+
+
+_LIMIT_FILES = {
+    "period_min_us": "/proc/sys/kernel/sched_deadline_period_min_us",
+    "period_max_us": "/proc/sys/kernel/sched_deadline_period_max_us",
+    "rt_runtime_us": "/proc/sys/kernel/sched_rt_runtime_us",
+    "rt_period_us": "/proc/sys/kernel/sched_rt_period_us",
+}
+_CPUS_ONLINE = "/sys/devices/system/cpu/online"
+_OSRELEASE = "/proc/sys/kernel/osrelease"
+
+
+def count_cpu_list(text: str) -> int:
+    """Number of CPUs in a kernel CPU list such as ``0-3,6,8-9``."""
+    n = 0
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def read_kernel_limits(host: Host) -> KernelLimits:
+    """The live SCHED_DEADLINE limits of ``host``."""
+    paths = [*_LIMIT_FILES.values(), _CPUS_ONLINE, _OSRELEASE]
+    files = read_proc_files(host, paths)
+    missing = [p for p in paths if p not in files]
+    if missing:
+        raise TestbedError(f"{host.name}: cannot read {', '.join(missing)} (is this a Linux host?)")
+    values = {k: int(files[p]) for k, p in _LIMIT_FILES.items()}
+    return KernelLimits(**values, online_cpus=count_cpu_list(files[_CPUS_ONLINE]),
+                        kernel_release=files[_OSRELEASE].strip())
+
+
+def check_fits(contention: Contention, limits: KernelLimits, n_threads: int) -> None:
+    """Raise :class:`ValidationError` if the host can never admit ``contention`` on ``n_threads``.
+
+    Other deadline tasks (and, since Linux 6.12, the fair server's reserve) take bandwidth too, so
+    passing this check does not guarantee admission; the kernel's answer is explained when it refuses.
+    """
+    if contention.unlimited:
+        return
+    period_us = contention.period_ns / 1000
+    if not limits.period_min_us <= period_us <= limits.period_max_us:
+        raise ValidationError(
+            "contention.cpu_share_pct", contention.cpu_share_pct,
+            f"a period (timeslice / share) within this host's sched_deadline_period_min_us.."
+            f"sched_deadline_period_max_us = {limits.period_min_us}..{limits.period_max_us} us; "
+            f"{contention.timeslice_ms} ms / {contention.cpu_share_pct} % gives {period_us:.0f} us")
+    capacity = limits.capacity_cpus
+    if capacity is not None and n_threads * contention.bandwidth > capacity + 1e-9:
+        raise ValidationError(
+            "contention.cpu_share_pct", contention.cpu_share_pct,
+            f"at most {100 * capacity / n_threads:.1f} % per thread for {n_threads} thread(s) on "
+            f"{limits.online_cpus} CPU(s) with sched_rt_runtime_us = {limits.rt_runtime_us} per "
+            f"sched_rt_period_us = {limits.rt_period_us}")
+
+
+# -- two ways to talk to the scheduler ---------------------------------------------------------------
+
+class SyscallScheduler:
+    """sched_getattr / sched_setattr on this machine."""
+
+    name = "syscall"
+
+    def get(self, tid: int) -> SchedPolicy:
+        from .sched import sched_getattr
+
+        return sched_getattr(tid)
+
+    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
+        """Give ``tid`` the ``policy``; with ``identity``, only while ``tid`` is still that thread.
+
+        The thread's ``/proc/<pid>/task/<tid>`` directory is opened and checked first and read again after
+        the call: a directory that still reads proves the thread lived through the call, so the id named
+        it and no newcomer was changed."""
+        from .sched import sched_setattr
+
+        if identity is None:
+            sched_setattr(tid, policy)
+            return
+        fd = open_thread_dir(identity)
+        if fd is None:
+            raise replaced_error(tid, identity, policy)
+        try:
+            sched_setattr(tid, policy)
+            if read_stat_at(fd) is None:
+                undo_on_newcomer(self, tid, policy)
+                raise replaced_error(tid, identity, policy, during=True)
+        finally:
+            os.close(fd)
+
+
+def replaced_error(tid: int, identity: ThreadIdentity, policy: SchedPolicy | None,
+                   during: bool = False) -> ThreadReplacedError:
+    """The error for a thread id that no longer names the thread ``identity`` pinned."""
+    what = f"setting {policy.describe()}" if policy else "changing its policy"
+    when = "ended while its policy was being set" if during else "exited"
+    return ThreadReplacedError(
+        f"thread {tid}: {what} refused: it is no longer {identity.describe()} (that thread {when}; its id "
+        "may now name another thread, which bbrlab never changes)", tid=tid, err=errno.ESRCH)
+
+
+def undo_on_newcomer(scheduler, tid: int, policy: SchedPolicy) -> None:
+    """After a pinned thread ended during a change: if a newcomer now holds ``tid`` under the deadline
+    ``policy`` just asked for, put it back to SCHED_OTHER (best effort; the pid space would have to wrap
+    within one syscall for this to happen)."""
+    if not policy.is_deadline:
+        return
+    try:
+        if scheduler.get(tid).same_policy_as(policy):
+            scheduler.set(tid, SchedPolicy("SCHED_OTHER"))
+    except SchedError:
+        pass
+
+
+_CHRT_FLAGS = {"SCHED_OTHER": "-o", "SCHED_BATCH": "-b", "SCHED_IDLE": "-i", "SCHED_FIFO": "-f",
+               "SCHED_RR": "-r", "SCHED_DEADLINE": "-d"}
+_ERRNO_BY_TEXT = {
+    "Device or resource busy": 16, "Operation not permitted": 1, "No such process": 3, "Invalid argument": 22,
+}
+
+
+def chrt_set_argv(tid: int, policy: SchedPolicy) -> list[str]:
+    """The ``chrt`` command giving thread ``tid`` the ``policy`` (nice is not chrt's business)."""
+    if policy.policy not in _CHRT_FLAGS:
+        raise BbrlabError(f"chrt cannot set {policy.policy}")
+    argv = ["chrt", _CHRT_FLAGS[policy.policy]]
+    if policy.reset_on_fork:
+        argv.append("-R")
+    if policy.is_deadline:
+        argv += ["-T", str(policy.runtime_ns), "-D", str(policy.deadline_ns), "-P", str(policy.period_ns)]
+    prio = policy.priority if policy.policy in ("SCHED_FIFO", "SCHED_RR") else 0
+    return argv + ["-p", str(prio), str(tid)]
+
+
+def parse_chrt_show(text: str, nice: int) -> SchedPolicy:
+    """A :class:`SchedPolicy` from what ``chrt -p TID`` prints (``nice`` comes from /proc)."""
+    m = re.search(r"scheduling policy: (\S+)", text)
+    if not m:
+        raise BbrlabError(f"cannot read chrt output: {text!r}")
+    names = m.group(1).split("|")
+    prio = re.search(r"scheduling priority: (\d+)", text)
+    dl = re.search(r"runtime/deadline/period parameters: (\d+)/(\d+)/(\d+)", text)
+    runtime_ns, deadline_ns, period_ns = (int(x) for x in dl.groups()) if dl else (0, 0, 0)
+    return SchedPolicy(policy=names[0], nice=nice, priority=int(prio.group(1)) if prio else 0,
+                       runtime_ns=runtime_ns, deadline_ns=deadline_ns, period_ns=period_ns,
+                       reset_on_fork="SCHED_RESET_ON_FORK" in names)
+
+
+class ChrtScheduler:
+    """The same operations through ``chrt`` (and ``renice``) on a :class:`Host`, local or remote."""
+
+    name = "chrt"
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def _refusal(self, res, tid: int, asked: SchedPolicy | None) -> SchedError:
+        for text, err in _ERRNO_BY_TEXT.items():
+            if text in res.stderr:
+                return explain_refusal(err, tid, asked)
+        return SchedError(f"[{self.host.name}] {' '.join(res.argv)} failed: {res.stderr.strip()}", tid=tid, err=0)
+
+    def _nice(self, tid: int) -> int:
+        stat = read_proc_files(self.host, [f"/proc/{tid}/stat"]).get(f"/proc/{tid}/stat")
+        if stat is None:
+            raise explain_refusal(3, tid, None)
+        return int(stat[stat.rindex(")") + 2:].split()[19 - 3])
+
+    def get(self, tid: int) -> SchedPolicy:
+        res = self.host.run(["chrt", "-p", str(tid)], check=False)
+        if not res.ok:
+            raise self._refusal(res, tid, None)
+        return parse_chrt_show(res.stdout, self._nice(tid))
+
+    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
+        """Give ``tid`` the ``policy`` with chrt (and renice); with ``identity``, only while ``tid`` is still
+        that thread: one shell on the host checks it, runs the command, and checks again (its working
+        directory holds the thread's ``/proc`` directory, which stops answering once the thread is gone)."""
+        self._run(tid, chrt_set_argv(tid, policy), policy, identity)
+        if policy.policy in ("SCHED_OTHER", "SCHED_BATCH") and self._nice(tid) != policy.nice:
+            self._run(tid, ["renice", "-n", str(policy.nice), "-p", str(tid)], policy, identity)
+
+    def _run(self, tid: int, argv: list[str], policy: SchedPolicy, identity: ThreadIdentity | None) -> None:
+        if identity is not None:
+            argv = ["sh", "-c", CHECKED_SCRIPT, "sh", str(identity.pid), str(tid), identity.comm,
+                    str(identity.start_ticks), *argv]
+        res = self.host.run(argv, check=False, sudo=True)
+        if res.exit_code == CHECKED_GONE:
+            raise replaced_error(tid, identity, policy)
+        if res.exit_code == CHECKED_ENDED:
+            undo_on_newcomer(self, tid, policy)
+            raise replaced_error(tid, identity, policy, during=True)
+        if not res.ok:
+            raise self._refusal(res, tid, policy)
+
+
+#: Exit codes of :data:`CHECKED_SCRIPT`: the thread was not the pinned one before the command, or ended
+#: while it ran.
+CHECKED_GONE, CHECKED_ENDED = 97, 98
+#: ``sh -c CHECKED_SCRIPT sh PID TID COMM START_TICKS COMMAND...``: runs COMMAND only while TID is the
+#: thread of process PID named COMM that started at START_TICKS (field 22 of its stat).
+CHECKED_SCRIPT = r"""pid=$1 tid=$2 comm=$3 start=$4; shift 4
+cd "/proc/$pid/task/$tid" 2>/dev/null && s=$(cat stat 2>/dev/null) || exit 97
+c=${s#*\(}; c=${c%\)*}
+field22() { shift 19; echo "$1"; }
+set -f
+st=$(field22 ${s##*\) })
+[ "$c" = "$comm" ] && [ "$st" = "$start" ] || exit 97
+"$@" || exit $?
+cat stat >/dev/null 2>&1 || exit 98
+"""
+
+
+def scheduler_for(host: Host, method: Method = "auto") -> SyscallScheduler | ChrtScheduler:
+    """``auto``: syscalls when ``host`` is this machine, chrt otherwise."""
+    if method not in METHODS:
+        raise ValidationError("contention.method", method, f"one of {', '.join(METHODS)}")
+    if method == "syscall" and not host.is_local:
+        raise ValidationError("contention.method", method, "chrt (or auto) for a remote hypervisor host")
+    if method == "chrt" or (method == "auto" and not host.is_local):
+        return ChrtScheduler(host)
+    return SyscallScheduler()
+
+
+def deadline_threads(host: Host) -> list[int]:
+    """Every thread on ``host`` currently under SCHED_DEADLINE (policy 6 in /proc/<tid>/sched)."""
+    script = "grep -lsE '^policy +: +6$' /proc/[0-9]*/task/[0-9]*/sched"
+    res = host.run(["sh", "-c", script], check=False)
+    return sorted(int(m) for m in re.findall(r"/task/(\d+)/sched", res.stdout))
+
+
+# -- one application of contention ------------------------------------------------------------------
+
+def _validate_thread_ids(thread_ids: Sequence[object]) -> list[int]:
+    tids = explicit_vcpu_threads(list(thread_ids), field="thread_ids")
+    if len(set(tids)) != len(tids):
+        raise ValidationError("thread_ids", tids, "distinct thread ids (each listed once)")
+    return tids
+
+
+@dataclass
+class ContentionSession:
+    """Contention applied to some threads of one host; knows how to prove it held and how to undo it.
+
+    Use :func:`contended` rather than calling the steps yourself, unless the policy is meant to
+    outlive the Python process (``bbrlab contention set``).
+
+    Each thread id is pinned to the thread holding it: ``expected`` (the pins of hand-given vCPU thread
+    ids, :func:`bbrlab.contention.vcpu.pin_given_threads`) or, without it, the identity read by :meth:`prepare`.
+    A thread id that names another thread is refused before anything changes, and every policy change
+    re-checks the pin at the moment of the syscall (or of ``chrt`` on the host), restoring included.
+    """
+
+    host: Host
+    thread_ids: list[int]
+    contention: Contention
+    method: Method = "auto"
+    limits: KernelLimits | None = None
+    previous: dict[int, SchedPolicy] = field(default_factory=dict)
+    applied: dict[int, SchedPolicy] = field(default_factory=dict)
+    evidence: dict | None = None
+    expected: dict[int, ThreadIdentity] | None = None
+    identities: dict[int, ThreadIdentity] = field(default_factory=dict)
+    _changed: list[int] = field(default_factory=list)
+    _start: dict = field(default_factory=dict)
+    _watch: PolicyWatch | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.contention, Contention):
+            raise ValidationError("contention", self.contention, "a bbrlab.core.scenario.Contention")
+        self.thread_ids = _validate_thread_ids(self.thread_ids)
+        self.scheduler = scheduler_for(self.host, self.method)
+
+    @property
+    def wanted(self) -> SchedPolicy:
+        c = self.contention
+        return SchedPolicy.deadline(c.runtime_ns, c.deadline_ns, c.period_ns)
+
+    def prepare(self) -> None:
+        """Read limits and current policies and check everything; changes nothing."""
+        self.limits = read_kernel_limits(self.host)
+        check_fits(self.contention, self.limits, len(self.thread_ids))
+        self.identities = self._identify()
+        self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
+        if self.contention.unlimited:
+            self.refuse_leftover_deadline("a 100 % share run would not be uncontended")
+
+    def _identify(self) -> dict[int, ThreadIdentity]:
+        """Each thread's identity now, checked against ``expected``: the pins every change re-checks."""
+        now = read_identities(self.host, self.thread_ids)
+        pins = {}
+        for tid in self.thread_ids:
+            if tid not in now:
+                raise explain_refusal(errno.ESRCH, tid, None)
+            pinned = (self.expected or {}).get(tid)
+            differences = pinned.differences(now[tid]) if pinned else []
+            if differences:
+                raise ThreadReplacedError(
+                    f"{self.host.name}: thread id {tid} no longer names the pinned {pinned.describe()}: now "
+                    f"{'; '.join(differences)}. Nothing was changed", tid=tid, err=errno.ESRCH)
+            pins[tid] = pinned or now[tid]
+        return pins
+
+    def refuse_leftover_deadline(self, why: str) -> None:
+        """Raise if a thread was already under SCHED_DEADLINE before this session (read by :meth:`prepare`)."""
+        leftover = [tid for tid, p in self.previous.items() if p.is_deadline]
+        if leftover:
+            raise TestbedError(
+                f"{self.host.name}: thread(s) {leftover} are still under SCHED_DEADLINE (left by "
+                f"`bbrlab contention set`, or by hand?), so {why}; "
+                f"run `bbrlab contention clear --threads {','.join(map(str, leftover))}` first")
+
+    def apply(self) -> None:
+        """Apply to every thread and read back; on any failure restore what changed and re-raise."""
+        if self.limits is None:
+            self.prepare()
+        try:
+            if not self.contention.unlimited:
+                for tid in self.thread_ids:
+                    self._apply_one(tid)
+            self.applied = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
+        except DeadlineAdmissionError as e:
+            context = self._admission_context(e.tid)
+            self._restore_after(e)
+            raise explain_refusal(e.errno, e.tid, self.wanted, context) from e
+        except BaseException as e:
+            self._restore_after(e)
+            raise
+        self._start = sample_threads(self.host, self.thread_ids)
+
+    def _restore_after(self, error: BaseException) -> None:
+        """Restore after a failed apply without hiding the failure that caused it."""
+        try:
+            self.restore()
+        except ContentionRestoreError as e:
+            error.add_note(str(e))
+
+    def _apply_one(self, tid: int) -> None:
+        # Noted as changed before the call, so a signal arriving during it still restores this thread.
+        self._changed.append(tid)
+        self.scheduler.set(tid, self.wanted, self.identities.get(tid))
+        got = self.scheduler.get(tid)
+        if not got.same_policy_as(self.wanted):
+            raise TestbedError(f"{self.host.name}: thread {tid} reads back {got.describe()} "
+                               f"after setting {self.wanted.describe()}")
+
+    def _admission_context(self, refused_tid: int) -> str:
+        """The admission arithmetic, measured on the host, for an EBUSY on ``refused_tid``."""
+        asked = self.contention.bandwidth
+        done = [t for t in self._changed if t != refused_tid]
+        others = [t for t in deadline_threads(self.host) if t not in self.thread_ids]
+        other_bw = 0.0
+        for tid in others:
+            try:
+                other_bw += self.scheduler.get(tid).bandwidth
+            except SchedError:
+                pass
+        lim = self.limits
+        cap = lim.capacity_cpus
+        cap_text = ("no limit (sched_rt_runtime_us = -1)" if cap is None else
+                    f"{100 * cap:.0f} % = {lim.online_cpus} CPU(s) x sched_rt_runtime_us {lim.rt_runtime_us} / "
+                    f"sched_rt_period_us {lim.rt_period_us}")
+        return (f"Asked {100 * asked:.1f} % per thread for {len(self.thread_ids)} thread(s) "
+                f"({100 * asked * len(self.thread_ids):.1f} % in all; {len(done)} already admitted when "
+                f"thread {refused_tid} was refused). The host allows {cap_text}. Other SCHED_DEADLINE "
+                f"threads hold {100 * other_bw:.1f} % ({len(others)} thread(s): {others[:8]}). Linux >= 6.12 "
+                f"(this host: {lim.kernel_release}) also reserves the fair server's bandwidth, by default "
+                f"5 % per CPU. The threads changed so far were restored")
+
+    def start_watch(self, interval_s: float | None) -> None:
+        """Check the policy of every thread every ``interval_s`` until :meth:`finish` (None: don't)."""
+        if interval_s is None or self.contention.unlimited:
+            return
+        self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s, self.host, dict(self.identities))
+        self._watch.start()
+
+    def finish(self) -> dict:
+        """Read the policy back and the CPU each thread used since :meth:`apply`; store and return it."""
+        watch = None
+        if self._watch is not None:
+            watch = self._watch.stop()
+            self._watch = None
+        end = sample_threads(self.host, self.thread_ids)
+        threads = []
+        for tid in self.thread_ids:
+            entry: dict = {"tid": tid}
+            try:
+                after = self.scheduler.get(tid)
+                entry["policy_after"] = after.to_dict()
+                entry["held"] = after.same_policy_as(self.applied.get(tid, after))
+            except ThreadGoneError:
+                entry.update(policy_after=None, held=False, gone=True)
+            if tid in self._start and tid in end:
+                usage = usage_between(self._start[tid], end[tid])
+                entry.update(usage.to_dict())
+                entry["got_cpu"] = usage.same_thread and usage.cpu_s > 0
+                entry["held"] = entry["held"] and usage.same_thread
+            threads.append(entry)
+        held = all(t["held"] for t in threads) and not (watch and (watch["deviations"] or watch["stalls"]))
+        self.evidence = {"method": self.scheduler.name, "policy_held": held,
+                         "configured_share_pct": 100.0 if self.contention.unlimited else
+                         self.contention.cpu_share_pct, "threads": threads, "watch": watch}
+        return self.evidence
+
+    def restore(self) -> None:
+        """Give every changed thread its previous policy back. Safe to call more than once.
+
+        A thread leaves the list of changed threads only once it is restored (or gone: a thread that
+        exited, or whose id names another thread now, has nothing to restore). A failure on one thread
+        does not stop the others; the threads that failed stay listed and one
+        :class:`ContentionRestoreError` names them all at the end."""
+        problems = []
+        for tid in reversed(list(self._changed)):
+            try:
+                self._restore_one(tid)
+            except ThreadGoneError:
+                pass  # nothing left to restore
+            except Exception as e:  # noqa: BLE001 - any failure is reported below; the other threads go on
+                problems.append(f"thread {tid}: {e}")
+                continue
+            if tid in self._changed:
+                self._changed.remove(tid)
+        if problems:
+            raise ContentionRestoreError(f"{self.host.name}: could not restore the previous policy of "
+                                         f"{len(problems)} thread(s), still under the run's policy: "
+                                         + "; ".join(problems))
+
+    def _restore_one(self, tid: int) -> None:
+        self.scheduler.set(tid, self.previous[tid], self.identities.get(tid))
+        got = self.scheduler.get(tid)
+        if not got.same_policy_as(self.previous[tid]):
+            raise TestbedError(f"reads back {got.describe()} after restoring {self.previous[tid].describe()}")
+
+    @property
+    def unrestored(self) -> list[int]:
+        """Threads changed and not (yet) restored."""
+        return list(self._changed)
+
+    def record(self) -> dict:
+        """The ``metadata.contention`` part of a run record (docs/run-record.md)."""
+        def rows(policies: dict[int, SchedPolicy]) -> list[dict]:
+            return [{"tid": tid, **p.to_dict()} for tid, p in policies.items()]
+
+        return {
+            "requested": asdict(self.contention),
+            "host": self.host.name,
+            "method": self.scheduler.name,
+            "kernel_limits": self.limits.to_dict() if self.limits else None,
+            "previous": rows(self.previous),
+            "applied": rows(self.applied),
+            "evidence": self.evidence,
+        }
+
+
+#: Seconds a deadline thread may stay runnable without getting any CPU before the watch takes its reservation
+#: for lost. Under a working scheduler a runnable SCHED_DEADLINE thread runs once per period (at most
+#: 1 s: bbrlab's periods are timeslice / share), so this can only mean a replenishment the kernel lost.
+STALL_AFTER_S = 2.0
+
+
+class PolicyWatch(threading.Thread):
+    """Background check that each thread keeps its applied policy; notes every deviation seen.
+
+    With ``host`` it also guards against a stalled reservation: a host kernel can leave a SCHED_DEADLINE
+    thread throttled past its deadline for good (its replenishment timer lost; seen on this project's 6.18
+    host, the vCPU runnable with no CPU for minutes). A thread runnable without CPU progress for
+    :data:`STALL_AFTER_S` gets its reservation restarted (SCHED_OTHER, then the applied policy again) and
+    the stall is noted in ``stalls``: the run's contention did not hold as configured.
+    """
+
+    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None,
+                 identities: dict[int, ThreadIdentity] | None = None):
+        super().__init__(name="bbrlab-policy-watch", daemon=True)
+        self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
+        self.identities = identities or {}
+        self.checks = 0
+        self.deviations: list[dict] = []
+        self.stalls: list[dict] = []
+        self._unchanged: dict[int, tuple[float, int]] = {}  # tid -> (since monotonic s, CPU ns) while runnable
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.check_once()
+
+    def check_once(self) -> None:
+        self.checks += 1
+        for tid, want in self.expected.items():
+            try:
+                got = self.scheduler.get(tid)
+                seen = got.describe() if not got.same_policy_as(want) else None
+            except BbrlabError as e:
+                seen = f"error: {e}"
+            if seen and len(self.deviations) < 20:
+                self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
+        if self.host is not None:
+            self.guard_stalls()
+
+    def guard_stalls(self) -> None:
+        """Restart the reservation of every thread runnable without CPU progress for :data:`STALL_AFTER_S`."""
+        paths = [f"/proc/{tid}/{name}" for tid in self.expected for name in ("stat", "schedstat")]
+        try:
+            files = read_proc_files(self.host, paths)
+        except BbrlabError:
+            return  # the policy check above notes an unreachable host
+        now = time.monotonic()
+        for tid, want in self.expected.items():
+            stat, schedstat = files.get(f"/proc/{tid}/stat"), files.get(f"/proc/{tid}/schedstat")
+            if not stat or not schedstat:
+                continue
+            cpu_ns = int(schedstat.split()[0])
+            since, seen_ns = self._unchanged.get(tid, (now, -1))
+            if thread_state(stat) != "R" or cpu_ns != seen_ns:
+                self._unchanged[tid] = (now, cpu_ns)
+            elif now - since >= STALL_AFTER_S:
+                self.stalls.append(self._restart(tid, want, now - since))
+                self._unchanged[tid] = (time.monotonic(), cpu_ns)
+
+    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
+        stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
+        try:
+            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"), self.identities.get(tid))
+            self.scheduler.set(tid, want, self.identities.get(tid))
+            stall["restarted"] = True
+        except BbrlabError as e:
+            stall.update(restarted=False, error=str(e))
+        return stall
+
+    def stop(self) -> dict:
+        self._stop_event.set()
+        self.join()
+        self.check_once()
+        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations,
+                "stalls": self.stalls}
+
+
+# -- restoring on signals ----------------------------------------------------------------------------
+
+@contextmanager
+def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
+    """While active, SIGTERM, SIGINT and SIGHUP first call ``restore`` and then act as before.
+
+    After restoring, a previous Python handler is called (inside a campaign: :mod:`bbrlab.core.signals`, which
+    ends the run); otherwise SIGINT raises ``KeyboardInterrupt`` and SIGTERM/SIGHUP raise
+    ``SystemExit(128 + signal)``, so ``finally`` blocks and outer
+    context managers still run. An ignored signal stays ignored. Signals can only be handled in the
+    main thread; elsewhere this does nothing (the ``finally`` of :func:`contended` still restores
+    on exceptions).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+    busy = threading.Lock()
+
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:  # a forked helper must not restore its parent's threads
+            die_as_default(signum)
+        if not busy.acquire(blocking=False):
+            return  # a second signal while restoring: let the first one finish the job
+        try:
+            restore()
+        finally:
+            busy.release()
+        prev = previous[signum]
+        if callable(prev):
+            prev(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        prev = signal.getsignal(sig)
+        if prev in (signal.SIG_IGN, None):
+            continue
+        previous[sig] = prev
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)
+
+
+@contextmanager
+def contended(
+    host: Host,
+    thread_ids: Sequence[int],
+    contention: Contention,
+    *,
+    method: Method = "auto",
+    handle_signals: bool = True,
+    watch_interval_s: float | None = 1.0,
+    expected: dict[int, ThreadIdentity] | None = None,
+) -> Iterator[ContentionSession]:
+    """Run the ``with`` body with ``contention`` on ``thread_ids`` of ``host``; restore afterwards.
+
+    Raises before changing anything if the input or the host's limits rule the request out, or a thread id
+    no longer names the thread ``expected`` pins it to (hand-given vCPU thread ids).
+    The yielded :class:`ContentionSession` has ``applied`` (read back) during the body, and after
+    it ``evidence`` and :meth:`~ContentionSession.record` for the run record.
+    """
+    session = ContentionSession(host, list(thread_ids), contention, method=method, expected=expected)
+    session.prepare()
+    # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
+    session.refuse_leftover_deadline("the run would hand it back that policy afterwards")
+    with restore_on_signals(session.restore) if handle_signals else nullcontext():
+        session.apply()
+        failure: BaseException | None = None
+        try:
+            session.start_watch(watch_interval_s)
+            yield session
+        except BaseException as e:
+            failure = e
+            raise
+        finally:
+            try:
+                session.finish()
+            except BbrlabError as e:
+                session.evidence = {"error": f"could not collect evidence: {e}"}
+            finally:
+                _restore_after_body(session, failure)
+
+
+def _restore_after_body(session: ContentionSession, failure: BaseException | None) -> None:
+    """Restore; a restore that fails after the body failed names that failure too (it would be lost)."""
+    try:
+        session.restore()
+    except ContentionRestoreError as e:
+        if failure is None:
+            raise
+        raise ContentionRestoreError(f"{e} (after the run failed: {type(failure).__name__}: {failure})") from failure
+
+
+# -- one-shot operations (the CLI) -------------------------------------------------------------------
+
+def show_policies(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> dict[int, SchedPolicy]:
+    """Current policy of each thread."""
+    scheduler = scheduler_for(host, method)
+    return {tid: scheduler.get(tid) for tid in _validate_thread_ids(thread_ids)}
+
+
+def clear_deadline(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> list[int]:
+    """Put every listed thread that is under SCHED_DEADLINE back to SCHED_OTHER; return those changed."""
+    scheduler = scheduler_for(host, method)
+    cleared = []
+    for tid in _validate_thread_ids(thread_ids):
+        current = scheduler.get(tid)
+        if current.is_deadline:
+            scheduler.set(tid, SchedPolicy("SCHED_OTHER", nice=current.nice))
+            cleared.append(tid)
+    return cleared
+
+
+def measure_usage(host: Host, thread_ids: Sequence[int], duration_s: float) -> list[ThreadUsage]:
+    """CPU each thread used over the next ``duration_s`` (a measurement interval, not a wait for readiness)."""
+    tids = _validate_thread_ids(thread_ids)
+    first = sample_threads(host, tids)
+    time.sleep(duration_s)
+    last = sample_threads(host, tids)
+    return [usage_between(first[t], last[t]) for t in tids if t in first and t in last]

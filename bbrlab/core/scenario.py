@@ -1,0 +1,488 @@
+"""Typed parameters of one run: the link, the CPU contention, the flow.
+
+All values carry their unit in their name. Every constructor validates, so a ``Scenario``
+that exists is one the testbed can run; errors name the field and the allowed range.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from .errors import ValidationError
+from .linksizing import check_kernel_limits
+
+#: Linux's TCP_CA_NAME_MAX is 16 including the NUL; names are lowercase identifiers.
+CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
+
+# Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).
+DEADLINE_PERIOD_MIN_US = 100
+DEADLINE_PERIOD_MAX_US = 4_194_304
+DEADLINE_RUNTIME_MIN_NS = 1024
+#: Highest loss a link may have: beyond half the packets lost a transfer measures the loss, not the CCA.
+MAX_LOSS_PCT = 50
+
+#: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.run.transfer).
+WORKLOADS = ("iperf3", "rsync")
+DEFAULT_FILE_MB = 160
+DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
+#: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
+MAX_FILE_MB = 1024
+#: Bytes a full-size frame takes in the bottleneck queue: the IP MTU plus the Ethernet header (tbf's bfifo
+#: counts every frame with its Ethernet header).
+ETHERNET_HEADER_BYTES = 14
+#: The smallest bottleneck queue, in full-size frames. tbf drops every frame that does not fit in its queue
+#: (it cannot send a frame it could not queue first), so a queue below one frame passes nothing and one frame
+#: is a link that drops whenever two packets meet; bbrlab asks for room for two.
+MIN_QUEUE_FRAMES = 2
+MAX_BUFFER_BDP = 1000
+#: tbf's limit is a 32-bit count of bytes.
+MAX_QUEUE_BYTES = 2**32 - 1
+
+LossModel = Literal["none", "uniform", "gemodel"]
+DelaySplit = Literal["symmetric", "forward"]
+
+
+def _check_range(field_name: str, value, lo, hi, *, lo_open=False, hi_open=False, unit=""):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_name, value, f"a number{(' in ' + unit) if unit else ''}")
+    lo_ok = value > lo if lo_open else value >= lo
+    hi_ok = value < hi if hi_open else value <= hi
+    if not (lo_ok and hi_ok):
+        lo_s = "<" if lo_open else "<="
+        hi_s = "<" if hi_open else "<="
+        name = field_name.rsplit(".", 1)[-1]
+        raise ValidationError(field_name, value, f"{lo} {lo_s} {name} {hi_s} {hi}{(' ' + unit) if unit else ''}")
+
+
+def check_cca(name: object, field_name: str = "cca") -> str:
+    """A congestion control name: lowercase identifier of at most 15 characters."""
+    if not isinstance(name, str) or not CCA_NAME.fullmatch(name):
+        raise ValidationError(field_name, name, "a congestion control name: [a-z][a-z0-9_]{0,14}, e.g. cubic, bbr, bbr2b")
+    return name
+
+
+@dataclass(frozen=True)
+class Link:
+    """The emulated bottleneck: delay, rate, buffer and loss, as set on the emulator.
+
+    ``buffer_bdp`` sizes the token bucket's queue in bandwidth-delay products (the paper uses 1);
+    ``buffer_bytes`` gives it directly instead. ``rate_mbit=None`` is an *unshaped* link: the delay (and
+    loss) only, no token bucket and so no bottleneck queue (both buffers ``None``); build it with
+    :meth:`unshaped`. It measures what the sender can carry at all (``bbrlab calibrate``). ``delay_split``: ``symmetric`` puts RTT/2 on each
+    direction, ``forward`` puts the whole RTT on the data direction.
+    Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
+    as netem's ``loss gemodel p r 1-h 1-k``.
+    """
+
+    rtt_ms: float
+    rate_mbit: float | None
+    buffer_bdp: float | None = 1.0
+    buffer_bytes: int | None = None
+    loss_model: LossModel = "none"
+    loss_pct: float = 0.0
+    ge_p_pct: float = 0.0
+    ge_r_pct: float = 100.0
+    ge_h_pct: float = 0.0
+    ge_k_pct: float = 100.0
+    loss_seed: int | None = None
+    jitter_ms: float = 0.0
+    delay_split: DelaySplit = "symmetric"
+    mtu_bytes: int = 1500
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
+        if self.rate_mbit is None:
+            if self.buffer_bdp is not None or self.buffer_bytes is not None:
+                raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
+                                      "none when rate_mbit is None (an unshaped link has no bottleneck queue; "
+                                      "use Link.unshaped)")
+        else:
+            _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
+        if self.rate_mbit is not None and (self.buffer_bdp is None) == (self.buffer_bytes is None):
+            raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
+                                  "exactly one of buffer_bdp or buffer_bytes")
+        if self.buffer_bdp is not None:
+            _check_range("link.buffer_bdp", self.buffer_bdp, 0, 1000, lo_open=True, unit="BDP")
+        if self.buffer_bytes is not None:
+            _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
+        if self.loss_model not in ("none", "uniform", "gemodel"):
+            raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
+        _check_range("link.loss_pct", self.loss_pct, 0, MAX_LOSS_PCT, unit="%")
+        if self.loss_model == "none" and self.loss_pct:
+            raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
+        for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
+            _check_range(f"link.{name}", getattr(self, name), 0, 100, unit="%")
+        if self.loss_seed is not None:
+            _check_range("link.loss_seed", self.loss_seed, 0, 2**63 - 1)
+        _check_range("link.jitter_ms", self.jitter_ms, 0, 10_000, unit="ms")
+        if self.jitter_ms > self.one_way_delays_ms()[0] and self.jitter_ms:
+            raise ValidationError("link.jitter_ms", self.jitter_ms, "at most the per-direction delay")
+        if self.delay_split not in ("symmetric", "forward"):
+            raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
+        _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
+        check_kernel_limits(self)
+        check_queue_floor(self)
+
+    @classmethod
+    def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
+        """A link with ``rtt_ms`` of delay and no rate limit (other fields as keywords, e.g. ``delay_split``)."""
+        return cls(rtt_ms=rtt_ms, rate_mbit=None, buffer_bdp=None, buffer_bytes=None, **kwargs)
+
+    # -- derived quantities ----------------------------------------------------------------
+    @property
+    def shaped(self) -> bool:
+        """Whether a token bucket limits the rate (False for :meth:`unshaped` links)."""
+        return self.rate_mbit is not None
+
+    @property
+    def bdp_bytes(self) -> int | None:
+        """Bandwidth-delay product of the configured link in bytes (None when unshaped)."""
+        if self.rate_mbit is None:
+            return None
+        return int(round(self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1e3))
+
+    @property
+    def queue_limit_bytes(self) -> int | None:
+        """Bottleneck queue in bytes, exactly as asked: ``buffer_bytes``, or ``buffer_bdp x bdp_bytes`` rounded
+        to a byte (None when unshaped: there is no bottleneck queue). A queue below :attr:`min_queue_bytes`
+        is refused when the link is built, never enlarged behind the researcher's back."""
+        if self.rate_mbit is None:
+            return None
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return int(round(self.buffer_bdp * self.bdp_bytes))
+
+    @property
+    def frame_bytes(self) -> int:
+        """What a full-size packet takes in the bottleneck queue: the MTU plus the Ethernet header."""
+        return self.mtu_bytes + ETHERNET_HEADER_BYTES
+
+    @property
+    def min_queue_bytes(self) -> int:
+        """The smallest bottleneck queue bbrlab sets: :data:`MIN_QUEUE_FRAMES` full-size frames."""
+        return MIN_QUEUE_FRAMES * self.frame_bytes
+
+    @property
+    def queue_bdp(self) -> float | None:
+        """The bottleneck queue in BDP (None when unshaped or when the BDP is 0 bytes)."""
+        if not self.shaped or not self.bdp_bytes:
+            return None
+        return self.queue_limit_bytes / self.bdp_bytes
+
+    def one_way_delays_ms(self) -> tuple[float, float]:
+        """(data direction, ack direction) delay in ms."""
+        if self.delay_split == "forward":
+            return float(self.rtt_ms), 0.0
+        return self.rtt_ms / 2, self.rtt_ms / 2
+
+    @property
+    def effective_loss_pct(self) -> float:
+        return self.loss_pct if self.loss_model == "uniform" else 0.0
+
+
+class BufferBelowMinimum(ValidationError):
+    """The bottleneck queue a link asks for is smaller than :attr:`Link.min_queue_bytes` (for its rate x RTT)."""
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """``x`` rounded up to ``digits`` significant digits (so that the value a message suggests is accepted)."""
+    if x <= 0:
+        return 0.0
+    scale = 10 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.ceil(x * scale - 1e-9) / scale
+
+
+def buffer_bdp_range(link: Link) -> tuple[float, float] | None:
+    """``(lowest, highest)`` buffer in BDP that ``link``'s rate x RTT allows: at least two full-size frames,
+    at most :data:`MAX_BUFFER_BDP` and tbf's 32-bit byte count. None when no BDP multiple is possible (a
+    0-byte BDP at RTT 0, or a BDP so small that the floor is above the largest multiple)."""
+    bdp = link.bdp_bytes
+    if not bdp:
+        return None
+    lowest = _round_up((link.min_queue_bytes - 0.5) / bdp)
+    highest = min(float(MAX_BUFFER_BDP), math.floor(MAX_QUEUE_BYTES / bdp * 1e4) / 1e4)
+    return (lowest, highest) if lowest <= highest else None
+
+
+def check_queue_floor(link: Link) -> None:
+    """Raise :class:`BufferBelowMinimum` when ``link``'s bottleneck queue is below two full-size frames,
+    naming the buffer field and the range allowed at its rate x RTT."""
+    if not link.shaped or link.queue_limit_bytes >= link.min_queue_bytes:
+        return
+    floor = (f"the bottleneck queue must hold {MIN_QUEUE_FRAMES} full-size frames of {link.frame_bytes} bytes "
+             f"(MTU {link.mtu_bytes} + Ethernet header), i.e. at least {link.min_queue_bytes} bytes; tbf drops a "
+             "frame that does not fit")
+    where = f"at {link.rate_mbit:g} Mbit/s x {link.rtt_ms:g} ms (BDP {link.bdp_bytes} bytes)"
+    if link.buffer_bytes is not None:
+        raise BufferBelowMinimum("link.buffer_bytes", link.buffer_bytes,
+                                 f"{link.min_queue_bytes} <= buffer_bytes <= {MAX_QUEUE_BYTES}: {floor}")
+    span = buffer_bdp_range(link)
+    if span is None:
+        raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
+                                 f"no buffer in BDP {where}: give the buffer in bytes instead "
+                                 f"(buffer_bytes >= {link.min_queue_bytes}); {floor}")
+    raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
+                             f"{span[0]:g} <= buffer_bdp <= {span[1]:g} BDP {where}: {floor} "
+                             f"({link.buffer_bdp:g} BDP is {link.queue_limit_bytes} bytes)")
+
+
+@dataclass(frozen=True)
+class Contention:
+    """SCHED_DEADLINE on the sender's vCPU threads: runtime = deadline = timeslice,
+    period = timeslice / share. A share of 100 % means no policy (the thread runs as usual)."""
+
+    timeslice_ms: float
+    cpu_share_pct: float
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
+        _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
+        if self.unlimited:
+            return
+        if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
+            raise ValidationError("contention.timeslice_ms", self.timeslice_ms,
+                                  f"a runtime of at least {DEADLINE_RUNTIME_MIN_NS} ns (the kernel's minimum)")
+        period_us = self.timeslice_ms * 1e3 * 100.0 / self.cpu_share_pct  # float: a tiny share gives inf
+        if not DEADLINE_PERIOD_MIN_US <= period_us <= DEADLINE_PERIOD_MAX_US:
+            raise ValidationError(
+                "contention.cpu_share_pct", self.cpu_share_pct,
+                f"a period (timeslice / share) between {DEADLINE_PERIOD_MIN_US} us and "
+                f"{DEADLINE_PERIOD_MAX_US} us; {self.timeslice_ms} ms / {self.cpu_share_pct} % "
+                f"gives {period_us:.0f} us",
+            )
+
+    @property
+    def unlimited(self) -> bool:
+        return self.cpu_share_pct >= 100
+
+    @property
+    def runtime_ns(self) -> int:
+        return int(round(self.timeslice_ms * 1e6))
+
+    @property
+    def deadline_ns(self) -> int:
+        return self.runtime_ns
+
+    @property
+    def period_ns(self) -> int:
+        return int(round(self.timeslice_ms * 1e6 * 100.0 / self.cpu_share_pct))
+
+    @property
+    def bandwidth(self) -> float:
+        """runtime / period as a fraction (what admission control counts)."""
+        return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
+
+
+#: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
+#: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
+SAMPLERS = ("bpf", "netlink", "ss")
+DEFAULT_SAMPLER = "bpf"
+#: The netlink and BPF samplers watch at most this many data sockets (MAX_PORTS in bbrlab/sampling/native/sampler_common.h).
+SAMPLER_MAX_PORTS = 64
+#: At most this many socket samples (samples x streams) in one sampled run. A sample takes at most about
+#: :data:`SAMPLE_RECORD_BYTES` in the log and about 4 KB of memory while the run's checks parse it, so a run's
+#: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
+MAX_SAMPLE_RECORDS = 500_000
+SAMPLE_RECORD_BYTES = 700
+
+
+def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:
+    """Socket samples a run takes at most: one per stream every ``sample_ms`` for ``duration_s``."""
+    return streams * math.ceil(duration_s * 1000 / sample_ms)
+
+
+def check_sampling_load(sample_ms: int, streams: int, duration_s: float, sampler: str, *,
+                        fields: tuple[str, str, str] = ("flow.sample_ms", "flow.streams", "flow.duration_s")) -> None:
+    """Refuse a sampled flow the samplers cannot watch (more than :data:`SAMPLER_MAX_PORTS` streams for
+    ``netlink``/``bpf``) or whose samples x streams over ``duration_s`` exceed :data:`MAX_SAMPLE_RECORDS`;
+    ``fields`` names sample_ms, streams and duration_s in the error (a spec's keys, a flag)."""
+    ms_field, streams_field, duration_field = fields
+    if sampler != "ss" and streams > SAMPLER_MAX_PORTS:
+        raise ValidationError(streams_field, streams,
+                              f"1 <= streams <= {SAMPLER_MAX_PORTS} with sampler {sampler} (it watches at most "
+                              f"{SAMPLER_MAX_PORTS} sockets); sample more streams with sampler ss, or fewer")
+    records = sampled_records(sample_ms, streams, duration_s)
+    if records <= MAX_SAMPLE_RECORDS:
+        return
+    min_ms = math.ceil(streams * duration_s * 1000 / MAX_SAMPLE_RECORDS)
+    max_s = MAX_SAMPLE_RECORDS * sample_ms // (1000 * streams)
+    max_streams = int(MAX_SAMPLE_RECORDS * sample_ms // (1000 * duration_s))
+    ways = [f"{ms_field.rsplit('.', 1)[-1]} >= {min_ms} ms for these", f"{duration_field.rsplit('.', 1)[-1]} <= {max_s} s"]
+    if max_streams >= 1:
+        ways.append(f"{streams_field.rsplit('.', 1)[-1]} <= {max_streams}")
+    raise ValidationError(
+        f"{ms_field} with {streams_field} and {duration_field}", (sample_ms, streams, duration_s),
+        f"samples x streams <= {MAX_SAMPLE_RECORDS} per run ({streams} stream(s) x {duration_s:g} s every "
+        f"{sample_ms} ms is {records}): {', or '.join(ways)} (the log's size on the host: docs/sampling.md)")
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What the (contended) sender sends to the receiver: the workload and its congestion control.
+
+    ``workload`` ``iperf3`` (the default) is a bulk transfer of ``duration_s`` over ``streams`` connections;
+    ``rsync`` copies one incompressible file of ``file_mb`` (10^6 bytes) over one SSH connection, ended
+    after ``transfer_timeout_s`` if it has not finished (see :mod:`bbrlab.run.transfer`). The fields of the
+    other workload keep their defaults and are left out of :meth:`to_dict`.
+
+    ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled). Records
+    written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict` reads them,
+    and :meth:`to_dict` writes unsampled and ss-sampled flows in that same form, so their run ids do not change.
+    """
+
+    cca: str
+    duration_s: float = 20.0
+    streams: int = 1
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
+    workload: str = "iperf3"
+    file_mb: float = DEFAULT_FILE_MB
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+
+    def __post_init__(self):
+        self.validate()
+        if self.sample_ms is None:  # the sampler of an unsampled flow means nothing: one form for equality
+            object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
+
+    def validate(self) -> None:
+        check_cca(self.cca, "flow.cca")
+        _check_range("flow.duration_s", self.duration_s, 1, 3600, unit="s")
+        if self.duration_s != int(self.duration_s):
+            raise ValidationError("flow.duration_s", self.duration_s,
+                                  "a whole number of seconds from 1 to 3600 (iperf3 -t counts whole seconds)")
+        if not isinstance(self.streams, int) or isinstance(self.streams, bool):
+            raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
+        _check_range("flow.streams", self.streams, 1, 128)
+        if self.sample_ms is not None:
+            if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
+                raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
+            _check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
+        if self.sampler not in SAMPLERS:
+            raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
+        if self.workload not in WORKLOADS:
+            raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+        _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
+        _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
+        self._check_workload_fields()
+        if self.sample_ms is not None:
+            duration = ("flow.transfer_timeout_s", self.transfer_timeout_s) if self.workload == "rsync" else \
+                ("flow.duration_s", self.duration_s)
+            check_sampling_load(self.sample_ms, self.streams, duration[1], self.sampler,
+                                fields=("flow.sample_ms", "flow.streams", duration[0]))
+
+    def _check_workload_fields(self) -> None:
+        """Each workload's own fields; the other workload's must stay at their defaults."""
+        if self.workload == "rsync":
+            if self.streams != 1:
+                raise ValidationError("flow.streams", self.streams, "1 for the rsync workload (one SSH connection)")
+            if self.duration_s != Flow.duration_s:
+                raise ValidationError("flow.duration_s", self.duration_s,
+                                      f"left at {Flow.duration_s:g} for rsync (a copy lasts until the file is "
+                                      "there or transfer_timeout_s has passed)")
+            return
+        for name in ("file_mb", "transfer_timeout_s"):
+            if getattr(self, name) != getattr(Flow, name):
+                raise ValidationError(f"flow.{name}", getattr(self, name),
+                                      f"left at {getattr(Flow, name):g} for {self.workload} (it applies to rsync only)")
+
+    @property
+    def file_bytes(self) -> int:
+        """The size of rsync's file in bytes (``file_mb`` x 10^6)."""
+        return int(round(self.file_mb * 1e6))
+
+    def to_dict(self) -> dict:
+        """The flow as recorded: an iperf3 flow exactly as before workloads existed (so its run id is
+        unchanged), an rsync flow without ``duration_s``; an unsampled or ss-sampled flow with
+        ``sample_ss_ms`` as before the samplers had a choice, a flow sampled otherwise with ``sample_ms``
+        and ``sampler``."""
+        d = asdict(self)
+        if self.workload == "iperf3":
+            for name in ("workload", "file_mb", "transfer_timeout_s"):
+                del d[name]
+        else:
+            del d["duration_s"]
+        if self.sample_ms is None or self.sampler == "ss":
+            d["sample_ss_ms"] = d.pop("sample_ms")
+            del d["sampler"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Flow:
+        """A flow from :meth:`to_dict`'s form, or from a record made before the samplers had a choice."""
+        d = dict(d)
+        legacy = d.pop("sample_ss_ms", None)
+        if legacy is not None:
+            if d.get("sample_ms") is not None:
+                raise ValidationError("flow.sample_ss_ms", legacy, "absent when flow.sample_ms is given")
+            d["sample_ms"], d["sampler"] = legacy, "ss"
+        return cls(**d)
+
+
+SCENARIO_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run: link x contention x flow x repetition index."""
+
+    link: Link
+    contention: Contention
+    flow: Flow
+    repetition: int = 0
+    #: The sender's kernel (``debian-6.1``, ``debian-5.10``, ``debian-6.12`` or a kernel's path: see
+    #: :mod:`bbrlab.kernel.sender`); None: whatever the testbed's sender runs.
+    kernel: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        k = self.kernel
+        if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
+                              or any(c in k for c in "\n\r\0")):
+            raise ValidationError("kernel", k, "a sender kernel: debian-6.1, debian-5.10, debian-6.12 or a path")
+
+    def to_dict(self) -> dict:
+        d = {
+            "schema": SCENARIO_SCHEMA_VERSION,
+            "link": asdict(self.link),
+            "contention": asdict(self.contention),
+            "flow": self.flow.to_dict(),
+            "repetition": self.repetition,
+        }
+        if self.kernel is not None:  # absent otherwise, so runs planned before kernels keep their ids
+            d["kernel"] = self.kernel
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scenario:
+        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
+                   d.get("kernel"))
+
+    @property
+    def kernel_tag(self) -> str:
+        """The kernel as a run-id prefix (``debian-5.10-``; a path: its last part), empty without one."""
+        if self.kernel is None:
+            return ""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", self.kernel.rstrip("/").rsplit("/", 1)[-1]) + "-"
+
+    @property
+    def run_id(self) -> str:
+        """Stable id: readable prefix + hash of every parameter and the repetition."""
+        d = self.to_dict()
+        digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
+        c, li, f = self.contention, self.link, self.flow
+        share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
+        workload = "" if f.workload == "iperf3" else f"{f.workload}-"
+        rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
+        return (f"{self.kernel_tag}{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+                f"{rate}-r{self.repetition:02d}-{digest}")

@@ -1,0 +1,6 @@
+"""The emulated link (README step "emulate the link"): netem and the token bucket on the emulator's
+bridge ports, described once (``qdisc``), set, read back and cleared (``emulator``), and the paper's
+set-up validation, configured versus measured (``validate``).
+
+May import: ``bbrlab.core``, ``bbrlab.testbed`` (roles). Never ``run``, ``campaign``, ``analysis``, ``cli``.
+"""

@@ -1,0 +1,455 @@
+"""The emulated link on the emulator's bridge ports: set, read back, check, clear.
+
+``set(host, ports, link)`` builds the qdisc tree of :mod:`bbrlab.link.qdisc` on the two ports, reads back
+what the kernel reports (``tc -raw -j -s qdisc show``, JSON, no text parsing) and raises if the kernel
+did not take what was asked. The read-back it returns is what a run stores.
+
+Where the emulator host is this machine (``LocalHost``/``NetnsHost``) the tree goes in with pyroute2;
+on any other host (the emulator VM over SSH) with ``tc`` through :meth:`Host.run`. Both are renderings
+of the same tree.
+
+Order of events in :func:`set`: everything that can be checked without changing the host is checked
+first (the link and port names, that the ports exist and carry no foreign root qdisc, that the host
+kernel has every qdisc the tree needs); only then are qdiscs changed. If anything fails after that,
+the ports are cleared again before the error propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Sequence
+
+from bbrlab.core.errors import TestbedError, ValidationError
+from bbrlab.core.hosts import CommandError, Host
+from bbrlab.core.scenario import Link
+from bbrlab.testbed import hostlock
+
+from .qdisc import (
+    ROOT_HANDLE,
+    LinkTree,
+    Netem,
+    PortTree,
+    QdiscNode,
+    Tbf,
+    UnsupportedByRenderer,
+    apply_pyroute2,
+    build_tree,
+    clear_argv,
+    clear_pyroute2,
+    to_tc_argv,
+)
+
+#: What read-back may differ from the request by: the kernel stores times in 64 ns ticks and tc
+#: prints microseconds; tbf's burst is stored as a time at the configured rate.
+DELAY_TOLERANCE_US = 2.0
+BURST_TOLERANCE_US = 2.0
+PCT_TOLERANCE = 1e-6
+
+#: Probes for :func:`host_supports`: the qdisc (tc arguments after ``root handle 1:``) tried on the
+#: loopback device of a throw-away network namespace.
+_PROBES = {
+    "tbf": ["tbf", "rate", "1mbit", "burst", "5000", "limit", "10000"],
+    "netem": ["netem", "delay", "1ms"],
+    "netem-seed": ["netem", "loss", "random", "1%", "seed", "7"],
+}
+#: A constant script: the probe's arguments arrive as "$@", never pasted into the script text.
+_PROBE_SCRIPT = 'tc qdisc add dev lo root handle 1: "$@" && exec tc -raw -j qdisc show dev lo'
+
+
+class LinkMismatch(TestbedError):
+    """The kernel reports qdiscs different from the ones requested."""
+
+
+# -- read-back ----------------------------------------------------------------------------------------
+def readback(host: Host, ifname: str) -> list[dict]:
+    """The qdiscs of ``ifname`` as the kernel reports them (``tc -raw -j -s qdisc show dev IF``)."""
+    try:
+        out = host.output(["tc", "-raw", "-j", "-s", "qdisc", "show", "dev", ifname])
+    except CommandError as e:
+        raise TestbedError(f"cannot read the qdiscs of {ifname} on {host.name}: {e}") from e
+    return json.loads(out) if out else []
+
+
+def show(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+    """``{ifname: [qdisc, ...]}`` for each port, as the kernel reports them, in ONE ``tc`` command.
+
+    ``tc -j qdisc show`` without ``dev`` tags every qdisc with its ``dev``; grouped by it (and the tag
+    dropped) each list is what :func:`readback` gives for that port. Every SSH call is slow in a TCG guest,
+    and this runs after every run. A port missing from the output is read on its own (which says clearly
+    when it does not exist).
+    """
+    try:
+        out = host.output(["tc", "-raw", "-j", "-s", "qdisc", "show"])
+    except CommandError as e:
+        raise TestbedError(f"cannot read the qdiscs on {host.name}: {e}") from e
+    grouped: dict[str, list[dict]] = {}
+    for qdisc in json.loads(out) if out else []:
+        grouped.setdefault(qdisc.pop("dev", None), []).append(qdisc)
+    return {ifname: grouped[ifname] if ifname in grouped else readback(host, ifname) for ifname in ports}
+
+
+def root_qdisc(qdiscs: list[dict]) -> dict | None:
+    return next((q for q in qdiscs if q.get("root")), None)
+
+
+def is_default(qdisc: dict | None) -> bool:
+    """The kernel's own root qdisc (handle 0:), which deleting the root brings back."""
+    return qdisc is None or qdisc.get("handle") == "0:"
+
+
+def is_ours(qdisc: dict | None) -> bool:
+    return qdisc is not None and qdisc.get("handle") == ROOT_HANDLE
+
+
+# -- probing what a host's kernel can do --------------------------------------------------------------
+def host_supports(host: Host, kind: str) -> bool:
+    """Whether ``host``'s kernel (and tc) take qdisc ``kind`` (``tbf``, ``netem``, ``netem-seed``).
+
+    Tried for real on the loopback device of a throw-away network namespace (``unshare -n``), so no
+    interface of the host is touched. ``netem-seed`` also needs the seed to come back in the read-back:
+    a kernel that silently ignores the attribute does not count.
+    """
+    if kind not in _PROBES:
+        raise ValidationError("kind", kind, f"one of {', '.join(sorted(_PROBES))}")
+    argv = ["unshare", "-n", "sh", "-c", _PROBE_SCRIPT, "probe", *_PROBES[kind]]
+    res = host.run(argv, check=False, timeout=30)
+    if not res.ok:
+        return False
+    if kind != "netem-seed":
+        return True
+    qdiscs = json.loads(res.stdout or "[]")
+    return any("seed" in (q.get("options") or {}) for q in qdiscs)
+
+
+def check_host_can_run(host: Host, tree: LinkTree) -> None:
+    """Refuse, before anything changes, a tree the host's kernel cannot build."""
+    for kind in sorted(tree.kinds):
+        if not host_supports(host, kind):
+            where = ("the emulator VM runs netem (e.g. bbrlab link set --testbed local); this host's kernel "
+                     "was built without sch_netem" if kind == "netem" else f"install a kernel with sch_{kind}")
+            raise TestbedError(f"no {kind} on {host.name}: {where}. Nothing was changed.")
+    seeds = [n.qdisc.seed for p in tree.ports for n in p.nodes if isinstance(n.qdisc, Netem) and n.qdisc.seed is not None]
+    if seeds and not host_supports(host, "netem-seed"):
+        raise ValidationError("link.loss_seed", seeds[0],
+                              f"unset: netem on {host.name} cannot take a seed (needs Linux and iproute2 "
+                              "6.6 or later); nothing was changed")
+
+
+def owner_note(host: Host) -> str:
+    """The name of the note on ``host`` saying which session set bbrlab's qdiscs there (one per network
+    namespace: ports are named per namespace)."""
+    return f"link-{_local_netns(host) or 'host'}.owner"
+
+
+def check_ports_free(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+    """Each port exists and its root qdisc is the kernel default or bbrlab's, and bbrlab's is not another
+    campaign's: one whose note (:func:`mark_ports`) names another session that still holds the host
+    (:mod:`bbrlab.testbed.hostlock`) is refused, naming that campaign. Returns the read-back."""
+    before = show(host, ports)
+    for ifname, qdiscs in before.items():
+        root = root_qdisc(qdiscs)
+        if not (is_default(root) or is_ours(root)):
+            raise TestbedError(
+                f"{ifname} on {host.name} has a root qdisc {root.get('kind')} {root.get('handle')} that bbrlab did "
+                f"not set; remove it first (tc qdisc del dev {ifname} root). Nothing was changed.")
+    _refuse_another_campaigns(host, ports, before)
+    return before
+
+
+def _refuse_another_campaigns(host: Host, ports: Sequence[str], readbacks: dict[str, list[dict]]) -> None:
+    """Raise when bbrlab's qdiscs on ``ports`` were set by another session that still holds ``host``."""
+    if not any(is_ours(root_qdisc(q)) for q in readbacks.values()):
+        return
+    note, live = hostlock.mark_of(host, owner_note(host))
+    if live:
+        raise TestbedError(
+            f"the qdiscs on {', '.join(ports)} of {host.name} belong to another campaign that still holds that "
+            f"host: {hostlock.describe(note)}. Nothing was changed.")
+
+
+def mark_ports(host: Host, ports: Sequence[str]) -> None:
+    """Note on ``host`` that this session sets bbrlab's qdiscs on ``ports`` (before it does)."""
+    hostlock.mark(host, owner_note(host), {"ports": list(ports)})
+
+
+# -- comparing read-back with the request -------------------------------------------------------------
+def _close(got: float | None, want: float, tol: float) -> bool:
+    return got is not None and math.isclose(got, want, abs_tol=tol, rel_tol=0)
+
+
+def _netem_diffs(where: str, n: Netem, opts: dict) -> list[str]:
+    diffs = []
+    delay = opts.get("delay") or {}
+    got_delay_us = delay.get("delay", 0.0) * 1e6
+    got_jitter_us = delay.get("jitter", 0.0) * 1e6
+    if not _close(got_delay_us, n.delay_us, DELAY_TOLERANCE_US):
+        diffs.append(f"{where} delay {got_delay_us:.0f} us, asked {n.delay_us} us")
+    if not _close(got_jitter_us, n.jitter_us, DELAY_TOLERANCE_US):
+        diffs.append(f"{where} jitter {got_jitter_us:.0f} us, asked {n.jitter_us} us")
+    if opts.get("limit") != n.limit_packets:
+        diffs.append(f"{where} limit {opts.get('limit')} packets, asked {n.limit_packets}")
+    uniform = n.loss.pct / 100 if n.loss and n.loss.model == "uniform" else 0.0
+    got_uniform = (opts.get("loss-random") or {}).get("loss", 0.0)
+    if not _close(got_uniform, uniform, PCT_TOLERANCE):
+        diffs.append(f"{where} loss {got_uniform:.6f}, asked {uniform:.6f}")
+    ge = opts.get("loss-gemodel")
+    if n.loss and n.loss.model == "gemodel":
+        want = {"p": n.loss.p_pct, "r": n.loss.r_pct, "1-h": n.loss.one_minus_h_pct, "1-k": n.loss.one_minus_k_pct}
+        for key, pct in want.items():
+            if not _close((ge or {}).get(key), pct / 100, PCT_TOLERANCE):
+                diffs.append(f"{where} gemodel {key} {(ge or {}).get(key)}, asked {pct / 100}")
+    elif ge:
+        diffs.append(f"{where} has gemodel loss {ge}, none asked")
+    if n.seed is not None and opts.get("seed") != n.seed:
+        diffs.append(f"{where} seed {opts.get('seed')}, asked {n.seed}")
+    return diffs
+
+
+def _tbf_diffs(where: str, t: Tbf, opts: dict) -> list[str]:
+    diffs = []
+    if not _close(opts.get("rate"), t.rate_bytes_per_s, 1):
+        diffs.append(f"{where} rate {opts.get('rate')} B/s, asked {t.rate_bytes_per_s}")
+    burst_tol = max(t.rate_bytes_per_s * BURST_TOLERANCE_US / 1e6, 16)
+    if not _close(opts.get("burst"), t.burst_bytes, burst_tol):
+        diffs.append(f"{where} burst {opts.get('burst')} B, asked {t.burst_bytes}")
+    if opts.get("limit") != t.limit_bytes:
+        diffs.append(f"{where} limit {opts.get('limit')} B, asked {t.limit_bytes}")
+    return diffs
+
+
+def _node_diffs(ifname: str, node: QdiscNode, qdiscs: list[dict]) -> list[str]:
+    where = f"{ifname} {node.kind} {node.handle}"
+    got = next((q for q in qdiscs if q.get("handle") == node.handle), None)
+    if got is None:
+        return [f"{where} missing"]
+    if got.get("kind") != node.kind:
+        return [f"{where} is a {got.get('kind')}"]
+    placed = "root" if got.get("root") else got.get("parent")
+    if placed != node.parent:
+        return [f"{where} hangs at {placed}, asked {node.parent}"]
+    opts = got.get("options") or {}
+    return _netem_diffs(where, node.qdisc, opts) if isinstance(node.qdisc, Netem) else _tbf_diffs(where, node.qdisc, opts)
+
+
+def diff_port(spec: PortTree, qdiscs: list[dict]) -> list[str]:
+    """Every way the kernel's qdiscs on one port differ from ``spec`` (empty: it took what was asked)."""
+    if not spec.nodes:
+        root = root_qdisc(qdiscs)
+        return [] if is_default(root) else [f"{spec.ifname} should carry no bbrlab qdisc, has {root}"]
+    diffs = [d for node in spec.nodes for d in _node_diffs(spec.ifname, node, qdiscs)]
+    asked = {n.handle for n in spec.nodes}
+    extra = [q.get("handle") for q in qdiscs if q.get("handle") not in asked | {"0:"}]
+    if extra:
+        diffs.append(f"{spec.ifname} has qdiscs not asked for: {extra}")
+    return diffs
+
+
+def check_readback(tree: LinkTree, readbacks: dict[str, list[dict]]) -> None:
+    """Raise :class:`LinkMismatch` unless every port carries exactly what ``tree`` asks for."""
+    diffs = [d for p in tree.ports for d in diff_port(p, readbacks.get(p.ifname, []))]
+    if diffs:
+        raise LinkMismatch("the kernel did not take the requested qdiscs: " + "; ".join(diffs))
+
+
+# -- changing the ports --------------------------------------------------------------------------------
+def _local_netns(host: Host) -> str | None:
+    return getattr(host, "netns", None) or None
+
+
+def _apply_port(host: Host, spec: PortTree) -> None:
+    """One port, through pyroute2 on this machine or tc elsewhere (tc also locally for what pyroute2 lacks)."""
+    if host.is_local:
+        try:
+            apply_pyroute2(spec, netns=_local_netns(host))
+            return
+        except UnsupportedByRenderer:
+            pass  # e.g. gemodel loss: the same tree, rendered for tc instead
+    for argv in to_tc_argv(spec):
+        host.run(argv)
+
+
+def _clear_port(host: Host, ifname: str) -> None:
+    """Remove bbrlab's root qdisc from ``ifname`` if it is there; anything else is left alone."""
+    if not is_ours(root_qdisc(readback(host, ifname))):
+        return
+    if host.is_local:
+        clear_pyroute2(ifname, netns=_local_netns(host))
+    else:
+        host.run(clear_argv(ifname))
+
+
+def clear(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+    """Remove bbrlab's qdiscs from ``ports``; the kernel's defaults come back. Returns the read-back,
+    and raises if a port still carries a non-default root qdisc afterwards, or (before any change) when
+    they are another live campaign's (:func:`check_ports_free`)."""
+    _refuse_another_campaigns(host, ports, show(host, ports))
+    for ifname in ports:
+        _clear_port(host, ifname)
+    after = show(host, ports)
+    left = {i: root_qdisc(q) for i, q in after.items() if not is_default(root_qdisc(q))}
+    if left:
+        raise TestbedError(f"after clear, ports still carry qdiscs: {left}")
+    hostlock.unmark(host, owner_note(host))
+    return after
+
+
+def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
+    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back.
+
+    Raises before any change for a bad link, unknown/foreign ports, or a kernel missing a qdisc
+    (``TestbedError`` naming netem and the emulator VM when the host has no netem). Raises
+    :class:`LinkMismatch` (after clearing) if the kernel reports something other than what was asked.
+    """
+    if not isinstance(link, Link):
+        raise ValidationError("link", link, "a bbrlab.core.scenario.Link")
+    tree = build_tree(link, tuple(ports))
+    names = [p.ifname for p in tree.ports]
+    check_ports_free(host, names)
+    check_host_can_run(host, tree)
+    mark_ports(host, names)
+    try:
+        for spec in tree.ports:
+            _clear_port(host, spec.ifname)
+            _apply_port(host, spec)
+        after = show(host, names)
+        check_readback(tree, after)
+    except BaseException:
+        _restore(host, names)
+        raise
+    return after
+
+
+def _restore(host: Host, names: list[str]) -> None:
+    """Best effort after a failure: take bbrlab's qdiscs off again; the original error is what matters."""
+    for ifname in names:
+        try:
+            _clear_port(host, ifname)
+        except Exception:  # keep restoring the other ports
+            pass
+
+
+# -- what was configured, recovered from the read-back --------------------------------------------------
+def configured_from_readback(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
+    """``{"rtt_ms", "rate_mbit", "queue_bytes", "loss_pct"}`` as the kernel holds them on ``ports``.
+
+    The RTT is the sum of both netem delays; the rate and queue come from the data port's tbf.
+    """
+    sender_side, receiver_side = ports
+    out: dict = {"rtt_ms": 0.0, "rate_mbit": None, "queue_bytes": None, "loss_pct": 0.0}
+    for ifname in (sender_side, receiver_side):
+        for q in readbacks.get(ifname, []):
+            opts = q.get("options") or {}
+            if q.get("kind") == "netem":
+                out["rtt_ms"] += (opts.get("delay") or {}).get("delay", 0.0) * 1e3
+                if ifname == receiver_side:
+                    out["loss_pct"] = (opts.get("loss-random") or {}).get("loss", 0.0) * 100
+            elif q.get("kind") == "tbf" and ifname == receiver_side:
+                out["rate_mbit"] = opts.get("rate", 0) * 8 / 1e6
+                out["queue_bytes"] = opts.get("limit")
+    if out["rate_mbit"] is None:
+        raise TestbedError(f"no bbrlab token bucket on {receiver_side}: set a link first (bbrlab link set)")
+    out["rtt_ms"] = round(out["rtt_ms"], 3)
+    return out
+
+
+def effective_queue(readbacks: dict[str, list[dict]], ports: Sequence[str], link: Link) -> dict:
+    """The bottleneck queue the kernel holds, from a read-back of ``ports = (sender_side, receiver_side)``:
+    ``{"queue_bytes": the data port's tbf limit, "queue_bdp": that over link's BDP, 6 decimals}``; each None
+    when the data port has no token bucket (or, for ``queue_bdp``, the BDP is 0 bytes). Every run record
+    keeps it (``metadata.link``), and the tables' buffer columns come from it."""
+    tbf = next((q for q in readbacks.get(ports[1], []) if q.get("kind") == "tbf"), None)
+    limit = (tbf.get("options") or {}).get("limit") if tbf else None
+    bdp = link.bdp_bytes
+    return {"queue_bytes": limit, "queue_bdp": round(limit / bdp, 6) if limit is not None and bdp else None}
+
+
+def validate(testbed, link: Link, **kwargs) -> dict:
+    """The paper's set-up validation; see :func:`bbrlab.link.validate.validate`."""
+    from .validate import validate as _validate
+
+    return _validate(testbed, link, **kwargs)
+
+
+# -- the link of a campaign: set once, kept while it does not change, counted per run ----------------------
+def counters(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
+    """Packet and drop counters of bbrlab's qdiscs from a read-back: ``{"data"|"ack": {kind: {...}}}``.
+
+    ``ports = (sender_side, receiver_side)``: the receiver side carries data, the sender side ACKs.
+    """
+    roles = dict(zip(("ack", "data"), ports, strict=True))
+    out: dict = {}
+    for role, ifname in roles.items():
+        out[role] = {q.get("kind"): {k: int(q.get(k) or 0) for k in ("packets", "bytes", "drops", "backlog")}
+                     for q in readbacks.get(ifname, []) if is_ours(q) or str(q.get("parent", "")).startswith("bb")}
+    return out
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    """``after - before`` for every counter present in both (backlog is a level, kept as ``after``)."""
+    out: dict = {}
+    for role, kinds in after.items():
+        out[role] = {}
+        for kind, values in kinds.items():
+            old = before.get(role, {}).get(kind, {})
+            out[role][kind] = {k: v if k == "backlog" else v - old.get(k, 0) for k, v in values.items()}
+    return out
+
+
+def loss_observed(delta: dict) -> dict:
+    """What netem dropped on the data port, separated from the bottleneck's (tbf's) drops.
+
+    netem counts as its own drops the packets it loses on purpose, its own overflow and what its child
+    (tbf) refuses; the packets that reached netem are what left the tree plus every drop.
+    """
+    netem = delta.get("data", {}).get("netem")
+    if netem is None:
+        return {"entered": None, "netem_dropped": 0, "fraction": None}
+    tbf_drops = delta.get("data", {}).get("tbf", {}).get("drops", 0)
+    dropped = netem["drops"] - tbf_drops
+    entered = netem["packets"] + netem["drops"]
+    return {"entered": entered, "netem_dropped": dropped, "fraction": dropped / entered if entered else None}
+
+
+class EmulatorLink:
+    """The emulated link of one campaign on an emulator: knows what it set.
+
+    :meth:`holding` sets ``link`` only when it differs from what this object set last (the VMs and qdiscs
+    stay up between runs), and clears the ports if anything fails inside the block: after a failure the
+    emulator's state is unknown, so the next run sets the link again. :meth:`close` takes bbrlab's qdiscs
+    off at the end of a campaign.
+    """
+
+    def __init__(self, host: Host, ports: Sequence[str]):
+        self.host, self.ports = host, tuple(ports)
+        self.current: Link | None = None
+
+    @contextlib.contextmanager
+    def holding(self, link: Link) -> Iterator[bool]:
+        """The ``with`` block runs on ``link``; yields whether it had to be (re)configured."""
+        changed = self.current != link
+        if changed:
+            self.current = None
+            set(self.host, self.ports, link)
+            self.current = link
+        try:
+            yield changed
+        except BaseException:
+            self.forget()
+            raise
+
+    def readback(self) -> dict[str, list[dict]]:
+        """The qdiscs on the ports as the kernel reports them now (with counters)."""
+        return show(self.host, self.ports)
+
+    def forget(self) -> None:
+        """Clear the ports, best effort (the error that led here is what gets reported)."""
+        self.current = None
+        with contextlib.suppress(Exception):
+            clear(self.host, self.ports)
+
+    def close(self) -> None:
+        """Take bbrlab's qdiscs off the ports (raises if the kernel keeps one)."""
+        self.current = None
+        clear(self.host, self.ports)

@@ -1,0 +1,9 @@
+"""One measurement run (README step "measure a grid", per run): the recipe (``runner``), what lasts
+between runs on one testbed (``session``), the workloads (``workloads``, ``iperf``, ``transfer``,
+``sshd``, ``progress``), the sender prepared (``sender``), what must hold (``checks``), the record and its
+metadata (``record``, ``runmeta``), the calibration file it is checked against (``ceiling``) and
+recovery after a killed process (``recovery``).
+
+May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.link.emulator``, ``bbrlab.contention.deadline``,
+``bbrlab.sampling.sampler``. Never ``campaign``, ``analysis``, ``cli``.
+"""

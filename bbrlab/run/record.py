@@ -1,0 +1,267 @@
+"""The run record (schema ``bbrlab.run/2``, docs/run-record.md) and its crash-safe storage.
+
+A run is written into ``CAMPAIGN/.tmp/<run_id>.<pid>/`` and only then renamed, as a whole directory,
+to ``runs/<run_id>`` (status ok) or ``failed/<run_id>.a<N>`` (a failed attempt). Every file is fsynced
+before the rename and the parent directory after it, so after a crash (SIGKILL, power loss) a run is
+either completely in ``runs/`` or not there at all; ``.tmp/`` leftovers are cleared on resume.
+
+Nothing is written through a symbolic link another user could plant: files are opened with ``O_NOFOLLOW``,
+a temporary file is created afresh (``O_EXCL``, mode 0600 while it is written) under a name that is first
+cleared, and ``.tmp/`` is a directory of mode 0700 that is refused when it is a link.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from bbrlab.core.errors import BbrlabError
+
+RECORD_SCHEMA = "bbrlab.run/2"
+#: Earlier schemas readers still accept (bbrlab.run/1: before the typed run metadata of the run recipe).
+READABLE_SCHEMAS = ("bbrlab.run/1", RECORD_SCHEMA)
+RECORD_FILE = "record.json"
+RUNS = "runs"
+FAILED = "failed"
+TMP = ".tmp"
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The short commit of the bbrlab checkout this process runs from, with ``+dirty`` when files under
+    ``bbrlab/`` differ from it (None when not a git checkout).
+
+    Read once per process: a commit made while a campaign runs does not change what its records name, since
+    the code the process loaded is the code of the first read.
+    """
+    import subprocess
+
+    package = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no", "--",
+                                  "."], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (head + ("+dirty" if changed else "")) or None
+
+
+def now_iso() -> str:
+    """UTC time with milliseconds, e.g. ``2026-11-21T01:02:03.456Z``."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build_record(*, run_id: str, campaign: str, status: str, reason: str | None, attempt: int,
+                 started_at: str, ended_at: str, scenario: dict, metadata: dict) -> dict:
+    """record.json's content, keys in the documented order."""
+    if status not in ("ok", "failed"):
+        raise ValueError(f"status must be ok or failed, not {status!r}")
+    return {
+        "schema": RECORD_SCHEMA,
+        "run_id": run_id,
+        "campaign": campaign,
+        "status": status,
+        "reason": reason,
+        "attempt": attempt,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "scenario": scenario,
+        "metadata": metadata,
+    }
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` would, for a moment, for every thread)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_file(path: Path, text: str | bytes) -> None:
+    """Write and fsync one file (inside a staging directory, so no rename is needed for it); a symbolic
+    link at ``path`` is refused, not followed."""
+    data = text.encode() if isinstance(text, str) else text
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    _write_fd(fd, data)
+
+
+def temporary_name(path: Path) -> Path:
+    """The name ``path`` is written under before it is renamed into place: ``.<name>.<pid>.tmp``."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text``: a fresh private temporary file (whatever was at its name, a planted
+    link too, is removed first, then ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsync, the file's usual
+    mode, rename, fsync the directory."""
+    path = Path(path)
+    data = text.encode() if isinstance(text, str) else text
+    tmp = temporary_name(path)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # private while written; then what any file of the campaign gets
+        _write_fd(fd, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_path(path.parent)
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """Replace ``path`` with ``obj`` as JSON (see :func:`write_atomic`)."""
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def private_tmp_dir(campaign_dir: Path) -> Path:
+    """The campaign's ``.tmp/``: created 0700, refused when it is a symbolic link or not ours."""
+    tmp = Path(campaign_dir) / TMP
+    try:
+        tmp.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(tmp)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise BbrlabError(f"{tmp} is not a directory of ours (a symbolic link?): refusing to write runs there; "
+                          "move it away")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(tmp, 0o700)
+    return tmp
+
+
+def staging_dir(campaign_dir: Path, run_id: str) -> Path:
+    """A fresh ``.tmp/<run_id>.<pid>/`` to write one attempt into."""
+    d = private_tmp_dir(campaign_dir) / f"{run_id}.{os.getpid()}"
+    if d.is_symlink():
+        d.unlink()
+    elif d.exists():
+        shutil.rmtree(d)
+    d.mkdir()
+    return d
+
+
+def _fsync_tree(directory: Path) -> None:
+    for p in directory.rglob("*"):
+        if p.is_file():
+            _fsync_path(p)
+    _fsync_path(directory)
+
+
+def commit(staging: Path, campaign_dir: Path, record: dict) -> Path:
+    """Write ``record.json`` into ``staging`` and move the directory to its final place.
+
+    Status ok goes to ``runs/<run_id>`` (refused if it already exists: a run is never counted twice);
+    a failed attempt goes to ``failed/<run_id>.a<attempt>``.
+    """
+    campaign_dir = Path(campaign_dir)
+    write_file(staging / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    _fsync_tree(staging)
+    if record["status"] == "ok":
+        parent, name = campaign_dir / RUNS, record["run_id"]
+    else:
+        parent, name = campaign_dir / FAILED, f"{record['run_id']}.a{record['attempt']}"
+    parent.mkdir(exist_ok=True)
+    final = parent / name
+    if final.exists():
+        raise BbrlabError(f"{final} already exists: refusing to overwrite a recorded run")
+    os.rename(staging, final)
+    _fsync_path(parent)
+    return final
+
+
+def is_complete(campaign_dir: Path, run_id: str) -> bool:
+    """A run counts as done when ``runs/<run_id>/record.json`` exists (written before the rename)."""
+    return (Path(campaign_dir) / RUNS / run_id / RECORD_FILE).is_file()
+
+
+def failed_attempts(campaign_dir: Path, run_id: str) -> list[int]:
+    """Attempt numbers recorded under ``failed/`` for ``run_id``."""
+    out = []
+    for p in (Path(campaign_dir) / FAILED).glob(f"{run_id}.a*"):
+        tail = p.name[len(run_id) + 2:]
+        if tail.isdigit() and (p / RECORD_FILE).is_file():
+            out.append(int(tail))
+    return sorted(out)
+
+
+def clear_tmp(campaign_dir: Path, run_ids: list[str] | None = None) -> int:
+    """Remove the half-written attempts under ``.tmp/`` that this campaign made; return how many.
+
+    Only ``.tmp/<run_id>.<pid>/`` directories of planned runs (``run_ids``, by default those of the
+    directory's ``plan.json``) are touched: anything else there is not the campaign's and stays. Call it
+    holding the campaign directory's lock (no other process is writing an attempt then).
+    """
+    campaign_dir = Path(campaign_dir)
+    tmp = campaign_dir / TMP
+    if not tmp.is_dir() or tmp.is_symlink():
+        return 0
+    planned = set(run_ids if run_ids is not None else _planned_run_ids(campaign_dir))
+    removed = 0
+    for p in tmp.iterdir():
+        run_id, _, pid = p.name.rpartition(".")
+        if run_id not in planned or not pid.isdigit() or p.is_symlink() or not p.is_dir():
+            continue
+        shutil.rmtree(p)
+        removed += 1
+    return removed
+
+
+def _planned_run_ids(campaign_dir: Path) -> list[str]:
+    try:
+        plan = json.loads((campaign_dir / "plan.json").read_text())
+        return [r["run_id"] for r in plan["runs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # no readable plan: nothing here is known to be the campaign's
+
+
+def in_progress(campaign_dir: Path) -> list[str]:
+    """Run ids being written right now by a live process (``.tmp/<run_id>.<pid>`` with that pid alive)."""
+    tmp = Path(campaign_dir) / TMP
+    running = []
+    for p in tmp.glob("*.*") if tmp.is_dir() else []:
+        run_id, _, pid = p.name.rpartition(".")
+        if pid.isdigit() and _pid_alive(int(pid)):
+            running.append(run_id)
+    return running
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def load_record(run_dir: Path) -> dict:
+    with open(Path(run_dir) / RECORD_FILE) as f:
+        return json.load(f)

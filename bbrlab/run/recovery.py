@@ -1,0 +1,44 @@
+"""What a killed campaign process (SIGKILL, power loss) may have left on its testbed, cleared before the
+first run of the next one. Nothing that belongs to another process is touched:
+
+- SCHED_DEADLINE still on the sender's vCPU threads (its context manager never got to restore it);
+- iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
+  (found with ``ss -p``, so nothing else on a shared host is seen);
+- samplers still running on the sender (asked to stop through the stop file in their private directory);
+- an rsync run's sshd on the receiver and ssh clients on the sender (:func:`bbrlab.run.transfer.recover`);
+- a CPU partition (cpuset) a killed multi-testbed campaign left on this machine, its QEMU threads
+  confined to a few CPUs (:func:`bbrlab.testbed.isolation.clear_leftovers`): removed, after the deadline
+  policies (a deadline thread cannot leave its root domain). One whose campaign still runs is refused.
+
+The emulator's qdiscs need no recovery: the next run sets the link it needs before it starts.
+"""
+
+from __future__ import annotations
+
+from bbrlab.contention import deadline as contention
+from bbrlab.sampling import sampler as sampling
+from bbrlab.testbed import isolation
+
+from . import iperf, transfer
+
+
+def recover(testbed) -> dict:
+    """Clear what a killed predecessor left on ``testbed``; return what was found (for the run record).
+
+    Raises :class:`~bbrlab.core.errors.TestbedError` when the testbed's CPU partition belongs to a campaign that
+    still runs."""
+    cleared = contention.clear_deadline(testbed.sender.hypervisor, testbed.sender.vcpu_threads())
+    partitions = clear_partitions(testbed)
+    killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
+              "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
+    samplers = sampling.stop_strays(testbed.sender.host)
+    return {"deadline_cleared_tids": cleared, "partitions_removed": partitions, "iperf3_killed": killed,
+            "samplers_stopped": samplers, **transfer.recover(testbed)}
+
+
+def clear_partitions(testbed) -> list[str]:
+    """The cpuset paths of leftover CPU partitions removed on this machine (a local testbed's own, and other
+    testbeds' that nobody uses); none for a lab's testbed, whose QEMU does not run here."""
+    if testbed.kind != "local" or isolation.flavour() is None:
+        return []
+    return [str(p.path) for p in isolation.clear_leftovers(testbed.name)]

@@ -1,0 +1,86 @@
+"""The ``metadata`` of one run record (docs/run-record.md), as a typed object filled by the run recipe.
+
+Each field is one thing measured while the run happened. :meth:`RunMetadata.to_dict` gives the JSON
+written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left out.
+If a run fails, what was measured up to the failure still goes into its failed record:
+:meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
+campaign, which builds the one failed record (:func:`bbrlab.campaign.loop.failure_record`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+#: The attribute of an exception that carries the metadata of the run it ended.
+ERROR_ATTRIBUTE = "bbrlab_run_metadata"
+
+
+@dataclass
+class CcaUse:
+    """The congestion control asked for, offered by the sender, and seen carrying the data."""
+
+    requested: str
+    available: list[str] = field(default_factory=list)
+    iperf_sender: str | None = None  # iperf3's sender_tcp_congestion
+    socket: str | None = None  # rsync: TCP_CONGESTION read back from the SSH connection's own socket
+    ss_seen: list[str] | None = None  # what the sampler saw on the data streams (sampled runs)
+    bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
+    patched: bool = False
+
+
+@dataclass
+class RunMetadata:
+    """Everything a run record says about how the run went. See docs/run-record.md for each field."""
+
+    testbed: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    cca: CcaUse | None = None
+    sysctls: dict = field(default_factory=dict)
+    module: dict | None = None
+    offloads: dict = field(default_factory=dict)
+    flow: dict = field(default_factory=dict)
+    contention: dict | None = None
+    qdiscs: dict | None = None
+    link: dict | None = None  # per-run qdisc counters and the loss netem applied
+    iperf: dict | None = None
+    transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
+    sampling: dict | None = None
+    cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
+    kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
+    ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
+    recovered: dict | None = None  # first run of a process: what a killed predecessor left
+    qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
+    timing: dict[str, float | bool] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Record the seconds the ``with`` block took as ``timing[phase + "_s"]`` (also when it fails)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timing[f"{phase}_s"] = round(time.monotonic() - t0, 3)
+
+    @contextmanager
+    def carried_by_errors(self) -> Iterator[None]:
+        """Any exception leaving the block carries this metadata (see the module docstring)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        except BaseException as e:
+            self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
+            setattr(e, ERROR_ATTRIBUTE, self.to_dict())
+            raise
+        self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        return {k: v for k, v in out.items() if v is not None or k in ("module", "cca")}
+
+
+def of_error(error: BaseException) -> dict:
+    """The metadata a failed run's exception carries (empty when it failed before measuring anything)."""
+    return getattr(error, ERROR_ATTRIBUTE, None) or {}

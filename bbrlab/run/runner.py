@@ -1,0 +1,172 @@
+"""One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
+
+Read :meth:`Runner.run` top to bottom: boot the sender into the scenario's kernel if it runs another,
+prepare the sender, hold the link on the emulator, start the workload's server on the receiver (iperf3's
+server, or rsync's sshd: :mod:`bbrlab.run.workloads`) and the sampler, put the sender's vCPUs under the
+deadline policy for the client's transfer, then read back and check what held. Each step is a context
+manager owned by its tool, composed in one ``ExitStack``: whatever fails or interrupts the run (an
+exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the server stop, and the link
+is cleared, in reverse order.
+
+The runner never catches a failure: it raises, carrying the metadata measured so far, and the campaign
+(:func:`bbrlab.campaign.loop.execute_run`) records it once, with where it was raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import ExitStack
+from pathlib import Path
+
+from bbrlab.contention import deadline as contention
+from bbrlab.contention import hostcpu
+from bbrlab.contention import placement as cpuplacement
+from bbrlab.core.scenario import Scenario
+from bbrlab.link import emulator as link
+from bbrlab.sampling import sampler as sampling
+
+from . import checks, sender, workloads
+from . import record as rec
+from .ceiling import Calibration
+from .runmeta import CcaUse, RunMetadata
+from .session import TestbedSession
+
+#: Seconds the sampler and the server may outlive the client's own limit before they stop by themselves.
+SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
+#: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
+SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
+
+
+def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
+    """The data streams' local ports: below Linux's ephemeral range (32768+), different for each run and
+    attempt, so a port still in TIME_WAIT from the previous run is not reused."""
+    h = int(hashlib.sha256(f"{run_id}/{attempt}".encode()).hexdigest()[:8], 16)
+    base = 20_000 + (h % 90) * 128
+    return list(range(base, base + streams))
+
+
+class Runner:
+    """Runs scenarios on ``testbed`` one after the other: the campaign's run function.
+
+    What lasts between the runs (the link held on the emulator, the sender kernel booted, the CCAs'
+    identities, what is measured once per sender boot) is its :class:`~bbrlab.run.session.TestbedSession`. With a
+    ``calibration`` (:mod:`bbrlab.run.ceiling`) every run's record points to the ceiling of its point
+    (``metadata.ceiling``, its file named as ``calibration_source``); a run fails when the calibration
+    belongs to another testbed or sender kernel, or lacks the point.
+    """
+
+    def __init__(self, testbed, *, ready_timeout_s: float = 15.0, calibration: Calibration | None = None,
+                 calibration_source: str | None = None):
+        self.ready_timeout_s = ready_timeout_s
+        self.calibration, self.calibration_source = calibration, calibration_source
+        self.session = TestbedSession(testbed)
+
+    @property
+    def testbed(self):
+        """The testbed as it is now (a new object after the sender rebooted into another kernel)."""
+        return self.session.testbed
+
+    @property
+    def link(self) -> link.EmulatorLink:
+        return self.session.link
+
+    def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
+        """Run ``scenario`` once, its files into ``staging``; the record's metadata. Raises if the run fails."""
+        meta = RunMetadata()
+        with meta.carried_by_errors():
+            try:
+                self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams))
+            except Exception:
+                # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
+                # would otherwise refuse the leftover (or measure under it).
+                meta.contention = {**(meta.contention or {}), "after_failure": self.session.clear_deadline()}
+                raise
+        return meta.to_dict()
+
+    def close(self) -> None:
+        """Take bbrlab's qdiscs off the emulator (the end of a campaign)."""
+        self.link.close()
+
+    def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
+        work = workloads.for_flow(scenario.flow)
+        self.session.boot(scenario.kernel, meta)
+        self.session.describe(meta)
+        with meta.timed("probe"):
+            prepared = self._prepare(scenario, work, meta)
+        tb, flow = self.testbed, scenario.flow
+        meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
+        limit_s = work.client_limit_s(flow)
+        with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
+            meta.timing["link_set"] = changed
+            before = link.counters(self.link.readback(), tb.emulator.ports)
+            with ExitStack() as traffic:
+                with meta.timed("setup"):
+                    endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
+                                                                 ready_timeout_s=self.ready_timeout_s))
+                    meta.flow["server_port"] = endpoint.port
+                    sampled = traffic.enter_context(sampling.sampler(
+                        tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
+                        log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
+                        kind=flow.sampler)) if flow.sample_ms else None
+                    vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
+                    meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
+                with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
+                        contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
+                                             expected=tb.sender.vcpu_pins()) as held:
+                    result = work.run_client(tb, flow, endpoint, ports)
+                meta.contention, meta.cpu_load = held.record(), cpu_load
+                with meta.timed("stop"):
+                    traffic.close()  # now, not at the block's end: the sampler's log is completed here
+            with meta.timed("verify"):
+                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+
+    def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
+        """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR
+        version, patch); the run's ceiling; the workload's own preparation (its return value)."""
+        tb, flow = self.testbed, scenario.flow
+        state = sender.prepare(tb.sender.host)
+        meta.testbed.update(sender_kernel=state.kernel, sender_boot_id=state.boot_id)
+        meta.sysctls = {"sender": state.sysctls}
+        meta.cca = CcaUse(flow.cca, list(state.available))
+        checks.cca_offered(flow.cca, state.available)
+        identity = self.session.identities.get(tb.sender.host, flow.cca, state.boot_id)
+        meta.cca.bbr_version, meta.cca.patched = identity.bbr_version, identity.patched
+        meta.module = sender.module_identity(tb.sender.host, flow.cca)
+        if flow.sample_ms:
+            checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
+        if self.calibration is not None:
+            meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
+        return work.prepare(tb, flow)
+
+    def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,
+                sampled, before, ports) -> None:
+        tb, flow = self.testbed, scenario.flow
+        meta.qdiscs = self.link.readback()
+        data_ports = work.verify(flow, endpoint, result, ports, out, meta)
+        if sampled is not None:  # its log is in out/ already: streamed there while it ran
+            meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
+            meta.cca.ss_seen = meta.sampling.pop("ss_seen")
+        checks.contention_held(meta.contention, scenario)
+        checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
+        delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
+        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link)}
+        meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
+
+
+def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:
+    """Run one scenario with a fresh :class:`Runner` (it sets the link and clears it afterwards) and return its
+    record, ok or failed (not committed anywhere: the files stay in ``out_dir``)."""
+    from bbrlab.campaign.loop import failure_record
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runner, run_id = Runner(testbed), run_id or scenario.run_id
+    started = rec.now_iso()
+    try:
+        metadata = runner(scenario, out, run_id=run_id, attempt=attempt)
+    except Exception as e:  # noqa: BLE001 - the one-off run's failure is its record, as in a campaign
+        return failure_record(run_id, "adhoc", scenario, attempt, started, e)
+    finally:
+        runner.link.forget()
+    return rec.build_record(run_id=run_id, campaign="adhoc", status="ok", reason=None, attempt=attempt,
+                            started_at=started, ended_at=rec.now_iso(), scenario=scenario.to_dict(), metadata=metadata)

@@ -1,0 +1,237 @@
+"""An SSH server for one run on the receiver, bound to its experiment address: rsync's far end.
+
+:func:`server` starts OpenSSH's ``sshd`` on the receiver (locally: inside the receiver's network namespace)
+for the ``with`` block, with everything of its own in a private directory (``mktemp -d``, removed after):
+
+- a fresh ed25519 host key, whose public half the sender's client pins (``StrictHostKeyChecking yes``);
+- a fresh ed25519 client key pair: the public half is the only authorized key, restricted to one forced
+  command (``restrict,command="..."``: rsync's ``rrsync -wo`` into the directory's ``dest/``), so the sender
+  can write files there and do nothing else; the private half goes to the sender for the run;
+- its own configuration (``sshd -f``): listening on the experiment address only, never on the management
+  network, public-key authentication only, root only through the forced command, no forwarding, no PAM,
+  no DNS. ``StrictModes no``: the files live in the private directory, whose parent (/tmp) is
+  world-writable, which sshd's ownership walk would otherwise refuse.
+
+sshd runs in the foreground under coreutils ``timeout`` (it can never outlive the run), logging to the
+private directory; it is ready when its port listens. OpenSSH needs its privilege-separation directory
+(``/run/sshd``, which Debian's service creates at boot): it is created when missing.
+
+The private directory holds keys and the data received, and a run killed outright (SIGKILL) cannot
+remove it. So its first file is ``owner``, a stamp naming the process that drives the run
+(:class:`bbrlab.core.owners.Owner`), and :func:`sweep_dirs` (called by the recovery before a campaign's first
+run) removes every such directory whose owner is gone, after killing the processes still working in it
+(the sshd under ``timeout``, a progress poller). A directory whose owner still runs, or ran on another
+machine, is left alone; one without a stamp only once it is a day old.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bbrlab.core import owners
+from bbrlab.core.errors import BbrlabError, ValidationError
+from bbrlab.core.hosts import Host
+
+from . import iperf
+
+#: The port of the run's sshd on the receiver's experiment address (not 22: a lab receiver's own sshd
+#: may listen there on every address).
+DEFAULT_PORT = 5022
+SSHD = "/usr/sbin/sshd"
+PRIVSEP_DIR = "/run/sshd"
+#: The user the client logs in as. sshd runs as root (it must, to switch users); this account only ever
+#: runs the forced command.
+LOGIN_USER = "root"
+
+
+class SshdError(BbrlabError):
+    """The run's sshd could not be started on the receiver."""
+
+
+@dataclass(frozen=True)
+class SshServer:
+    """A running sshd for one run: where it listens, what the client needs, and where files land."""
+
+    host: Host
+    pid: int
+    address: str
+    port: int
+    directory: str
+    host_key_pub: str  # "ssh-ed25519 AAAA... comment": pinned by the client
+    client_key: str  # OpenSSH private key text the client authenticates with
+    user: str = LOGIN_USER
+
+    @property
+    def dest_dir(self) -> str:
+        """Where the forced command lets the client write."""
+        return f"{self.directory}/dest"
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.directory}/sshd.log"
+
+    def known_hosts_line(self, alias: str) -> str:
+        """The client's ``known_hosts`` line pinning this server's host key under ``alias``."""
+        return f"{alias} {' '.join(self.host_key_pub.split()[:2])}\n"
+
+
+def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER) -> str:
+    """sshd_config of the run's server (see the module docstring)."""
+    return "\n".join([
+        "# bbrlab: one run's sshd (bbrlab.run.sshd)",
+        f"ListenAddress {address}:{port}",
+        f"HostKey {directory}/host_ed25519_key",
+        f"AuthorizedKeysFile {directory}/authorized_keys",
+        "AuthorizedPrincipalsFile none", "PidFile none",
+        "AuthenticationMethods publickey", "PubkeyAuthentication yes", "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no", "HostbasedAuthentication no", "PermitEmptyPasswords no",
+        "PermitRootLogin forced-commands-only", f"AllowUsers {user}",
+        "UsePAM no", "UseDNS no", "StrictModes no", "PermitUserEnvironment no", "PermitUserRC no",
+        "AllowTcpForwarding no", "AllowStreamLocalForwarding no", "AllowAgentForwarding no", "X11Forwarding no",
+        "PermitTunnel no", "GatewayPorts no", "PermitTTY no", "PrintMotd no", "PrintLastLog no", "Banner none",
+        # a handshake across a link losing half its packets can take long; the run's timeout bounds it
+        "LoginGraceTime 0", "ClientAliveInterval 0", "TCPKeepAlive yes", "MaxStartups 4", "MaxSessions 1",
+        "LogLevel VERBOSE", "",
+    ])
+
+
+#: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp. In one
+#: command (every step is a command, and content never goes through stdin, which invoke forwards slowly):
+#: the owner stamp first, a host key and a client key (ssh-keygen), the destination directory, the one
+#: authorized key, the config, and the privilege-separation directory sshd insists on. Prints the host's
+#: public key, then the client's private key.
+_SETUP = r"""
+set -eu
+d=$1
+umask 077
+printf '%s\n' "$4" > "$d/owner"
+mkdir "$d/dest"
+ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-sshd -f "$d/host_ed25519_key"
+ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-client -f "$d/client_ed25519_key"
+printf '%s %s\n' "$3" "$(cut -d' ' -f1,2 "$d/client_ed25519_key.pub")" > "$d/authorized_keys"
+printf '%s' "$2" > "$d/sshd_config"
+[ -d /run/sshd ] || install -d -m 0755 /run/sshd
+cat "$d/host_ed25519_key.pub" "$d/client_ed25519_key"
+"""
+
+
+def key_options(forced_command: Sequence[str]) -> str:
+    """The authorized key's options: ``restrict`` (no forwarding, pty, rc) and the forced command."""
+    command = shlex.join(forced_command)
+    if '"' in command or "\n" in command:
+        raise ValidationError("forced_command", command, "a command without double quotes or newlines")
+    return f'restrict,command="{command}"'
+
+
+def _setup(host: Host, directory: str, config: str, options: str) -> tuple[str, str]:
+    """(host key pub, client private key), everything made in ``directory`` on ``host``."""
+    out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options,
+                       owners.Owner.current().stamp()], timeout=60)
+    lines = out.splitlines()
+    if len(lines) < 3 or not lines[1].startswith("-----BEGIN OPENSSH PRIVATE KEY-----"):
+        raise SshdError(f"ssh-keygen on {host.name} printed no key pair: {out[:200]!r}")
+    return lines[0], "\n".join(lines[1:]) + "\n"
+
+
+def wait_listening(host: Host, port: int, pid: int, log_path: str, *, timeout_s: float, poll_s: float = 0.05) -> None:
+    """Poll until ``port`` listens on ``host``; raise :class:`SshdError` with sshd's log if it exits or the
+    deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while not iperf.listening(host, port):
+        if not iperf.alive(host, pid) or time.monotonic() > deadline:
+            log = host.run(["cat", log_path], check=False, timeout=10).stdout.strip()[-600:]
+            raise SshdError(f"sshd on {host.name} did not listen on port {port} within {timeout_s:g} s: {log}")
+        time.sleep(poll_s)
+
+
+@contextmanager
+def server(host: Host, address: str, forced_command: Sequence[str], *, port: int = DEFAULT_PORT,
+           lifetime_s: float = 600.0, ready_timeout_s: float = 15.0) -> Iterator[SshServer]:
+    """sshd on ``host``, listening on ``address:port`` for the ``with`` block (see the module docstring).
+
+    ``forced_command`` is what the client's key may run; ``{dest}`` in it is replaced by the directory
+    files may be written to. A port already listening is refused (a stray server would take the run's
+    connection). Stopped, and its directory removed, when the block ends, whatever happened.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValidationError("port", port, "a TCP port number from 1 to 65535")
+    if iperf.listening(host, port):
+        raise SshdError(f"port {port} on {host.name} is already in use (a stray sshd of an earlier run?)")
+    with host.private_dir("sshd") as directory:
+        options = key_options([part.replace("{dest}", f"{directory}/dest") for part in forced_command])
+        host_pub, client_key = _setup(host, directory, config_text(directory, address, port), options)
+        log_path = f"{directory}/sshd.log"
+        argv = ["timeout", "--kill-after=5", f"{lifetime_s:.0f}", SSHD, "-D", "-e", "-f", f"{directory}/sshd_config"]
+        pid = host.spawn(argv, log_path)
+        try:
+            wait_listening(host, port, pid, log_path, timeout_s=ready_timeout_s)
+            yield SshServer(host, pid, address, port, directory, host_pub, client_key)
+        finally:
+            iperf.stop(host, pid)
+            kill_strays(host, port)  # a connection's own sshd process outlives the listener
+
+
+def kill_strays(host: Host, port: int = DEFAULT_PORT) -> list[int]:
+    """Kill (SIGKILL) sshd processes with a socket on ``port`` in ``host``'s network namespace (a killed
+    run's server); return their pids. Found with ``ss -p``, so nothing outside that namespace is seen."""
+    out = "".join(host.run(argv, check=False, timeout=20).stdout for argv in (
+        ["ss", "-ltnpH", "(", "sport", "=", f":{port}", ")"], ["ss", "-tnpH", "(", "sport", "=", f":{port}", ")"]))
+    pids = sorted({int(m.group(1)) for m in re.finditer(r'"sshd",pid=(\d+)', out)})
+    for pid in pids:
+        host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
+    return pids
+
+
+#: A private directory left without an owner stamp (by an older bbrlab) is removed once this old.
+UNSTAMPED_STALE_S = 86400
+#: $1 the purpose (``sshd``, ``rsync``): each of our private directories of that purpose in the temporary
+#: directory (``mktemp -d -t`` made it there), its age in seconds and the first line of its owner stamp.
+_LIST_DIRS = r"""
+now=$(date +%s)
+for d in "${TMPDIR:-/tmp}"/bbrlab-"$1".*; do
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || continue
+    printf '%s\t%s\t%s\n' "$d" "$((now - $(stat -c %Y "$d")))" "$(head -n 1 "$d/owner" 2>/dev/null | cut -c1-200)"
+done
+"""
+#: $1 a directory: SIGKILL every process whose command line names a file inside it (the run's sshd under
+#: timeout, a progress poller), then remove it (never crossing into another file system).
+_REMOVE_DIR = r"""
+d=$1
+for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"$d/"*) kill -KILL "$pid" 2>/dev/null ;; esac
+done
+rm -rf --one-file-system -- "$d"
+"""
+
+
+def _left_behind(age_s: int, stamp: str) -> bool:
+    owner = owners.Owner.parse(stamp)
+    if owner is None:
+        return not stamp and age_s > UNSTAMPED_STALE_S
+    return owner.gone()
+
+
+def sweep_dirs(host: Host, purpose: str = "sshd") -> list[str]:
+    """Remove ``host``'s private directories of ``purpose`` (``sshd``: a run's server; ``rsync``: a run's
+    client files) whose owner is gone, with the processes still working in them; return their paths.
+    See the module docstring for what is left alone."""
+    if not re.fullmatch(r"[a-z]{1,16}", purpose):
+        raise ValueError(f"purpose must be a short lowercase word, not {purpose!r}")
+    listing = host.run(["sh", "-c", _LIST_DIRS, "bbrlab-sweep", purpose], check=False, timeout=60).stdout
+    removed = []
+    for line in listing.splitlines():
+        path, _, rest = line.partition("\t")
+        age, _, stamp = rest.partition("\t")
+        if not re.fullmatch(rf"/[A-Za-z0-9._/-]*/bbrlab-{purpose}\.[A-Za-z0-9]{{8}}", path) or not age.isdigit():
+            continue
+        if _left_behind(int(age), stamp.strip()):
+            host.run(["sh", "-c", _REMOVE_DIR, "bbrlab-sweep", path], check=False, timeout=60)
+            removed.append(path)
+    return removed

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import bbrlab.testbed as tbmod
 from bbrlab.core import errors
 from bbrlab.testbed import isolation
 
@@ -68,7 +69,11 @@ def machine(testbed):
         pytest.skip("needs a cgroup v1 cpuset hierarchy and two CPUs")
     if isolation.existing():
         pytest.skip(f"partitions exist already (another campaign?): {isolation.existing()}")
-    yield testbed
+    # Loaded afresh: an earlier test of the session may have rebooted the sender (a kernel switch, new host
+    # keys), and the session's testbed object would still name the QEMU pids it had when it was loaded.
+    fresh = tbmod.load(testbed.name)
+    yield fresh
+    fresh.close()
     for part in isolation.existing():
         if part.name == testbed.name:
             isolation.remove(part)
@@ -140,7 +145,6 @@ def test_a_partition_whose_campaign_still_runs_is_refused_not_taken(machine, tmp
 
 
 def test_testbed_up_removes_it_and_reuses_the_testbed(machine):
-    import bbrlab.testbed as tbmod
 
     leaver = _left(machine)
     again = tbmod.up(machine.name, progress=False, load_bbr2b=False)

@@ -343,7 +343,6 @@ def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, 
     beforehand, :func:`bbrlab.testbed.isolation.plan`); it raises before any worker starts when the
     machine cannot isolate that many.
     """
-    import tempfile
 
     from distributed import Scheduler
 
@@ -357,7 +356,7 @@ def local_cluster(testbeds: list[str], *, run_function: Callable | None = None, 
         cpus = {}
     elif cpus is None:
         cpus = isolation.plan(local)
-    tls_dir = Path(tempfile.mkdtemp(prefix="bbrlab-tls-"))  # 0700, this user's only
+    tls_dir = tlsconf.campaign_dir()  # 0700, this user's only; leftovers of killed campaigns swept
     try:
         security = tlsconf.security(tlsconf.campaign_files(tls_dir))
         on_loopback = {"host": LOOPBACK, "protocol": "tls", "security": security}

@@ -6,7 +6,8 @@ campaign's (or the lab's) own certificate authority. Two cases:
 
 - **A campaign over several testbeds on this machine** (:func:`campaign_security`): a fresh CA and one
   certificate for this campaign only, in a private temporary directory (0700, files 0600) removed when the
-  campaign ends. Other local users cannot read the key, so they cannot connect either.
+  campaign ends (:func:`campaign_dir`; one left by a driver killed outright is swept by the next campaign).
+  Other local users cannot read the key, so they cannot connect either.
 - **A lab** (:func:`make_ca`, :func:`make_host_cert`, ``bbrlab tls``): a CA kept by the lab and one
   certificate per host (scheduler, each worker's host, each driver's host), given to Dask's own options
   (``--tls-ca-file``, ``--tls-cert``, ``--tls-key``) or its ``distributed.comm.tls.*`` config keys
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bbrlab.core import cachefiles
 from bbrlab.core.errors import ValidationError
 
 #: File names in a CA directory and in a host's certificate directory (``NAME.pem``, ``NAME-key.pem``).
@@ -206,11 +208,28 @@ def security(files: TlsFiles):
                     tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key)
 
 
+#: The start of a campaign's key directory's name in the temporary folder; the owner follows.
+CAMPAIGN_DIR_PREFIX = "bbrlab-tls-"
+
+
+def campaign_dir() -> Path:
+    """A new private directory (0700) for one campaign's key files, in the temporary folder and named for
+    this process (:func:`bbrlab.core.cachefiles.owner_prefix`). Directories that campaigns killed outright
+    (SIGKILL) left behind are removed first (:func:`sweep_campaign_dirs`)."""
+    sweep_campaign_dirs()
+    return Path(tempfile.mkdtemp(prefix=cachefiles.owner_prefix(CAMPAIGN_DIR_PREFIX)))
+
+
+def sweep_campaign_dirs() -> list[Path]:
+    """Remove this user's campaign key directories whose campaign process no longer runs; return them."""
+    return cachefiles.sweep(Path(tempfile.gettempdir()), prefix=CAMPAIGN_DIR_PREFIX)
+
+
 @contextlib.contextmanager
 def campaign_security() -> Iterator:
     """A Security for one campaign on this machine: a fresh CA and one certificate (for 127.0.0.1), their
     files in a temporary directory only this user can enter, removed when the ``with`` block ends."""
-    tmp = Path(tempfile.mkdtemp(prefix="bbrlab-tls-"))  # 0700
+    tmp = campaign_dir()
     try:
         yield security(campaign_files(tmp))
     finally:

@@ -32,10 +32,16 @@ LEGACY_STALE_S = 86400.0
 _OWNED = re.compile(r"-([0-9a-f]{8})\.(\d{1,10})\.(\d{1,20})-[a-z0-9_]{8}$")
 
 
-def _prefix(what: str) -> str:
+def owner_prefix(prefix: str) -> str:
+    """``prefix`` followed by this process's owner (``<boot>.<pid>.<start ticks>-``), for ``mkdtemp``/``mkstemp``:
+    a name :func:`stale` can judge once the process is gone."""
     me = owners.Owner.current()
+    return f"{prefix}{me.boot.replace('-', '')[:8]}.{me.pid}.{me.ticks}-"
+
+
+def _prefix(what: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._%+-]", "_", what)[:120]
-    return f"{PREFIX}{safe}-{me.boot.replace('-', '')[:8]}.{me.pid}.{me.ticks}-"
+    return owner_prefix(f"{PREFIX}{safe}-")
 
 
 def work_dir(parent: Path, what: str) -> Path:
@@ -51,8 +57,9 @@ def work_file(parent: Path, what: str) -> tuple[int, Path]:
     return fd, Path(path)
 
 
-def is_work_name(name: str) -> bool:
-    return name.startswith(PREFIX)
+def is_work_name(name: str, prefix: str = PREFIX) -> bool:
+    """True for a name made by :func:`work_dir`/:func:`work_file` (or with :func:`owner_prefix` of ``prefix``)."""
+    return name.startswith(prefix)
 
 
 def stale(path: Path, now: float | None = None) -> bool:
@@ -86,20 +93,28 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def sweep(parent: Path) -> list[Path]:
-    """Remove the stale work folders and files directly in ``parent``; return what went."""
+def sweep(parent: Path, prefix: str = PREFIX) -> list[Path]:
+    """Remove the stale work folders and files directly in ``parent`` whose names start with ``prefix``; return
+    what went. Only this user's: in a shared folder (``/tmp``) another user's names are never touched."""
     try:
-        names = [p for p in parent.iterdir() if is_work_name(p.name)]
+        names = [p for p in parent.iterdir() if is_work_name(p.name, prefix)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     now = time.time()
     gone = []
     for path in sorted(names):
-        if stale(path, now):
+        if _owned_by_me(path) and stale(path, now):
             _kill_users(path)
             remove(path)
             gone.append(path)
     return gone
+
+
+def _owned_by_me(path: Path) -> bool:
+    try:
+        return path.lstat().st_uid == os.geteuid()
+    except FileNotFoundError:
+        return False
 
 
 def mark_used(path: Path) -> None:

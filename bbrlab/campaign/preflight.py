@@ -17,7 +17,7 @@ from bbrlab.contention.deadline import read_kernel_limits
 from bbrlab.core.errors import ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 
-from .loop import check_admission
+from .spec import check_admission
 
 
 @dataclass(frozen=True)

@@ -464,8 +464,8 @@ def _check_links(spec: CampaignSpec) -> None:
 def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
     """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
     timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its
-    :class:`~bbrlab.contention.deadline.KernelLimits`, read live). Checked before a campaign starts."""
-    from bbrlab.contention.deadline import check_fits
+    :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
+    from bbrlab.contention.limits import check_fits
 
     for i, ts in enumerate(spec.timeslices_ms):
         for j, share in enumerate(spec.cpu_shares_pct):

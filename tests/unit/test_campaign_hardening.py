@@ -18,7 +18,7 @@ from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.directory import OutDirError
 from bbrlab.campaign.spec import CampaignSpec, check_admission, load_spec
-from bbrlab.contention.deadline import KernelLimits, read_kernel_limits
+from bbrlab.contention.limits import KernelLimits, read_kernel_limits
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Link

@@ -18,7 +18,8 @@ from bbrlab import kernel
 from bbrlab import testbed as testbed_mod
 from bbrlab.analysis.render import render
 from bbrlab.campaign.calibrate import CalibrationSpec, calibrate, format_grid
-from bbrlab.campaign.loop import announcing, load_spec, run_campaign
+from bbrlab.campaign.loop import announcing, run_campaign
+from bbrlab.campaign.spec import load_spec
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import specs_dir
 from bbrlab.run.ceiling import source_for

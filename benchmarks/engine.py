@@ -20,7 +20,7 @@ GOAL_FRACTION = 0.01
 
 
 def _spec():
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
 
     return CampaignSpec.from_dict({"name": "bench-engine", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10, 20],
                                    "cpu_shares_pct": [10, 25, 40, 55, 70, 100], "rtts_ms": [20], "rates_mbit": [50],

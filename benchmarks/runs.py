@@ -24,7 +24,8 @@ GOAL_RATIO = 1.10
 
 
 def _overhead(tb, n_runs: int) -> list[float]:
-    from bbrlab.campaign.loop import CampaignSpec, run_campaign
+    from bbrlab.campaign.loop import run_campaign
+    from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.run.runner import Runner
 
     spec = CampaignSpec.from_dict({

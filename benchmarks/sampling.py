@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from bbrlab.contention.deadline import contended
+from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.scenario import Contention, Link
 from bbrlab.link import emulator as link
 from bbrlab.run import iperf
@@ -41,7 +42,7 @@ SETTINGS_25 = (Contention(1, 25), Contention(10, 25))
 GAP_EDGES_MS = (9, 11, 12, 20, 50, 100, 250)
 
 #: Stop a sampler and print its log: $1 directory, $2 pid (it finishes its sample and writes its footer).
-_STOP = iperf.RUNNING_SH + r"""
+_STOP = RUNNING_SH + r"""
 touch "$1/stop"
 i=0
 while running "$2" && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
@@ -52,7 +53,7 @@ rm -rf "$1"
 
 
 #: Wait until a sampler has written its "# ready" line: $1 log, $2 pid (fails when it exits first).
-_WAIT_READY = iperf.RUNNING_SH + r"""
+_WAIT_READY = RUNNING_SH + r"""
 i=0
 until grep -q '^# ready' "$1" 2>/dev/null; do
     running "$2" || { cat "$1" >&2; exit 1; }

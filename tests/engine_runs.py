@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.campaign.spec import CampaignSpec
 
 
 def spec() -> CampaignSpec:

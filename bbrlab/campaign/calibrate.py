@@ -129,7 +129,7 @@ class CalibrationSpec:
 
     @classmethod
     def for_campaign(cls, spec, **overrides) -> CalibrationSpec:
-        """The calibration of a :class:`~bbrlab.campaign.loop.CampaignSpec`'s timeslices, shares and RTTs."""
+        """The calibration of a :class:`~bbrlab.campaign.spec.CampaignSpec`'s timeslices, shares and RTTs."""
         return cls.covering([spec], f"{spec.name}-calibration", **overrides)
 
     @classmethod
@@ -409,7 +409,8 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     from bbrlab.run.recovery import clear_partitions
     from bbrlab.run.runner import Runner
 
-    from .loop import run_campaign, testbed_differences
+    from .loop import run_campaign
+    from .sameness import testbed_differences
 
     out = Path(out_dir)
     described = testbed.describe()
@@ -460,7 +461,7 @@ def _complete_calibration(out: Path, runs_dir: Path) -> Calibration | None:
     """The calibration file in ``out`` when it summarises ``runs_dir`` and nothing is left to run there."""
     from bbrlab.run.ceiling import load
 
-    from .loop import status
+    from .directory import status
 
     path = out / FILE_NAME
     if not path.is_file() or not (runs_dir / "plan.json").is_file():

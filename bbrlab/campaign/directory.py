@@ -1,4 +1,5 @@
-"""The campaign directory (``--out``): what may be used as one, and repairing one on resume.
+"""The campaign directory (``--out``): what may be used as one, writing a spec's plan into it (:func:`prepare`),
+repairing one on resume, and counting its runs (:func:`status`).
 
 ``--out`` is accepted when it is missing, empty (or holds only what ``bbrlab calibrate --out`` made
 there for it), or holds an earlier run of the same spec (its ``plan.json`` lists the same runs).
@@ -24,10 +25,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from bbrlab.core.errors import BbrlabError
+from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 
+PLAN_SCHEMA = "bbrlab.plan/1"
 SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".lock"
@@ -93,7 +97,7 @@ def _is_own_before_plan(out: Path, entry: str, spec_text: str) -> bool:
     return False
 
 
-def check_out_dir(out_dir: str | Path, spec_dict: dict, spec_text: str, plan: dict) -> bool:
+def _check_contents(out_dir: str | Path, spec_dict: dict, spec_text: str, plan: dict) -> bool:
     """Whether ``out_dir`` may hold this campaign: True to resume it, False to start it there.
 
     Reads only. Raises :class:`OutDirError` naming the reason otherwise.
@@ -177,3 +181,107 @@ def repair(out_dir: str | Path, run_ids: list[str], say: Callable[[str], None] =
                 f"{numbers}, without a{gap} (was it removed?), so the number of its next attempt is taken. Move "
                 f"the attempts numbered above {gap - 1} out of the campaign directory (e.g. into {SET_ASIDE}/), "
                 "then run the campaign again")
+
+
+# ---------------------------------------------------------------------------------------------
+# A spec's plan in its directory: writing it, reading it, counting its runs
+# ---------------------------------------------------------------------------------------------
+
+class Planned(Protocol):
+    """What the campaign directory and the run loop need of a spec: a :class:`~bbrlab.campaign.spec.CampaignSpec`, or another
+    plan of scenarios such as :class:`bbrlab.campaign.calibrate.CalibrationSpec` (whose points are not a full grid).
+    ``to_dict()`` is written as ``spec.yaml`` and must hold ``max_attempts``."""
+
+    name: str
+    seed: int
+    max_attempts: int
+
+    def plan(self) -> list[Scenario]: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def plan_dict(spec: Planned) -> dict:
+    return {
+        "schema": PLAN_SCHEMA,
+        "campaign": spec.name,
+        "seed": spec.seed,
+        "runs": [{"run_id": s.run_id, "scenario": s.to_dict()} for s in spec.plan()],
+    }
+
+
+def spec_yaml(spec: Planned) -> str:
+    """The ``spec.yaml`` a campaign directory keeps (the validated spec, every key explicit)."""
+    import yaml
+
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+
+
+def check_out_dir(spec: Planned, out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` may hold ``spec``'s campaign: True to resume it, False for a new one.
+
+    Reads only; raises :class:`~bbrlab.campaign.directory.OutDirError` saying why not (see
+    :mod:`bbrlab.campaign.directory`)."""
+    return _check_contents(out_dir, spec.to_dict(), spec_yaml(spec), plan_dict(spec))
+
+
+def prepare(spec: Planned, out_dir: str | Path) -> dict:
+    """Create (or re-open and repair) the campaign directory; return the plan.
+
+    A directory holding anything but this campaign is refused before anything is written (no silent
+    mixing, nothing of the user's overwritten); on resume, inconsistent leftovers are repaired or
+    explained (:func:`bbrlab.campaign.directory.repair`).
+    """
+    out = Path(out_dir)
+    wanted = plan_dict(spec)
+    text = spec_yaml(spec)
+    resuming = _check_contents(out, spec.to_dict(), text, wanted)
+    out.mkdir(parents=True, exist_ok=True)
+    if not resuming:
+        rec.write_atomic(out / SPEC_FILE, text)
+        rec.write_json_atomic(out / PLAN_FILE, wanted)
+        return wanted
+    if not (out / SPEC_FILE).exists():
+        rec.write_atomic(out / SPEC_FILE, text)
+    repair(out, [r["run_id"] for r in wanted["runs"]])
+    return wanted
+
+
+def load_plan(out_dir: str | Path) -> dict:
+    path = Path(out_dir) / "plan.json"
+    if not path.is_file():
+        raise BbrlabError(f"{out_dir} is not a campaign directory (no plan.json)")
+    plan = read_json(path)
+    if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
+        raise BbrlabError(f"{path} is not a campaign plan (no list of runs)")
+    return plan
+
+
+def _max_attempts(out_dir: Path) -> int:
+    import yaml
+
+    spec_path = out_dir / "spec.yaml"
+    data = yaml.safe_load(spec_path.read_text()) if spec_path.exists() else {}
+    return int((data or {}).get("max_attempts", 3))
+
+
+def status(out_dir: str | Path) -> dict:
+    """Counts for a campaign directory: planned, done, failed (attempts exhausted), failed_attempts,
+    running (being written by a live process), remaining (still to run)."""
+    out = Path(out_dir)
+    plan = load_plan(out)
+    max_attempts = _max_attempts(out)
+    run_ids = [r["run_id"] for r in plan["runs"]]
+    done = sum(rec.is_complete(out, r) for r in run_ids)
+    attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
+    given_up = sum(1 for r in run_ids if not rec.is_complete(out, r) and len(attempts[r]) >= max_attempts)
+    running = [r for r in rec.in_progress(out) if r in set(run_ids)]
+    return {
+        "campaign": plan["campaign"],
+        "planned": len(run_ids),
+        "done": done,
+        "failed": given_up,
+        "failed_attempts": sum(len(a) for a in attempts.values()),
+        "running": len(running),
+        "remaining": len(run_ids) - done - given_up,
+    }

@@ -48,7 +48,10 @@ from bbrlab.run import record as rec
 from bbrlab.testbed import isolation
 
 from . import tls as tlsconf
-from .loop import CampaignSpec, FailureStreak, directory_lock, mixed_marker, prepare, status
+from .directory import prepare, status
+from .loop import FailureStreak, directory_lock
+from .sameness import mixed_marker
+from .spec import CampaignSpec
 from .worker import (
     PLUGIN_NAME,
     RESOURCE,
@@ -201,7 +204,7 @@ def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: O
                    *, transport: str | None = None, mixed: dict | None = None) -> dict:
     """Write a worker's outcome into the campaign directory, atomically (the driver's side). The outcome
     must have passed :func:`check_outcome` (its run id is the planned run's, its file names plain); with ``mixed``
-    (:func:`bbrlab.campaign.loop.check_same_testbed`) the record says the campaign was let mix testbeds."""
+    (:func:`bbrlab.campaign.sameness.check_same_testbed`) the record says the campaign was let mix testbeds."""
     staging = rec.staging_dir(out, outcome.run_id)
     for name, data in outcome.files.items():
         rec.write_file(staging / name, data)

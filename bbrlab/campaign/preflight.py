@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bbrlab import testbed as testbed_mod
-from bbrlab.contention.deadline import read_kernel_limits
+from bbrlab.contention.limits import read_kernel_limits
 from bbrlab.core.errors import ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 
-from .loop import check_admission
+from .spec import check_admission
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from bbrlab.testbed.target import is_testbed_file, local_name
 
 from . import distributed as d
 from .distributed import TestbedNanny
-from .loop import check_same_testbed
 from .preflight import TestbedCheck, calibrations_for, check_testbed
+from .sameness import check_same_testbed
 from .tls import TRANSPORT_TLS, LabTls, lab_security
 from .worker import RESOURCE, TestbedPlugin, check_on_worker
 
@@ -182,7 +182,7 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
 
     Checks everything first (:func:`load_testbeds`, :func:`partitions_for`, :func:`check_testbed` for each,
     :func:`calibrations_for`); then one worker per testbed takes it over for the campaign and restores it
-    at the end, also on Ctrl-C (:mod:`bbrlab.campaign.worker`). Returns :func:`bbrlab.campaign.loop.status`.
+    at the end, also on Ctrl-C (:mod:`bbrlab.campaign.worker`). Returns :func:`bbrlab.campaign.directory.status`.
     """
     from distributed import Client
 

@@ -38,7 +38,7 @@ def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | No
     """Run (or resume) ``spec`` on testbed ``tb`` into ``out_dir``; returns the campaign's status. CPU
     partitions a killed multi-testbed campaign left are removed first (said on stderr). A campaign whose
     records were made on another testbed is refused unless ``allow_mixed``
-    (:func:`bbrlab.campaign.loop.check_same_testbed`). The emulator's qdiscs are cleared at the end unless
+    (:func:`bbrlab.campaign.sameness.check_same_testbed`). The emulator's qdiscs are cleared at the end unless
     ``keep_link`` (a failure to clear them is reported, not raised over the campaign's own outcome). Call it
     holding ``tb``'s lock."""
     for path in clear_partitions(tb):  # refused while the campaign that made it runs

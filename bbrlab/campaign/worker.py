@@ -42,8 +42,9 @@ from bbrlab.run.runner import Runner
 from bbrlab.testbed import hostlock, isolation, target
 from bbrlab.testbed.lock import set_activity
 
-from .loop import CampaignSpec, failure_reason
+from .loop import failure_reason
 from .preflight import TestbedCheck, check_testbed
+from .spec import CampaignSpec
 
 #: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
 RESOURCE = "bbrlab-testbed"

@@ -67,7 +67,7 @@ def register(sub) -> None:
 def spec_from_args(args):
     """The :class:`~bbrlab.campaign.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
     from bbrlab.campaign.calibrate import CalibrationSpec
-    from bbrlab.campaign.loop import load_spec
+    from bbrlab.campaign.spec import load_spec
     from bbrlab.core.errors import ValidationError
 
     overrides = {k: v for k, v in (("streams", tuple(args.streams) if args.streams else None),

@@ -102,7 +102,7 @@ def _hms(seconds: float) -> str:
 
 
 def run_plan(args) -> int:
-    from bbrlab.campaign.loop import ESTIMATED_OVERHEAD_S, load_spec
+    from bbrlab.campaign.spec import ESTIMATED_OVERHEAD_S, load_spec
     from bbrlab.core.resources import spec_path
 
     spec = load_spec(spec_path(args.spec))
@@ -130,7 +130,7 @@ def run_plan(args) -> int:
 
 
 def run_status(args) -> int:
-    from bbrlab.campaign.loop import status
+    from bbrlab.campaign.directory import status
 
     st = status(args.dir)
     if args.json:
@@ -142,8 +142,9 @@ def run_status(args) -> int:
 
 
 def run_run(args) -> int:
-    from bbrlab.campaign.loop import check_out_dir, load_spec
+    from bbrlab.campaign.directory import check_out_dir
     from bbrlab.campaign.scaleout import scheduler_address
+    from bbrlab.campaign.spec import load_spec
     from bbrlab.campaign.tls import lab_security
     from bbrlab.core.resources import spec_path
 
@@ -180,7 +181,7 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
 
 
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
-    from bbrlab.campaign.loop import status
+    from bbrlab.campaign.directory import status
 
     st = status(out)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone

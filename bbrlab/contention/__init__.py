@@ -1,7 +1,9 @@
 """CPU contention for the sender VM (README step "contend for the CPU"): SCHED_DEADLINE on its vCPU
-threads (``deadline``), the scheduler syscalls (``sched``), finding the vCPU threads (``vcpu``), which
-host CPUs a testbed's QEMU threads may run on (``placement``), what a thread and the host's CPUs really
-got (``threadstat``, ``hostcpu``).
+threads (``deadline``: applying and restoring), the host's limits for it (``limits``), talking to the
+scheduler (``schedulers``: syscalls here or chrt on a host; ``sched``: the syscalls themselves), the policy
+watch and stall guard (``watch``), finding the vCPU threads (``vcpu``), which host CPUs a testbed's QEMU
+threads may run on (``placement``), what a thread and the host's CPUs really got (``threadstat``,
+``hostcpu``).
 
 May import: ``bbrlab.core``, ``bbrlab.testbed``. Never ``run``, ``campaign``, ``analysis``, ``cli``.
 """

@@ -32,20 +32,19 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import die_as_default
 
+from .limits import KernelLimits, check_fits, read_kernel_limits
 from .sched import (
     DeadlineAdmissionError,
     SchedError,
@@ -54,284 +53,14 @@ from .sched import (
     ThreadReplacedError,
     explain_refusal,
 )
-from .threadstat import (
-    ThreadIdentity,
-    ThreadUsage,
-    open_thread_dir,
-    read_identities,
-    read_proc_files,
-    read_stat_at,
-    sample_threads,
-    thread_state,
-    usage_between,
-)
+from .schedulers import Method, deadline_threads, scheduler_for
+from .threadstat import ThreadIdentity, ThreadUsage, read_identities, sample_threads, usage_between
 from .vcpu import explicit_vcpu_threads
-
-Method = Literal["auto", "syscall", "chrt"]
-METHODS = ("auto", "syscall", "chrt")
+from .watch import PolicyWatch
 
 
 class ContentionRestoreError(BbrlabError):
     """Restoring the previous policy failed on at least one thread (the message lists them)."""
-
-
-# -- the target host's limits ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class KernelLimits:
-    """What the hypervisor host's kernel accepts for SCHED_DEADLINE, read live from /proc and /sys."""
-
-    period_min_us: int
-    period_max_us: int
-    rt_runtime_us: int
-    rt_period_us: int
-    online_cpus: int
-    kernel_release: str
-
-    @property
-    def capacity_cpus(self) -> float | None:
-        """Total deadline bandwidth admission control allows, in CPUs (None: no limit, rt_runtime = -1).
-
-        Admission control counts per root domain; with no exclusive cpusets that is all online CPUs.
-        """
-        if self.rt_runtime_us < 0:
-            return None
-        return self.online_cpus * self.rt_runtime_us / self.rt_period_us
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["capacity_cpus"] = self.capacity_cpus
-        return d
-
-
-_LIMIT_FILES = {
-    "period_min_us": "/proc/sys/kernel/sched_deadline_period_min_us",
-    "period_max_us": "/proc/sys/kernel/sched_deadline_period_max_us",
-    "rt_runtime_us": "/proc/sys/kernel/sched_rt_runtime_us",
-    "rt_period_us": "/proc/sys/kernel/sched_rt_period_us",
-}
-_CPUS_ONLINE = "/sys/devices/system/cpu/online"
-_OSRELEASE = "/proc/sys/kernel/osrelease"
-
-
-def count_cpu_list(text: str) -> int:
-    """Number of CPUs in a kernel CPU list such as ``0-3,6,8-9``."""
-    n = 0
-    for part in text.strip().split(","):
-        lo, _, hi = part.partition("-")
-        n += int(hi or lo) - int(lo) + 1
-    return n
-
-
-def read_kernel_limits(host: Host) -> KernelLimits:
-    """The live SCHED_DEADLINE limits of ``host``."""
-    paths = [*_LIMIT_FILES.values(), _CPUS_ONLINE, _OSRELEASE]
-    files = read_proc_files(host, paths)
-    missing = [p for p in paths if p not in files]
-    if missing:
-        raise TestbedError(f"{host.name}: cannot read {', '.join(missing)} (is this a Linux host?)")
-    values = {k: int(files[p]) for k, p in _LIMIT_FILES.items()}
-    return KernelLimits(**values, online_cpus=count_cpu_list(files[_CPUS_ONLINE]),
-                        kernel_release=files[_OSRELEASE].strip())
-
-
-def check_fits(contention: Contention, limits: KernelLimits, n_threads: int) -> None:
-    """Raise :class:`ValidationError` if the host can never admit ``contention`` on ``n_threads``.
-
-    Other deadline tasks (and, since Linux 6.12, the fair server's reserve) take bandwidth too, so
-    passing this check does not guarantee admission; the kernel's answer is explained when it refuses.
-    """
-    if contention.unlimited:
-        return
-    period_us = contention.period_ns / 1000
-    if not limits.period_min_us <= period_us <= limits.period_max_us:
-        raise ValidationError(
-            "contention.cpu_share_pct", contention.cpu_share_pct,
-            f"a period (timeslice / share) within this host's sched_deadline_period_min_us.."
-            f"sched_deadline_period_max_us = {limits.period_min_us}..{limits.period_max_us} us; "
-            f"{contention.timeslice_ms} ms / {contention.cpu_share_pct} % gives {period_us:.0f} us")
-    capacity = limits.capacity_cpus
-    if capacity is not None and n_threads * contention.bandwidth > capacity + 1e-9:
-        raise ValidationError(
-            "contention.cpu_share_pct", contention.cpu_share_pct,
-            f"at most {100 * capacity / n_threads:.1f} % per thread for {n_threads} thread(s) on "
-            f"{limits.online_cpus} CPU(s) with sched_rt_runtime_us = {limits.rt_runtime_us} per "
-            f"sched_rt_period_us = {limits.rt_period_us}")
-
-
-# -- two ways to talk to the scheduler ---------------------------------------------------------------
-
-class SyscallScheduler:
-    """sched_getattr / sched_setattr on this machine."""
-
-    name = "syscall"
-
-    def get(self, tid: int) -> SchedPolicy:
-        from .sched import sched_getattr
-
-        return sched_getattr(tid)
-
-    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
-        """Give ``tid`` the ``policy``; with ``identity``, only while ``tid`` is still that thread.
-
-        The thread's ``/proc/<pid>/task/<tid>`` directory is opened and checked first and read again after
-        the call: a directory that still reads proves the thread lived through the call, so the id named
-        it and no newcomer was changed."""
-        from .sched import sched_setattr
-
-        if identity is None:
-            sched_setattr(tid, policy)
-            return
-        fd = open_thread_dir(identity)
-        if fd is None:
-            raise replaced_error(tid, identity, policy)
-        try:
-            sched_setattr(tid, policy)
-            if read_stat_at(fd) is None:
-                undo_on_newcomer(self, tid, policy)
-                raise replaced_error(tid, identity, policy, during=True)
-        finally:
-            os.close(fd)
-
-
-def replaced_error(tid: int, identity: ThreadIdentity, policy: SchedPolicy | None,
-                   during: bool = False) -> ThreadReplacedError:
-    """The error for a thread id that no longer names the thread ``identity`` pinned."""
-    what = f"setting {policy.describe()}" if policy else "changing its policy"
-    when = "ended while its policy was being set" if during else "exited"
-    return ThreadReplacedError(
-        f"thread {tid}: {what} refused: it is no longer {identity.describe()} (that thread {when}; its id "
-        "may now name another thread, which bbrlab never changes)", tid=tid, err=errno.ESRCH)
-
-
-def undo_on_newcomer(scheduler, tid: int, policy: SchedPolicy) -> None:
-    """After a pinned thread ended during a change: if a newcomer now holds ``tid`` under the deadline
-    ``policy`` just asked for, put it back to SCHED_OTHER (best effort; the pid space would have to wrap
-    within one syscall for this to happen)."""
-    if not policy.is_deadline:
-        return
-    try:
-        if scheduler.get(tid).same_policy_as(policy):
-            scheduler.set(tid, SchedPolicy("SCHED_OTHER"))
-    except SchedError:
-        pass
-
-
-_CHRT_FLAGS = {"SCHED_OTHER": "-o", "SCHED_BATCH": "-b", "SCHED_IDLE": "-i", "SCHED_FIFO": "-f",
-               "SCHED_RR": "-r", "SCHED_DEADLINE": "-d"}
-_ERRNO_BY_TEXT = {
-    "Device or resource busy": 16, "Operation not permitted": 1, "No such process": 3, "Invalid argument": 22,
-}
-
-
-def chrt_set_argv(tid: int, policy: SchedPolicy) -> list[str]:
-    """The ``chrt`` command giving thread ``tid`` the ``policy`` (nice is not chrt's business)."""
-    if policy.policy not in _CHRT_FLAGS:
-        raise BbrlabError(f"chrt cannot set {policy.policy}")
-    argv = ["chrt", _CHRT_FLAGS[policy.policy]]
-    if policy.reset_on_fork:
-        argv.append("-R")
-    if policy.is_deadline:
-        argv += ["-T", str(policy.runtime_ns), "-D", str(policy.deadline_ns), "-P", str(policy.period_ns)]
-    prio = policy.priority if policy.policy in ("SCHED_FIFO", "SCHED_RR") else 0
-    return argv + ["-p", str(prio), str(tid)]
-
-
-def parse_chrt_show(text: str, nice: int) -> SchedPolicy:
-    """A :class:`SchedPolicy` from what ``chrt -p TID`` prints (``nice`` comes from /proc)."""
-    m = re.search(r"scheduling policy: (\S+)", text)
-    if not m:
-        raise BbrlabError(f"cannot read chrt output: {text!r}")
-    names = m.group(1).split("|")
-    prio = re.search(r"scheduling priority: (\d+)", text)
-    dl = re.search(r"runtime/deadline/period parameters: (\d+)/(\d+)/(\d+)", text)
-    runtime_ns, deadline_ns, period_ns = (int(x) for x in dl.groups()) if dl else (0, 0, 0)
-    return SchedPolicy(policy=names[0], nice=nice, priority=int(prio.group(1)) if prio else 0,
-                       runtime_ns=runtime_ns, deadline_ns=deadline_ns, period_ns=period_ns,
-                       reset_on_fork="SCHED_RESET_ON_FORK" in names)
-
-
-class ChrtScheduler:
-    """The same operations through ``chrt`` (and ``renice``) on a :class:`Host`, local or remote."""
-
-    name = "chrt"
-
-    def __init__(self, host: Host):
-        self.host = host
-
-    def _refusal(self, res, tid: int, asked: SchedPolicy | None) -> SchedError:
-        for text, err in _ERRNO_BY_TEXT.items():
-            if text in res.stderr:
-                return explain_refusal(err, tid, asked)
-        return SchedError(f"[{self.host.name}] {' '.join(res.argv)} failed: {res.stderr.strip()}", tid=tid, err=0)
-
-    def _nice(self, tid: int) -> int:
-        stat = read_proc_files(self.host, [f"/proc/{tid}/stat"]).get(f"/proc/{tid}/stat")
-        if stat is None:
-            raise explain_refusal(3, tid, None)
-        return int(stat[stat.rindex(")") + 2:].split()[19 - 3])
-
-    def get(self, tid: int) -> SchedPolicy:
-        res = self.host.run(["chrt", "-p", str(tid)], check=False)
-        if not res.ok:
-            raise self._refusal(res, tid, None)
-        return parse_chrt_show(res.stdout, self._nice(tid))
-
-    def set(self, tid: int, policy: SchedPolicy, identity: ThreadIdentity | None = None) -> None:
-        """Give ``tid`` the ``policy`` with chrt (and renice); with ``identity``, only while ``tid`` is still
-        that thread: one shell on the host checks it, runs the command, and checks again (its working
-        directory holds the thread's ``/proc`` directory, which stops answering once the thread is gone)."""
-        self._run(tid, chrt_set_argv(tid, policy), policy, identity)
-        if policy.policy in ("SCHED_OTHER", "SCHED_BATCH") and self._nice(tid) != policy.nice:
-            self._run(tid, ["renice", "-n", str(policy.nice), "-p", str(tid)], policy, identity)
-
-    def _run(self, tid: int, argv: list[str], policy: SchedPolicy, identity: ThreadIdentity | None) -> None:
-        if identity is not None:
-            argv = ["sh", "-c", CHECKED_SCRIPT, "sh", str(identity.pid), str(tid), identity.comm,
-                    str(identity.start_ticks), *argv]
-        res = self.host.run(argv, check=False, sudo=True)
-        if res.exit_code == CHECKED_GONE:
-            raise replaced_error(tid, identity, policy)
-        if res.exit_code == CHECKED_ENDED:
-            undo_on_newcomer(self, tid, policy)
-            raise replaced_error(tid, identity, policy, during=True)
-        if not res.ok:
-            raise self._refusal(res, tid, policy)
-
-
-#: Exit codes of :data:`CHECKED_SCRIPT`: the thread was not the pinned one before the command, or ended
-#: while it ran.
-CHECKED_GONE, CHECKED_ENDED = 97, 98
-#: ``sh -c CHECKED_SCRIPT sh PID TID COMM START_TICKS COMMAND...``: runs COMMAND only while TID is the
-#: thread of process PID named COMM that started at START_TICKS (field 22 of its stat).
-CHECKED_SCRIPT = r"""pid=$1 tid=$2 comm=$3 start=$4; shift 4
-cd "/proc/$pid/task/$tid" 2>/dev/null && s=$(cat stat 2>/dev/null) || exit 97
-c=${s#*\(}; c=${c%\)*}
-field22() { shift 19; echo "$1"; }
-set -f
-st=$(field22 ${s##*\) })
-[ "$c" = "$comm" ] && [ "$st" = "$start" ] || exit 97
-"$@" || exit $?
-cat stat >/dev/null 2>&1 || exit 98
-"""
-
-
-def scheduler_for(host: Host, method: Method = "auto") -> SyscallScheduler | ChrtScheduler:
-    """``auto``: syscalls when ``host`` is this machine, chrt otherwise."""
-    if method not in METHODS:
-        raise ValidationError("contention.method", method, f"one of {', '.join(METHODS)}")
-    if method == "syscall" and not host.is_local:
-        raise ValidationError("contention.method", method, "chrt (or auto) for a remote hypervisor host")
-    if method == "chrt" or (method == "auto" and not host.is_local):
-        return ChrtScheduler(host)
-    return SyscallScheduler()
-
-
-def deadline_threads(host: Host) -> list[int]:
-    """Every thread on ``host`` currently under SCHED_DEADLINE (policy 6 in /proc/<tid>/sched)."""
-    script = "grep -lsE '^policy +: +6$' /proc/[0-9]*/task/[0-9]*/sched"
-    res = host.run(["sh", "-c", script], check=False)
-    return sorted(int(m) for m in re.findall(r"/task/(\d+)/sched", res.stdout))
 
 
 # -- one application of contention ------------------------------------------------------------------
@@ -555,89 +284,6 @@ class ContentionSession:
             "applied": rows(self.applied),
             "evidence": self.evidence,
         }
-
-
-#: Seconds a deadline thread may stay runnable without getting any CPU before the watch takes its reservation
-#: for lost. Under a working scheduler a runnable SCHED_DEADLINE thread runs once per period (at most
-#: 1 s: bbrlab's periods are timeslice / share), so this can only mean a replenishment the kernel lost.
-STALL_AFTER_S = 2.0
-
-
-class PolicyWatch(threading.Thread):
-    """Background check that each thread keeps its applied policy; notes every deviation seen.
-
-    With ``host`` it also guards against a stalled reservation: a host kernel can leave a SCHED_DEADLINE
-    thread throttled past its deadline for good (its replenishment timer lost; seen on this project's 6.18
-    host, the vCPU runnable with no CPU for minutes). A thread runnable without CPU progress for
-    :data:`STALL_AFTER_S` gets its reservation restarted (SCHED_OTHER, then the applied policy again) and
-    the stall is noted in ``stalls``: the run's contention did not hold as configured.
-    """
-
-    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None,
-                 identities: dict[int, ThreadIdentity] | None = None):
-        super().__init__(name="bbrlab-policy-watch", daemon=True)
-        self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
-        self.identities = identities or {}
-        self.checks = 0
-        self.deviations: list[dict] = []
-        self.stalls: list[dict] = []
-        self._unchanged: dict[int, tuple[float, int]] = {}  # tid -> (since monotonic s, CPU ns) while runnable
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
-            self.check_once()
-
-    def check_once(self) -> None:
-        self.checks += 1
-        for tid, want in self.expected.items():
-            try:
-                got = self.scheduler.get(tid)
-                seen = got.describe() if not got.same_policy_as(want) else None
-            except BbrlabError as e:
-                seen = f"error: {e}"
-            if seen and len(self.deviations) < 20:
-                self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
-        if self.host is not None:
-            self.guard_stalls()
-
-    def guard_stalls(self) -> None:
-        """Restart the reservation of every thread runnable without CPU progress for :data:`STALL_AFTER_S`."""
-        paths = [f"/proc/{tid}/{name}" for tid in self.expected for name in ("stat", "schedstat")]
-        try:
-            files = read_proc_files(self.host, paths)
-        except BbrlabError:
-            return  # the policy check above notes an unreachable host
-        now = time.monotonic()
-        for tid, want in self.expected.items():
-            stat, schedstat = files.get(f"/proc/{tid}/stat"), files.get(f"/proc/{tid}/schedstat")
-            if not stat or not schedstat:
-                continue
-            cpu_ns = int(schedstat.split()[0])
-            since, seen_ns = self._unchanged.get(tid, (now, -1))
-            if thread_state(stat) != "R" or cpu_ns != seen_ns:
-                self._unchanged[tid] = (now, cpu_ns)
-            elif now - since >= STALL_AFTER_S:
-                self.stalls.append(self._restart(tid, want, now - since))
-                self._unchanged[tid] = (time.monotonic(), cpu_ns)
-
-    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
-        stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
-        try:
-            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"), self.identities.get(tid))
-            self.scheduler.set(tid, want, self.identities.get(tid))
-            stall["restarted"] = True
-        except BbrlabError as e:
-            stall.update(restarted=False, error=str(e))
-        return stall
-
-    def stop(self) -> dict:
-        self._stop_event.set()
-        self.join()
-        self.check_once()
-        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations,
-                "stalls": self.stalls}
-
 
 # -- restoring on signals ----------------------------------------------------------------------------
 

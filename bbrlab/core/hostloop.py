@@ -14,9 +14,18 @@ can where they run and can never outlive a run:
 
 from __future__ import annotations
 
-from bbrlab.run.iperf import RUNNING_SH
-
 from .hosts import Host, Result
+
+#: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the
+#: host's init when its shell exits; until init reaps it, ``kill -0`` alone would call a zombie alive.
+RUNNING_SH = r"""
+running() {
+    kill -0 "$1" 2>/dev/null || return 1
+    state=
+    read -r _ _ state _ < "/proc/$1/stat" 2>/dev/null
+    [ "$state" != Z ]
+}
+"""
 
 #: bash, to paste into a loop's script: ``on_schedule CMD [ARG...]`` (see the module docstring). The script
 #: sets ``interval_us``, ``stop_after_s`` and ``stop_file`` first; the function uses the globals ``now``,

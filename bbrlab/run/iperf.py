@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from bbrlab.core.errors import BbrlabError, ValidationError
+from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import check_cca
 
@@ -145,18 +146,6 @@ def run_client(host: Host, server_ip: str, *, cca: str, duration_s: float, strea
     """
     argv = client_argv(server_ip, cca=cca, duration_s=duration_s, streams=streams, port=port, cport=cport)
     return host.run(argv, timeout=duration_s + CLIENT_MARGIN_S + ssh_margin_s, check=False)
-
-
-#: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the
-#: host's init when its shell exits; until init reaps it, ``kill -0`` alone would call a zombie alive.
-RUNNING_SH = r"""
-running() {
-    kill -0 "$1" 2>/dev/null || return 1
-    state=
-    read -r _ _ state _ < "/proc/$1/stat" 2>/dev/null
-    [ "$state" != Z ]
-}
-"""
 
 
 def alive(host: Host, pid: int) -> bool:

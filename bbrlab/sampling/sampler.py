@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.hostloop import SCHEDULE_BASH
+from bbrlab.core.hostloop import RUNNING_SH, SCHEDULE_BASH
 from bbrlab.core.hosts import Host
-from bbrlab.run.iperf import RUNNING_SH
 
 from . import sockdiag
 

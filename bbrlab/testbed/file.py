@@ -33,8 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from bbrlab.contention.vcpu import parse_given_threads
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.giventhreads import parse_given_threads
 
 ROLES = ("sender", "emulator", "receiver")
 ACCELERATORS = ("kvm", "tcg", "unknown")

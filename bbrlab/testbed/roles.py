@@ -20,12 +20,12 @@ from pathlib import Path
 from bbrlab.contention.threadstat import ThreadIdentity
 from bbrlab.contention.vcpu import (
     libvirt_vcpu_threads,
-    parse_given_threads,
     pin_given_threads,
     qmp_vcpu_threads,
     qmp_vcpu_threads_remote,
 )
 from bbrlab.core.errors import TestbedError
+from bbrlab.core.giventhreads import parse_given_threads
 from bbrlab.core.hosts import Host, LocalHost, NetnsHost, SSHHost
 from bbrlab.kernel.sender import SenderKernel
 

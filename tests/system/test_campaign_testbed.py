@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import directory
 from bbrlab.contention.deadline import show_policies
 from bbrlab.link import emulator as link
 
@@ -95,7 +95,7 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
     second = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
     assert second.returncode == 0, second.stderr[-3000:]
 
-    st = campaign.status(out)
+    st = directory.status(out)
     assert st["planned"] == 8 and st["done"] == 8 and st["failed"] == 0 and st["remaining"] == 0
     assert st["running"] == 0
     plan = json.loads((out / "plan.json").read_text())

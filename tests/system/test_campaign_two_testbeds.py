@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import directory
 from bbrlab.contention.deadline import show_policies
 from bbrlab.link import emulator as link
 
@@ -105,7 +105,7 @@ def _exactly_once(out: Path) -> list[dict]:
     plan = json.loads((out / "plan.json").read_text())
     records = _records(out)
     assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in plan["runs"])
-    st = campaign.status(out)
+    st = directory.status(out)
     assert st["done"] == st["planned"] == len(plan["runs"]) and st["failed"] == 0 and st["running"] == 0
     return records
 
@@ -173,7 +173,7 @@ def test_twelve_runs_over_two_local_testbeds_each_exactly_once(testbeds, tmp_pat
     _check_records(records, testbeds, partitioned=True)
     per_testbed = {n: sum(r["metadata"]["worker"]["testbed"] == n for r in records) for n in NAMES}
     print(f"12 runs of 2 s over {NAMES}: {took_s:.0f} s; runs per testbed {per_testbed}; failed attempts "
-          f"{campaign.status(out)['failed_attempts']}")
+          f"{directory.status(out)['failed_attempts']}")
     _restored(testbeds, before)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.contention.deadline import ContentionSession, contended, read_kernel_limits, show_policies
+from bbrlab.contention.deadline import ContentionSession, contended, show_policies
+from bbrlab.contention.limits import read_kernel_limits
 from bbrlab.contention.sched import (
     DeadlineAdmissionError,
     SchedPolicy,

@@ -265,7 +265,7 @@ def test_a_killed_worker_is_a_failed_attempt_and_the_campaign_resumes(tmp_path, 
     from distributed import Client
 
     from bbrlab.campaign import distributed as d
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
 
     two = CampaignSpec.from_dict({**spec().to_dict(), "name": "killed", "timeslices_ms": [10],
                                   "cpu_shares_pct": [100]})  # two runs: one per worker, so a death hits one

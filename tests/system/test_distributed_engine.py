@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import directory
 from tests.engine_runs import slow_run, spec
 
 pytestmark = pytest.mark.system
@@ -32,7 +32,7 @@ def _exactly_once(out: Path) -> list[dict]:
     plan = json.loads((out / "plan.json").read_text())
     records = _records(out)
     assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in plan["runs"])
-    assert campaign.status(out)["done"] == len(plan["runs"]) == 12
+    assert directory.status(out)["done"] == len(plan["runs"]) == 12
     return records
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import spec as campaign_spec
 from bbrlab.run.runner import Runner
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -20,7 +21,7 @@ RELEASE = {"debian-5.10": "5.10.", "debian-6.12": "6.12.", "debian-6.1": "6.1."}
 def test_three_kernels_one_sender_boot_per_block(testbed, tmp_path):
     import bbrlab.testbed as tbmod
 
-    spec = campaign.CampaignSpec.from_dict({
+    spec = campaign_spec.CampaignSpec.from_dict({
         "name": "kernels", "testbed": testbed.name, "kernels": KERNELS, "ccas": ["cubic", "bbr"],
         "timeslices_ms": [1], "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1,
         "duration_s": 2, "max_attempts": 1})

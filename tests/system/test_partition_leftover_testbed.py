@@ -178,7 +178,7 @@ def test_campaign_run_removes_it_and_the_record_says_where_qemu_ran(machine, tmp
 def test_a_run_in_a_partition_records_its_cpus_and_cpuset(machine, tmp_path):
     # The partition a multi-testbed worker makes for itself (this process, its owner): the run's recovery keeps
     # it, and the record shows the QEMU threads on its one CPU, in its cpuset.
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.run.runner import run_once
 
     pids = [p for p in machine.local.qemu_pids.values() if p]
@@ -213,7 +213,8 @@ def test_calibrate_removes_it(machine, tmp_path):
 
 def test_resuming_on_another_accelerator_is_refused_unless_allow_mixed(testbed, tmp_path):
     # Item 6 through the command: the campaign's first run (a real committed record) says another accelerator.
-    from bbrlab.campaign.loop import CampaignSpec, run_campaign
+    from bbrlab.campaign.loop import run_campaign
+    from bbrlab.campaign.spec import CampaignSpec
 
     spec_dict = {**SPEC, "cpu_shares_pct": [50, 100]}
     spec = tmp_path / "spec.yaml"

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import spec as campaign_spec
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
@@ -80,7 +82,7 @@ def test_signal_mid_transfer_restores_the_testbed_and_resume_completes(testbed, 
 
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    st = campaign.status(out)
+    st = directory.status(out)
     assert (st["planned"], st["done"], st["failed_attempts"]) == (2, 2, 0)
     plan = json.loads((out / "plan.json").read_text())
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(r["run_id"] for r in plan["runs"])
@@ -98,10 +100,10 @@ def test_an_ssh_failure_is_recorded_with_where_it_happened(testbed, tmp_path):
     broken = dataclasses.replace(testbed, sender=dataclasses.replace(
         testbed.sender, host=SSHHost(name="sender", address="127.0.0.1", port=dead_port, key_path=host.key_path,
                                      known_hosts=host.known_hosts, connect_timeout_s=3)))
-    spec = campaign.CampaignSpec.from_dict({"name": "ssh-fails", "ccas": ["cubic"], "timeslices_ms": [1],
+    spec = campaign_spec.CampaignSpec.from_dict({"name": "ssh-fails", "ccas": ["cubic"], "timeslices_ms": [1],
                                             "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50],
                                             "repetitions": 1, "duration_s": 2, "max_attempts": 1})
-    campaign.prepare(spec, tmp_path)
+    directory.prepare(spec, tmp_path)
     runner = Runner(broken)
     rec = campaign.execute_run(spec, tmp_path, spec.plan()[0], runner)
     assert rec["status"] == "failed"

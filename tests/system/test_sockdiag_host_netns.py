@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
@@ -68,7 +69,7 @@ def test_bpf_sampler_runs_on_this_host(pair, tmp_path):
         sender.run(["sh", "-c", sampling._WAIT_READY, "sh", str(tmp_path / "bpf.log"), str(pid)], timeout=60)
         sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, cport=24200), timeout=60)
         stop.touch()
-        sender.run(["sh", "-c", iperf.RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 200 ]; do sleep 0.05; '
+        sender.run(["sh", "-c", RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 200 ]; do sleep 0.05; '
                     'i=$((i+1)); done; ! running "$1"', "sh", str(pid)], timeout=30)
     finally:
         iperf.stop(receiver, server)
@@ -90,7 +91,7 @@ def test_samples_a_real_flow_between_namespaces(pair, tmp_path):
         result = sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, streams=2, cport=24100),
                             timeout=60)
         stop.touch()
-        sender.run(["sh", "-c", iperf.RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 200 ]; do sleep 0.05; '
+        sender.run(["sh", "-c", RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 200 ]; do sleep 0.05; '
                     'i=$((i+1)); done; ! running "$1"', "sh", str(pid)], timeout=30)
     finally:
         iperf.stop(receiver, server)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as link
 from bbrlab.run import iperf
@@ -206,7 +207,7 @@ def _flow_with_samplers(testbed, samplers: dict[str, tuple[str, float]], *, cca:
                             timeout=duration_s + 60)
         sender.run(["touch", f"{base}/stop"])
         for pid in pids.values():
-            sender.run(["sh", "-c", iperf.RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 400 ]; do sleep 0.05; '
+            sender.run(["sh", "-c", RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 400 ]; do sleep 0.05; '
                         'i=$((i+1)); done; ! running "$1"', "sh", str(pid)], timeout=60)
         texts = {name: sender.read_text(f"{base}/{name}.log") for name in samplers}
     finally:
@@ -348,7 +349,7 @@ def test_stop_file_or_signal_ends_it_with_footer(testbed, deployed, deployed_bpf
         host.run(["touch", f"{base}.stop"])
     else:
         host.run(["kill", "-TERM", str(pid)])
-    host.run(["sh", "-c", iperf.RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); '
+    host.run(["sh", "-c", RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); '
               'done; ! running "$1"', "sh", str(pid)], timeout=30)
     text = host.read_text(f"{base}.log")
     host.run(["rm", "-f", f"{base}.stop", f"{base}.log"])

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab.contention.deadline import read_kernel_limits, show_policies
+from bbrlab.contention.deadline import show_policies
+from bbrlab.contention.limits import read_kernel_limits
 from bbrlab.core.hosts import LocalHost
 from bbrlab.link import emulator as link
 from bbrlab.testbed.lock import set_activity

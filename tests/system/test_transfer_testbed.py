@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import spec as campaign_spec
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
@@ -65,7 +66,7 @@ def test_copy_at_no_loss_arrives_whole_through_the_experiment_link(testbed, tmp_
 
 
 def test_both_workloads_at_30_pct_loss_end_to_end(testbed, tmp_path):
-    spec = campaign.CampaignSpec.from_dict({
+    spec = campaign_spec.CampaignSpec.from_dict({
         "name": "loss30", "ccas": ["bbr"], "timeslices_ms": [10], "cpu_shares_pct": [100], "rtts_ms": [20],
         "rates_mbit": [20], "losses_pct": [30], "workloads": ["iperf3", "rsync"], "file_mb": 0.3,
         "transfer_timeout_s": 300, "duration_s": 5, "repetitions": 1, "max_attempts": 1})

@@ -13,7 +13,7 @@ import pytest
 
 from bbrlab.analysis import tables
 from bbrlab.analysis.records_reader import RunView
-from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError

@@ -65,7 +65,7 @@ def test_points_run_full_share_once_per_rtt_plus_the_bridge_reference():
 
 
 def test_for_campaign_takes_the_grid_and_bad_values_name_their_field():
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
 
     camp = CampaignSpec.from_dict({"name": "x", "ccas": ["bbr"], "timeslices_ms": [1], "cpu_shares_pct": [25, 100],
                                    "rtts_ms": [40], "rates_mbit": [100], "delay_split": "forward"})

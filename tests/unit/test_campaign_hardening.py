@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.directory import OutDirError
-from bbrlab.campaign.loop import CampaignSpec, check_admission, load_spec
-from bbrlab.contention.deadline import KernelLimits, read_kernel_limits
+from bbrlab.campaign.spec import CampaignSpec, check_admission, load_spec
+from bbrlab.contention.limits import KernelLimits, read_kernel_limits
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Link
@@ -85,7 +87,7 @@ def test_a_grid_too_large_to_plan_is_refused_before_it_is_built():
     huge = {"rtts_ms": list(range(1, 101)), "rates_mbit": list(range(1, 101)), "buffers_bdp": list(range(1, 101))}
     with pytest.raises(ValidationError) as e:
         spec(**huge)
-    assert e.value.field == "grid x repetitions" and str(campaign.MAX_RUNS) in e.value.allowed
+    assert e.value.field == "grid x repetitions" and str(campaign_spec.MAX_RUNS) in e.value.allowed
 
 
 def test_admission_uses_this_hosts_live_limits_and_the_thread_count():
@@ -231,7 +233,7 @@ def test_out_prepared_by_bbrlab_calibrate_is_accepted(tmp_path):
 
 def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(tmp_path):
     s = spec()
-    (tmp_path / "spec.yaml").write_text(campaign.spec_yaml(s))  # what prepare writes before plan.json
+    (tmp_path / "spec.yaml").write_text(directory.spec_yaml(s))  # what prepare writes before plan.json
     (tmp_path / ".lock").write_text("")
     calls: list = []
     assert campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)["done"] == 8
@@ -246,19 +248,19 @@ def test_resuming_on_another_testbed_is_the_same_campaign(tmp_path):
 
 
 def test_a_damaged_plan_is_explained(tmp_path):
-    campaign.prepare(spec(), tmp_path)
+    directory.prepare(spec(), tmp_path)
     (tmp_path / "plan.json").write_text('{"runs": [')
     with pytest.raises(BbrlabError, match="plan.json cannot be read as JSON"):
-        campaign.prepare(spec(), tmp_path)
+        directory.prepare(spec(), tmp_path)
     with pytest.raises(BbrlabError, match="plan.json cannot be read as JSON"):
-        campaign.status(tmp_path)
+        directory.status(tmp_path)
 
 
 # -- .tmp/ ---------------------------------------------------------------------------------------------
 
 def test_tmp_cleanup_touches_only_what_the_campaign_made(tmp_path):
     s = spec()
-    campaign.prepare(s, tmp_path)
+    directory.prepare(s, tmp_path)
     ids = [r.run_id for r in s.plan()]
     tmp = tmp_path / ".tmp"
     ours = tmp / f"{ids[0]}.4242"
@@ -330,4 +332,4 @@ def test_status_json_of_a_repaired_campaign_is_consistent(tmp_path):
     s = spec()
     campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert campaign.status(tmp_path)["done"] == len(plan["runs"]) == 8
+    assert directory.status(tmp_path)["done"] == len(plan["runs"]) == 8

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign import loop as campaign
-from bbrlab.campaign.loop import CampaignSpec, MixedTestbed, check_same_testbed, run_campaign
+from bbrlab.campaign import directory, sameness
+from bbrlab.campaign.loop import run_campaign
+from bbrlab.campaign.sameness import MixedTestbed, check_same_testbed
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record
 
@@ -166,7 +168,7 @@ def test_several_testbeds_each_compared_with_its_own_first_run(tmp_path):
         with pytest.raises(KeyboardInterrupt):
             run_campaign(spec(), out, reporting_run(tb, [], stop_after=1), progress=False, testbed=tb,
                          allow_mixed=tb is tbb)
-    assert campaign.testbed_differences(out, [tba, tbb]) == []
+    assert sameness.testbed_differences(out, [tba, tbb]) == []
     with pytest.raises(MixedTestbed) as e:
         check_same_testbed(out, [tba, {**LOCAL_TCG, "name": "tbc"}])
     assert "'tbc' is not one the campaign ran on" in str(e.value) and "'tba', 'tbb'" in str(e.value)
@@ -183,7 +185,7 @@ def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
 
     s = spec()
     out = tmp_path / "c"
-    campaign.prepare(s, out)
+    directory.prepare(s, out)
     scenario = s.plan()[0]
     fields = Outcome.__dataclass_fields__
     values = {"run_id": scenario.run_id, "attempt": 1, "status": "ok", "reason": None, "started_at": "a",

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
-from bbrlab.campaign.loop import CampaignSpec, load_spec
+from bbrlab.campaign.spec import CampaignSpec, load_spec
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.run import record
 from tests.campaign_runs import writing_run
@@ -183,7 +184,7 @@ def test_consecutive_failures_abort_and_retry_failed_resumes(tmp_path):
     with pytest.raises(campaign.CampaignAborted, match="3 runs in a row"):
         campaign.run_campaign(s, tmp_path, writing_run(calls, everything), progress=False, max_consecutive_failures=3)
     assert len(calls) == 3  # stopped instead of burning the attempts of all 8 runs
-    st = campaign.status(tmp_path)
+    st = directory.status(tmp_path)
     assert st["failed"] == 3 and st["remaining"] == 5
     again: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False, retry_failed=True)
@@ -193,12 +194,12 @@ def test_consecutive_failures_abort_and_retry_failed_resumes(tmp_path):
 
 def test_half_written_runs_are_cleared_not_counted(tmp_path):
     s = spec(repetitions=1)
-    campaign.prepare(s, tmp_path)
+    directory.prepare(s, tmp_path)
     victim = s.plan()[0].run_id
     half = tmp_path / ".tmp" / f"{victim}.999999"
     half.mkdir(parents=True)
     (half / "iperf.json").write_text("{")
-    assert campaign.status(tmp_path)["done"] == 0
+    assert directory.status(tmp_path)["done"] == 0
     calls: list = []
     campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
     assert not (tmp_path / ".tmp").exists() or not any((tmp_path / ".tmp").iterdir())
@@ -206,9 +207,9 @@ def test_half_written_runs_are_cleared_not_counted(tmp_path):
 
 
 def test_other_campaign_in_directory_refused(tmp_path):
-    campaign.prepare(spec(), tmp_path)
+    directory.prepare(spec(), tmp_path)
     with pytest.raises(BbrlabError, match="different campaign"):
-        campaign.prepare(spec(seed=7), tmp_path)
+        directory.prepare(spec(seed=7), tmp_path)
     assert yaml.safe_load((tmp_path / "spec.yaml").read_text())["seed"] == 1
 
 

@@ -8,16 +8,8 @@ import pytest
 
 from bbrlab.cli.contention import parse_thread_list
 from bbrlab.cli.main import build_parser
-from bbrlab.contention.deadline import (
-    ContentionSession,
-    KernelLimits,
-    check_fits,
-    chrt_set_argv,
-    count_cpu_list,
-    parse_chrt_show,
-    restore_on_signals,
-    scheduler_for,
-)
+from bbrlab.contention.deadline import ContentionSession, restore_on_signals
+from bbrlab.contention.limits import KernelLimits, check_fits, count_cpu_list
 from bbrlab.contention.sched import (
     DeadlineAdmissionError,
     SchedParamsError,
@@ -26,6 +18,7 @@ from bbrlab.contention.sched import (
     ThreadGoneError,
     explain_refusal,
 )
+from bbrlab.contention.schedulers import chrt_set_argv, parse_chrt_show, scheduler_for
 from bbrlab.contention.threadstat import ThreadSample, _parse_stat, usage_between
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.scenario import Flow, Link
@@ -42,7 +43,7 @@ def test_interrupted_is_not_an_exception_a_run_could_swallow():
 
 def test_an_interrupted_run_is_neither_recorded_nor_counted(tmp_path):
     s = spec(repetitions=1)
-    campaign.prepare(s, tmp_path)
+    directory.prepare(s, tmp_path)
     target = s.plan()[0]
 
     def run(scenario, staging, *, run_id, attempt):
@@ -57,7 +58,7 @@ def test_an_interrupted_run_is_neither_recorded_nor_counted(tmp_path):
 
 def test_a_failed_run_is_recorded_once_with_where_it_failed_and_what_it_measured(tmp_path):
     s = spec(repetitions=1, max_attempts=1)
-    campaign.prepare(s, tmp_path)
+    directory.prepare(s, tmp_path)
     target = s.plan()[0]
 
     def run(scenario, staging, *, run_id, attempt):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, SAMPLE_RECORD_BYTES, SAMPLER_MAX_PORTS, Flow
 from bbrlab.sampling import sampler as sampling

@@ -173,7 +173,7 @@ def _check(name: str, cpus=None) -> preflight.TestbedCheck:
 
 def _calibration(path, name: str, *, drop: int = 0):
     """A calibration of testbed ``name`` with a ceiling for every point of SPEC (less ``drop`` of them)."""
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.run.ceiling import Calibration, CeilingPoint, PointKey
 
     keys = sorted({PointKey.of_scenario(s) for s in CampaignSpec.from_dict(SPEC).plan()}, key=lambda k: k.text)
@@ -186,7 +186,7 @@ def _calibration(path, name: str, *, drop: int = 0):
 
 
 def _plan():
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
 
     return CampaignSpec.from_dict(SPEC).plan()
 

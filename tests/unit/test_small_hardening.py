@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign.loop import directory_lock, prepare, spec_from_yaml
+from bbrlab.campaign.directory import prepare
+from bbrlab.campaign.loop import directory_lock
+from bbrlab.campaign.spec import spec_from_yaml
 from bbrlab.core.errors import ELISION, MAX_VALUE_CHARS, BbrlabError, ValidationError
 from bbrlab.core.yamlfile import MAX_EXPANDED_NODES, load_text
 from bbrlab.run import record as rec

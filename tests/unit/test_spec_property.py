@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bbrlab.campaign.loop import MAX_RUNS, CampaignSpec, spec_from_yaml
+from bbrlab.campaign.spec import MAX_RUNS, CampaignSpec, spec_from_yaml
 from bbrlab.core.errors import ValidationError, key_name
 
 KEYS = [f.name for f in dataclasses.fields(CampaignSpec)] + ["sample_ss_ms"]  # + the older form of sample_ms

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bbrlab.contention import deadline as contention
+from bbrlab.contention import watch
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.core.errors import RunFailed
 from bbrlab.run import checks
@@ -48,8 +48,8 @@ class RecordingScheduler:
 
 
 def _watch(host, scheduler, monkeypatch, clock):
-    monkeypatch.setattr(contention.time, "monotonic", lambda: clock[0])
-    return contention.PolicyWatch(scheduler, {host.tid: DEADLINE}, 1.0, host)
+    monkeypatch.setattr(watch.time, "monotonic", lambda: clock[0])
+    return watch.PolicyWatch(scheduler, {host.tid: DEADLINE}, 1.0, host)
 
 
 def test_simulated_runnable_thread_without_cpu_gets_its_reservation_restarted(monkeypatch):

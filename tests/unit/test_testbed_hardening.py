@@ -190,7 +190,7 @@ def test_the_suites_testbeds_keep_their_state_out_of_the_users_directory():
 
 def test_a_campaign_announces_each_run_on_the_testbeds_lock(tmp_path, monkeypatch):
     from bbrlab.campaign import loop as campaign
-    from bbrlab.campaign.loop import CampaignSpec
+    from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.testbed import lock
 
     monkeypatch.setenv("BBRLAB_LOCK_DIR", str(tmp_path / "locks"))

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bbrlab.analysis import data
-from bbrlab.campaign.loop import CampaignSpec
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.run import progress, sshd, transfer

@@ -1,0 +1,131 @@
+"""One campaign, one testbed: what a campaign's records ran on, and refusing to mix testbeds.
+
+A campaign resumed on another testbed, accelerator, sender vCPU count or sender
+kernel than its records ran on is refused before its first run (:func:`check_same_testbed`), and a run whose
+sender turns out to run another kernel than the campaign's earlier runs of that kernel is not recorded,
+unless ``allow_mixed`` (``--allow-mixed``); then every record made says so (``metadata.mixed``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Scenario
+from bbrlab.run import record as rec
+
+#: What a resumed campaign's testbed must share with the one its records ran on (keys of
+#: ``Testbed.describe()`` and ``metadata.testbed``); the sender kernel is its ``uname -r``.
+SAME_TESTBED_KEYS = ("name", "kind", "accelerator", "sender_vcpus", "sender_kernel")
+MIXED_OPTION = "--allow-mixed"
+
+
+class MixedTestbed(ValidationError):
+    """A campaign would mix testbeds (:func:`check_same_testbed`); never a failed attempt of a run."""
+
+
+def _records(out: Path) -> list[dict]:
+    """Every record of the campaign (ok runs and failed attempts) that says what testbed it ran on, oldest
+    first; unreadable ones are skipped (resume sets them aside)."""
+    import json
+
+    found = []
+    for path in [*(out / rec.RUNS).glob(f"*/{rec.RECORD_FILE}"), *(out / rec.FAILED).glob(f"*/{rec.RECORD_FILE}")]:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        testbed = (record.get("metadata") or {}).get("testbed") if isinstance(record, dict) else None
+        if isinstance(testbed, dict) and testbed.get("name"):
+            found.append(record)
+    return sorted(found, key=lambda r: str(r.get("started_at")))
+
+
+def testbeds_ran_on(out_dir: str | Path) -> dict[str, dict]:
+    """The testbeds a campaign's records ran on: ``{name: first record of that testbed}``, in the order of
+    those first runs (the campaign's first run first); empty for a new campaign."""
+    out: dict[str, dict] = {}
+    for record in _records(Path(out_dir)):
+        out.setdefault(record["metadata"]["testbed"]["name"], record)
+    return out
+
+
+def _identity(testbed: dict, kernel_dimension: bool) -> dict:
+    keys = [k for k in SAME_TESTBED_KEYS if not (kernel_dimension and k == "sender_kernel")]
+    return {k: testbed.get(k) for k in keys}
+
+
+def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dimension: bool = False) -> list[str]:
+    """How the testbeds ``offered`` now (each ``Testbed.describe()``) differ from those the campaign in
+    ``out_dir`` ran on, one sentence each; empty when they do not (or nothing is recorded yet).
+
+    A testbed the records never name is a different testbed; one they name must match the first run it
+    made in :data:`SAME_TESTBED_KEYS`. With a ``kernels:`` dimension (``kernel_dimension``) the sender
+    boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`)."""
+    ran = testbeds_ran_on(out_dir)
+    if not ran:
+        return []
+    first = next(iter(ran.values()))
+    out = []
+    for tb in offered:
+        mine = ran.get(tb.get("name"))
+        if mine is None:
+            names = ", ".join(repr(n) for n in ran)
+            out.append(f"testbed {tb.get('name')!r} is not one the campaign ran on (it ran on {names}; first run "
+                       f"{first['run_id']} on {_said(_identity(first['metadata']['testbed'], kernel_dimension))})")
+            continue
+        was, now = _identity(mine["metadata"]["testbed"], kernel_dimension), _identity(tb, kernel_dimension)
+        for key in was:
+            if was[key] != now[key]:
+                out.append(f"testbed {tb.get('name')!r}: {key} {now[key]!r} now, but the campaign's runs on it "
+                           f"ran with {was[key]!r} (first run {mine['run_id']})")
+    return out
+
+
+def _said(identity: dict) -> str:
+    return ", ".join(f"{k} {v!r}" for k, v in identity.items() if k != "name")
+
+
+def check_same_testbed(out_dir: str | Path, offered: list[dict], *, allow_mixed: bool = False,
+                       kernel_dimension: bool = False) -> dict | None:
+    """Refuse to resume the campaign in ``out_dir`` on testbeds other than those it ran on.
+
+    ``offered``: each testbed the runs would go to, as ``Testbed.describe()`` gives it (see
+    :func:`testbed_differences`). Raises :class:`MixedTestbed` (a :class:`ValidationError` naming
+    ``--testbed``, what the campaign ran on and what is offered now) unless ``allow_mixed``. Returns what the
+    records made now carry (``metadata.mixed``): ``{"allowed": True, "differences": [...]}`` with
+    ``allow_mixed``, else None. Reads only; the single-testbed and the multi-testbed paths both call it
+    before their first run."""
+    differences = testbed_differences(out_dir, offered, kernel_dimension=kernel_dimension)
+    if differences and not allow_mixed:
+        raise MixedTestbed("--testbed", ", ".join(str(tb.get("name")) for tb in offered),
+                           f"the testbed this campaign ran on: {'; '.join(differences)}. Resume it on that testbed, "
+                           f"use another --out, or pass {MIXED_OPTION} to mix them (every record made then says so, "
+                           "metadata.mixed)")
+    return {"allowed": True, "differences": differences} if allow_mixed else None
+
+
+def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, seen: dict, run_id: str) -> str | None:
+    """The difference between the sender kernel run ``run_id`` just measured (``metadata.testbed.sender_kernel``)
+    and the campaign's earlier runs of the same testbed and spec kernel (from the records, else this process's
+    first such run, kept in ``seen``), or None when they agree."""
+    testbed = metadata.get("testbed") or {}
+    key = (testbed.get("name"), scenario.kernel)
+    if key not in seen:
+        for record in _records(Path(out_dir)):
+            if (record["metadata"]["testbed"]["name"], (record.get("scenario") or {}).get("kernel")) == key:
+                seen[key] = (record["metadata"]["testbed"].get("sender_kernel"), record["run_id"])
+                break
+        else:
+            seen[key] = (testbed.get("sender_kernel"), run_id)
+    was, first = seen[key]
+    now = testbed.get("sender_kernel")
+    if key[0] is None or was == now:
+        return None
+    return (f"testbed {key[0]!r}: sender_kernel {now!r} in this run, but the campaign's runs "
+            f"{'of kernel ' + repr(scenario.kernel) + ' ' if scenario.kernel else ''}ran on {was!r} (first run {first})")
+
+
+def mixed_marker(mixed: dict) -> dict:
+    """``metadata.mixed`` of one record: a copy, so later differences do not change records already made."""
+    return {"allowed": bool(mixed.get("allowed")), "differences": list(mixed.get("differences", []))}

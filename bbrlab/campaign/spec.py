@@ -1,0 +1,498 @@
+"""A campaign spec: its YAML keys, the grid and plan it gives, and every check of its values.
+
+Spec keys (see specs/*.yaml)::
+
+    name: fig4-100mbit          # [A-Za-z0-9._-], used in paths
+    testbed: lab.yaml           # optional: a local testbed's name, or a testbed file (relative to
+                                # this spec's folder); default: --testbed, else the local testbed up
+    ccas: [cubic, bbr, bbr2b]
+    timeslices_ms: [1, 10, 20]
+    cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
+    rtts_ms: [10, 20, 40]
+    rates_mbit: [100]
+    buffers_bdp: [1]
+    losses_pct: [0]             # > 0 means uniform random loss (at most 50)
+    streams: [1]
+    workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
+    file_mb: 160                # rsync: the file's size in 10^6 bytes
+    transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
+    repetitions: 30
+    duration_s: 20              # iperf3's test duration
+    sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
+    sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
+    order: blocked-random       # or sequential, random
+    seed: 1
+    max_attempts: 3             # a failing run is tried at most this often
+    delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
+
+Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
+Values are also checked in combination: each timeslice with each share (the deadline period), each
+rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
+of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
+that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from bbrlab.core.errors import BbrlabError, ValidationError, key_name
+from bbrlab.core.scenario import (
+    DEFAULT_FILE_MB,
+    DEFAULT_SAMPLER,
+    DEFAULT_TRANSFER_TIMEOUT_S,
+    BufferBelowMinimum,
+    Contention,
+    Flow,
+    Link,
+    Scenario,
+    check_cca,
+    check_sampling_load,
+)
+
+ORDERS = ("blocked-random", "sequential", "random")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
+ESTIMATED_OVERHEAD_S = 2.0
+#: Seconds an rsync run costs beyond its copy (the receiver's sshd, keys, the SSH handshake).
+ESTIMATED_RSYNC_OVERHEAD_S = 8.0
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """A validated campaign spec. Build with :func:`load_spec` / :meth:`from_dict`."""
+
+    name: str
+    ccas: tuple[str, ...]
+    timeslices_ms: tuple[float, ...]
+    cpu_shares_pct: tuple[float, ...]
+    rtts_ms: tuple[float, ...]
+    rates_mbit: tuple[float, ...]
+    testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
+    kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
+    buffers_bdp: tuple[float, ...] = (1.0,)
+    losses_pct: tuple[float, ...] = (0.0,)
+    streams: tuple[int, ...] = (1,)
+    workloads: tuple[str, ...] = ("iperf3",)
+    file_mb: float = DEFAULT_FILE_MB
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+    repetitions: int = 30
+    duration_s: float = 20.0
+    sample_ms: int | None = None
+    sampler: str = DEFAULT_SAMPLER
+    order: str = "blocked-random"
+    seed: int = 1
+    max_attempts: int = 3
+    delay_split: str = "symmetric"
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
+        """Validate ``data`` (a loaded spec); a relative testbed file is taken from ``base``."""
+        return _validate(data, base)
+
+    def to_dict(self) -> dict:
+        """The spec as stored in ``spec.yaml``; the workload keys only when they differ from their defaults,
+        so the directory of a campaign made before workloads existed still matches its spec."""
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not d["kernels"]:
+            del d["kernels"]  # as in directories made before kernels were a dimension
+        return {k: v for k, v in d.items() if k not in _WORKLOAD_DEFAULTS or v != _WORKLOAD_DEFAULTS[k]}
+
+    # -- the grid ----------------------------------------------------------------------------
+    def grid(self, kernel: str | None = None) -> list[Scenario]:
+        """Every parameter combination, repetition 0, in a fixed nested order; with ``kernel``, only that
+        kernel's points (the kernel is the outermost dimension)."""
+        kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
+        points = itertools.product(kernels, self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct,
+                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
+        return [self._scenario(*p, repetition=0) for p in points]
+
+    def link(self, rate, rtt, buf, loss) -> Link:
+        """The link of one grid point."""
+        return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
+                    loss_pct=loss, delay_split=self.delay_split)
+
+    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
+        link = self.link(rate, rtt, buf, loss)
+        return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition, kernel)
+
+    def flow(self, workload: str, cca: str, streams: int) -> Flow:
+        """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
+        if workload == "rsync":
+            return Flow(cca=cca, streams=streams, sample_ms=self.sample_ms, sampler=self.sampler, workload="rsync",
+                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s)
+        return Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
+                    sampler=self.sampler)
+
+    def plan(self) -> list[Scenario]:
+        """All runs (grid x repetitions) in execution order, reproducible from ``seed``.
+
+        With several sender kernels the runs of one kernel stay together (in the order the spec lists
+        the kernels), ordered within the block as ``order`` says: the sender boots once per kernel.
+        Raises :class:`ValidationError` if two runs would share a run id (see :func:`check_unique_ids`).
+        """
+        rng = random.Random(self.seed)
+        out = [s for kernel in (self.kernels or (None,)) for s in self._ordered(self.grid(kernel), rng)]
+        check_unique_ids(out)
+        return out
+
+    def _ordered(self, grid: list[Scenario], rng: random.Random) -> list[Scenario]:
+        with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
+        if self.order == "sequential":
+            out = [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
+        elif self.order == "random":
+            out = [s for block in with_rep for s in block]
+            rng.shuffle(out)
+        else:
+            out = []
+            for block in with_rep:  # blocked-random: each repetition block is its own permutation
+                block = list(block)
+                rng.shuffle(block)
+                out.extend(block)
+        return out
+
+    @property
+    def runs(self) -> int:
+        """Number of runs: grid points x repetitions (without building them)."""
+        lists = math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads"))
+        return lists * max(1, len(self.kernels)) * self.repetitions
+
+    def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
+        """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
+        rate less its loss, at most ``transfer_timeout_s``."""
+        total = 0.0
+        for s in self.grid():
+            if s.flow.workload == "rsync":
+                copy_s = 0.0  # an unshaped link: no rate to estimate the copy from
+                if s.link.rate_mbit is not None:
+                    rate_bit_s = s.link.rate_mbit * 1e6 * (1 - s.link.effective_loss_pct / 100)
+                    copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
+                total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
+            else:
+                total += self.duration_s + overhead_s
+        return total * self.repetitions
+
+
+def _with_repetition(s: Scenario, r: int) -> Scenario:
+    return Scenario(s.link, s.contention, s.flow, r, s.kernel)
+
+
+def check_unique_ids(runs: list[Scenario]) -> None:
+    """Refuse a plan in which two different runs would share a run id.
+
+    A run id ends in 40 bits of a hash of the whole scenario, so two scenarios of one campaign can
+    collide, rarely; the second would then be taken for done once the first is recorded.
+    """
+    seen: dict[str, Scenario] = {}
+    for s in runs:
+        other = seen.setdefault(s.run_id, s)
+        if other is not s:
+            raise ValidationError(
+                "plan", s.run_id, "a distinct run id for every run: two different scenarios of this grid hash "
+                f"to the same id ({other.to_dict()} and {s.to_dict()}); change one value slightly")
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
+          "streams")
+_REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
+#: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
+MAX_RUNS = 100_000
+#: The Link fields a combination check can name, and the spec list each comes from.
+_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp"}
+#: The workload keys and their defaults (left out of spec.yaml when unchanged).
+_WORKLOAD_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
+                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S}
+
+
+def _number(key: str, value: object, *, integer: bool = False) -> float | int:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValidationError(key, value, "a whole number" if integer else "a number")
+    return value
+
+
+def _list(data: dict, key: str) -> list:
+    value = data[key]
+    if not isinstance(value, list) or not value:
+        raise ValidationError(key, value, "a non-empty list, e.g. [1, 10, 20]")
+    if len(value) > 1000:
+        raise ValidationError(key, f"{len(value)} values", "at most 1000 values")
+    return value
+
+
+def _rename_field(e: ValidationError, key: str) -> ValidationError:
+    return ValidationError(key, e.value, e.allowed)
+
+
+def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tuple:
+    """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
+    out = []
+    for i, v in enumerate(values):
+        if key not in ("ccas", "workloads", "kernels"):
+            _number(f"{key}[{i}]", v, integer=key == "streams")
+        try:
+            probe(v)
+        except ValidationError as e:
+            raise _rename_field(e, f"{key}[{i}]") from None
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise ValidationError(key, values, "distinct values (a value listed twice would run twice)")
+    return tuple(out)
+
+
+def _share_in_range(value: object) -> None:
+    """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
+    if not 0 < value <= 100:
+        raise ValidationError("contention.cpu_share_pct", value, "0 < cpu_share_pct <= 100 %")
+
+
+def _check_testbed(value: object, base: Path | None) -> str | None:
+    """``None`` (the default testbed), a local testbed's name, or a testbed file relative to ``base``."""
+    from bbrlab.testbed.local.state import NAME_RE
+
+    if value is None:
+        return None
+    allowed = ("a local testbed's name (a-z first, then a-z, 0-9 or -; at most 12) or a testbed file "
+               "(a path containing / or ending in .yaml, relative to the spec's folder)")
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+        raise ValidationError("testbed", value, allowed)
+    if "/" not in value and not value.endswith((".yaml", ".yml")):
+        if not NAME_RE.match(value):
+            raise ValidationError("testbed", value, allowed)
+        return value
+    path = Path(os.path.expanduser(value))
+    if base is not None and not path.is_absolute():
+        path = Path(base) / path
+    return os.path.normpath(path)
+
+
+def _sampling(d: dict) -> dict:
+    """``sample_ms`` and ``sampler``; the older ``sample_ss_ms: N`` means ``sample_ms: N, sampler: ss``."""
+    out: dict = {}
+    if d.get("sample_ss_ms") is not None:
+        if d.get("sample_ms") is not None or "sampler" in d:
+            raise ValidationError("sample_ss_ms", d["sample_ss_ms"], "absent when sample_ms or sampler is given "
+                                  "(sample_ss_ms: N is the older form of sample_ms: N with sampler: ss)")
+        d = {"sample_ms": d["sample_ss_ms"], "sampler": "ss"}
+        key = "sample_ss_ms"
+    else:
+        key = "sample_ms"
+    if d.get("sample_ms") is not None:
+        out["sample_ms"] = _number(key, d["sample_ms"], integer=True)
+    if "sampler" in d:
+        out["sampler"] = d["sampler"]
+    try:
+        Flow("cubic", sample_ms=out.get("sample_ms"), sampler=out.get("sampler", DEFAULT_SAMPLER))
+    except ValidationError as e:
+        raise _rename_field(e, key if e.field.endswith("sample_ms") else e.field.split(".")[-1]) from None
+    return out
+
+
+def _validate(data: object, base: Path | None = None) -> CampaignSpec:
+    if not isinstance(data, dict):
+        raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
+    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
+    for key in data:
+        if key not in known:
+            raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
+    for key in _REQUIRED:
+        if key not in data:
+            raise ValidationError(key, None, "required")
+    d = dict(data)
+    name = d["name"]
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
+    testbed = _check_testbed(d.get("testbed"), base)
+    lists = {key: _list(d, key) for key in _LISTS if key in d}
+    checked = {
+        "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
+        "timeslices_ms": _check_each("timeslices_ms", lists["timeslices_ms"], lambda v: Contention(v, 100)),
+        "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], _share_in_range),
+        "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], _floor_later(lambda v: Link(rtt_ms=v, rate_mbit=100))),
+        "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"],
+                                  _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=v))),
+    }
+    if "buffers_bdp" in lists:
+        checked["buffers_bdp"] = _check_each(
+            "buffers_bdp", lists["buffers_bdp"], _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v)))
+    if "losses_pct" in lists:
+        checked["losses_pct"] = _check_each(
+            "losses_pct", lists["losses_pct"],
+            lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
+    if "streams" in lists:
+        checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    if "kernels" in d:
+        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), _kernel_name)
+    if "workloads" in d:
+        checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
+                                           lambda v: Flow("cubic", workload=v))
+    scalars = _check_scalars(d)
+    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
+    _check_combinations(spec)
+    return spec
+
+
+def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object]:
+    """``probe`` of one value, leaving a buffer below two frames to :func:`_check_links`: whether a buffer
+    is large enough depends on the rate x RTT it meets, which that check names."""
+    def checked(value: object) -> None:
+        try:
+            probe(value)
+        except BufferBelowMinimum:
+            pass
+    return checked
+
+
+def _kernel_name(value: object) -> str:
+    """A sender kernel as a spec names it: a Debian kernel's name, or the path of a kernel directory or
+    .deb (checked for real, and downloaded if need be, by ``testbed.check_kernel`` when the campaign starts)."""
+    from bbrlab.kernel.sender import KERNEL_NAMES
+
+    if isinstance(value, str) and (value in KERNEL_NAMES or "/" in value or value.endswith(".deb")):
+        Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), Flow("cubic"), kernel=value)
+        return value
+    raise ValidationError("kernel", value, f"one of {', '.join(KERNEL_NAMES)}, or the path of a kernel directory "
+                          "or linux-image .deb (with a '/')")
+
+
+def _check_scalars(d: dict) -> dict:
+    out: dict = {}
+    if "repetitions" in d:
+        out["repetitions"] = _number("repetitions", d["repetitions"], integer=True)
+        if not 1 <= out["repetitions"] <= 1000:
+            raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")
+    if "duration_s" in d:
+        out["duration_s"] = _number("duration_s", d["duration_s"])
+        try:
+            Flow("cubic", duration_s=out["duration_s"])
+        except ValidationError as e:
+            raise _rename_field(e, "duration_s") from None
+    out.update(_sampling(d))
+    for key in ("file_mb", "transfer_timeout_s"):
+        if key in d:
+            out[key] = _number(key, d[key])
+            try:
+                Flow("cubic", workload="rsync", **{key: out[key]})
+            except ValidationError as e:
+                raise _rename_field(e, key) from None
+    if "order" in d:
+        if d["order"] not in ORDERS:
+            raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")
+        out["order"] = d["order"]
+    if "seed" in d:
+        out["seed"] = _number("seed", d["seed"], integer=True)
+        if not 0 <= out["seed"] < 2**63:
+            raise ValidationError("seed", out["seed"], "0 <= seed < 2**63")
+    if "max_attempts" in d:
+        out["max_attempts"] = _number("max_attempts", d["max_attempts"], integer=True)
+        if not 1 <= out["max_attempts"] <= 10:
+            raise ValidationError("max_attempts", out["max_attempts"], "1 <= max_attempts <= 10")
+    if "delay_split" in d:
+        if d["delay_split"] not in ("symmetric", "forward"):
+            raise ValidationError("delay_split", d["delay_split"], "symmetric or forward")
+        out["delay_split"] = d["delay_split"]
+    if "description" in d:
+        if not isinstance(d["description"], str):
+            raise ValidationError("description", d["description"], "text")
+        out["description"] = d["description"]
+    return out
+
+
+def _check_combinations(spec: CampaignSpec) -> None:
+    """What is invalid only together: the number of runs, a deadline period out of the kernel's range
+    (timeslice / share), a link beyond the qdiscs' kernel limits (rate x RTT x buffer), rsync over several
+    streams."""
+    if spec.runs > MAX_RUNS:
+        raise ValidationError("grid x repetitions", spec.runs,
+                              f"at most {MAX_RUNS} runs (the product of the list lengths x repetitions); "
+                              "split the campaign")
+    if "rsync" in spec.workloads:
+        for j, streams in enumerate(spec.streams):
+            if streams != 1:
+                raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
+                                      "1 for the rsync workload (one SSH connection); run other stream counts "
+                                      "in an iperf3-only campaign")
+    for i, ts in enumerate(spec.timeslices_ms):
+        for j, share in enumerate(spec.cpu_shares_pct):
+            try:
+                Contention(ts, share)
+            except ValidationError as e:
+                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
+    _check_links(spec)
+    _check_sampling(spec)
+
+
+def _check_sampling(spec: CampaignSpec) -> None:
+    """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
+    workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
+    if spec.sample_ms is None:
+        return
+    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
+    for j, streams in enumerate(spec.streams):
+        for workload in spec.workloads:
+            key, seconds = durations[workload]
+            check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
+                                fields=("sample_ms", f"streams[{j}]", key))
+
+
+def _check_links(spec: CampaignSpec) -> None:
+    """Every rate x RTT x buffer builds a :class:`Link`, which checks the kernel's limits of the qdiscs
+    (each loss was checked on its own: loss changes no size or time in the qdiscs)."""
+    indexed = [list(enumerate(getattr(spec, key))) for key in ("rates_mbit", "rtts_ms", "buffers_bdp")]
+    for (i, rate), (j, rtt), (k, buf) in itertools.product(*indexed):
+        try:
+            spec.link(rate, rtt, buf, 0)
+        except ValidationError as e:
+            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k}
+            lead = _LINK_LISTS.get(e.field, "buffers_bdp")
+            others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
+            raise ValidationError(f"{lead}[{index[lead]}] with {others}", (rate, rtt, buf), e.allowed) from None
+
+
+def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
+    """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
+    timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its
+    :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
+    from bbrlab.contention.limits import check_fits
+
+    for i, ts in enumerate(spec.timeslices_ms):
+        for j, share in enumerate(spec.cpu_shares_pct):
+            try:
+                check_fits(Contention(ts, share), limits, n_threads)
+            except ValidationError as e:
+                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts),
+                                      f"{e.allowed} (the sender's hypervisor host, {n_threads} vCPU thread(s))") from None
+
+
+def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:
+    """Parse and validate a spec's YAML text; a relative testbed file or kernel path is taken from ``base``."""
+    from bbrlab.core.yamlfile import load_text
+
+    data = load_text(text, source)
+    if base is not None and isinstance(data, dict) and isinstance(data.get("kernels"), list):
+        data["kernels"] = [os.path.normpath(os.path.join(base, k)) if isinstance(k, str) and "/" in k
+                           and not k.startswith("/") else k for k in data["kernels"]]  # kernel paths: from the spec
+    return _validate(data, base)
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BbrlabError(f"cannot read campaign spec {path}: {getattr(e, 'strerror', None) or e}") from None
+    return spec_from_yaml(text, str(path), path.parent)
+

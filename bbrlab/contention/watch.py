@@ -1,0 +1,94 @@
+"""The policy watch: a background check, while a run's body runs, that each thread keeps the deadline policy
+applied to it, and the guard that restarts a reservation the host kernel lost (a stalled thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.hosts import Host
+
+from .sched import SchedPolicy
+from .threadstat import ThreadIdentity, read_proc_files, thread_state
+
+#: Seconds a deadline thread may stay runnable without getting any CPU before the watch takes its reservation
+#: for lost. Under a working scheduler a runnable SCHED_DEADLINE thread runs once per period (at most
+#: 1 s: bbrlab's periods are timeslice / share), so this can only mean a replenishment the kernel lost.
+STALL_AFTER_S = 2.0
+
+
+class PolicyWatch(threading.Thread):
+    """Background check that each thread keeps its applied policy; notes every deviation seen.
+
+    With ``host`` it also guards against a stalled reservation: a host kernel can leave a SCHED_DEADLINE
+    thread throttled past its deadline for good (its replenishment timer lost; seen on this project's 6.18
+    host, the vCPU runnable with no CPU for minutes). A thread runnable without CPU progress for
+    :data:`STALL_AFTER_S` gets its reservation restarted (SCHED_OTHER, then the applied policy again) and
+    the stall is noted in ``stalls``: the run's contention did not hold as configured.
+    """
+
+    def __init__(self, scheduler, expected: dict[int, SchedPolicy], interval_s: float, host: Host | None = None,
+                 identities: dict[int, ThreadIdentity] | None = None):
+        super().__init__(name="bbrlab-policy-watch", daemon=True)
+        self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
+        self.identities = identities or {}
+        self.checks = 0
+        self.deviations: list[dict] = []
+        self.stalls: list[dict] = []
+        self._unchanged: dict[int, tuple[float, int]] = {}  # tid -> (since monotonic s, CPU ns) while runnable
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.check_once()
+
+    def check_once(self) -> None:
+        self.checks += 1
+        for tid, want in self.expected.items():
+            try:
+                got = self.scheduler.get(tid)
+                seen = got.describe() if not got.same_policy_as(want) else None
+            except BbrlabError as e:
+                seen = f"error: {e}"
+            if seen and len(self.deviations) < 20:
+                self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
+        if self.host is not None:
+            self.guard_stalls()
+
+    def guard_stalls(self) -> None:
+        """Restart the reservation of every thread runnable without CPU progress for :data:`STALL_AFTER_S`."""
+        paths = [f"/proc/{tid}/{name}" for tid in self.expected for name in ("stat", "schedstat")]
+        try:
+            files = read_proc_files(self.host, paths)
+        except BbrlabError:
+            return  # the policy check above notes an unreachable host
+        now = time.monotonic()
+        for tid, want in self.expected.items():
+            stat, schedstat = files.get(f"/proc/{tid}/stat"), files.get(f"/proc/{tid}/schedstat")
+            if not stat or not schedstat:
+                continue
+            cpu_ns = int(schedstat.split()[0])
+            since, seen_ns = self._unchanged.get(tid, (now, -1))
+            if thread_state(stat) != "R" or cpu_ns != seen_ns:
+                self._unchanged[tid] = (now, cpu_ns)
+            elif now - since >= STALL_AFTER_S:
+                self.stalls.append(self._restart(tid, want, now - since))
+                self._unchanged[tid] = (time.monotonic(), cpu_ns)
+
+    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
+        stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
+        try:
+            self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"), self.identities.get(tid))
+            self.scheduler.set(tid, want, self.identities.get(tid))
+            stall["restarted"] = True
+        except BbrlabError as e:
+            stall.update(restarted=False, error=str(e))
+        return stall
+
+    def stop(self) -> dict:
+        self._stop_event.set()
+        self.join()
+        self.check_once()
+        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations,
+                "stalls": self.stalls}

@@ -5,7 +5,11 @@ with one line per level of a ``hue`` column in each panel. :func:`facet_lines` d
 interquartile band) or the standard deviation over repetitions that way; :mod:`bbrlab.analysis.plots`
 builds the paper's figures on it. :func:`save` writes PDF (for papers) and PNG (for a quick look) plus
 ``<name>.points.json``, the coordinates read back from the figure's lines (:func:`plotted_points`), so
-anyone can verify a figure against the table without parsing an image.
+anyone can verify a figure against the table without parsing an image. Each panel there also carries its
+axis limits, so :func:`points_outside_axes` can tell which drawn points a reader does not see.
+
+Axis limits are set once a grid is drawn (:func:`fit_y`), never panel by panel: panels share their y
+axis, and a limit fixed while only the first panel had data would hide every later panel's higher lines.
 
 Facet dimensions that the data lacks never raise: an empty selection gives a figure that says what is
 missing, and a column with no values collapses to a single facet labelled "not recorded".
@@ -123,21 +127,94 @@ def plotted_points(fig) -> list[dict]:
     Returns
     -------
     list of dict
-        Per axes: ``title``, ``xlabel``, ``ylabel`` and ``lines``, each ``{"label", "x", "y"}`` (a
-        collection of many run lines: ``{"label", "segments"}``, [[x, y], ...] per run).
+        Per axes: ``title``, ``xlabel``, ``ylabel``, ``xlim`` and ``ylim`` (the axis limits as drawn,
+        ``[low, high]``) and ``lines``, each ``{"label", "x", "y"}`` (a collection of many run lines:
+        ``{"label", "segments"}``, [[x, y], ...] per run). A reference line that may leave the panel on
+        purpose (:func:`mark_reference`, e.g. the CPU ceiling) also has ``"reference": true``.
     """
     out = []
     for ax in fig.axes:
-        lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata())}
+        lines = [{"label": ln.get_label(), "x": _plain(ln.get_xdata()), "y": _plain(ln.get_ydata()),
+                  **_reference_flag(ln)}
                  for ln in ax.get_lines() if not ln.get_label().startswith("_")]
-        lines += [{"label": c.get_label(), "segments": [seg.tolist() for seg in c.get_segments()]}
+        lines += [{"label": c.get_label(), "segments": [seg.tolist() for seg in c.get_segments()],
+                   **_reference_flag(c)}
                   for c in ax.collections if isinstance(c, LineCollection) and not c.get_label().startswith("_")]
-        out.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": lines})
+        out.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+                    "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
+                    "lines": lines})
     return out
 
 
 def _plain(values) -> list:
     return [None if isinstance(v, float) and math.isnan(v) else v for v in np.asarray(values, dtype=float).tolist()]
+
+
+#: The gid of an artist allowed to leave its panel (a reference such as the CPU ceiling, not data).
+REFERENCE_GID = "bbrlab-reference"
+
+
+def mark_reference(artist):
+    """Mark a drawn reference (not data) that may leave its panel on purpose; returns the artist."""
+    artist.set_gid(REFERENCE_GID)
+    return artist
+
+
+def _reference_flag(artist) -> dict:
+    return {"reference": True} if artist.get_gid() == REFERENCE_GID else {}
+
+
+def points_outside_axes(points: list[dict], rel_tol: float = 1e-9) -> list[dict]:
+    """The drawn points a reader cannot see: those outside their panel's axis limits.
+
+    Parameters
+    ----------
+    points : list of dict
+        :func:`plotted_points` of a figure, or a ``points.json`` read back. Panels without ``xlim`` /
+        ``ylim`` (files written before the limits were recorded) and reference lines are not checked;
+        missing values (None) are not points.
+    rel_tol : float, default 1e-9
+        A point this close to a limit (relative to the axis span) counts as inside.
+
+    Returns
+    -------
+    list of dict
+        One per hidden point: ``panel`` (its title), ``label`` (the line's), ``x``, ``y``.
+
+    Examples
+    --------
+    >>> facets.points_outside_axes(json.loads(Path("fig05_timeseries.points.json").read_text()))  # doctest: +SKIP
+    []
+    """
+    hidden = []
+    for panel in points:
+        if "xlim" not in panel or "ylim" not in panel:
+            continue
+        inside = _inside(panel["xlim"], panel["ylim"], rel_tol)
+        for line in panel["lines"]:
+            if line.get("reference"):
+                continue
+            hidden += [{"panel": panel["title"], "label": line["label"], "x": x, "y": y}
+                       for x, y in _line_points(line) if x is not None and y is not None and not inside(x, y)]
+    return hidden
+
+
+def _line_points(line: dict):
+    if "segments" in line:
+        return [tuple(p) for seg in line["segments"] for p in seg]
+    return list(zip(line["x"], line["y"], strict=True))
+
+
+def _inside(xlim, ylim, rel_tol: float):
+    (x0, x1), (y0, y1) = sorted(xlim), sorted(ylim)
+    dx, dy = rel_tol * max(x1 - x0, 1e-300), rel_tol * max(y1 - y0, 1e-300)
+    return lambda x, y: x0 - dx <= x <= x1 + dx and y0 - dy <= y <= y1 + dy
+
+
+def hidden_points_summary(name: str, hidden: list[dict], shown: int = 3) -> str:
+    """One line saying how many points of figure ``name`` lie outside their panels, with a few examples."""
+    examples = "; ".join(f"{h['panel'] or 'panel'} / {h['label']}: ({h['x']:g}, {h['y']:g})" for h in hidden[:shown])
+    return f"{name}: {len(hidden)} drawn points outside their panel's axes, e.g. {examples}"
 
 
 # -- labels, levels and colours ----------------------------------------------------------------
@@ -214,6 +291,29 @@ def grid(n_rows: int, n_cols: int, sharey: bool = True):
     return fig, axes
 
 
+def fit_y(axes, *, from_zero: bool = True) -> None:
+    """Fit the y axes of a drawn grid to everything drawn in it; call it once all panels have their data.
+
+    Each panel's y axis is autoscaled again from all its artists (and, when panels share y, from all of
+    theirs), then a linear axis whose data are not negative starts at zero (rates and their spread:
+    no exaggerated zoom). Setting a limit panel by panel instead froze a shared axis at the first
+    panel's data and hid the higher lines of later panels.
+
+    Parameters
+    ----------
+    axes : array of matplotlib.axes.Axes
+        The grid (:func:`grid`) or any iterable of axes.
+    from_zero : bool, default True
+    """
+    flat = list(np.ravel(axes))
+    for ax in flat:
+        ax.relim()
+        ax.autoscale(enable=True, axis="y")
+    for ax in flat:
+        if from_zero and ax.get_yscale() == "linear" and np.isfinite(ax.dataLim.y0) and ax.dataLim.y0 >= 0:
+            ax.set_ylim(bottom=0)
+
+
 def empty_figure(message: str):
     """A figure that states what is missing instead of failing."""
     with style():
@@ -276,8 +376,7 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 ax.set_title(panel_title(row, rv, col, cv))
                 if logy:
                     ax.set_yscale("log")
-                else:
-                    ax.set_ylim(bottom=0)  # rates and their spread start at zero: no exaggerated zoom
+        fit_y(axes)  # once every panel is drawn: the shared y axis then covers all of them
         label_edges(axes, LABELS.get(x, x), ylabel or LABELS.get(value, value))
         if ceiling and value == "throughput_mbit" and not logy:
             _keep_data_in_view(axes, runs, table)
@@ -332,8 +431,8 @@ def ceiling_lines(ax, runs: pd.DataFrame, *, x: str, hue: str | None = None, hue
             colour_ = colour(named[hue], list(hues).index(named[hue]))
         extra = ", ".join(level_label(d, v) for d, v in named.items())
         part = part.sort_values(x)
-        ax.plot(part[x], part["median"], color=colour_, label=f"{CEILING_LABEL}{' (' + extra + ')' if extra else ''}",
-                **CEILING_STYLE)
+        mark_reference(ax.plot(part[x], part["median"], color=colour_, **CEILING_STYLE,
+                               label=f"{CEILING_LABEL}{' (' + extra + ')' if extra else ''}")[0])
     return table
 
 

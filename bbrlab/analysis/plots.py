@@ -29,6 +29,7 @@ from .facets import (
     empty_figure,
     facet_lines,
     figure_legend,
+    fit_y,
     grid,
     label_edges,
     level_label,
@@ -222,8 +223,8 @@ def timeseries(tables: Tables, *, row: str | None = "variant", col: str | None =
             for j, cv in enumerate(cols):
                 ax = axes[i][j]
                 _run_lines(ax, cell_rows(table, row, rv, col, cv), alpha)
-                ax.set_ylim(bottom=0)
                 ax.set_title(panel_title(row, rv, col, cv))
+        fit_y(axes)  # after the last panel: the shared y axis covers every panel's runs
         label_edges(axes, LABELS["t_s"], LABELS["throughput_mbit"])
         fig.tight_layout()  # lines are labelled with their run ids (see points.json), too many for a legend
         if title:
@@ -252,7 +253,6 @@ def _run_lines(ax, cell: pd.DataFrame, alpha: float) -> None:
     for k, variant in enumerate(sorted(set(variants))):
         segs = [np.column_stack((x, y)) for x, y, c in zip(xs, ys, variants, strict=True) if c == variant]
         ax.add_collection(LineCollection(segs, colors=colour(variant, k), alpha=alpha, linewidths=0.5, label=variant))
-    ax.autoscale_view()
 
 
 SS_PANELS = {
@@ -315,6 +315,7 @@ def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels
                     axes[i][j].set_ylabel(SS_YLABELS[panel])
             axes[0][j].set_title(_run_title(info, run_id))
             axes[-1][j].set_xlabel(LABELS["t_s"])
+        fit_y(axes)
         figure_legend(fig, axes, title)
     return fig, table
 
@@ -330,7 +331,6 @@ def _ss_panel(ax, part: pd.DataFrame, panel: str) -> None:
         ax.text(0.5, 0.5, "not in the samples\n(no BBR state for this CCA)", ha="center", va="center",
                 transform=ax.transAxes, fontsize=7, color="gray")
         return
-    ax.set_ylim(bottom=0)
     if panel == "inflight":
         ax.axhline(1.0, color="green", linewidth=0.8, linestyle="--", label="_1 BDP")
 
@@ -383,6 +383,7 @@ def _add_run_dots(fig, data: pd.DataFrame, *, x: str, row, col, table: pd.DataFr
     for ax, rv, cv in panel_cells(fig, table, row, col):
         cell = cell_rows(data, row, rv, col, cv)
         ax.scatter(cell[x], cell["link_utilisation"], s=4, color="black", alpha=0.25, label="_runs", zorder=1)
+    fit_y(fig.axes)  # a run may lie beyond its quartiles
 
 
 # -- loss sweeps: goodput and transfer time of iperf3 and rsync ------------------------------------------
@@ -481,6 +482,7 @@ def _mark_timed_out(fig, runs: pd.DataFrame, table: pd.DataFrame, *, y: str, row
         if len(cell):
             ax.plot(cell["loss_pct"], cell[y], linestyle="none", marker="x", markersize=5, color="black",
                     label=TIMED_OUT_LABEL)
+    fit_y(fig.axes)
     for legend in list(fig.legends):
         legend.remove()
     figure_legend(fig, np.array(fig.axes), title)

@@ -5,12 +5,15 @@ Each notebook runs non-interactively (parameter ``interactive=False``) in a kern
 IPC sockets in Jupyter's private runtime folder rather than TCP, so nothing listens on the network and the
 kernel has no transport warning to print; an idle kernel is shut down by message without a prior SIGINT
 (which ipykernel reported as a KeyboardInterrupt). papermill and jupyter_client are imported when used.
+After the notebooks, every figure they saved is checked for drawn points outside their panel's axes
+(:func:`hidden_data`); a figure that hides data fails the rendering like a failed notebook.
 
 May import: ``bbrlab.core``, ``bbrlab.analysis``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -20,7 +23,7 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import notebooks_dir
 
-from . import data
+from . import data, facets
 
 #: A UNIX socket path must fit in 108 bytes; longer runtime folders fall back to a private temp folder.
 MAX_IPC_PREFIX = 90
@@ -123,6 +126,7 @@ def render(data_dir: Path, out_dir: Path, *, notebooks: Path | None = None, only
     executed_dir = out_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
     failed = []
+    started = time.time() - 1.0  # figures older than this render (a previous one's) are not checked
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.stem} ...", end=" ", flush=True)
         t0 = time.monotonic()
@@ -137,7 +141,23 @@ def render(data_dir: Path, out_dir: Path, *, notebooks: Path | None = None, only
             continue
         print(f"ok ({time.monotonic() - t0:.1f} s)")
     print(f"figures in {out_dir}, executed notebooks in {executed_dir}")
+    hiding = hidden_data(out_dir, since=started)
+    for name, hidden in hiding.items():
+        print(f"ERROR hidden data: {facets.hidden_points_summary(name, hidden)}")
     if failed:
         print(f"failed notebooks: {', '.join(failed)}")
-        return 1
-    return 0
+    return 1 if failed or hiding else 0
+
+
+def hidden_data(out_dir: Path, since: float = 0.0) -> dict[str, list[dict]]:
+    """Per figure of ``out_dir`` (its ``<name>.points.json`` written at or after ``since``, a time.time()),
+    the drawn points outside their panel's axes (:func:`bbrlab.analysis.facets.points_outside_axes`);
+    figures that show all their data are left out."""
+    found = {}
+    for path in sorted(Path(out_dir).glob("*.points.json")):
+        if path.stat().st_mtime < since:
+            continue
+        hidden = facets.points_outside_axes(json.loads(path.read_text()))
+        if hidden:
+            found[path.name.removesuffix(".points.json")] = hidden
+    return found

@@ -147,3 +147,49 @@ def test_notebooks_on_the_authors_layout_keep_versions_and_the_patch_apart(rende
     assert any(t.startswith("BBRv3 patched") for t in titles) and any(t.startswith("BBRv1 |") for t in titles)
     claims = json.loads((out / "fidelity.json").read_text())["claims"]
     assert {"BBRv1 vs BBRv1 patched", "BBRv3 vs BBRv3 patched"} <= {c["subject"] for c in claims}
+
+
+# -- no figure hides data it was given (issue 31): every notebook on data/ and on the authors' layout ---------
+
+@pytest.fixture(scope="module")
+def rendered_data(tmp_path_factory):
+    """Every notebook, through the CLI, on the committed data/ (a copy: load writes its cache). The
+    return code is checked by the test, after the hidden points (their list says more)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("data")
+    shutil.copytree(ROOT / "data", root / "data")
+    out = root / "figures"
+    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(root / "data"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    return out, proc
+
+
+def hidden_points(out: Path) -> dict[str, list[dict]]:
+    """Per figure of ``out``, the drawn points outside their panel's axes; every panel must say its limits
+    (else the check would pass by seeing nothing)."""
+    from bbrlab.analysis import facets
+
+    found = {}
+    files = sorted(out.glob("*.points.json"))
+    assert files, f"no figures in {out}"
+    for path in files:
+        panels = json.loads(path.read_text())
+        assert all("xlim" in p and "ylim" in p for p in panels), f"{path.name}: panels without axis limits"
+        hidden = facets.points_outside_axes(panels)
+        if hidden:
+            found[path.name] = facets.hidden_points_summary(path.name.removesuffix(".points.json"), hidden)
+    return found
+
+
+def test_no_figure_hides_data_on_the_committed_data(rendered_data):
+    out, proc = rendered_data
+    assert (out / "fig05_timeseries.points.json").exists(), proc.stdout + proc.stderr
+    fig5 = json.loads((out / "fig05_timeseries.points.json").read_text())
+    assert sum(len(p["lines"]) for p in fig5) > 0  # figure 5 draws runs from data/
+    assert hidden_points(out) == {}
+    assert proc.returncode == 0 and "hidden data" not in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_no_figure_hides_data_on_the_authors_layout(rendered_authors):
+    assert hidden_points(rendered_authors) == {}

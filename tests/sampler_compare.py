@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.sampling import sockdiag
 
 #: Columns ss prints and an idle connection cannot change (the lastsnd/lastrcv/lastack ages are left out).
@@ -48,3 +49,16 @@ def between_netlink_samples(rows: list[dict], netlink_rows: list[dict], netlink_
         if before and after:
             pairs.append((row, before[-1], after[0]))
     return pairs
+
+
+#: For tests that start a netlink or BPF sampler by hand (not through ``bbrlab.sampling.sampler``, which waits on
+#: its stream): wait until the sampler's log ($1) says "# ready" (socket opened, resp. program loaded and
+#: attached) while its process ($2) runs. Fails, printing the log, when the sampler exits first or after 60 s.
+WAIT_READY_SH = RUNNING_SH + r"""
+i=0
+until grep -q '^# ready' "$1" 2>/dev/null; do
+    running "$2" || { cat "$1"; exit 1; }
+    [ $i -lt 1200 ] || { echo "not ready after 60 s"; exit 1; }
+    sleep 0.05; i=$((i + 1))
+done
+"""

@@ -87,7 +87,7 @@ def load(data_dir: str | Path, *, force: bool = False, cache: bool = True, worke
 
     Examples
     --------
-    >>> from bbrlab import data
+    >>> from bbrlab.analysis import data
     >>> tables = data.load("data")                                  # doctest: +SKIP
     >>> tables.runs.groupby("variant")["throughput_mbit"].median()  # doctest: +SKIP
     """

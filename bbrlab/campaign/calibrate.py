@@ -29,7 +29,7 @@ Each point lists its ``evidence``.
 
 API::
 
-    from bbrlab import calibrate
+    from bbrlab.campaign import calibrate
     spec = calibrate.CalibrationSpec.for_campaign(load_spec("specs/demo.yaml"))
     cal = calibrate.calibrate(testbed, spec, "runs/demo")      # writes runs/demo/calibration.json
     cal.find(PointKey.of(10, 25, 20)).ceiling_mbit

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.system
 
 OWNER = """
 import json, sys, time
-from bbrlab import sshd, transfer
+from bbrlab.run import sshd, transfer
 from bbrlab.core.hosts import NetnsHost
 rx, tx = NetnsHost(name="receiver", netns=sys.argv[1]), NetnsHost(name="sender", netns=sys.argv[2])
 with sshd.server(rx, sys.argv[3], [transfer.RRSYNC, "-wo", "{dest}"], lifetime_s=300) as server:

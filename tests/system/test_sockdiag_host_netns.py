@@ -13,9 +13,9 @@ import pytest
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.run import iperf
-from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
 from bbrlab.sampling.sockdiag import binary as build_mod
+from tests.sampler_compare import WAIT_READY_SH
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -66,7 +66,7 @@ def test_bpf_sampler_runs_on_this_host(pair, tmp_path):
     try:
         pid = sender.spawn(sockdiag.sampler_argv(deployed.path, 5, 60, str(stop), [24200], iperf.DEFAULT_PORT,
                                                  kind="bpf"), str(tmp_path / "bpf.log"))
-        sender.run(["sh", "-c", sampling._WAIT_READY, "sh", str(tmp_path / "bpf.log"), str(pid)], timeout=60)
+        sender.run(["sh", "-c", WAIT_READY_SH, "sh", str(tmp_path / "bpf.log"), str(pid)], timeout=60)
         sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, cport=24200), timeout=60)
         stop.touch()
         sender.run(["sh", "-c", RUNNING_SH + 'i=0; while running "$1" && [ $i -lt 200 ]; do sleep 0.05; '

@@ -37,7 +37,14 @@ from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
 from bbrlab.sampling.ss import parse_ss_log
-from tests.sampler_compare import IDLE_FIELDS, MONOTONE, SS_OMITS, between_netlink_samples, ss_equal
+from tests.sampler_compare import (
+    IDLE_FIELDS,
+    MONOTONE,
+    SS_OMITS,
+    WAIT_READY_SH,
+    between_netlink_samples,
+    ss_equal,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -202,7 +209,7 @@ def _flow_with_samplers(testbed, samplers: dict[str, tuple[str, float]], *, cca:
                                              iperf.DEFAULT_PORT, kind=kind)
             pids[name] = sender.spawn(argv, f"{base}/{name}.log")
             if path != "ss":
-                sender.run(["sh", "-c", sampling._WAIT_READY, "sh", f"{base}/{name}.log", str(pids[name])], timeout=90)
+                sender.run(["sh", "-c", WAIT_READY_SH, "sh", f"{base}/{name}.log", str(pids[name])], timeout=90)
         result = sender.run(iperf.client_argv(receiver.experiment_ip, cca=cca, duration_s=duration_s, cport=cport),
                             timeout=duration_s + 60)
         sender.run(["touch", f"{base}/stop"])
@@ -343,7 +350,7 @@ def test_stop_file_or_signal_ends_it_with_footer(testbed, deployed, deployed_bpf
     host.run(["rm", "-f", f"{base}.stop", f"{base}.log"])
     pid = host.spawn(sockdiag.sampler_argv(_path(kind, deployed, deployed_bpf), 10, 120, f"{base}.stop", [31041],
                                            iperf.DEFAULT_PORT, kind=kind), f"{base}.log")
-    host.run(["sh", "-c", sampling._WAIT_READY, "sh", f"{base}.log", str(pid)], timeout=90)
+    host.run(["sh", "-c", WAIT_READY_SH, "sh", f"{base}.log", str(pid)], timeout=90)
     time.sleep(1)  # one second of sampling before it is stopped
     if how == "stop_file":
         host.run(["touch", f"{base}.stop"])

@@ -12,7 +12,7 @@ the flow's data sockets every ``sample_ms`` without forking anything:
 
 docs/sampling.md compares them with the ``ss`` loop (benchmarks/sampling.py measures all three)::
 
-    from bbrlab import sockdiag
+    from bbrlab.sampling import sockdiag
     deployed = sockdiag.ensure_on_host(tb.sender.host, kind="bpf")   # build (cached), copy if needed
     argv = sockdiag.sampler_argv(deployed.path, 10, 60, "/tmp/x/stop", [20000], 5201, kind="bpf")
     ...                                                              # run it during the transfer

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A second driver: attaches to the testbed on its own, takes the emulator host's lock, optionally sets the link.
 DRIVER = """
 import sys
-from bbrlab import link, testbed
+from bbrlab import testbed
+from bbrlab.link import emulator as link
 from bbrlab.core.scenario import Link
 from bbrlab.testbed import hostlock
 tb = testbed.load(sys.argv[1])

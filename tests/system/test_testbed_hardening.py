@@ -168,6 +168,7 @@ def test_the_running_testbed_is_found_without_naming_it(testbed, tmp_path):
 
 #: Every `bbrlab ...` command the README shows, as a user types it after `bbrlab testbed up`.
 README_COMMANDS = [
+    "bbrlab cache show",
     "bbrlab doctor",
     "bbrlab doctor --probe-kvm",
     "bbrlab testbed up",
@@ -210,6 +211,8 @@ README_NOT_RUN = {
     "bbrlab tls": "the command's name in the text; test_dask_security runs bbrlab tls ca and cert",
     "bbrlab worker": "the command's name in the text; test_campaign_two_testbeds starts a TLS scheduler and a "
                      "worker per testbed",
+    "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
+                                                   "real (this machine's shared image must stay)",
 }
 
 

@@ -18,7 +18,7 @@ from bbrlab import kernel
 from bbrlab import testbed as testbed_mod
 from bbrlab.analysis.render import render
 from bbrlab.campaign.calibrate import CalibrationSpec, calibrate, format_grid
-from bbrlab.campaign.loop import announcing, run_campaign
+from bbrlab.campaign.single import run_on_testbed
 from bbrlab.campaign.spec import load_spec
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import specs_dir
@@ -117,7 +117,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
                 for spec in plan.specs:
                     out = runs_dir / spec.name
                     runner.calibration_source = source_for(cal, out)
-                    st = run_campaign(spec, out, announcing(runner, name, spec, out), progress=True)
+                    st = run_on_testbed(spec, out, tb, runner=runner, progress=True)
                     failures += st["failed"] + st["remaining"]
                     print(f"{spec.name}: {st['done']}/{st['planned']} runs complete in {out}")
             finally:

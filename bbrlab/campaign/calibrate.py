@@ -52,6 +52,10 @@ from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.scenario import Contention, DelaySplit, Flow, Link, Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import FILE_NAME, IDENTITY, Calibration, CalibrationMismatch, CeilingPoint, PointKey
+from bbrlab.run.runner import Runner
+
+from .sameness import testbed_differences
+from .single import run_on_testbed
 
 CCA = "cubic"
 DEFAULT_STREAMS = (1, 4)
@@ -406,11 +410,6 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     partition a killed campaign left is removed first (one whose campaign still runs is refused,
     :func:`bbrlab.run.recovery.clear_partitions`).
     """
-    from bbrlab.run.recovery import clear_partitions
-    from bbrlab.run.runner import Runner
-
-    from .loop import run_campaign
-    from .sameness import testbed_differences
 
     out = Path(out_dir)
     described = testbed.describe()
@@ -428,9 +427,6 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     runner = runner or Runner(testbed)
     if getattr(runner, "calibration", None) is not None:
         raise BbrlabError("calibrate needs a Runner without a calibration (its runs define the ceilings)")
-    for path in clear_partitions(testbed):  # ceilings measured on a partition's few CPUs would be wrong
-        if say is not None:
-            say(f"removed the CPU partition {path} a killed campaign left")
     load_before = host_load()
 
     def on_run(record: dict) -> None:
@@ -446,7 +442,9 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
             + (f" (sender vCPU used {_pct(used)}, wanted {_pct(wanted)}; emulator busiest CPU {_pct(emu)}; "
                f"host {_pct(host)})" if record["status"] == "ok" else ""))
 
-    run_campaign(spec, runs_dir, runner, progress=progress, on_run=on_run, testbed=described)
+    # the one way a campaign is opened on one testbed; it removes a CPU partition a killed campaign left first
+    # (ceilings measured on a partition's few CPUs would be wrong)
+    run_on_testbed(spec, runs_dir, testbed, runner=runner, progress=progress, on_run=on_run)
     testbed_now = dict(described)
     ok, _ = _read_records(runs_dir)
     if ok:  # the sender's kernel as the runs' own probes read it

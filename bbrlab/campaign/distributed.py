@@ -7,9 +7,9 @@ every run is submitted asking for one unit, so a testbed runs one run at a time.
 
 The driver (the ``bbrlab campaign run`` process) stays the single source of truth: it alone writes the
 campaign directory. A worker runs a scenario into a temporary directory of its own and returns the
-files and the record's metadata; the driver commits them atomically (:mod:`bbrlab.run.record`), retries
-failed attempts, and stops after too many consecutive failures, exactly as :func:`bbrlab.campaign.loop.run_campaign`
-does for one testbed. A worker lost mid-run (killed, machine gone) loses nothing: Dask runs that task
+files and the record's metadata; the driver runs the one campaign loop (:func:`bbrlab.campaign.loop.drive`)
+with a :class:`DaskExecutor`, which commits them atomically, retries failed attempts, and stops after too
+many consecutive failures, exactly as for one testbed. A worker lost mid-run (killed, machine gone) loses nothing: Dask runs that task
 again on another worker, and only a returned result is committed. A driver killed at any moment resumes
 with ``campaign run`` as always (completed runs are in ``runs/``; nothing else counts). A driver that
 stops (Ctrl-C, SIGTERM, SIGHUP, or the campaign's end) first has every worker finish its campaign:
@@ -36,21 +36,18 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from distributed import Nanny, SpecCluster
 
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, Scenario
-from bbrlab.core.signals import interruptible
 from bbrlab.run import record as rec
 from bbrlab.testbed import isolation
 
 from . import tls as tlsconf
-from .directory import prepare, status
-from .loop import FailureStreak, directory_lock
-from .sameness import mixed_marker
+from .loop import Attempt, Finished, commit_finished, drive
 from .spec import CampaignSpec
 from .worker import (
     PLUGIN_NAME,
@@ -65,7 +62,7 @@ from .worker import (
 )
 
 __all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker", "commit_outcome",
-           "run_campaign_distributed", "finish_workers", "local_cluster", "TestbedNanny", "testbed_workers",
+           "run_campaign_distributed", "DaskExecutor", "finish_workers", "local_cluster", "TestbedNanny", "testbed_workers",
            "wait_for_workers", "quiet_logs", "check_outcome", "RefusedOutcome", "TestbedCluster", "transport_of"]
 
 #: Seconds a closing worker gets to restore its testbed before its Nanny kills it (Dask's default is 5 s,
@@ -200,99 +197,94 @@ def transport_of(client) -> str:
     return address.split("://", 1)[0] or "unknown"
 
 
-def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome,
-                   *, transport: str | None = None, mixed: dict | None = None) -> dict:
-    """Write a worker's outcome into the campaign directory, atomically (the driver's side). The outcome
-    must have passed :func:`check_outcome` (its run id is the planned run's, its file names plain); with ``mixed``
-    (:func:`bbrlab.campaign.sameness.check_same_testbed`) the record says the campaign was let mix testbeds."""
-    staging = rec.staging_dir(out, outcome.run_id)
-    for name, data in outcome.files.items():
-        rec.write_file(staging / name, data)
+def finished_of(outcome: Outcome, attempt: Attempt, transport: str | None = None) -> Finished:
+    """A checked worker outcome as the loop commits it: its files, and its metadata with where it ran
+    (``metadata.worker``: testbed, host, CPUs, and ``transport`` when given)."""
     metadata = dict(outcome.metadata)
     metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
     if transport is not None:
         metadata["worker"]["transport"] = transport
-    if mixed is not None:
-        metadata["mixed"] = mixed_marker(mixed)
-    record = rec.build_record(run_id=outcome.run_id, campaign=spec.name, status=outcome.status,
-                              reason=outcome.reason, attempt=outcome.attempt, started_at=outcome.started_at,
-                              ended_at=outcome.ended_at, scenario=scenario.to_dict(), metadata=metadata)
-    rec.commit(staging, out, record)
-    return record
+    return Finished(attempt, outcome.status, outcome.reason, metadata, outcome.started_at, outcome.ended_at,
+                    files=dict(outcome.files), where=outcome.testbed)
+
+
+def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome,
+                   *, transport: str | None = None, mixed: dict | None = None) -> dict:
+    """Write a worker's outcome into the campaign directory, atomically, as the loop does
+    (:func:`bbrlab.campaign.loop.commit_finished`). The outcome must have passed :func:`check_outcome`."""
+    attempt = Attempt(outcome.run_id, outcome.attempt, scenario, 0)
+    return commit_finished(Path(out), spec.name, finished_of(outcome, attempt, transport), mixed)
+
+
+class DaskExecutor:
+    """The executor of a campaign over the testbed workers of Dask ``client``: each attempt is a task asking
+    for one unit of :data:`RESOURCE`, so a testbed runs one run at a time, with priority by its place in
+    the plan, so each worker takes the next planned run when it is free. What comes back is checked
+    (:func:`receive`); a task's error or a refused outcome is a failed attempt; a run this driver stopped
+    is dropped. ``close`` cancels what has not run and has every worker finish the campaign
+    (:func:`finish_workers`)."""
+
+    def __init__(self, client, context: CampaignContext, *, keep_link: bool = False):
+        from distributed import as_completed
+
+        self.client, self.context, self.keep_link = client, context, keep_link
+        self.transport = transport_of(client)
+        self._pending = as_completed()
+        self._submitted: dict = {}  # future key -> Attempt: the only results the driver accepts
+
+    def submit(self, attempt: Attempt) -> None:
+        """Send ``attempt`` to whichever testbed worker is free."""
+        token = self.context.token
+        future = self.client.submit(
+            run_on_worker, attempt.scenario.to_dict(), attempt.run_id, attempt.attempt, self.context,
+            attempt.order + 1, resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
+            key=f"bbrlab-{self.context.campaign}-{attempt.run_id}-a{attempt.attempt}-{token[:8]}")
+        self._submitted[future.key] = attempt
+        self._pending.add(future)
+
+    def finished(self) -> Iterator[Finished]:
+        """Each submitted attempt as its task ends, checked."""
+        for future in self._pending:
+            attempt = self._submitted.pop(future.key)
+            outcome = receive(self.client, future, attempt.run_id, attempt.attempt, self.context.token)
+            if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
+                continue
+            yield finished_of(outcome, attempt, self.transport)
+
+    def close(self) -> None:
+        """Cancel the tasks not run; every worker stops its run in flight and restores its testbed."""
+        try:
+            self.client.cancel(list(self._pending.futures))
+        finally:
+            finish_workers(self.client, self.context.token, keep_link=self.keep_link)
 
 
 def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
                              retry_failed: bool = False, max_consecutive_failures: int = 5,
                              on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
-                             keep_link: bool = False, mixed: dict | None = None) -> dict:
-    """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``.
+                             keep_link: bool = False, testbeds: list[dict] | None = None,
+                             allow_mixed: bool = False) -> dict:
+    """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``: the campaign loop
+    (:func:`bbrlab.campaign.loop.drive`) with a :class:`DaskExecutor`, so the same guarantees and return value
+    as one testbed; runs go to whichever testbed worker is free.
 
-    The same guarantees and return value as :func:`bbrlab.campaign.loop.run_campaign`; runs go to whichever
-    testbed worker is free. ``calibrations`` maps each testbed's name to ``(Calibration, source)``
-    (:func:`bbrlab.campaign.preflight.calibrations_for`); empty or None: the records carry no CPU ceiling. At the
-    end, also when interrupted, every worker finishes the campaign (:func:`finish_workers`): a run in
-    flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
-    result is checked before it is written (:func:`receive`); a task's error is a failed attempt. Each
+    ``calibrations`` maps each testbed's name to ``(Calibration, source)``
+    (:func:`bbrlab.campaign.preflight.calibrations_for`); empty or None: the records carry no CPU ceiling.
+    ``testbeds`` are the workers' testbeds (each ``Testbed.describe()``), checked against those the records
+    ran on unless ``allow_mixed``. At the end, also when interrupted, every worker finishes the campaign: a run
+    in flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
     record's ``metadata.worker.transport`` says whether the cluster spoke TLS (:func:`transport_of`).
     Raises :class:`BbrlabError` when the cluster has no testbed worker.
     """
-    from distributed import as_completed
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if not testbed_workers(client):
         raise BbrlabError(f"the Dask cluster has no worker with the '{RESOURCE}' resource: start one per testbed "
                           "(bbrlab worker --testbed NAME|FILE --scheduler ADDRESS)")
-    transport = transport_of(client)
-    with directory_lock(out), interruptible():
-        plan = prepare(spec, out)
-        rec.clear_tmp(out)
-        by_id = {r["run_id"]: Scenario.from_dict(r["scenario"]) for r in plan["runs"]}
-        todo = [run_id for run_id in by_id if not rec.is_complete(out, run_id)]
-        attempts = {r: len(rec.failed_attempts(out, r)) for r in todo}
-        last = {r: attempts[r] + spec.max_attempts if retry_failed else spec.max_attempts for r in todo}
-        todo = [r for r in todo if attempts[r] < last[r]]
-        order = {run_id: i for i, run_id in enumerate(by_id)}
-        context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
-                                  planned=len(by_id), calibrations=dict(calibrations or {}))
-        bar = _progress_bar(len(by_id), len(by_id) - len(todo), spec.name, progress)
-        submitted: dict = {}  # future key -> (run_id, attempt): the only results the driver accepts
-
-        def submit(run_id: str):
-            attempts[run_id] += 1
-            future = client.submit(run_on_worker, by_id[run_id].to_dict(), run_id, attempts[run_id], context,
-                                   order[run_id] + 1, resources={RESOURCE: 1}, priority=-order[run_id], pure=False,
-                                   key=f"bbrlab-{spec.name}-{run_id}-a{attempts[run_id]}-{context.token[:8]}")
-            submitted[future.key] = (run_id, attempts[run_id])
-            return future
-
-        pending = as_completed()
-        streak = FailureStreak(max_consecutive_failures)
-        try:
-            for run_id in todo:
-                pending.add(submit(run_id))
-            for future in pending:
-                run_id, attempt = submitted.pop(future.key)
-                outcome = receive(client, future, run_id, attempt, context.token)
-                if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
-                    continue
-                record = commit_outcome(out, spec, by_id[run_id], outcome, transport=transport, mixed=mixed)
-                if record["status"] != "ok" and attempts[run_id] < last[run_id]:
-                    pending.add(submit(run_id))
-                    continue
-                bar.set_postfix_str(f"{run_id} {record['status']} on {outcome.testbed}")
-                bar.update(1)
-                if on_run:
-                    on_run(record)
-                streak.add(record)
-        finally:
-            try:
-                client.cancel(list(pending.futures))
-                finish_workers(client, context.token, keep_link=keep_link)
-            finally:
-                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-                    bar.close()
-    return status(out)
+    out = Path(out_dir)
+    context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
+                              planned=spec.runs, calibrations=dict(calibrations or {}))
+    return drive(spec, out, DaskExecutor(client, context, keep_link=keep_link), progress=progress, on_run=on_run,
+                 retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,
+                 testbeds=testbeds, allow_mixed=allow_mixed)
 
 
 def finish_workers(client, token: str, *, keep_link: bool = False) -> list[dict]:
@@ -408,9 +400,3 @@ def wait_for_workers(client, n: int, timeout_s: float = 120.0) -> None:
             raise BbrlabError(f"only {len(testbed_workers(client))} of {n} testbed workers joined within "
                               f"{timeout_s:.0f} s")
         time.sleep(0.2)
-
-
-def _progress_bar(total: int, initial: int, name: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, dynamic_ncols=True)

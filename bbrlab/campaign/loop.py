@@ -1,5 +1,11 @@
-"""The campaign loop: run (or resume) every planned run of a campaign directory, each until it succeeds or
-its attempts are used up, and stop after too many runs in a row fail.
+"""The campaign loop, the one for every way a campaign runs: run (or resume) every planned run of a campaign
+directory, each until it succeeds or its attempts are used up, and stop after too many runs in a row fail.
+
+:func:`drive` is the loop; an :class:`Executor` runs the attempts it submits. Two executors exist:
+:class:`InProcess` (one testbed, driven from this process; :func:`run_campaign`) and
+:class:`bbrlab.campaign.distributed.DaskExecutor` (several testbeds, one Dask worker each). Whatever the
+executor, the loop alone decides which attempt comes next and alone writes the campaign directory
+(:func:`commit_finished`).
 
 The spec is :mod:`bbrlab.campaign.spec`, the directory (plan, prepare, status) :mod:`bbrlab.campaign.directory`,
 the one-testbed checks :mod:`bbrlab.campaign.sameness`.
@@ -10,9 +16,9 @@ clears ``.tmp/`` and retries failed runs until ``max_attempts``. A ``.lock`` fil
 processes from working on the same directory; the kernel releases it when a process dies, even by
 SIGKILL.
 
-One campaign, one testbed: a campaign resumed on another testbed, accelerator, sender vCPU count or sender
-kernel than its records ran on is refused before its first run (:func:`check_same_testbed`), and a run whose
-sender turns out to run another kernel than the campaign's earlier runs of that kernel is not recorded,
+One campaign, one set of testbeds: a campaign resumed on another testbed, accelerator, sender vCPU count or
+sender kernel than its records ran on is refused before its first run (:func:`check_same_testbed`), and a run
+whose sender turns out to run another kernel than the campaign's earlier runs of that kernel is not recorded,
 unless ``allow_mixed`` (``--allow-mixed``); then every record made says so (``metadata.mixed``).
 """
 
@@ -20,16 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import heapq
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import interruptible
 from bbrlab.run import record as rec
+from bbrlab.run.record import failure_reason, failure_record  # noqa: F401 - where callers found them
+from bbrlab.run.runmeta import of_error
+from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
@@ -41,8 +53,6 @@ def announcing(run_fn: RunFunction, testbed_name: str, spec: CampaignSpec, out_d
     ``bbrlab testbed status`` can say "campaign demo, run 12/48 <run_id>" without touching the testbed.
 
     Call the result while holding the testbed's lock (:func:`bbrlab.testbed.lock.set_activity`)."""
-    from bbrlab.testbed.lock import set_activity
-
     planned = spec.runs
     already = len(list((Path(out_dir) / rec.RUNS).glob(f"*/{rec.RECORD_FILE}")))
     started: dict[str, int] = {}
@@ -63,8 +73,6 @@ def directory_lock(out_dir: Path) -> Iterator[None]:
 
     The lock file is opened without following a symbolic link and created 0600; one that is not a regular
     file of ours is refused (bbrlab.testbed.lock.open_lock_file)."""
-    from bbrlab.testbed.lock import open_lock_file
-
     fd = open_lock_file(Path(out_dir) / ".lock")
     try:
         try:
@@ -80,87 +88,6 @@ def directory_lock(out_dir: Path) -> Iterator[None]:
 #: ``staging_dir`` and returns the record's ``metadata``; it raises when the run fails (the exception may carry
 #: the metadata measured so far, see :mod:`bbrlab.run.runmeta`).
 RunFunction = Callable[..., dict]
-
-
-def failure_reason(error: BaseException) -> str:
-    """``Type: message (at file:line in function)``: where it was raised, since some errors (a bare
-    EOFError from an SSH channel) carry no message of their own."""
-    import traceback
-
-    text = f"{type(error).__name__}: {error}"
-    frames = traceback.extract_tb(error.__traceback__)
-    if frames:
-        last = frames[-1]
-        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
-    return text
-
-
-def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int, started_at: str,
-                   error: BaseException) -> dict:
-    """The record of a failed attempt: the reason, with where it was raised, and what the run measured."""
-    from bbrlab.run.runmeta import of_error
-
-    return rec.build_record(run_id=run_id, campaign=campaign, status="failed", reason=failure_reason(error),
-                            attempt=attempt, started_at=started_at, ended_at=rec.now_iso(),
-                            scenario=scenario.to_dict(), metadata=of_error(error))
-
-
-
-def _guarded(run_fn: RunFunction, out: Path, mixed: dict | None) -> RunFunction:
-    """``run_fn``, refusing (:class:`MixedTestbed`, nothing recorded) a run whose sender kernel differs from
-    the campaign's, unless ``mixed`` (allowed: the difference goes into ``mixed``)."""
-    seen: dict = {}
-
-    def run(scenario: Scenario, staging: Path, **kw) -> dict:
-        metadata = run_fn(scenario, staging, **kw)
-        difference = check_run_testbed(out, scenario, metadata, seen, kw.get("run_id", scenario.run_id))
-        if difference and mixed is None:
-            raise MixedTestbed("--testbed", (metadata.get("testbed") or {}).get("name"),
-                               f"the testbed this campaign ran on: {difference}. Boot the sender into that kernel, "
-                               f"use another --out, or pass {MIXED_OPTION} to mix them (the records then say so)")
-        if difference and difference not in mixed["differences"]:
-            mixed["differences"].append(difference)
-        return metadata
-
-    return run
-
-
-def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
-                retry_failed: bool = False, mixed: dict | None = None) -> dict:
-    """Run one planned scenario until it succeeds or its attempts are used up; return the last record.
-
-    This is the one place where a run's failure becomes a record. Attempts are numbered across
-    processes (``failed/<run_id>.a<N>``); ``retry_failed`` grants a run whose attempts are used up
-    ``max_attempts`` more. An interruption (:class:`bbrlab.core.signals.Interrupted`, KeyboardInterrupt) is
-    not a failure of the run: nothing is committed, the attempt is not counted, and it propagates; so does
-    :class:`MixedTestbed`. With ``mixed`` (:func:`check_same_testbed`'s return) every record made carries it
-    as ``metadata.mixed``.
-    """
-    attempt = len(rec.failed_attempts(out, scenario.run_id))
-    last_attempt = attempt + spec.max_attempts if retry_failed else spec.max_attempts
-    record: dict = {}
-    while attempt < last_attempt:
-        attempt += 1
-        staging = rec.staging_dir(out, scenario.run_id)
-        started = rec.now_iso()
-        try:
-            metadata = run_fn(scenario, staging, run_id=scenario.run_id, attempt=attempt)
-        except MixedTestbed:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
-            record = failure_record(scenario.run_id, spec.name, scenario, attempt, started, e)
-            if mixed is not None:
-                record["metadata"] = {**record["metadata"], "mixed": mixed_marker(mixed)}
-        else:
-            if mixed is not None:
-                metadata = {**metadata, "mixed": mixed_marker(mixed)}
-            record = rec.build_record(run_id=scenario.run_id, campaign=spec.name, status="ok", reason=None,
-                                      attempt=attempt, started_at=started, ended_at=rec.now_iso(),
-                                      scenario=scenario.to_dict(), metadata=metadata)
-        rec.commit(staging, out, record)
-        if record["status"] == "ok":
-            break
-    return record
 
 
 class CampaignAborted(BbrlabError):
@@ -183,54 +110,218 @@ class FailureStreak:
                 "Fix the cause, then run again (add --retry-failed to retry those runs)")
 
 
+# -- what the loop hands an executor and gets back -------------------------------------------------------
 
-def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
-                 on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
-                 max_consecutive_failures: int = 5, testbed: dict | None = None, allow_mixed: bool = False) -> dict:
-    """Run (or resume) every planned run not yet in ``runs/``; return :func:`status` at the end.
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one planned run: what an executor is asked to run."""
 
-    SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the running
-    run's context managers have restored the testbed; that run is not counted and is run again on resume.
-    Runs whose attempts are used up are skipped unless ``retry_failed``. After
-    ``max_consecutive_failures`` runs in a row fail every attempt, the campaign stops with
-    :class:`CampaignAborted` (so a testbed outage does not burn the attempts of the whole plan).
+    run_id: str
+    attempt: int  # 1, 2, ... numbered across processes (``failed/<run_id>.a<N>``)
+    scenario: Scenario
+    order: int  # the run's place in the plan (0 first): executors run lower places first
 
-    ``testbed`` is the testbed the runs go to (``Testbed.describe()``): a campaign resumed on another testbed,
-    accelerator, vCPU count or sender kernel than its records is refused (:func:`check_same_testbed`), and so
-    is, run by run, a sender kernel other than the earlier runs' (not recorded), unless ``allow_mixed``: then
-    every record made here carries ``metadata.mixed``.
+
+@dataclass
+class Finished:
+    """What an executor gives back for one attempt, for the loop to commit.
+
+    The run's files are either already in ``staging`` (an executor that ran it here) or in ``files`` (one that
+    ran it elsewhere); ``where`` names the testbed for the progress line when several share the campaign."""
+
+    attempt: Attempt
+    status: str  # ok | failed
+    reason: str | None
+    metadata: dict
+    started_at: str
+    ended_at: str
+    staging: Path | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    where: str | None = None
+    wall_s: float | None = None
+
+
+class Executor(Protocol):
+    """Runs attempts; the loop (:func:`drive`) decides which, and commits what comes back.
+
+    ``submit`` queues an attempt; ``finished`` yields each submitted attempt once it has run (attempts
+    submitted while it yields are run too), until none is left; ``close`` drops what has not run and
+    leaves the testbeds restored. An interruption (:class:`~bbrlab.core.signals.Interrupted`) or
+    :class:`MixedTestbed` raised by ``finished`` ends the campaign; any other failure of a run must come
+    back as a failed :class:`Finished`."""
+
+    def submit(self, attempt: Attempt) -> None: ...
+
+    def finished(self) -> Iterator[Finished]: ...
+
+    def close(self) -> None: ...
+
+
+class InProcess:
+    """The executor of one testbed driven from this process: ``run_fn`` runs each attempt here, one at a
+    time, the lowest place in the plan first, so a failed attempt is retried before the runs after it."""
+
+    def __init__(self, run_fn: RunFunction, out_dir: str | Path):
+        self.run_fn, self.out = run_fn, Path(out_dir)
+        self._queue: list[tuple[int, int, Attempt]] = []
+
+    def submit(self, attempt: Attempt) -> None:
+        """Queue ``attempt``."""
+        heapq.heappush(self._queue, (attempt.order, attempt.attempt, attempt))
+
+    def finished(self) -> Iterator[Finished]:
+        """Run the queued attempts in order, yielding each as it ends."""
+        while self._queue:
+            yield self.run(heapq.heappop(self._queue)[2])
+
+    def run(self, attempt: Attempt) -> Finished:
+        """Run one attempt into a fresh staging directory. Any exception of the run is its failure (the reason
+        says where it was raised; the metadata is what it measured), except an interruption and
+        :class:`MixedTestbed`, which propagate."""
+        staging = rec.staging_dir(self.out, attempt.run_id)
+        started, t0 = rec.now_iso(), time.monotonic()
+        try:
+            metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
+            status, reason = "ok", None
+        except MixedTestbed:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
+            status, reason, metadata = "failed", rec.failure_reason(e), of_error(e)
+        return Finished(attempt, status, reason, metadata, started, rec.now_iso(), staging=staging,
+                        wall_s=time.monotonic() - t0)
+
+    def close(self) -> None:
+        """Drop the attempts not run (the testbed is restored by each run's own context managers)."""
+        self._queue.clear()
+
+
+def commit_finished(out: Path, campaign: str, finished: Finished, mixed: dict | None = None) -> dict:
+    """Write one finished attempt into the campaign directory, atomically, and return its record: ok into
+    ``runs/``, failed into ``failed/``. With ``mixed`` (:func:`check_same_testbed`'s return) the record carries
+    ``metadata.mixed``. The one place where a campaign's record is made."""
+    staging = finished.staging or rec.staging_dir(out, finished.attempt.run_id)
+    for name, data in finished.files.items():
+        rec.write_file(staging / name, data)
+    metadata = dict(finished.metadata)
+    if mixed is not None:
+        metadata["mixed"] = mixed_marker(mixed)
+    record = rec.build_record(run_id=finished.attempt.run_id, campaign=campaign, status=finished.status,
+                              reason=finished.reason, attempt=finished.attempt.attempt,
+                              started_at=finished.started_at, ended_at=finished.ended_at,
+                              scenario=finished.attempt.scenario.to_dict(), metadata=metadata)
+    rec.commit(staging, out, record)
+    return record
+
+
+def _check_kernel(out: Path, finished: Finished, mixed: dict | None, seen: dict) -> None:
+    """Refuse (:class:`MixedTestbed`, nothing recorded) an ok run whose sender kernel differs from the
+    campaign's earlier runs on its testbed, unless ``mixed`` (then the difference goes into it)."""
+    a = finished.attempt
+    difference = check_run_testbed(out, a.scenario, finished.metadata, seen, a.run_id)
+    if difference and mixed is None:
+        raise MixedTestbed("--testbed", (finished.metadata.get("testbed") or {}).get("name"),
+                           f"the testbed this campaign ran on: {difference}. Boot the sender into that kernel, "
+                           f"use another --out, or pass {MIXED_OPTION} to mix them (the records then say so)")
+    if difference and difference not in mixed["differences"]:
+        mixed["differences"].append(difference)
+
+
+# -- the loop --------------------------------------------------------------------------------------------
+
+def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: bool = True,
+          on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
+          max_consecutive_failures: int = 5, testbeds: list[dict] | None = None, allow_mixed: bool = False) -> dict:
+    """The campaign loop, for every executor: run (or resume) every planned run not yet in ``runs/``, each until
+    it succeeds or its attempts are used up; return :func:`status` at the end.
+
+    Under the directory's lock: the directory is checked (another campaign's is refused before its records are
+    read), the testbeds the runs go to (``testbeds``, each ``Testbed.describe()``) are checked against those
+    the records ran on (:func:`check_same_testbed`; refused unless ``allow_mixed``, and then every record made
+    carries ``metadata.mixed``), the plan is written or repaired, half-written attempts are cleared. Then each
+    remaining run is submitted in plan order; a failed attempt is submitted again until ``max_attempts``
+    (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
+    differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded).
+
+    SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
+    executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
+    resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
+    :class:`CampaignAborted`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with directory_lock(out), interruptible():
-        check_out_dir(spec, out)  # another campaign's directory is refused as such, before its records are read
-        mixed = check_same_testbed(out, [testbed] if testbed else [], allow_mixed=allow_mixed,
+        check_out_dir(spec, out)
+        mixed = check_same_testbed(out, list(testbeds or []), allow_mixed=allow_mixed,
                                    kernel_dimension=bool(getattr(spec, "kernels", ())))
-        run_fn = _guarded(run_fn, out, mixed)
         plan = prepare(spec, out)
         rec.clear_tmp(out)
-        todo = [Scenario.from_dict(r["scenario"]) for r in plan["runs"] if not rec.is_complete(out, r["run_id"])]
-        if not retry_failed:
-            todo = [s for s in todo if len(rec.failed_attempts(out, s.run_id)) < spec.max_attempts]
-        total = len(plan["runs"])
-        bar = _progress_bar(total, total - len(todo), spec, enabled=progress)
-        streak = FailureStreak(max_consecutive_failures)
+        runs = [(r["run_id"], Scenario.from_dict(r["scenario"])) for r in plan["runs"]]
+        used = {run_id: len(rec.failed_attempts(out, run_id)) for run_id, _ in runs if not rec.is_complete(out, run_id)}
+        last = {run_id: n + spec.max_attempts if retry_failed else spec.max_attempts for run_id, n in used.items()}
+        todo = [(i, run_id, sc) for i, (run_id, sc) in enumerate(runs) if run_id in used and used[run_id] < last[run_id]]
+        bar = _progress_bar(len(runs), len(runs) - len(todo), spec.name, enabled=progress)
+        streak, seen = FailureStreak(max_consecutive_failures), {}
         try:
-            for scenario in todo:
-                t0 = time.monotonic()
-                record = execute_run(spec, out, scenario, run_fn, retry_failed=retry_failed, mixed=mixed)
-                bar.set_postfix_str(f"{scenario.run_id} {record['status']} {time.monotonic() - t0:.1f}s")
+            for order, run_id, scenario in todo:
+                executor.submit(Attempt(run_id, used[run_id] + 1, scenario, order))
+            for finished in executor.finished():
+                a = finished.attempt
+                if finished.status == "ok":
+                    _check_kernel(out, finished, mixed, seen)
+                record = commit_finished(out, spec.name, finished, mixed)
+                used[a.run_id] = a.attempt
+                if record["status"] != "ok" and a.attempt < last[a.run_id]:
+                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order))
+                    continue
+                bar.set_postfix_str(_postfix(finished))
                 bar.update(1)
                 if on_run:
                     on_run(record)
                 streak.add(record)
         finally:
-            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-                bar.close()
+            try:
+                executor.close()
+            finally:
+                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                    bar.close()
     return status(out)
 
 
-def _progress_bar(total: int, initial: int, spec: Planned, *, enabled: bool):
+def _postfix(finished: Finished) -> str:
+    text = f"{finished.attempt.run_id} {finished.status}"
+    if finished.wall_s is not None:
+        text += f" {finished.wall_s:.1f}s"
+    return text + (f" on {finished.where}" if finished.where else "")
+
+
+def _progress_bar(total: int, initial: int, name: str, *, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=spec.name, unit="run", disable=not enabled, dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, dynamic_ncols=True)
+
+
+def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
+                 on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
+                 max_consecutive_failures: int = 5, testbed: dict | None = None, allow_mixed: bool = False) -> dict:
+    """Run (or resume) ``spec`` into ``out_dir`` on one testbed from this process: :func:`drive` with the
+    :class:`InProcess` executor of ``run_fn``. ``testbed`` is the testbed the runs go to
+    (``Testbed.describe()``); see :func:`drive` for the guarantees."""
+    return drive(spec, out_dir, InProcess(run_fn, out_dir), progress=progress, on_run=on_run,
+                 retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,
+                 testbeds=[testbed] if testbed else [], allow_mixed=allow_mixed)
+
+
+def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
+                retry_failed: bool = False, mixed: dict | None = None) -> dict:
+    """Run one planned scenario here until it succeeds or its attempts are used up, committing each attempt
+    as the loop does (:func:`commit_finished`); return the last record. For a single run outside a campaign's
+    loop (the directory is neither locked nor planned). An interruption propagates, nothing committed."""
+    out = Path(out)
+    used = len(rec.failed_attempts(out, scenario.run_id))
+    last = used + spec.max_attempts if retry_failed else spec.max_attempts
+    executor, record = InProcess(run_fn, out), {}
+    for number in range(used + 1, last + 1):
+        record = commit_finished(out, spec.name, executor.run(Attempt(scenario.run_id, number, scenario, 0)), mixed)
+        if record["status"] == "ok":
+            break
+    return record

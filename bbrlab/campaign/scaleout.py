@@ -191,8 +191,8 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
         cpus = partitions_for(testbeds)
         checks = [check_testbed(spec, tb, cpus.get(tb.name)) for tb in testbeds.values()]
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
-        mixed = check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
-                                   kernel_dimension=bool(spec.kernels))
+        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+                           kernel_dimension=bool(spec.kernels))  # refused before any worker starts
     finally:
         for tb in testbeds.values():
             tb.close()
@@ -212,7 +212,8 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
                 _say(f"Dask dashboard: {client.dashboard_link}")
             d.wait_for_workers(client, len(testbeds), timeout_s=LOCAL_START_S)
             return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                              calibrations=calibrations, keep_link=keep_link, mixed=mixed)
+                                              calibrations=calibrations, keep_link=keep_link,
+                                              testbeds=[c.describe for c in checks], allow_mixed=allow_mixed)
 
 
 def worker_checks(client, spec) -> list[TestbedCheck]:
@@ -274,11 +275,12 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
                                   f"joined within {WORKER_WAIT_S:.0f} s") from None
         checks = worker_checks(client, spec)
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
-        mixed = check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
-                                   kernel_dimension=bool(spec.kernels))
+        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+                           kernel_dimension=bool(spec.kernels))  # refused before any worker starts
         _say_plan(spec, checks, calibrations, f"of {address}")
         return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                          calibrations=calibrations, keep_link=keep_link, mixed=mixed)
+                                          calibrations=calibrations, keep_link=keep_link,
+                                          testbeds=[c.describe for c in checks], allow_mixed=allow_mixed)
 
 
 # -- the worker process -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ May import: ``bbrlab.core``, ``bbrlab.run``, ``.loop``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bbrlab.run.ceiling import for_campaign
@@ -34,21 +35,28 @@ def runner_for_campaign(tb, out_dir: str | Path, scenarios, calibration_path: Pa
 
 
 def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | None = None, progress: bool = True,
-                   retry_failed: bool = False, keep_link: bool = False, allow_mixed: bool = False) -> dict:
-    """Run (or resume) ``spec`` on testbed ``tb`` into ``out_dir``; returns the campaign's status. CPU
-    partitions a killed multi-testbed campaign left are removed first (said on stderr). A campaign whose
+                   retry_failed: bool = False, keep_link: bool = False, allow_mixed: bool = False,
+                   runner: Runner | None = None, on_run: Callable[[dict], None] | None = None) -> dict:
+    """Run (or resume) ``spec`` on testbed ``tb`` into ``out_dir``; returns the campaign's status. The one way
+    a campaign is opened on one testbed: ``bbrlab campaign run``, ``bbrlab calibrate`` and the demo all call it.
+
+    CPU partitions a killed multi-testbed campaign left are removed first (said on stderr). A campaign whose
     records were made on another testbed is refused unless ``allow_mixed``
-    (:func:`bbrlab.campaign.sameness.check_same_testbed`). The emulator's qdiscs are cleared at the end unless
-    ``keep_link`` (a failure to clear them is reported, not raised over the campaign's own outcome). Call it
-    holding ``tb``'s lock."""
+    (:func:`bbrlab.campaign.sameness.check_same_testbed`). ``runner`` is a :class:`Runner` the caller shares
+    between campaigns (it keeps the link set and closes it itself); without one, a runner carrying the
+    campaign's calibration is made (:func:`runner_for_campaign`) and the emulator's qdiscs are cleared at the
+    end unless ``keep_link`` (a failure to clear them is reported, not raised over the campaign's own outcome).
+    ``on_run`` gets each run's record as it is committed. Call it holding ``tb``'s lock."""
     for path in clear_partitions(tb):  # refused while the campaign that made it runs
         _say(f"removed the CPU partition {path} a killed campaign left")
-    runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)
+    own = runner is None
+    if own:
+        runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)
     try:
         return run_campaign(spec, out_dir, announcing(runner, tb.name, spec, out_dir), progress=progress,
-                            retry_failed=retry_failed, testbed=tb.describe(), allow_mixed=allow_mixed)
+                            retry_failed=retry_failed, testbed=tb.describe(), allow_mixed=allow_mixed, on_run=on_run)
     finally:
-        if not keep_link:
+        if own and not keep_link:
             try:
                 runner.close()
             except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome

@@ -156,8 +156,6 @@ class Runner:
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:
     """Run one scenario with a fresh :class:`Runner` (it sets the link and clears it afterwards) and return its
     record, ok or failed (not committed anywhere: the files stay in ``out_dir``)."""
-    from bbrlab.campaign.loop import failure_record
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runner, run_id = Runner(testbed), run_id or scenario.run_id
@@ -165,7 +163,7 @@ def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | 
     try:
         metadata = runner(scenario, out, run_id=run_id, attempt=attempt)
     except Exception as e:  # noqa: BLE001 - the one-off run's failure is its record, as in a campaign
-        return failure_record(run_id, "adhoc", scenario, attempt, started, e)
+        return rec.failure_record(run_id, "adhoc", scenario, attempt, started, e)
     finally:
         runner.link.forget()
     return rec.build_record(run_id=run_id, campaign="adhoc", status="ok", reason=None, attempt=attempt,

@@ -100,6 +100,8 @@ class CalibrationSpec:
         self.validate()
 
     def validate(self) -> None:
+        """Check every field on construction, each value through the ``Contention``, ``Link`` or ``Flow`` it
+        makes; raises :class:`~bbrlab.core.errors.ValidationError` naming the first bad field."""
         for key in ("timeslices_ms", "cpu_shares_pct", "rtts_ms", "streams"):
             values = getattr(self, key)
             if not isinstance(values, tuple) or not values:
@@ -170,9 +172,12 @@ class CalibrationSpec:
         return PointKey(None, 100.0, 0.0)
 
     def scenarios_of(self, key: PointKey, repetition: int) -> list[Scenario]:
+        """Repetition ``repetition`` of point ``key``: one scenario per stream count of ``streams``."""
         return [self._scenario(key, n, repetition) for n in self.streams]
 
     def plan(self) -> list[Scenario]:
+        """Every scenario to run: the points (and the bridge reference) x stream counts, one block per
+        repetition, each block shuffled with ``seed``."""
         keys = self.points() + ([self.reference_point()] if self.reference_point() else [])
         rng = random.Random(self.seed)
         out: list[Scenario] = []
@@ -183,14 +188,19 @@ class CalibrationSpec:
         return out
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
+        """Estimated wall time of the whole plan in seconds: each run's transfer plus ``overhead_s``
+        (:data:`ESTIMATED_OVERHEAD_S` by default)."""
         return len(self.plan()) * (self.duration_s + overhead_s)
 
     def to_dict(self) -> dict:
+        """The fields as plain YAML/JSON types (tuples as lists): the campaign directory's ``spec.yaml``."""
         d = asdict(self)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> CalibrationSpec:
+        """The spec back from :meth:`to_dict`'s dict; raises :class:`~bbrlab.core.errors.ValidationError` for
+        an unknown key or a value :meth:`validate` refuses."""
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:

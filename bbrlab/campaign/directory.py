@@ -48,6 +48,8 @@ class OutDirError(BbrlabError):
 
 
 def read_json(path: Path) -> object:
+    """The JSON at ``path``, parsed; raises :class:`OutDirError` (the campaign directory is damaged) when it
+    cannot be read or is not JSON."""
     try:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -196,12 +198,16 @@ class Planned(Protocol):
     seed: int
     max_attempts: int
 
-    def plan(self) -> list[Scenario]: ...
+    def plan(self) -> list[Scenario]:
+        """The scenarios to run, in the campaign's order."""
 
-    def to_dict(self) -> dict: ...
+    def to_dict(self) -> dict:
+        """The spec as written to ``spec.yaml`` (with ``max_attempts``)."""
 
 
 def plan_dict(spec: Planned) -> dict:
+    """``spec``'s ``plan.json``: its schema, campaign name, seed and every run (``run_id`` and scenario dict)
+    in plan order."""
     return {
         "schema": PLAN_SCHEMA,
         "campaign": spec.name,
@@ -248,6 +254,8 @@ def prepare(spec: Planned, out_dir: str | Path) -> dict:
 
 
 def load_plan(out_dir: str | Path) -> dict:
+    """The ``plan.json`` of campaign directory ``out_dir``; raises :class:`~bbrlab.core.errors.BbrlabError`
+    when there is none or it holds no list of runs."""
     path = Path(out_dir) / "plan.json"
     if not path.is_file():
         raise BbrlabError(f"{out_dir} is not a campaign directory (no plan.json)")

@@ -89,6 +89,8 @@ class TestbedNanny(Nanny):
     testbed, and a worker killed half-way through would leave it as it was."""
 
     async def close(self, timeout: float = CLOSE_TIMEOUT_S, reason: str = "nanny-close"):
+        """Close the nanny and its worker, giving the worker ``timeout`` seconds (default
+        :data:`CLOSE_TIMEOUT_S`) to restore its testbed."""
         return await super().close(timeout=timeout, reason=reason)
 
 

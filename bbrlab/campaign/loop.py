@@ -150,11 +150,14 @@ class Executor(Protocol):
     :class:`MixedTestbed` raised by ``finished`` ends the campaign; any other failure of a run must come
     back as a failed :class:`Finished`."""
 
-    def submit(self, attempt: Attempt) -> None: ...
+    def submit(self, attempt: Attempt) -> None:
+        """Queue ``attempt`` to be run."""
 
-    def finished(self) -> Iterator[Finished]: ...
+    def finished(self) -> Iterator[Finished]:
+        """Yield a :class:`Finished` for each submitted attempt once it has run, until none is left."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Drop the attempts not run yet and leave every testbed restored."""
 
 
 class InProcess:

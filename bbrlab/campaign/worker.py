@@ -144,6 +144,9 @@ class TestbedPlugin(WorkerPlugin):
 
     # -- the worker's life ------------------------------------------------------------------------
     def setup(self, worker=None) -> None:
+        """Take the testbed when the worker starts: its lock, its state, a lab's host locks; clear what an
+        earlier run left, isolate a local testbed in ``cpus``, make its runner. Under a Nanny, SIGINT and
+        SIGHUP are ignored (the driver decides); a failure releases what was taken and propagates."""
         if worker is not None and getattr(worker, "nanny", None) and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGHUP):  # the driver (or bbrlab worker's Nanny) decides
                 signal.signal(sig, signal.SIG_IGN)
@@ -197,6 +200,7 @@ class TestbedPlugin(WorkerPlugin):
 
     @property
     def label(self) -> str:
+        """The testbed's name for outcomes and progress lines (the ``testbed`` given, until it is loaded)."""
         return self.testbed.name if self.testbed is not None else str(self.testbed_ref)
 
     # -- one run --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ Examples:
 
 
 def register(sub) -> None:
+    """Add ``bbrlab cache`` (verbs show, prune) to the subparsers ``sub``."""
     p = sub.add_parser("cache", help="show bbrlab's caches; prune the kernel caches (least recently used first)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
                        description="The guest image, the sender kernels' boot files and the Debian kernel packages "
@@ -56,6 +57,8 @@ def _age(t: float) -> str:
 
 
 def run_show(args) -> int:
+    """``bbrlab cache show``: print each cache folder's size and the kernel cache entries, least recently used
+    first (the summary as JSON with ``--json``); returns 0."""
     from bbrlab.testbed.local import caches
 
     info = caches.summary()
@@ -75,6 +78,9 @@ def run_show(args) -> int:
 
 
 def run_prune(args) -> int:
+    """``bbrlab cache prune``: remove killed builds' leftovers and the least recently used kernel cache
+    entries until they fit ``--max-gb`` (with ``--dry-run``, only say what would go) and print each;
+    returns 0. A bad ``--max-gb`` raises :class:`~bbrlab.core.errors.ValidationError`."""
     from bbrlab.testbed.local import caches
 
     cap = None if args.max_gb is None else int(caches.check_max_gb(args.max_gb, "--max-gb") * caches.GB)

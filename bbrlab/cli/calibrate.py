@@ -39,6 +39,7 @@ examples:
 
 
 def register(sub) -> None:
+    """Add ``bbrlab calibrate`` to the subparsers ``sub``."""
     p = sub.add_parser("calibrate", help="measure the sender's CPU ceiling per timeslice x share (calibration.json)",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", nargs="?", help="campaign spec (YAML) whose timeslices, shares and RTTs to calibrate")
@@ -93,6 +94,9 @@ def _hms(seconds: float) -> str:
 
 
 def run(args) -> int:
+    """``bbrlab calibrate``: print a calibration's grid (``--show``) or the plan (``--plan``), or measure the
+    ceilings into ``--out``/calibration.json. Returns 0, or 1 when a point got no ceiling because every run
+    there failed."""
     from bbrlab.campaign.calibrate import format_grid
     from bbrlab.core.errors import ValidationError
     from bbrlab.run import ceiling

@@ -45,6 +45,7 @@ every testbed and leaves the campaign resumable with the same command.
 
 
 def register(sub) -> None:
+    """Add ``bbrlab campaign`` (verbs run, status, plan) to the subparsers ``sub``."""
     p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
                        description="Campaigns: a grid of scenarios x repetitions, run in a seeded order. A killed "
                                    "campaign resumes where it stopped when run again with the same --out.")
@@ -102,6 +103,8 @@ def _hms(seconds: float) -> str:
 
 
 def run_plan(args) -> int:
+    """``bbrlab campaign plan SPEC``: validate the spec and print its number of runs, the expected duration
+    and the first run ids (every id with ``--json``); nothing runs. Returns 0."""
     from bbrlab.campaign.spec import ESTIMATED_OVERHEAD_S, load_spec
     from bbrlab.core.resources import spec_path
 
@@ -130,6 +133,8 @@ def run_plan(args) -> int:
 
 
 def run_status(args) -> int:
+    """``bbrlab campaign status DIR``: print the campaign directory's counts
+    (:func:`bbrlab.campaign.directory.status`), as JSON with ``--json``; returns 0."""
     from bbrlab.campaign.directory import status
 
     st = status(args.dir)
@@ -142,6 +147,9 @@ def run_status(args) -> int:
 
 
 def run_run(args) -> int:
+    """``bbrlab campaign run SPEC --out DIR``: check the options, the spec and the directory, then run (or
+    resume) the campaign on one testbed here, on several through a local Dask cluster, or on the workers of
+    ``--scheduler``; prints the final counts as JSON. Returns 0 when every run completed, else 1."""
     from bbrlab.campaign.directory import check_out_dir
     from bbrlab.campaign.scaleout import scheduler_address
     from bbrlab.campaign.spec import load_spec

@@ -29,6 +29,8 @@ def add_testbed_option(p: argparse.ArgumentParser, extra_help: str = "") -> None
 
 
 def add_force_option(p: argparse.ArgumentParser) -> None:
+    """``--force``: run commands on the guests even while another process holds the testbed (see
+    :func:`refuse_if_busy`)."""
     p.add_argument("--force", action="store_true",
                    help="run commands on the guests even while another process (a campaign) holds the testbed")
 

@@ -42,6 +42,7 @@ def _target_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
+    """Add ``bbrlab contention`` (verbs set, show, clear) to the subparsers ``sub``."""
     p = sub.add_parser("contention", help="SCHED_DEADLINE on a VM's vCPU threads: set, show, clear",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -69,6 +70,8 @@ def register(sub) -> None:
 # -- finding the threads --------------------------------------------------------------------------
 
 def parse_thread_list(text: str) -> list[int]:
+    """``--threads`` text such as ``"1234,1235"`` as a list of thread ids; raises
+    :class:`~bbrlab.core.errors.ValidationError` when an item is not a whole number."""
     try:
         return [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
@@ -108,6 +111,9 @@ def _changing(name: str | None, activity: str, **details):
 # -- the verbs --------------------------------------------------------------------------------------
 
 def run_set(args) -> int:
+    """``bbrlab contention set``: put SCHED_DEADLINE (runtime = deadline = ``--timeslice``, period = timeslice
+    / ``--share``) on the target's vCPU threads and print it as read back; it stays until ``clear``. A
+    100 % share applies nothing. Returns 0."""
     from bbrlab.contention.deadline import ContentionSession
     from bbrlab.core.scenario import Contention
     from bbrlab.core.units import parse_percent, parse_time_ms
@@ -130,6 +136,8 @@ def run_set(args) -> int:
 
 
 def run_show(args) -> int:
+    """``bbrlab contention show``: print each target thread's scheduling policy and, with ``--measure S``, the
+    share of a CPU it used over S seconds; returns 0."""
     from bbrlab.contention.deadline import measure_usage, show_policies
 
     host, tids, _testbed = resolve_target(args)
@@ -150,6 +158,8 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
+    """``bbrlab contention clear``: put the target's threads that are under SCHED_DEADLINE back to SCHED_OTHER
+    and say which; returns 0."""
     from bbrlab.contention.deadline import clear_deadline
 
     host, tids, testbed = resolve_target(args)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    """Add ``bbrlab demo`` to the subparsers ``sub``."""
     p = sub.add_parser(
         "demo", help="boot the local testbed, run the demo campaigns, render every figure",
         description="Runs the whole method once on this machine: local testbed up (the guest image is built "
@@ -24,6 +25,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """``bbrlab demo``: print the plan and its expected duration (``--plan``), or run the whole demo
+    (:func:`bbrlab.demo.run_demo`). Returns 0, or 1 when a planned run did not complete or a figure failed."""
     from bbrlab.demo import make_plan, run_demo
 
     if args.plan:

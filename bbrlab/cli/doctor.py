@@ -8,6 +8,7 @@ SYMBOL = {"ok": "ok  ", "missing": "MISS", "warn": "warn", "info": "info"}
 
 
 def register(sub) -> None:
+    """Add ``bbrlab doctor`` to the subparsers ``sub``."""
     p = sub.add_parser("doctor", help="report what this machine can do (root, SCHED_DEADLINE, qdiscs, KVM, tools)",
                        description="Checks this machine for everything bbrlab uses and says how to get what is missing. "
                                    "Exit status 1 when something required is missing.")
@@ -18,6 +19,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """``bbrlab doctor``: run the machine's checks (:func:`bbrlab.testbed.doctor.run_checks`) and print each
+    with its fix (a JSON list with ``--json``); returns 1 when something required is missing, else 0."""
     from bbrlab.testbed.doctor import run_checks
 
     checks = run_checks(probe_kvm=args.probe_kvm)

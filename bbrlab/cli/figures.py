@@ -13,6 +13,7 @@ from bbrlab.core.errors import BbrlabError
 
 
 def register(sub) -> None:
+    """Add ``bbrlab figures`` to the subparsers ``sub``."""
     p = sub.add_parser("figures", help="render every notebook (papermill) into figures + executed notebooks",
                        description="Ingests DATA, then executes each notebook in the notebooks folder with "
                                    "papermill (parameters data_dir and out_dir) and writes the executed notebooks "
@@ -49,5 +50,8 @@ def parse_params(items: list[str]) -> dict:
 
 
 def run(args) -> int:
+    """``bbrlab figures``: execute the notebooks on ``--data`` into ``--out``
+    (:func:`bbrlab.analysis.render.render`); returns 0, or 1 when a notebook failed. A malformed
+    ``--param`` raises :class:`~bbrlab.core.errors.BbrlabError`."""
     return render(args.data, args.out, notebooks=args.notebooks, only=args.only, kernel=args.kernel,
                   params=parse_params(args.param), timeout_s=args.timeout)

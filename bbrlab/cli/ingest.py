@@ -8,6 +8,7 @@ from bbrlab.core.errors import BbrlabError
 
 
 def register(sub) -> None:
+    """Add ``bbrlab ingest`` to the subparsers ``sub``."""
     p = sub.add_parser("ingest", help="read a campaign's runs into tidy tables (DIR/tables/*.parquet)",
                        description="Reads every run of a campaign directory (or of each campaign in a folder, or "
                                    "the paper authors' logs/ layout) into the runs, intervals and ss tables and "
@@ -18,6 +19,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """``bbrlab ingest DIR``: read each campaign (or authors' dataset) found in DIR into its parquet tables
+    and print its counts and notes; returns 0. Raises :class:`~bbrlab.core.errors.BbrlabError` when DIR
+    holds none."""
     from bbrlab.analysis import data
 
     sources = data.find_sources(args.dir)

@@ -11,6 +11,7 @@ from .common import TESTBED_HELP, add_force_option, changing, load_testbed, refu
 
 
 def register(sub) -> None:
+    """Add ``bbrlab kernel`` (build, load, status, build-tree, check, ccas, set) to the subparsers ``sub``."""
     p = sub.add_parser("kernel", help="build, load and inspect patched congestion-control modules (bbr2b)",
                        description="Builds a patched tcp_bbr.c (default: the inflight-deficit patch, CA name "
                                    "bbr2b) as an out-of-tree module from the target kernel's own source, "
@@ -127,6 +128,8 @@ def _print(data: dict, as_json: bool) -> None:
 
 
 def run_build(args) -> int:
+    """``bbrlab kernel build``: patch and build the module on this machine (into the cache unless ``--out``)
+    and print what was built; returns 0."""
     from bbrlab.kernel import build_module
 
     built = build_module(args.patch, args.headers, args.out, source=args.source, expected_sha256=args.sha256)
@@ -135,6 +138,8 @@ def run_build(args) -> int:
 
 
 def run_load(args) -> int:
+    """``bbrlab kernel load``: build the module for the target's kernel if needed and load it there, holding
+    the testbed's lock, then print its identity; returns 0."""
     from bbrlab.kernel import ensure_module
 
     with _on_target(args, "kernel load", patch=args.patch) as host:
@@ -144,6 +149,8 @@ def run_load(args) -> int:
 
 
 def run_status(args) -> int:
+    """``bbrlab kernel status``: print the target's kernel release, its available congestion controls and the
+    identity of module ``--name`` (or that it is not loaded); returns 0."""
     from bbrlab.kernel import available_ccas, loaded_srcversion, module_identity
 
     with _on_target(args) as host:
@@ -165,6 +172,8 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
 
 
 def run_set(args) -> int:
+    """``bbrlab kernel set PARAM=VALUE ...``: write module ``--name``'s parameters on the target (all or
+    nothing) and print them as read back; returns 0."""
     from bbrlab.kernel import set_params
 
     params = parse_assignments(args.assignments)
@@ -181,6 +190,8 @@ def _progress(message: str) -> None:
 
 
 def run_build_tree(args) -> int:
+    """``bbrlab kernel build-tree``: build a sender kernel (and bbr2b unless ``--no-bbr2b``) from ``--source``
+    into ``--out``, progress on stderr; returns 0."""
     from bbrlab.kernel.tree import build_tree
 
     result = build_tree(args.source, args.out, jobs=args.jobs, nice=args.nice, localversion=args.localversion,
@@ -192,6 +203,8 @@ def run_build_tree(args) -> int:
 
 
 def run_check(args) -> int:
+    """``bbrlab kernel check KERNEL``: resolve a sender kernel without booting it and print it with its
+    features and their evidence (and, with ``--bbr2b``, the patch bbr2b would use); returns 0."""
     from bbrlab.testbed import check_kernel
 
     resolved = check_kernel(args.kernel, need_bbr2b=args.bbr2b, progress=not args.json)
@@ -206,6 +219,8 @@ def run_check(args) -> int:
 
 
 def run_ccas(args) -> int:
+    """``bbrlab kernel ccas``: probe each congestion control of the target's running kernel and print its BBR
+    version, whether it is patched, and its module; returns 0."""
     from bbrlab.kernel.ccaprobe import probe_ccas
 
     with _on_target(args) as host:

@@ -51,6 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
+    """Add ``bbrlab link`` (verbs set, show, clear, validate) to the subparsers ``sub``."""
     p = sub.add_parser("link", help="the emulated bottleneck (netem + token bucket): set, show, clear, validate",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -147,6 +148,8 @@ def _print_ports(readbacks: dict, ports: tuple[str, str]) -> None:
 
 
 def run_set(args) -> int:
+    """``bbrlab link set``: validate the link given by the flags, put it on the emulator's ports while holding
+    the testbed's lock, and print the kernel's read-back (the queue as the kernel holds it); returns 0."""
     from bbrlab.link import emulator as linkmod
 
     link = link_from_args(args)  # validated before the testbed is even looked up
@@ -164,6 +167,8 @@ def run_set(args) -> int:
 
 
 def run_show(args) -> int:
+    """``bbrlab link show``: print the qdiscs of the emulator's ports as the kernel reports them (refused
+    while another process holds the testbed, unless ``--force``); returns 0."""
     from bbrlab.link import emulator as linkmod
 
     tb = load_testbed(args)
@@ -177,6 +182,8 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
+    """``bbrlab link clear``: remove bbrlab's qdiscs from the emulator's ports and print each port's root
+    qdisc now; returns 0."""
     from bbrlab.link import emulator as linkmod
 
     with driving(testbed_arg(args), "link clear") as tb:
@@ -203,6 +210,9 @@ def _configured_link(args, tb):
 
 
 def run_validate(args) -> int:
+    """``bbrlab link validate``: set the link first when ``--rtt`` and ``--rate`` are given (else take it as
+    the emulator holds it), measure RTT, UDP and TCP against it and print each check. Returns 0 when every
+    check is ok, else 1."""
     from bbrlab.link import emulator as linkmod
 
     if args.rtt is not None and args.rate is not None:

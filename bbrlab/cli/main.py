@@ -39,6 +39,7 @@ COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "c
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``bbrlab`` argument parser, with every subcommand of :data:`COMMANDS` registered."""
     parser = argparse.ArgumentParser(
         prog="bbrlab", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -59,6 +60,9 @@ def _tell(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``bbrlab`` command on ``argv`` (default: ``sys.argv[1:]``) and return its exit status: the
+    handler's, 1 for a :class:`~bbrlab.core.errors.BbrlabError` (printed; raised with ``-v``), the signal's
+    status for :class:`~bbrlab.core.signals.Interrupted`, 130 for Ctrl-C, 2 without a subcommand."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

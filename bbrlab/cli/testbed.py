@@ -20,6 +20,7 @@ from .common import (
 
 
 def register(sub) -> None:
+    """Add ``bbrlab testbed`` (verbs up, down, status, shell) to the subparsers ``sub``."""
     p = sub.add_parser("testbed", help="bring the local testbed up/down, show status, run commands on a role",
                        description="With no testbed file, 'up' builds (once) and boots the local testbed: a sender "
                                    "VM and an emulator VM (QEMU) and a receiver network namespace on this machine.")
@@ -59,6 +60,9 @@ def register(sub) -> None:
 
 
 def run_up(args) -> int:
+    """``bbrlab testbed up``: build the guest image if needed and boot local testbed ``--name`` while holding
+    its lock (idempotent; a running one with another ``--kernel`` reboots only its sender); prints its
+    addresses and sender kernel, returns 0."""
     from bbrlab import testbed
     from bbrlab.core.signals import interruptible
     from bbrlab.testbed.local.state import check_name
@@ -75,6 +79,8 @@ def run_up(args) -> int:
 
 
 def run_down(args) -> int:
+    """``bbrlab testbed down``: stop the testbed's VMs and remove its namespaces, taps and bridges while
+    holding its lock; prints what went, returns 0."""
     from bbrlab import testbed
     from bbrlab.testbed.local.state import check_name
     from bbrlab.testbed.target import resolve
@@ -88,6 +94,9 @@ def run_down(args) -> int:
 
 
 def run_status(args) -> int:
+    """``bbrlab testbed status``: print each role's reachability, kernel, congestion controls and qdiscs and
+    the sender's QEMU pid and vCPU threads (only who holds the testbed while another process does, unless
+    ``--force``). Returns 1 when a role it asked is unreachable, else 0."""
     from bbrlab import testbed
 
     tb = testbed.load(testbed_arg(args))
@@ -123,6 +132,9 @@ def run_status(args) -> int:
 
 
 def run_shell(args) -> int:
+    """``bbrlab testbed shell ROLE [-- COMMAND]``: run COMMAND on the role's host and return its exit code, or
+    replace this process with an interactive shell there (ssh to a guest, else a local shell, in the role's
+    network namespace if it has one)."""
     from bbrlab import testbed
 
     tb = testbed.load(testbed_arg(args))

@@ -30,6 +30,7 @@ must be the lab's own (never a public one). Keys are written readable by their o
 
 
 def register(sub) -> None:
+    """Add ``bbrlab tls`` (verbs ca, cert) to the subparsers ``sub``."""
     p = sub.add_parser("tls", help="make a lab's CA and per-host certificates (mutual TLS for bbrlab worker and "
                                    "campaign run --scheduler)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
@@ -55,6 +56,8 @@ def register(sub) -> None:
 
 
 def run_ca(args) -> int:
+    """``bbrlab tls ca``: make a new lab CA in ``--out`` (:func:`bbrlab.campaign.tls.write_ca`) and print
+    where its files are; returns 0."""
     from bbrlab.campaign.tls import write_ca
 
     files = write_ca(args.out, args.common_name)
@@ -64,6 +67,8 @@ def run_ca(args) -> int:
 
 
 def run_cert(args) -> int:
+    """``bbrlab tls cert``: make host ``--name``'s certificate, signed by the CA in ``--ca``, into ``--out``
+    and print the ``--tls-*`` options naming its files; returns 0."""
     from bbrlab.campaign.tls import write_host_cert
 
     files = write_host_cert(args.ca, args.name, args.out, args.host)

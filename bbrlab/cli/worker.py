@@ -36,6 +36,7 @@ def add_tls_options(p, what: str) -> None:
 
 
 def register(sub) -> None:
+    """Add ``bbrlab worker`` to the subparsers ``sub``."""
     p = sub.add_parser("worker", help="offer one testbed to a Dask scheduler (campaigns over a lab's testbeds)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
                        description="Start a Dask worker with one thread that owns one testbed for as long as it runs: "
@@ -63,6 +64,8 @@ def lab_tls(args):
 
 
 def run(args) -> int:
+    """``bbrlab worker``: serve ``--testbed`` to the Dask scheduler until stopped
+    (:func:`bbrlab.campaign.scaleout.serve_worker`); returns 0 once the testbed is restored and released."""
     from bbrlab.campaign.scaleout import serve_worker
 
     return serve_worker(args.testbed, args.scheduler, args.name, tls=lab_tls(args), host=args.host)

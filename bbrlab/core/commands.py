@@ -35,6 +35,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
+        """Whether the command exited with status 0."""
         return self.exit_code == 0
 
 

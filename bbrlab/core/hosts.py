@@ -94,9 +94,13 @@ class Host:
         raise NotImplementedError
 
     def read_text(self, path: str, *, sudo: bool = False) -> str:
+        """The whole text of file ``path`` on the host (``cat``, as root with ``sudo``); raises
+        :class:`CommandError` when it cannot be read."""
         return self.run(["cat", path], sudo=sudo).stdout
 
     def write_text(self, path: str, text: str, *, sudo: bool = False) -> None:
+        """Replace file ``path`` on the host with ``text``, fed to ``cat`` on its stdin (as root with
+        ``sudo``). For sysfs and procfs values use :meth:`write_value`."""
         self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=text, sudo=sudo)
 
     def write_value(self, path: str, value: object, *, sudo: bool = False) -> None:
@@ -134,9 +138,12 @@ class Host:
         raise NotImplementedError
 
     def exists(self, path: str) -> bool:
+        """Whether ``path`` exists on the host (``test -e``, as the connecting user)."""
         return self.run(["test", "-e", path], check=False).ok
 
     def sysctl(self, key: str) -> str:
+        """The value of sysctl ``key`` on the host (``sysctl -n``, stripped); raises :class:`CommandError` for
+        an unknown key."""
         return self.output(["sysctl", "-n", key])
 
     # -- to implement ----------------------------------------------------------------------
@@ -194,6 +201,7 @@ class LocalHost(Host):
         shutil.copymode(local_path, remote_path)
 
     def get(self, remote_path: str, local_path: str | Path) -> None:
+        """Copy file ``remote_path`` of this machine to ``local_path`` (contents only, not the mode)."""
         shutil.copyfile(remote_path, local_path)
 
     def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
@@ -278,9 +286,11 @@ class SSHHost(Host):
         return _SSHHeld(conn.client.get_transport(), shlex.join(argv))
 
     def put(self, local_path: str | Path, remote_path: str) -> None:
+        """Copy local file ``local_path`` to ``remote_path`` on the host over SFTP (fabric keeps its mode)."""
         self._connection().put(str(local_path), remote_path)
 
     def get(self, remote_path: str, local_path: str | Path) -> None:
+        """Copy file ``remote_path`` of the host to ``local_path`` on this machine over SFTP."""
         self._connection().get(remote_path, str(local_path))
 
     def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
@@ -295,11 +305,14 @@ class SSHHost(Host):
         return _ChannelStreaming(Path(local_path), channel)
 
     def close(self) -> None:
+        """Close the SSH connection if one is open; the next command opens a new one."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
 
 def local_user() -> str:
+    """This machine's user name as :func:`getpass.getuser` gives it (``$LOGNAME``, ``$USER``, ..., else the
+    password database entry of this process's uid)."""
     return getpass.getuser()
 

@@ -49,6 +49,7 @@ class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it nam
 
     @property
     def exit_code(self) -> int:
+        """The exit status a shell gives a process this signal ended: 128 + ``signum`` (130 for SIGINT)."""
         return 128 + self.signum
 
 

@@ -23,6 +23,8 @@ MAX_EXPANDED_NODES = 100_000
 
 
 class DuplicateKeyError(yaml.YAMLError):
+    """A mapping gives ``key`` twice, on lines ``first_line`` and ``again_line`` (1-based); :func:`load_text`
+    turns it into a :class:`~bbrlab.core.errors.ValidationError`."""
     def __init__(self, key: object, first_line: int, again_line: int):
         super().__init__(f"key {key!r} given twice (lines {first_line} and {again_line})")
         self.key, self.first_line, self.again_line = key, first_line, again_line

@@ -94,12 +94,15 @@ class BuiltModule:
         return self.vermagic.split()[0] if self.vermagic else ""
 
     def to_dict(self) -> dict:
+        """The fields with ``ko_path`` as a string: what the build folder's ``build.json`` holds (and
+        ``bbrlab kernel build`` prints)."""
         d = asdict(self)
         d["ko_path"] = str(self.ko_path)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> BuiltModule:
+        """The module back from :meth:`to_dict`'s dict (a ``build.json``)."""
         return cls(**{**d, "ko_path": Path(d["ko_path"])})
 
 

@@ -89,6 +89,7 @@ class DebPackage:
         return f"{self.name}_{self.version}".replace(":", "%3a").replace("/", "_")
 
     def to_dict(self) -> dict:
+        """The package's fields as a dict, as :meth:`KernelSet.to_dict` writes it."""
         return asdict(self)
 
 
@@ -104,16 +105,20 @@ class KernelSet:
     source: DebPackage
 
     def to_dict(self) -> dict:
+        """The set as JSON types, each package as :meth:`DebPackage.to_dict`: what the pinned
+        ``kernels/<name>.json`` holds."""
         return {"name": self.name, "suite": self.suite, "release": self.release, "image": self.image.to_dict(),
                 "headers": [h.to_dict() for h in self.headers], "source": self.source.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> KernelSet:
+        """The set back from :meth:`to_dict`'s dict (a pinned ``kernels/<name>.json``)."""
         return cls(d["name"], d["suite"], d["release"], DebPackage(**d["image"]),
                    tuple(DebPackage(**h) for h in d["headers"]), DebPackage(**d["source"]))
 
 
 def debian_dir() -> Path:
+    """The Debian package cache, ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/debian`` (see the module docstring)."""
     return cache_dir() / "debian"
 
 

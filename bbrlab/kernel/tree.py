@@ -82,6 +82,8 @@ class TreeBuild:
     steps_s: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The fields as a dict, ``bbr2b`` being the module's
+        :meth:`~bbrlab.kernel.build.BuiltModule.to_dict`: what ``<out>/kernel.json`` holds."""
         return asdict(self)
 
 

@@ -58,6 +58,7 @@ class SSHSpec:
     known_hosts: str | None = None
 
     def to_dict(self) -> dict:
+        """The fields that are set (None left out), as a role's SSH keys in the testbed file."""
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -76,12 +77,15 @@ class RoleSpec:
 
 @dataclass(frozen=True)
 class TestbedSpec:
+    """A validated testbed file: its ``name``, ``accelerator`` and the three roles by name; ``source`` is the
+    file it was read from ("" when made in code)."""
     name: str
     accelerator: str
     roles: dict[str, RoleSpec]
     source: str = ""
 
     def to_dict(self) -> dict:
+        """The spec in the testbed file's YAML form, as :func:`write_file` writes it (``source`` left out)."""
         return {"name": self.name, "accelerator": self.accelerator,
                 "roles": {r: _role_to_dict(s) for r, s in self.roles.items()}}
 
@@ -137,6 +141,9 @@ def _no_unknown(where: str, raw: dict, allowed: set[str]) -> None:
 
 
 def parse_ssh(where: str, raw: dict, base: Path) -> SSHSpec:
+    """The SSH fields of mapping ``raw`` (``address`` required; port 22 and user root by default), with a
+    relative ``key`` or ``known_hosts`` taken from ``base``; raises
+    :class:`~bbrlab.core.errors.ValidationError` naming ``<where>.<field>``."""
     if "address" not in raw:
         raise ValidationError(f"{where}.address", None, "required: the host name or IP address to SSH to")
     return SSHSpec(
@@ -177,6 +184,9 @@ def _parse_ports(where: str, raw: object) -> tuple[str, str]:
 
 
 def parse_role(role: str, raw: object, base: Path) -> RoleSpec:
+    """Role ``role``'s mapping from the file as a :class:`RoleSpec`: SSH fields or a ``netns``, plus what only
+    that role has (the sender's ``hypervisor`` and ``vcpu``, the emulator's ``ports``); raises
+    :class:`~bbrlab.core.errors.ValidationError` naming ``roles.<role>.<field>``."""
     where = f"roles.{role}"
     raw = _mapping(where, raw)
     _no_unknown(where, raw, ROLE_FIELDS[role])

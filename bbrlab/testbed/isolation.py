@@ -54,6 +54,7 @@ def flavour(v2_root: Path = V2_ROOT, v1_root: Path = V1_ROOT) -> str | None:
 
 
 def online_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity), sorted: what :func:`plan` shares out by default."""
     return sorted(os.sched_getaffinity(0))
 
 
@@ -104,6 +105,7 @@ class Partition:
 
     @property
     def procs_file(self) -> Path:
+        """The partition's ``cgroup.procs`` file (the same name under cgroup v1 and v2)."""
         return self.path / "cgroup.procs"
 
     def add_process(self, pid: int) -> None:
@@ -111,6 +113,7 @@ class Partition:
         _write(self.procs_file, f"{int(pid)}\n")
 
     def processes(self) -> list[int]:
+        """The pids of the processes in the partition now, as ``cgroup.procs`` lists them."""
         return [int(x) for x in self.procs_file.read_text().split()]
 
 

@@ -35,11 +35,15 @@ GIVEN_THREADS_FIELD = "roles.sender.vcpu.thread_ids"
 
 
 def ssh_host(name: str, spec: SSHSpec) -> SSHHost:
+    """An :class:`~bbrlab.core.hosts.SSHHost` called ``name`` for the SSH fields ``spec`` (its host key pinned
+    from their ``known_hosts``)."""
     return SSHHost(name=name, address=spec.address, user=spec.user, port=spec.port, key_path=spec.key,
                    known_hosts=spec.known_hosts)
 
 
 def role_host(spec: RoleSpec) -> Host:
+    """The host a role's commands run on: a :class:`~bbrlab.core.hosts.NetnsHost` for a ``netns`` role, else
+    an SSH host named after the role."""
     if spec.ssh is None:
         return NetnsHost(name=spec.role, netns=spec.netns or "")
     return ssh_host(spec.role, spec.ssh)
@@ -55,6 +59,7 @@ class Role:
     spec: RoleSpec | None = field(default=None, repr=False)
 
     def kernel_release(self) -> str:
+        """The role's kernel release (``uname -r``, 20 s timeout); raises when the host does not answer."""
         return self.host.output(["uname", "-r"], timeout=20)
 
 
@@ -152,6 +157,7 @@ class Testbed:
 
     @property
     def roles(self) -> dict[str, Role]:
+        """The three roles by name: ``sender``, ``emulator``, ``receiver``."""
         return {"sender": self.sender, "emulator": self.emulator, "receiver": self.receiver}
 
     def describe(self) -> dict:
@@ -166,6 +172,7 @@ class Testbed:
         return out
 
     def close(self) -> None:
+        """Close the connections of every role's host and of the sender's hypervisor."""
         for role in self.roles.values():
             role.host.close()
         self.sender.hypervisor.close()

@@ -70,6 +70,8 @@ class Entry:
     in_use: bool
 
     def to_dict(self) -> dict:
+        """The entry as JSON types (``path`` as a string), as ``bbrlab cache show --json`` and
+        :meth:`PruneReport.to_dict` give it."""
         return {**asdict(self), "path": str(self.path)}
 
 
@@ -86,6 +88,7 @@ class PruneReport:
     dry_run: bool = False
 
     def to_dict(self) -> dict:
+        """The report as JSON types (paths as strings): what ``bbrlab cache prune --json`` prints."""
         return {"max_bytes": self.max_bytes, "before_bytes": self.before_bytes, "after_bytes": self.after_bytes,
                 "removed": [e.to_dict() for e in self.removed], "kept_in_use": [e.to_dict() for e in self.kept_in_use],
                 "swept": [str(p) for p in self.swept], "dry_run": self.dry_run}

@@ -101,6 +101,8 @@ def recipe() -> dict:
 
 
 def recipe_hash(r: dict | None = None) -> str:
+    """The first 16 hex digits of the SHA-256 of recipe ``r`` as sorted JSON (default: :func:`recipe`, which
+    reads this machine's headers): the name of the image's cache folder."""
     blob = json.dumps(r or recipe(), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -113,14 +115,17 @@ class GuestImage:
 
     @property
     def disk(self) -> Path:
+        """The raw ext4 root disk, ``root.raw``: the base of every VM's overlay."""
         return self.folder / "root.raw"
 
     @property
     def kernel(self) -> Path:
+        """The image's own kernel, ``vmlinuz``."""
         return self.folder / "vmlinuz"
 
     @property
     def initrd(self) -> Path:
+        """The image's initramfs, ``initrd.img``."""
         return self.folder / "initrd.img"
 
     @property
@@ -130,10 +135,12 @@ class GuestImage:
 
     @property
     def info(self) -> dict:
+        """``image.json``, read now: recipe, kernel release, build time in seconds and build date."""
         return json.loads((self.folder / "image.json").read_text())
 
     @property
     def kernel_release(self) -> str:
+        """The ``uname -r`` of the image's kernel, from ``image.json``."""
         return self.info["kernel_release"]
 
 

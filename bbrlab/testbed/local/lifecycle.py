@@ -86,14 +86,19 @@ class Progress:
 
 
 def vm_name(testbed: str, role: str) -> str:
+    """The QEMU ``-name`` of ``role``'s VM in testbed ``testbed``, ``bbrlab-<testbed>-<role>``: how ``down``
+    recognises its process."""
     return f"bbrlab-{testbed}-{role}"
 
 
 def testbed_file(name: str) -> Path:
+    """Local testbed ``name``'s testbed file, ``testbed.yaml`` in its state directory (written by ``up``)."""
     return State(name).dir / "testbed.yaml"
 
 
 def check_vcpus(sender_vcpus: object) -> int:
+    """``sender_vcpus`` when it is a whole number from 1 to :data:`MAX_SENDER_VCPUS`; else raises
+    :class:`~bbrlab.core.errors.ValidationError`."""
     if isinstance(sender_vcpus, bool) or not isinstance(sender_vcpus, int) or not (
             1 <= sender_vcpus <= MAX_SENDER_VCPUS):
         raise ValidationError("sender_vcpus", sender_vcpus, f"an integer 1-{MAX_SENDER_VCPUS}")

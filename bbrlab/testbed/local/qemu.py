@@ -40,6 +40,7 @@ class BootFiles:
 
     @classmethod
     def of_image(cls, image: GuestImage) -> BootFiles:
+        """The guest image's own kernel and initrd, without a modules disk."""
         return cls(image.kernel, image.initrd)
 
 
@@ -68,14 +69,17 @@ class VmSpec:
 
     @property
     def overlay(self) -> Path:
+        """The VM's qcow2 overlay on the base image, ``<folder>/<hostname>.qcow2``."""
         return self.folder / f"{self.hostname}.qcow2"
 
     @property
     def qmp_socket(self) -> Path:
+        """The VM's QMP unix socket, ``<folder>/<hostname>.qmp``."""
         return self.folder / f"{self.hostname}.qmp"
 
     @property
     def console_log(self) -> Path:
+        """Where QEMU writes the VM's serial console, ``<folder>/<hostname>.console.log``."""
         return self.folder / f"{self.hostname}.console.log"
 
 
@@ -96,6 +100,8 @@ def make_overlay(image: GuestImage, overlay: Path) -> None:
 
 
 def kernel_cmdline() -> str:
+    """The guest kernel's command line: root on ``/dev/vda``, console on ttyS0, bbrlab's init as PID 1,
+    ``ethN`` names, a reboot 1 s after a panic (QEMU runs with ``-no-reboot``, so it then exits)."""
     return f"root=/dev/vda rw console=ttyS0 init={INIT_PATH} net.ifnames=0 quiet panic=1"
 
 
@@ -222,6 +228,8 @@ def _reap(pid: int) -> None:
 
 
 def console_tail(spec_or_path: VmSpec | Path, chars: int = 1500) -> str:
+    """The last ``chars`` characters of a VM's console log (given its spec or the log's path); "" when it
+    cannot be read."""
     path = spec_or_path.console_log if isinstance(spec_or_path, VmSpec) else spec_or_path
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -230,6 +238,8 @@ def console_tail(spec_or_path: VmSpec | Path, chars: int = 1500) -> str:
 
 
 def qemu_version() -> str:
+    """The version ``qemu-system-x86_64 --version`` reports (e.g. ``7.2.22 (Debian ...)``), "" when it prints
+    nothing; raises ``FileNotFoundError`` when QEMU is not installed."""
     p = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, timeout=10)
     first = p.stdout.splitlines()[0] if p.stdout else ""
     return first.removeprefix("QEMU emulator version ").strip()

@@ -41,6 +41,8 @@ def state_root() -> Path:
 
 
 def state_dir(name: str) -> Path:
+    """Testbed ``name``'s state directory under :func:`state_root`; raises
+    :class:`~bbrlab.core.errors.ValidationError` for a name :func:`check_name` refuses."""
     return state_root() / check_name(name)
 
 
@@ -54,6 +56,7 @@ class State:
 
     @property
     def path(self) -> Path:
+        """The record's file, ``state.json`` in the testbed's state directory."""
         return self.dir / "state.json"
 
     @classmethod
@@ -66,9 +69,12 @@ class State:
 
     @classmethod
     def load_or_new(cls, name: str) -> State:
+        """The recorded state, or a new one (phase ``new``, not saved yet) when there is none."""
         return cls.load(name) or cls(name)
 
     def save(self) -> None:
+        """Write the record to ``state.json`` atomically (temp file, fsync, rename) with ``updated_at`` set to
+        now; the state directory is made (0700) if missing."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         tmp = self.path.with_suffix(".json.tmp")
@@ -81,26 +87,32 @@ class State:
 
     # -- recording (always before creating) --------------------------------------------------
     def set(self, key: str, value: object) -> None:
+        """Record ``key`` = ``value`` and save at once."""
         self.data[key] = value
         self.save()
 
     def add_netns(self, netns: str) -> None:
+        """Record network namespace ``netns`` (once) and save: done before the namespace is created."""
         if netns not in self.data["netns"]:
             self.data["netns"].append(netns)
         self.save()
 
     def set_vm(self, role: str, **fields: object) -> None:
+        """Merge ``fields`` into the record of ``role``'s VM and save."""
         self.data["vms"].setdefault(role, {}).update(fields)
         self.save()
 
     @property
     def phase(self) -> str:
+        """How far ``up`` or ``down`` got: ``new``, ``starting``, ``up`` or ``down``."""
         return self.data.get("phase", "new")
 
     @property
     def netns(self) -> list[str]:
+        """The recorded network namespaces (a copy)."""
         return list(self.data.get("netns", []))
 
     @property
     def vms(self) -> dict[str, dict]:
+        """The recorded VMs by role (a shallow copy): name, pid, SSH port, QMP socket, ..."""
         return dict(self.data.get("vms", {}))

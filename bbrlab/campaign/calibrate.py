@@ -475,7 +475,7 @@ def _complete_calibration(out: Path, runs_dir: Path) -> Calibration | None:
     if not path.is_file() or not (runs_dir / "plan.json").is_file():
         return None
     st = status(runs_dir)
-    if st["remaining"] or st["running"]:
+    if st.remaining or st.running:
         return None
     cal = load(path)
     return cal if cal.runs_dir == os.path.relpath(runs_dir, out) else None

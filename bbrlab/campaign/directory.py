@@ -24,6 +24,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -273,9 +274,32 @@ def _max_attempts(out_dir: Path) -> int:
     return int((data or {}).get("max_attempts", 3))
 
 
-def status(out_dir: str | Path) -> dict:
-    """Counts for a campaign directory: planned, done, failed (attempts exhausted), failed_attempts,
-    running (being written by a live process), remaining (still to run)."""
+@dataclass(frozen=True)
+class CampaignStatus:
+    """How far a campaign directory is: ``planned`` runs, ``done`` (in ``runs/``), ``failed`` (attempts used up),
+    ``failed_attempts`` (all of them, retried ones too), ``running`` (being written by a live process) and
+    ``remaining`` (still to run). ``bbrlab campaign status --json`` prints :meth:`to_dict`."""
+
+    campaign: str
+    planned: int
+    done: int
+    failed: int
+    failed_attempts: int
+    running: int
+    remaining: int
+
+    @property
+    def complete(self) -> bool:
+        """Every planned run is in ``runs/``: none failed for good, none left."""
+        return self.failed == 0 and self.remaining == 0
+
+    def to_dict(self) -> dict:
+        """The counts as a JSON object (the keys are the field names)."""
+        return asdict(self)
+
+
+def status(out_dir: str | Path) -> CampaignStatus:
+    """The counts of the campaign directory ``out_dir`` (:class:`CampaignStatus`)."""
     out = Path(out_dir)
     plan = load_plan(out)
     max_attempts = _max_attempts(out)
@@ -284,12 +308,6 @@ def status(out_dir: str | Path) -> dict:
     attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
     given_up = sum(1 for r in run_ids if not rec.is_complete(out, r) and len(attempts[r]) >= max_attempts)
     running = [r for r in rec.in_progress(out) if r in set(run_ids)]
-    return {
-        "campaign": plan["campaign"],
-        "planned": len(run_ids),
-        "done": done,
-        "failed": given_up,
-        "failed_attempts": sum(len(a) for a in attempts.values()),
-        "running": len(running),
-        "remaining": len(run_ids) - done - given_up,
-    }
+    return CampaignStatus(campaign=plan["campaign"], planned=len(run_ids), done=done, failed=given_up,
+                          failed_attempts=sum(len(a) for a in attempts.values()), running=len(running),
+                          remaining=len(run_ids) - done - given_up)

@@ -139,10 +139,10 @@ def run_status(args) -> int:
 
     st = status(args.dir)
     if args.json:
-        print(json.dumps(st))
+        print(json.dumps(st.to_dict()))
     else:
-        print(f"{st['campaign']}: {st['done']}/{st['planned']} done, {st['failed']} failed "
-              f"({st['failed_attempts']} failed attempts), {st['running']} running, {st['remaining']} remaining")
+        print(f"{st.campaign}: {st.done}/{st.planned} done, {st.failed} failed "
+              f"({st.failed_attempts} failed attempts), {st.running} running, {st.remaining} remaining")
     return 0
 
 
@@ -193,7 +193,7 @@ def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -
 
     st = status(out)
     with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-        print(f"bbrlab: campaign {spec.name} stopped: {st['done']}/{st['planned']} runs complete in "
+        print(f"bbrlab: campaign {spec.name} stopped: {st.done}/{st.planned} runs complete in "
               f"{out}; {in_flight}. The same command resumes it.", file=sys.stderr)
 
 
@@ -212,8 +212,8 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
         if (Path(args.out) / "plan.json").is_file():
             _stopped(spec, args.out, "the runs in flight were not recorded and every testbed was restored")
         raise
-    print(json.dumps(st))
-    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
+    print(json.dumps(st.to_dict()))
+    return 0 if st.complete else 1
 
 
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
@@ -229,5 +229,5 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
         except Interrupted:
             _stopped(spec, args.out)
             raise
-    print(json.dumps(st))
-    return 0 if st["failed"] == 0 and st["remaining"] == 0 else 1
+    print(json.dumps(st.to_dict()))
+    return 0 if st.complete else 1

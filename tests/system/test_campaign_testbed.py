@@ -96,8 +96,8 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
 
     st = directory.status(out)
-    assert st["planned"] == 8 and st["done"] == 8 and st["failed"] == 0 and st["remaining"] == 0
-    assert st["running"] == 0
+    assert st.planned == 8 and st.done == 8 and st.failed == 0 and st.remaining == 0
+    assert st.running == 0
     plan = json.loads((out / "plan.json").read_text())
     run_dirs = sorted(p.name for p in (out / "runs").iterdir())
     assert run_dirs == sorted(r["run_id"] for r in plan["runs"])  # exactly the plan: none lost, none twice

@@ -106,7 +106,7 @@ def _exactly_once(out: Path) -> list[dict]:
     records = _records(out)
     assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in plan["runs"])
     st = directory.status(out)
-    assert st["done"] == st["planned"] == len(plan["runs"]) and st["failed"] == 0 and st["running"] == 0
+    assert st.done == st.planned == len(plan["runs"]) and st.failed == 0 and st.running == 0
     return records
 
 

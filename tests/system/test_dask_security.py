@@ -233,7 +233,7 @@ def test_forged_outcomes_are_failed_attempts_and_nothing_lands_outside_the_campa
     for path in out.glob("runs/*/record.json"):  # nothing the rogue said was kept
         r = json.loads(path.read_text())
         assert r["metadata"]["worker"]["testbed"] in ("a", "b") and path.parent.name == r["run_id"]
-    assert st["done"] + st["failed"] == 12 and st["running"] == 0
+    assert st.done + st.failed == 12 and st.running == 0
     assert {p.name for p in out.iterdir()} <= {"plan.json", "spec.yaml", "runs", "failed", ".tmp", ".lock",
                                                "campaign.lock"}
 
@@ -255,7 +255,7 @@ def test_a_foreign_worker_joining_does_not_end_the_campaign(tmp_path, capfd):
             _stop(foreign)
     reasons = [r["reason"] for r in _failed_records(out)]
     assert reasons and all("no bbrlab testbed plugin" in r for r in reasons), reasons
-    assert st["done"] == 12 and st["failed"] == 0  # each run it took ran again on a testbed worker
+    assert st.done == 12 and st.failed == 0  # each run it took ran again on a testbed worker
     assert left == 2  # it was withdrawn: no more runs for it
     assert "no bbrlab testbed plugin" in capfd.readouterr().err
 
@@ -280,10 +280,10 @@ def test_a_killed_worker_is_a_failed_attempt_and_the_campaign_resumes(tmp_path, 
         mine = [r for r in _failed_records(out) if r["run_id"] == victim]
         assert sorted(r["attempt"] for r in mine) == [1, 2]
         assert all("KilledWorker" in r["reason"] for r in mine), [r["reason"] for r in mine]
-        assert st["failed"] >= 1 and st["done"] + st["failed"] == 2
+        assert st.failed >= 1 and st.done + st.failed == 2
         d.wait_for_workers(client, 2)
         again = d.run_campaign_distributed(two, out, client, progress=False)  # the resume: no traceback
-    assert again["done"] >= st["done"]
+    assert again.done >= st.done
     assert sorted(r["attempt"] for r in _failed_records(out) if r["run_id"] == victim) == [1, 2]
 
 

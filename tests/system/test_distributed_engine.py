@@ -32,7 +32,7 @@ def _exactly_once(out: Path) -> list[dict]:
     plan = json.loads((out / "plan.json").read_text())
     records = _records(out)
     assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in plan["runs"])
-    assert directory.status(out)["done"] == len(plan["runs"]) == 12
+    assert directory.status(out).done == len(plan["runs"]) == 12
     return records
 
 
@@ -44,7 +44,7 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
         st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
-    assert st["failed_attempts"] == 0
+    assert st.failed_attempts == 0
     records = _exactly_once(tmp_path)
     assert {r["metadata"]["worker"]["testbed"] for r in records} == {"a", "b"}
     assert all(r["metadata"]["worker"]["host"] for r in records)
@@ -75,7 +75,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypa
         killer.start()
         st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
         killer.join()
-    assert st["failed_attempts"] == 0 and st["done"] == 12
+    assert st.failed_attempts == 0 and st.done == 12
     records = _exactly_once(tmp_path)
     assert pid not in {r["metadata"]["pid"] for r in records} or len(records) == 12
 

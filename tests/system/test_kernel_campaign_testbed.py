@@ -33,7 +33,7 @@ def test_three_kernels_one_sender_boot_per_block(testbed, tmp_path):
     finally:
         runner.close()
         tbmod.up(testbed.name, kernel="debian-6.1", progress=False)  # the session's testbed as it was
-    assert (st["done"], st["failed_attempts"]) == (6, 0)
+    assert (st.done, st.failed_attempts) == (6, 0)
     plan = [r["run_id"] for r in json.loads((tmp_path / "plan.json").read_text())["runs"]]
     records = [json.loads((tmp_path / "runs" / r / "record.json").read_text()) for r in plan]
     kernels_in_order = [r["scenario"]["kernel"] for r in records]

@@ -83,7 +83,7 @@ def test_signal_mid_transfer_restores_the_testbed_and_resume_completes(testbed, 
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     st = directory.status(out)
-    assert (st["planned"], st["done"], st["failed_attempts"]) == (2, 2, 0)
+    assert (st.planned, st.done, st.failed_attempts) == (2, 2, 0)
     plan = json.loads((out / "plan.json").read_text())
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(r["run_id"] for r in plan["runs"])
 

@@ -76,7 +76,7 @@ def test_both_workloads_at_30_pct_loss_end_to_end(testbed, tmp_path):
     finally:
         runner.close()
     failed = [json.loads(p.read_text())["reason"] for p in tmp_path.glob("failed/*/record.json")]
-    assert status["done"] == 2, failed
+    assert status.done == 2, failed
     records = {r["scenario"]["flow"].get("workload", "iperf3"): r
                for r in (json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/record.json"))}
     t = records["rsync"]["metadata"]["transfer"]

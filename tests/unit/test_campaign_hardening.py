@@ -209,7 +209,7 @@ def test_out_may_be_missing_empty_or_this_campaign(tmp_path):
         if out.name == "empty":
             out.mkdir()
         calls: list = []
-        assert campaign.run_campaign(s, out, writing_run(calls), progress=False)["done"] == 8
+        assert campaign.run_campaign(s, out, writing_run(calls), progress=False).done == 8
         assert len(calls) == 8
         again: list = []
         campaign.run_campaign(s, out, writing_run(again), progress=False)
@@ -223,7 +223,7 @@ def test_out_prepared_by_bbrlab_calibrate_is_accepted(tmp_path):
     key = tmp_path / "calibration" / "local-tcg-6.1-abc"
     campaign.run_campaign(spec(name="cal"), key, writing_run([]), progress=False)
     calls: list = []
-    assert campaign.run_campaign(spec(), tmp_path, writing_run(calls), progress=False)["done"] == 8
+    assert campaign.run_campaign(spec(), tmp_path, writing_run(calls), progress=False).done == 8
     other = tmp_path / "other"
     other.mkdir()
     (other / "calibration.json").write_text(json.dumps({"schema": "mine"}))
@@ -236,7 +236,7 @@ def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(t
     (tmp_path / "spec.yaml").write_text(directory.spec_yaml(s))  # what prepare writes before plan.json
     (tmp_path / ".lock").write_text("")
     calls: list = []
-    assert campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)["done"] == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False).done == 8
 
 
 def test_resuming_on_another_testbed_is_the_same_campaign(tmp_path):
@@ -285,7 +285,7 @@ def test_a_half_copied_run_directory_is_set_aside_and_measured_again(tmp_path, c
     (tmp_path / "runs" / victim / "record.json").unlink()  # a copy that stopped before record.json
     again: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
-    assert again == [(victim, 1)] and st["done"] == 8
+    assert again == [(victim, 1)] and st.done == 8
     moved = list((tmp_path / "set-aside" / "runs").iterdir())
     assert len(moved) == 1 and moved[0].name.startswith(victim) and (moved[0] / "iperf.json").is_file()
     assert f"runs/{victim}" in capsys.readouterr().err
@@ -297,7 +297,7 @@ def test_a_run_directory_with_a_broken_record_is_set_aside(tmp_path):
     victim = s.plan()[0].run_id
     (tmp_path / "runs" / victim / "record.json").write_text('{"run_id": "')
     again: list = []
-    assert campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)["done"] == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(again), progress=False).done == 8
     assert again == [(victim, 1)]
 
 
@@ -324,7 +324,7 @@ def test_a_failed_attempt_without_its_record_is_set_aside(tmp_path):
     (tmp_path / "failed" / f"{victim}.a2" / "record.json").unlink()
     calls: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
-    assert calls == [(victim, 2)] and st["done"] == 8
+    assert calls == [(victim, 2)] and st.done == 8
     assert len(list((tmp_path / "set-aside" / "failed").iterdir())) == 1
 
 
@@ -332,4 +332,4 @@ def test_status_json_of_a_repaired_campaign_is_consistent(tmp_path):
     s = spec()
     campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert directory.status(tmp_path)["done"] == len(plan["runs"]) == 8
+    assert directory.status(tmp_path).done == len(plan["runs"]) == 8

@@ -89,7 +89,7 @@ def test_resuming_on_another_testbed_is_refused_before_any_run(half_done, key, o
 def test_the_same_testbed_resumes_and_its_records_carry_no_mixed_mark(half_done):
     calls = []
     st = run_campaign(spec(), half_done, reporting_run(LOCAL_TCG, calls), progress=False, testbed=LOCAL_TCG)
-    assert st["done"] == 4 and len(calls) == 2
+    assert st.done == 4 and len(calls) == 2
     assert all("mixed" not in r["metadata"] for r in _records(half_done))
 
 
@@ -98,7 +98,7 @@ def test_allow_mixed_resumes_and_every_record_made_says_so(half_done):
     before = {r["run_id"]: r for r in _records(half_done)}
     calls = []
     st = run_campaign(spec(), half_done, reporting_run(kvm, calls), progress=False, testbed=kvm, allow_mixed=True)
-    assert st["done"] == 4 and len(calls) == 2
+    assert st.done == 4 and len(calls) == 2
     for r in _records(half_done):
         if r["run_id"] in before:
             assert r == before[r["run_id"]]  # the records of the first testbed are untouched
@@ -154,7 +154,7 @@ def test_a_kernel_dimension_compares_each_blocks_kernel_run_by_run(tmp_path):
     assert not (out / "failed").exists()  # and no attempt burnt
     st = run_campaign(two, out, reporting_run(LOCAL_TCG, [], kernels=rebuilt), progress=False, testbed=offered_now,
                       allow_mixed=True)
-    assert st["done"] == 8
+    assert st.done == 8
     last = [r for r in _records(out) if r["scenario"].get("kernel") == "debian-6.12"
             and r["metadata"].get("mixed")]
     assert len(last) == 2 and "6.12.10-amd64" in last[0]["metadata"]["mixed"]["differences"][0]

@@ -151,7 +151,7 @@ def test_campaign_runs_each_once_and_resume_skips_done(tmp_path):
     s = spec(repetitions=1)
     calls: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
-    assert st["done"] == st["planned"] == 8 and st["remaining"] == 0
+    assert st.done == st.planned == 8 and st.remaining == 0
     assert len(calls) == 8
     again: list = []
     campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
@@ -167,7 +167,7 @@ def test_failed_runs_recorded_and_retried_boundedly(tmp_path):
     calls: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(calls, {bad}), progress=False)
     assert [c for c in calls if c[0] == bad] == [(bad, 1), (bad, 2)]
-    assert st == {"campaign": "t", "planned": 8, "done": 7, "failed": 1, "failed_attempts": 2, "running": 0,
+    assert st.to_dict() == {"campaign": "t", "planned": 8, "done": 7, "failed": 1, "failed_attempts": 2, "running": 0,
                   "remaining": 0}
     failed = record.load_record(tmp_path / "failed" / f"{bad}.a2")
     assert failed["status"] == "failed" and "receiver unreachable" in failed["reason"]
@@ -185,10 +185,10 @@ def test_consecutive_failures_abort_and_retry_failed_resumes(tmp_path):
         campaign.run_campaign(s, tmp_path, writing_run(calls, everything), progress=False, max_consecutive_failures=3)
     assert len(calls) == 3  # stopped instead of burning the attempts of all 8 runs
     st = directory.status(tmp_path)
-    assert st["failed"] == 3 and st["remaining"] == 5
+    assert st.failed == 3 and st.remaining == 5
     again: list = []
     st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False, retry_failed=True)
-    assert st["done"] == 8 and st["failed"] == 0
+    assert st.done == 8 and st.failed == 0
     assert sorted(a for _, a in again) == [1] * 5 + [2] * 3  # the failed ones continue their numbering
 
 
@@ -199,7 +199,7 @@ def test_half_written_runs_are_cleared_not_counted(tmp_path):
     half = tmp_path / ".tmp" / f"{victim}.999999"
     half.mkdir(parents=True)
     (half / "iperf.json").write_text("{")
-    assert directory.status(tmp_path)["done"] == 0
+    assert directory.status(tmp_path).done == 0
     calls: list = []
     campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
     assert not (tmp_path / ".tmp").exists() or not any((tmp_path / ".tmp").iterdir())

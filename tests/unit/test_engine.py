@@ -68,7 +68,7 @@ def test_any_executor_order_commits_each_run_once_and_retries_failures_to_max_at
     calls: list = []
     executor = Reversed(writing_run(calls, {bad}), tmp_path)
     st = campaign.drive(s, tmp_path, executor, progress=False)
-    assert st["done"] == s.runs - 1 and st["failed"] == 1
+    assert st.done == s.runs - 1 and st.failed == 1
     assert sorted(r["run_id"] for r in _records(tmp_path)) == sorted(sc.run_id for sc in s.plan() if sc.run_id != bad)
     assert [a for r, a in calls if r == bad] == [1, 2, 3]  # attempts numbered, up to max_attempts
     assert sorted(r["attempt"] for r in _records(tmp_path, record.FAILED)) == [1, 2, 3]
@@ -102,10 +102,10 @@ def test_an_interruption_closes_the_executor_and_the_campaign_resumes_exactly(tm
     executor = Reversed(writing_run(calls), tmp_path, interrupt_after=3)
     with pytest.raises(Interrupted):
         campaign.drive(s, tmp_path, executor, progress=False)
-    assert executor.closed == 1 and directory.status(tmp_path)["done"] == 3
+    assert executor.closed == 1 and directory.status(tmp_path).done == 3
     again: list = []
     st = campaign.drive(s, tmp_path, Reversed(writing_run(again), tmp_path), progress=False)
-    assert st["done"] == s.runs and len(again) == s.runs - 3
+    assert st.done == s.runs and len(again) == s.runs - 3
     assert not {r for r, _ in again} & {r for r, _ in calls}  # nothing ran twice
 
 

@@ -206,15 +206,53 @@ class Planned(Protocol):
         """The spec as written to ``spec.yaml`` (with ``max_attempts``)."""
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a plan: its id and its scenario."""
+
+    run_id: str
+    scenario: Scenario
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A campaign's ``plan.json``: its schema, campaign name, seed and every run in the order it is run."""
+
+    campaign: str
+    seed: int | None
+    runs: tuple[PlannedRun, ...]
+    schema: str = PLAN_SCHEMA
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs' ids in plan order."""
+        return [r.run_id for r in self.runs]
+
+    def to_dict(self) -> dict:
+        """``plan.json``'s content (each run as ``run_id`` and its scenario's dict)."""
+        return {"schema": self.schema, "campaign": self.campaign, "seed": self.seed,
+                "runs": [{"run_id": r.run_id, "scenario": r.scenario.to_dict()} for r in self.runs]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Plan:
+        """A plan read from ``plan.json``'s content; raises :class:`~bbrlab.core.errors.BbrlabError` when it
+        holds no list of runs."""
+        runs = data.get("runs") if isinstance(data, dict) else None
+        if not isinstance(runs, list):
+            raise BbrlabError("not a campaign plan (no list of runs)")
+        return cls(campaign=data.get("campaign"), seed=data.get("seed"), schema=data.get("schema", PLAN_SCHEMA),
+                   runs=tuple(PlannedRun(r["run_id"], Scenario.from_dict(r["scenario"])) for r in runs))
+
+    @classmethod
+    def of(cls, spec: Planned) -> Plan:
+        """``spec``'s plan."""
+        return cls(campaign=spec.name, seed=spec.seed, runs=tuple(PlannedRun(s.run_id, s) for s in spec.plan()))
+
+
 def plan_dict(spec: Planned) -> dict:
     """``spec``'s ``plan.json``: its schema, campaign name, seed and every run (``run_id`` and scenario dict)
     in plan order."""
-    return {
-        "schema": PLAN_SCHEMA,
-        "campaign": spec.name,
-        "seed": spec.seed,
-        "runs": [{"run_id": s.run_id, "scenario": s.to_dict()} for s in spec.plan()],
-    }
+    return Plan.of(spec).to_dict()
 
 
 def spec_yaml(spec: Planned) -> str:
@@ -232,7 +270,7 @@ def check_out_dir(spec: Planned, out_dir: str | Path) -> bool:
     return _check_contents(out_dir, spec.to_dict(), spec_yaml(spec), plan_dict(spec))
 
 
-def prepare(spec: Planned, out_dir: str | Path) -> dict:
+def prepare(spec: Planned, out_dir: str | Path) -> Plan:
     """Create (or re-open and repair) the campaign directory; return the plan.
 
     A directory holding anything but this campaign is refused before anything is written (no silent
@@ -240,30 +278,31 @@ def prepare(spec: Planned, out_dir: str | Path) -> dict:
     explained (:func:`bbrlab.campaign.directory.repair`).
     """
     out = Path(out_dir)
-    wanted = plan_dict(spec)
+    plan = Plan.of(spec)
+    wanted = plan.to_dict()
     text = spec_yaml(spec)
     resuming = _check_contents(out, spec.to_dict(), text, wanted)
     out.mkdir(parents=True, exist_ok=True)
     if not resuming:
         rec.write_atomic(out / SPEC_FILE, text)
         rec.write_json_atomic(out / PLAN_FILE, wanted)
-        return wanted
+        return plan
     if not (out / SPEC_FILE).exists():
         rec.write_atomic(out / SPEC_FILE, text)
-    repair(out, [r["run_id"] for r in wanted["runs"]])
-    return wanted
+    repair(out, plan.run_ids)
+    return plan
 
 
-def load_plan(out_dir: str | Path) -> dict:
+def load_plan(out_dir: str | Path) -> Plan:
     """The ``plan.json`` of campaign directory ``out_dir``; raises :class:`~bbrlab.core.errors.BbrlabError`
     when there is none or it holds no list of runs."""
-    path = Path(out_dir) / "plan.json"
+    path = Path(out_dir) / PLAN_FILE
     if not path.is_file():
         raise BbrlabError(f"{out_dir} is not a campaign directory (no plan.json)")
-    plan = read_json(path)
-    if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
-        raise BbrlabError(f"{path} is not a campaign plan (no list of runs)")
-    return plan
+    try:
+        return Plan.from_dict(read_json(path))
+    except (BbrlabError, KeyError, TypeError, ValueError) as e:
+        raise BbrlabError(f"{path} is not a campaign plan ({e})") from None
 
 
 def _max_attempts(out_dir: Path) -> int:
@@ -303,11 +342,11 @@ def status(out_dir: str | Path) -> CampaignStatus:
     out = Path(out_dir)
     plan = load_plan(out)
     max_attempts = _max_attempts(out)
-    run_ids = [r["run_id"] for r in plan["runs"]]
+    run_ids = plan.run_ids
     done = sum(rec.is_complete(out, r) for r in run_ids)
     attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
     given_up = sum(1 for r in run_ids if not rec.is_complete(out, r) and len(attempts[r]) >= max_attempts)
     running = [r for r in rec.in_progress(out) if r in set(run_ids)]
-    return CampaignStatus(campaign=plan["campaign"], planned=len(run_ids), done=done, failed=given_up,
+    return CampaignStatus(campaign=plan.campaign, planned=len(run_ids), done=done, failed=given_up,
                           failed_attempts=sum(len(a) for a in attempts.values()), running=len(running),
                           remaining=len(run_ids) - done - given_up)

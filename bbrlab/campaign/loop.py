@@ -258,7 +258,7 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
                                    kernel_dimension=bool(getattr(spec, "kernels", ())))
         plan = prepare(spec, out)
         rec.clear_tmp(out)
-        runs = [(r["run_id"], Scenario.from_dict(r["scenario"])) for r in plan["runs"]]
+        runs = [(r.run_id, r.scenario) for r in plan.runs]
         used = {run_id: len(rec.failed_attempts(out, run_id)) for run_id, _ in runs if not rec.is_complete(out, run_id)}
         last = {run_id: n + spec.max_attempts if retry_failed else spec.max_attempts for run_id, n in used.items()}
         todo = [(i, run_id, sc) for i, (run_id, sc) in enumerate(runs) if run_id in used and used[run_id] < last[run_id]]

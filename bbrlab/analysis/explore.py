@@ -16,6 +16,9 @@ from .facets import show
 from .tables import Tables
 
 ALL = "(all)"
+#: The CSS classes of the picker's parts in the page: the box, the variant filter, the run list, the figure.
+CSS_CLASSES = {"box": "bbrlab-run-picker", "variant": "bbrlab-run-picker-variant",
+               "runs": "bbrlab-run-picker-runs", "figure": "bbrlab-run-picker-figure"}
 
 
 def run_label(run: pd.Series) -> str:
@@ -105,7 +108,8 @@ def pick_runs(tables: Tables, draw: Callable[[list[str]], tuple], *, candidates:
     -------
     ipywidgets.VBox
         Display it as a cell's last expression; ``.children`` are the variant filter, the run list
-        and the output area.
+        and the output area. Each carries a CSS class of its own (:data:`CSS_CLASSES`), the handles by
+        which the browser test (and a stylesheet) finds them in JupyterLab's page.
 
     Examples
     --------
@@ -139,4 +143,7 @@ def pick_runs(tables: Tables, draw: Callable[[list[str]], tuple], *, candidates:
     variant.observe(refilter, names="value")
     picker.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([variant, picker, out])
+    box = widgets.VBox([variant, picker, out])
+    for part, widget in (("box", box), ("variant", variant), ("runs", picker), ("figure", out)):
+        widget.add_class(CSS_CLASSES[part])
+    return box

@@ -43,3 +43,12 @@ def test_picking_runs_redraws_the_figure_of_exactly_those_runs(tables):
     assert all(label.startswith("Cubic") for label, _ in picker.options)
     assert not set(picker.value) - {run_id for _, run_id in picker.options}
     plt.close("all")
+
+
+def test_the_parts_of_the_picker_carry_their_css_classes(tables):
+    """The browser test finds the picker's parts in JupyterLab's page by these classes."""
+    box = explore.pick_runs(tables, lambda ids: plots.timeseries(data.select(tables, run_id=ids)))
+    parts = [box, *box.children]
+    names = ("box", "variant", "runs", "figure")
+    assert [w._dom_classes for w in parts] == [(explore.CSS_CLASSES[n],) for n in names]
+    plt.close("all")

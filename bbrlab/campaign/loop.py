@@ -298,7 +298,7 @@ def _postfix(finished: Finished) -> str:
 
 
 def _progress_bar(total: int, initial: int, name: str, *, enabled: bool):
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, dynamic_ncols=True)
 

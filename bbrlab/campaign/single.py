@@ -1,11 +1,11 @@
 """A campaign on one testbed, in this process: the calibration it is checked against, the runner wired to
 it, and the loop with the testbed's lock told what runs.
 
-The caller loads the testbed, runs the pre-flight (:func:`bbrlab.campaign.preflight.check_testbed`) and
-holds the testbed's lock; this module neither prints progress of its own beyond the ceilings' source nor
-parses options.
+:func:`run_on_testbed` runs a campaign on a testbed the caller holds (its lock taken, the pre-flight done);
+:func:`run_campaign_on` takes the lock and runs the pre-flight first, for the command line and the notebook
+API. This module neither prints progress of its own beyond the ceilings' source nor parses options.
 
-May import: ``bbrlab.core``, ``bbrlab.run``, ``.loop``.
+May import: ``bbrlab.core``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``, ``.loop``, ``.preflight``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,12 @@ from pathlib import Path
 from bbrlab.run.ceiling import for_campaign
 from bbrlab.run.recovery import clear_partitions
 from bbrlab.run.runner import Runner
+from bbrlab.testbed.driving import driving
+from bbrlab.testbed.target import resolve
 
+from .directory import CampaignStatus
 from .loop import announcing, run_campaign
+from .preflight import check_testbed
 
 
 def _say(text: str) -> None:
@@ -61,3 +65,19 @@ def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | No
                 runner.close()
             except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
                 _say(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}")
+
+
+def run_campaign_on(spec, out_dir: str | Path, testbed: str | None = None, *, activity: str = "campaign run",
+                    calibration_path: Path | None = None, progress: bool = True, retry_failed: bool = False,
+                    keep_link: bool = False, allow_mixed: bool = False) -> CampaignStatus:
+    """Drive testbed ``testbed`` (a local name or a lab's file; default: the spec's, else the local testbed that
+    is up) through ``spec``'s campaign into ``out_dir``, as ``bbrlab campaign run`` and the notebook API do.
+
+    The testbed's lock comes first (:func:`bbrlab.testbed.driving.driving`, which waits for a holder and says
+    who it is): nothing of the testbed is read while another process may change it. Then the pre-flight
+    (:func:`bbrlab.campaign.preflight.check_testbed`: sender kernels, every timeslice x share against the host's
+    live limits) and :func:`run_on_testbed`. An interruption propagates once the testbed is restored."""
+    with driving(resolve(testbed or spec.testbed), activity, campaign=spec.name, out=str(out_dir)) as tb:
+        check_testbed(spec, tb)
+        return run_on_testbed(spec, out_dir, tb, calibration_path=calibration_path, progress=progress,
+                              retry_failed=retry_failed, keep_link=keep_link, allow_mixed=allow_mixed)

@@ -16,12 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from bbrlab.campaign.preflight import check_testbed
-from bbrlab.campaign.single import run_on_testbed
+from bbrlab.campaign.single import run_campaign_on
 from bbrlab.core.signals import Interrupted
-from bbrlab.testbed.target import resolve
 
-from .common import driving
 from .worker import add_tls_options, lab_tls
 
 RUN_EPILOG = """\
@@ -217,17 +214,15 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
 
 
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
-    """One testbed, in this process (:func:`bbrlab.campaign.single.run_on_testbed`). The testbed's lock comes
-    first: nothing of the testbed (its state, its vCPU threads, the hypervisor's limits) is read while another
-    process may be changing it."""
-    with driving(resolve(testbed or spec.testbed), "campaign run", campaign=spec.name, out=str(args.out)) as tb:
-        check_testbed(spec, tb)  # sender kernels (downloads, never boots), every timeslice x share
-        try:
-            st = run_on_testbed(spec, args.out, tb, calibration_path=calibration_path,
-                                progress=not args.no_progress, retry_failed=args.retry_failed,
-                                keep_link=args.keep_link, allow_mixed=args.allow_mixed)
-        except Interrupted:
+    """One testbed, in this process (:func:`bbrlab.campaign.single.run_campaign_on`: the testbed's lock first,
+    then the pre-flight, then the campaign)."""
+    try:
+        st = run_campaign_on(spec, args.out, testbed, calibration_path=calibration_path,
+                             progress=not args.no_progress, retry_failed=args.retry_failed,
+                             keep_link=args.keep_link, allow_mixed=args.allow_mixed)
+    except Interrupted:
+        if (Path(args.out) / "plan.json").is_file():
             _stopped(spec, args.out)
-            raise
+        raise
     print(json.dumps(st.to_dict()))
     return 0 if st.complete else 1

@@ -12,11 +12,8 @@ on a lab also the lock on its own hosts (:func:`driving`).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import sys
-from collections.abc import Iterator
 
+from bbrlab.testbed.driving import changing, driving, lock_name  # noqa: F401 - the commands import them from here
 from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 TESTBED_HELP = ("a local testbed's name or a testbed file (default: $BBRLAB_TESTBED, else the local testbed "
@@ -47,48 +44,6 @@ def load_testbed(args: argparse.Namespace):
     from bbrlab.testbed import load
 
     return load(testbed_arg(args))
-
-
-@contextlib.contextmanager
-def changing(name: str, activity: str, **details) -> Iterator[None]:
-    """Hold testbed ``name``'s lock for a change and say so (:func:`bbrlab.testbed.lock.set_activity`).
-
-    When another process holds it, say who and what it is doing, then wait for it (Ctrl-C gives up).
-    """
-    from bbrlab.testbed.lock import set_activity, testbed_lock
-
-    busy = busy_elsewhere(name)
-    if busy is not None:
-        print(f"testbed '{name}' is in use by {describe_holder(busy)}; waiting for it (Ctrl-C to give up)",
-              file=sys.stderr, flush=True)
-    with testbed_lock(name, note=io.StringIO()):
-        set_activity(name, activity, **details)
-        yield
-
-
-def lock_name(ref: str) -> str:
-    """The name testbed ``ref``'s lock on this machine goes by: a local testbed's own name, or the name a lab's
-    testbed file gives (read from that file; no testbed state is read)."""
-    from bbrlab.testbed import target
-
-    return target.lock_name(ref)
-
-
-@contextlib.contextmanager
-def driving(ref: str, activity: str, **details) -> Iterator:
-    """For a command that drives testbed ``ref``: hold its lock first (:func:`changing`), only then read it
-    (a local testbed's state, a lab's hosts), then hold the lock on a lab's own hosts
-    (:func:`bbrlab.testbed.hostlock.holding`: a driver on another machine waits too); yields the
-    :class:`~bbrlab.testbed.Testbed` and closes it at the end."""
-    from bbrlab.testbed import hostlock, load
-
-    with changing(lock_name(ref), activity, **details):
-        tb = load(ref)
-        try:
-            with hostlock.holding(tb, activity=activity):
-                yield tb
-        finally:
-            tb.close()
 
 
 def refuse_if_busy(name: str, force: bool, what: str = "run commands on its guests") -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 
+from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
 from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.sampling import sampler as sampling
@@ -27,6 +28,7 @@ LOSS_MIN_PACKETS = 200
 
 
 def cca_offered(cca: str, available: tuple[str, ...]) -> None:
+    """The sender offers the congestion control the scenario asks for."""
     if cca not in available:
         raise RunFailed(f"the sender offers {list(available)}, not {cca!r}")
 
@@ -105,26 +107,31 @@ def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> dic
     return out
 
 
-def contention_held(record: dict, scenario: Scenario) -> None:
-    evidence = record.get("evidence") or {}
-    if "error" in evidence:
-        raise RunFailed(f"contention evidence missing: {evidence['error']}")
-    stalls = (evidence.get("watch") or {}).get("stalls") or []
-    if stalls:
-        first = stalls[0]
-        raise RunFailed(f"vCPU thread {first['tid']} stayed runnable without CPU for {first['stalled_s']} s under "
+def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None:
+    """The deadline policy held on every vCPU thread as configured (``record``: the run's contention record):
+    its evidence was collected, no reservation stalled, every thread got CPU time and ran under the policy the
+    share asks for (none at 100 %)."""
+    evidence = record.evidence if record is not None else None
+    if isinstance(evidence, EvidenceMissing):
+        raise RunFailed(f"contention evidence missing: {evidence.error}")
+    if evidence is None:
+        raise RunFailed("the deadline policy did not hold on the vCPU threads: no evidence was recorded")
+    if evidence.stalls:
+        first = evidence.stalls[0]
+        raise RunFailed(f"vCPU thread {first.tid} stayed runnable without CPU for {first.stalled_s} s under "
                         "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
-                        f"the contention did not hold as configured ({len(stalls)} stall(s))")
-    idle = [t["tid"] for t in evidence.get("threads", []) if t.get("got_cpu") is False]
+                        f"the contention did not hold as configured ({len(evidence.stalls)} stall(s))")
+    idle = [t.tid for t in evidence.threads if t.got_cpu is False]
     if idle:
         raise RunFailed(f"vCPU thread(s) {idle} got no CPU time during the run (their run time in "
                         "/proc/<tid>/schedstat did not grow): not the VM's vCPU threads, or the VM was stopped")
-    if not evidence.get("policy_held", False):
-        raise RunFailed(f"the deadline policy did not hold on the vCPU threads: {json.dumps(evidence)[:400]}")
-    for thread in evidence.get("threads", []):
-        after = (thread.get("policy_after") or {}).get("policy", "")
-        if scenario.contention.unlimited == ("DEADLINE" in str(after)):
-            raise RunFailed(f"vCPU thread {thread['tid']} ran under {after} for a "
+    if not evidence.policy_held:
+        raise RunFailed("the deadline policy did not hold on the vCPU threads: "
+                        f"{json.dumps(evidence.to_dict())[:400]}")
+    for thread in evidence.threads:
+        after = thread.policy_after.policy if thread.policy_after is not None else ""
+        if scenario.contention.unlimited == ("DEADLINE" in after):
+            raise RunFailed(f"vCPU thread {thread.tid} ran under {after} for a "
                             f"{scenario.contention.cpu_share_pct} % share")
 
 

@@ -1,18 +1,22 @@
 """The ``metadata`` of one run record (docs/run-record.md), as a typed object filled by the run recipe.
 
-Each field is one thing measured while the run happened. :meth:`RunMetadata.to_dict` gives the JSON
-written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left out.
-If a run fails, what was measured up to the failure still goes into its failed record:
+Each field is one thing measured while the run happened; the parts other steps measure are their own typed
+records (the contention: :class:`~bbrlab.contention.evidence.ContentionRecord`). :meth:`RunMetadata.to_dict`
+gives the JSON written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left
+out. If a run fails, what was measured up to the failure still goes into its failed record:
 :meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
 campaign, which builds the one failed record (:func:`bbrlab.campaign.loop.failure_record`).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+
+from bbrlab.contention.evidence import ContentionRecord
 
 #: The attribute of an exception that carries the metadata of the run it ended.
 ERROR_ATTRIBUTE = "bbrlab_run_metadata"
@@ -30,6 +34,21 @@ class CcaUse:
     bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
     patched: bool = False
 
+    def to_dict(self) -> dict:
+        """The record's JSON (``metadata.cca``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CcaUse:
+        """A record's ``metadata.cca``."""
+        return cls(**d)
+
+
+#: The fields that are typed records of their own, each written by its ``to_dict``.
+_TYPED = {"cca": CcaUse, "contention": ContentionRecord}
+#: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
+_KEPT_WHEN_NONE = ("module", "cca")
+
 
 @dataclass
 class RunMetadata:
@@ -42,7 +61,7 @@ class RunMetadata:
     module: dict | None = None
     offloads: dict = field(default_factory=dict)
     flow: dict = field(default_factory=dict)
-    contention: dict | None = None
+    contention: ContentionRecord | None = None
     qdiscs: dict | None = None
     link: dict | None = None  # per-run qdisc counters and the loss netem applied
     iperf: dict | None = None
@@ -54,6 +73,8 @@ class RunMetadata:
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     timing: dict[str, float | bool] = field(default_factory=dict)
+    #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
+    deadline_after_failure: dict | None = None
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -77,8 +98,30 @@ class RunMetadata:
         self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
 
     def to_dict(self) -> dict:
-        out = asdict(self)
-        return {k: v for k, v in out.items() if v is not None or k in ("module", "cca")}
+        """The JSON of ``record.json``'s ``metadata``: the fields in their order, each typed record as its own
+        JSON, fields never measured left out."""
+        out: dict = {}
+        for f in fields(self):
+            if f.name == "deadline_after_failure":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "contention":
+                value = self._contention_dict()
+            elif f.name in _TYPED and value is not None:
+                value = value.to_dict()
+            else:
+                value = copy.deepcopy(value)
+            if value is not None or f.name in _KEPT_WHEN_NONE:
+                out[f.name] = value
+        return out
+
+    def _contention_dict(self) -> dict | None:
+        if self.contention is None and self.deadline_after_failure is None:
+            return None
+        d = self.contention.to_dict() if self.contention is not None else {}
+        if self.deadline_after_failure is not None:
+            d["after_failure"] = copy.deepcopy(self.deadline_after_failure)
+        return d
 
 
 def of_error(error: BaseException) -> dict:

@@ -79,7 +79,7 @@ class Runner:
             except Exception:
                 # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
                 # would otherwise refuse the leftover (or measure under it).
-                meta.contention = {**(meta.contention or {}), "after_failure": self.session.clear_deadline()}
+                meta.deadline_after_failure = self.session.clear_deadline()
                 raise
         return meta.to_dict()
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
 from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.core.scenario import Flow, Link, Scenario
+from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
+from bbrlab.link.emulator import Readback, check_readback
+from bbrlab.link.qdisc import build_tree
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling.ss import parse_ss_log
 
@@ -135,36 +139,32 @@ def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None
                             f"{scenario.contention.cpu_share_pct} % share")
 
 
-def qdiscs_as_asked(link_: Link, ports, qdiscs: dict) -> None:
-    from bbrlab.link import emulator as link
-    from bbrlab.link.qdisc import build_tree
-
+def qdiscs_as_asked(link_: Link, ports, qdiscs: Readback) -> None:
+    """The emulator's qdiscs read back after the run are the ones the link asks for."""
     try:
-        link.check_readback(build_tree(link_, tuple(ports)), qdiscs)
+        check_readback(build_tree(link_, tuple(ports)), qdiscs)
     except BbrlabError as e:
         raise RunFailed(f"the emulator's qdiscs after the run differ from the request: {e}") from None
 
 
-def drops_as_configured(link_: Link, delta: dict) -> dict:
+def drops_as_configured(link_: Link, delta: LinkCounters) -> NetemLoss:
     """netem dropped what the configured loss explains, and nothing on the ACK port; returns the loss seen.
 
     With no loss configured netem must drop nothing (a drop would be its own queue overflowing, which
     no router of the scenario does). With uniform loss ``p`` over ``n`` packets the observed fraction
     must lie within :data:`LOSS_SIGMAS` binomial standard deviations of ``p``.
     """
-    from bbrlab.link.emulator import loss_observed
-
     seen = loss_observed(delta)
-    ack_drops = sum(c.get("drops", 0) for c in delta.get("ack", {}).values())
+    ack_drops = sum(c.drops for c in delta.ack.values())
     if ack_drops:
         raise RunFailed(f"the emulator dropped {ack_drops} packet(s) on the ACK port, where no loss is configured")
     configured = link_.effective_loss_pct / 100
-    n, dropped = seen["entered"] or 0, seen["netem_dropped"]
+    n, dropped = seen.entered or 0, seen.netem_dropped
     if link_.loss_model == "none" and dropped:
         raise RunFailed(f"netem dropped {dropped} of {n} packets with no loss configured (its queue overflowed?)")
     if link_.loss_model == "uniform" and n >= LOSS_MIN_PACKETS:
         sigma = math.sqrt(configured * (1 - configured) / n)
-        if abs(seen["fraction"] - configured) > LOSS_SIGMAS * sigma:
-            raise RunFailed(f"netem dropped {100 * seen['fraction']:.3f} % of {n} packets, configured "
+        if abs(seen.fraction - configured) > LOSS_SIGMAS * sigma:
+            raise RunFailed(f"netem dropped {100 * seen.fraction:.3f} % of {n} packets, configured "
                             f"{100 * configured:g} % (more than {LOSS_SIGMAS:g} standard deviations apart)")
-    return {**seen, "configured_fraction": configured}
+    return replace(seen, configured_fraction=configured)

@@ -1,7 +1,8 @@
 """The ``metadata`` of one run record (docs/run-record.md), as a typed object filled by the run recipe.
 
 Each field is one thing measured while the run happened; the parts other steps measure are their own typed
-records (the contention: :class:`~bbrlab.contention.evidence.ContentionRecord`). :meth:`RunMetadata.to_dict`
+records (the contention: :class:`~bbrlab.contention.evidence.ContentionRecord`; the link's counters:
+:class:`~bbrlab.link.counters.LinkRecord`). :meth:`RunMetadata.to_dict`
 gives the JSON written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left
 out. If a run fails, what was measured up to the failure still goes into its failed record:
 :meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 
 from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.link.counters import LinkRecord
+from bbrlab.link.emulator import Readback
 
 #: The attribute of an exception that carries the metadata of the run it ended.
 ERROR_ATTRIBUTE = "bbrlab_run_metadata"
@@ -45,7 +48,7 @@ class CcaUse:
 
 
 #: The fields that are typed records of their own, each written by its ``to_dict``.
-_TYPED = {"cca": CcaUse, "contention": ContentionRecord}
+_TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord}
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
 
@@ -62,8 +65,8 @@ class RunMetadata:
     offloads: dict = field(default_factory=dict)
     flow: dict = field(default_factory=dict)
     contention: ContentionRecord | None = None
-    qdiscs: dict | None = None
-    link: dict | None = None  # per-run qdisc counters and the loss netem applied
+    qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
+    link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: dict | None = None

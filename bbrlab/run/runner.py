@@ -22,6 +22,7 @@ from bbrlab.contention import deadline as contention
 from bbrlab.contention import hostcpu
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
+from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import sampler as sampling
 
@@ -68,6 +69,7 @@ class Runner:
 
     @property
     def link(self) -> link.EmulatorLink:
+        """The emulated link this runner's session holds."""
         return self.session.link
 
     def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
@@ -98,7 +100,7 @@ class Runner:
         limit_s = work.client_limit_s(flow)
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
             meta.timing["link_set"] = changed
-            before = link.counters(self.link.readback(), tb.emulator.ports)
+            before = linkcount.counters(self.link.readback(), tb.emulator.ports)
             with ExitStack() as traffic:
                 with meta.timed("setup"):
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
@@ -148,9 +150,9 @@ class Runner:
             meta.cca.ss_seen = meta.sampling.pop("ss_seen")
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
-        delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
-        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link)}
-        meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
+        delta = linkcount.counters(meta.qdiscs, tb.emulator.ports).minus(before)
+        meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link))
+        meta.link.loss = checks.drops_as_configured(scenario.link, delta)
 
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:

@@ -18,8 +18,7 @@ from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
 from bbrlab.link.emulator import Readback, check_readback
 from bbrlab.link.qdisc import build_tree
-from bbrlab.sampling import sampler as sampling
-from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.sampling.summary import SamplingSummary, data_rows, summarize
 
 from . import iperf
 
@@ -69,46 +68,23 @@ def sampler_can_read(sampler: str, cca: str, bbr_version: int | None) -> None:
                         "sampler: netlink")
 
 
-def _sampler_summary(kind: str, text: str) -> dict:
-    from bbrlab.sampling import sockdiag
-
-    if kind != "ss":
-        return sockdiag.summary(text)
-    footer = sampling.parse_sampler_footer(text) or {}
-    return {"kind": "ss", "samples": footer.get("samples"), "missed_ticks": None,
-            "cpu_s": footer.get("cpu_s"), "cpu_per_sample_ms": footer.get("cpu_per_sample_ms"),
-            "interval": sockdiag.interval_stats([round(t * 1e9) for t in sampling.sample_times(text)]),
-            "ended": "stop_file" if footer else "killed (no footer)"}
-
-
-def sample_rows(kind: str, text: str, ports) -> list[dict]:
-    """The ss table's rows of a sampler log of ``kind`` (ss, netlink or bpf), data streams only."""
-    from bbrlab.sampling import sockdiag
-
-    if kind == "ss":
-        return parse_ss_log(text, ports=ports)
-    return sockdiag.rows(text, ports=ports)
-
-
-def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> dict:
-    """The sampler saw the data connections (local ``data_ports``), under ``cca``; returns what the record
-    keeps about sampling:
-    the sampler (kind, binary and its SHA-256), the asked and achieved interval (median, p99, longest gap),
-    samples, missed ticks, guest CPU per sample, and ``ss_seen`` (the CCAs seen on the data streams)."""
+def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> tuple[SamplingSummary, list[str]]:
+    """The sampler saw the data connections (local ``data_ports``), under ``cca``. Returns what the record keeps
+    about sampling (the sampler's kind, program, asked and achieved interval, samples, missed ticks, guest CPU
+    per sample: :class:`~bbrlab.sampling.summary.SamplingSummary`) and the CCAs seen on the data streams."""
     try:
-        rows = sample_rows(sampled.kind, sampled.text, data_ports)
-        summary = _sampler_summary(sampled.kind, sampled.text)
+        rows = data_rows(sampled.kind, sampled.text, data_ports)
+        summary = summarize(sampled.kind, sampled.text, rows=len(rows), asked_interval_ms=interval_ms,
+                            binary=sampled.binary)
     except BbrlabError as e:
         raise RunFailed(f"the {sampled.kind} sampler's samples: {e}") from None
     carrying = [r for r in rows if r["bytes_sent"] > IPERF_COOKIE_BYTES]
     seen = sorted({r["cca"] for r in carrying})
-    out = {"kind": sampled.kind, "binary": sampled.binary, "asked_interval_ms": interval_ms, "rows": len(rows),
-           "ss_seen": seen, **{k: v for k, v in summary.items() if k not in ("kind", "asked_interval_ms")}}
     if not carrying:
         raise RunFailed("the sampler saw no data connection carrying data")
     if seen != [cca]:
         raise RunFailed(f"the sampler saw congestion control {seen} on the data streams, asked for {cca!r}")
-    return out
+    return summary, seen
 
 
 def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None:

@@ -2,7 +2,7 @@
 
 Each field is one thing measured while the run happened; the parts other steps measure are their own typed
 records (the contention: :class:`~bbrlab.contention.evidence.ContentionRecord`; the link's counters:
-:class:`~bbrlab.link.counters.LinkRecord`). :meth:`RunMetadata.to_dict`
+:class:`~bbrlab.link.counters.LinkRecord`; the sampler: :class:`~bbrlab.sampling.summary.SamplingSummary`). :meth:`RunMetadata.to_dict`
 gives the JSON written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left
 out. If a run fails, what was measured up to the failure still goes into its failed record:
 :meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
+from bbrlab.sampling.summary import SamplingSummary
 
 #: The attribute of an exception that carries the metadata of the run it ended.
 ERROR_ATTRIBUTE = "bbrlab_run_metadata"
@@ -48,7 +49,7 @@ class CcaUse:
 
 
 #: The fields that are typed records of their own, each written by its ``to_dict``.
-_TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord}
+_TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
 
@@ -69,7 +70,7 @@ class RunMetadata:
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
-    sampling: dict | None = None
+    sampling: SamplingSummary | None = None
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)

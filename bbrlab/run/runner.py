@@ -146,8 +146,7 @@ class Runner:
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
         if sampled is not None:  # its log is in out/ already: streamed there while it ran
-            meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
-            meta.cca.ss_seen = meta.sampling.pop("ss_seen")
+            meta.sampling, meta.cca.ss_seen = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
         delta = linkcount.counters(meta.qdiscs, tb.emulator.ports).minus(before)

@@ -1,29 +1,32 @@
 """The ``metadata`` of one run record (docs/run-record.md), as a typed object filled by the run recipe.
 
 Each field is one thing measured while the run happened; the parts other steps measure are their own typed
-records (the contention: :class:`~bbrlab.contention.evidence.ContentionRecord`; the link's counters:
-:class:`~bbrlab.link.counters.LinkRecord`; the sampler: :class:`~bbrlab.sampling.summary.SamplingSummary`). :meth:`RunMetadata.to_dict`
-gives the JSON written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left
-out. If a run fails, what was measured up to the failure still goes into its failed record:
-:meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
-campaign, which builds the one failed record (:func:`bbrlab.campaign.loop.failure_record`).
+records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
+(:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
+:meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
+of an unsampled run) are left out.
+
+If a run fails, what was measured up to the failure still goes into its failed record: inside
+:meth:`RunMetadata.carried_by_errors` an error becomes a :class:`FailedRun` raised from it, which carries
+the metadata as a field; the campaign builds the one failed record from :func:`failure_reason` (the original
+error's type, message and place) and :func:`of_error` (the metadata).
 """
 
 from __future__ import annotations
 
 import copy
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.summary import SamplingSummary
-
-#: The attribute of an exception that carries the metadata of the run it ended.
-ERROR_ATTRIBUTE = "bbrlab_run_metadata"
 
 
 @dataclass
@@ -91,15 +94,20 @@ class RunMetadata:
 
     @contextmanager
     def carried_by_errors(self) -> Iterator[None]:
-        """Any exception leaving the block carries this metadata (see the module docstring)."""
+        """An error leaving the block leaves as a :class:`FailedRun` carrying this metadata, raised ``from`` it.
+
+        Interruptions (:class:`bbrlab.core.signals.Interrupted`, KeyboardInterrupt, SystemExit: none is an
+        ``Exception``) and errors that are not the run's failure (:class:`~bbrlab.core.errors.NotARunFailure`)
+        leave as themselves. ``timing["run_wall_s"]`` is the block's wall time, however it ends."""
         t0 = time.monotonic()
         try:
             yield
-        except BaseException as e:
+        except Exception as e:
+            if isinstance(e, (FailedRun, NotARunFailure)):
+                raise
+            raise FailedRun(e, self) from e
+        finally:
             self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
-            setattr(e, ERROR_ATTRIBUTE, self.to_dict())
-            raise
-        self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
 
     def to_dict(self) -> dict:
         """The JSON of ``record.json``'s ``metadata``: the fields in their order, each typed record as its own
@@ -128,6 +136,39 @@ class RunMetadata:
         return d
 
 
+class FailedRun(BbrlabError):
+    """A run failed: raised ``from`` the error that ended it (``error``), carrying what the run measured until
+    then (``metadata``). Its message is the error's ``Type: message``; the record's reason is the error's own,
+    with where it was raised (:func:`failure_reason`)."""
+
+    def __init__(self, error: Exception, metadata: RunMetadata):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.metadata = error, metadata
+
+    def __reduce__(self):
+        """Pickled with the error and the metadata (the error's traceback stays behind, as for any exception)."""
+        return type(self), (self.error, self.metadata)
+
+
 def of_error(error: BaseException) -> dict:
-    """The metadata a failed run's exception carries (empty when it failed before measuring anything)."""
-    return getattr(error, ERROR_ATTRIBUTE, None) or {}
+    """The metadata a failed run's exception carries (a :class:`FailedRun`'s), as the record's JSON; empty when
+    it carries none (an error raised outside a run's :meth:`~RunMetadata.carried_by_errors`)."""
+    return error.metadata.to_dict() if isinstance(error, FailedRun) else {}
+
+
+def original_error(error: BaseException) -> BaseException:
+    """The error that ended a run: a :class:`FailedRun`'s ``error``, any other exception itself."""
+    return error.error if isinstance(error, FailedRun) else error
+
+
+def failure_reason(error: BaseException) -> str:
+    """A failed record's reason: ``Type: message (at file:line in function)`` of the error that ended the run
+    (:func:`original_error`), with where it was raised, since some errors (a bare EOFError from an SSH channel)
+    carry no message of their own."""
+    error = original_error(error)
+    text = f"{type(error).__name__}: {error}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text

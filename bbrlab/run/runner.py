@@ -8,8 +8,9 @@ manager owned by its tool, composed in one ``ExitStack``: whatever fails or inte
 exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the server stop, and the link
 is cleared, in reverse order.
 
-The runner never catches a failure: it raises, carrying the metadata measured so far, and the campaign
-(:func:`bbrlab.campaign.loop.execute_run`) records it once, with where it was raised.
+The runner never catches a failure: it raises a :class:`~bbrlab.run.runmeta.FailedRun` carrying the metadata
+measured so far, from the error that ended the run, and the campaign (:func:`bbrlab.campaign.loop.execute_run`)
+records it once, with where that error was raised.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bbrlab.sampling import sampler as sampling
 from . import checks, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
-from .runmeta import CcaUse, RunMetadata
+from .runmeta import CcaUse, RunMetadata, failure_reason, of_error
 from .session import TestbedSession
 
 #: Seconds the sampler and the server may outlive the client's own limit before they stop by themselves.
@@ -73,7 +74,8 @@ class Runner:
         return self.session.link
 
     def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
-        """Run ``scenario`` once, its files into ``staging``; the record's metadata. Raises if the run fails."""
+        """Run ``scenario`` once, its files into ``staging``; the record's metadata (its JSON). Raises
+        :class:`~bbrlab.run.runmeta.FailedRun` if the run fails (an interruption as itself)."""
         meta = RunMetadata()
         with meta.carried_by_errors():
             try:
@@ -90,6 +92,7 @@ class Runner:
         self.link.close()
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
+        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails."""
         work = workloads.for_flow(scenario.flow)
         self.session.boot(scenario.kernel, meta)
         self.session.describe(meta)
@@ -157,8 +160,6 @@ class Runner:
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:
     """Run one scenario with a fresh :class:`Runner` (it sets the link and clears it afterwards) and return its
     record, ok or failed (not committed anywhere: the files stay in ``out_dir``)."""
-    from bbrlab.campaign.loop import failure_record
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runner, run_id = Runner(testbed), run_id or scenario.run_id
@@ -166,7 +167,9 @@ def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | 
     try:
         metadata = runner(scenario, out, run_id=run_id, attempt=attempt)
     except Exception as e:  # noqa: BLE001 - the one-off run's failure is its record, as in a campaign
-        return failure_record(run_id, "adhoc", scenario, attempt, started, e)
+        return rec.build_record(run_id=run_id, campaign="adhoc", status="failed", reason=failure_reason(e),
+                                attempt=attempt, started_at=started, ended_at=rec.now_iso(), scenario=scenario.to_dict(),
+                                metadata=of_error(e))
     finally:
         runner.link.forget()
     return rec.build_record(run_id=run_id, campaign="adhoc", status="ok", reason=None, attempt=attempt,

@@ -4,7 +4,7 @@ Each field is one thing measured while the run happened; the parts other steps m
 records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
 (:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
-of an unsampled run) are left out.
+of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back.
 
 If a run fails, what was measured up to the failure still goes into its failed record: inside
 :meth:`RunMetadata.carried_by_errors` an error becomes a :class:`FailedRun` raised from it, which carries
@@ -51,7 +51,10 @@ class CcaUse:
         return cls(**d)
 
 
-#: The fields that are typed records of their own, each written by its ``to_dict``.
+#: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
+#: worker that ran it); :meth:`RunMetadata.from_dict` keeps them in ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker")
+#: The fields that are typed records of their own, each read back by its ``from_dict``.
 _TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
@@ -82,6 +85,8 @@ class RunMetadata:
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
     deadline_after_failure: dict | None = None
+    #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), as read by :meth:`from_dict`.
+    added: dict = field(default_factory=dict)
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -114,7 +119,7 @@ class RunMetadata:
         JSON, fields never measured left out."""
         out: dict = {}
         for f in fields(self):
-            if f.name == "deadline_after_failure":
+            if f.name in ("deadline_after_failure", "added"):
                 continue
             value = getattr(self, f.name)
             if f.name == "contention":
@@ -125,6 +130,7 @@ class RunMetadata:
                 value = copy.deepcopy(value)
             if value is not None or f.name in _KEPT_WHEN_NONE:
                 out[f.name] = value
+        out.update(copy.deepcopy(self.added))
         return out
 
     def _contention_dict(self) -> dict | None:
@@ -134,6 +140,23 @@ class RunMetadata:
         if self.deadline_after_failure is not None:
             d["after_failure"] = copy.deepcopy(self.deadline_after_failure)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunMetadata:
+        """A record's ``metadata`` (schema ``bbrlab.run/2``), typed; ValueError for a key it does not know."""
+        names = {f.name for f in fields(cls)} - {"deadline_after_failure", "added"}
+        unknown = sorted(set(d) - names - set(CAMPAIGN_KEYS))
+        if unknown:
+            raise ValueError(f"metadata keys {unknown} are not those of a bbrlab.run/2 record")
+        values = {k: copy.deepcopy(v) for k, v in d.items() if k in names}
+        contention = values.pop("contention", None)
+        if contention is not None:
+            values["deadline_after_failure"] = contention.pop("after_failure", None)
+            values["contention"] = ContentionRecord.from_dict(contention) if contention else None
+        for name, typed in _TYPED.items():
+            if name != "contention" and values.get(name) is not None:
+                values[name] = typed.from_dict(values[name])
+        return cls(**values, added={k: copy.deepcopy(d[k]) for k in d if k in CAMPAIGN_KEYS})
 
 
 class FailedRun(BbrlabError):

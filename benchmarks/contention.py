@@ -30,9 +30,9 @@ def achieved_shares() -> None:
         try:
             with contended(host, [loop.pid], Contention(timeslice_ms, share_pct)) as c:
                 time.sleep(HOLD_S)  # the measurement interval
-            t = c.evidence["threads"][0]
-            print(f"{timeslice_ms:>8} ms {share_pct:>5} % {t['cpu_share_pct']:>8.2f} % {t['wall_s']:>7.2f} "
-                  f"{t['timeslices']:>7} {c.evidence['policy_held']}")
+            t = c.evidence.threads[0].usage
+            print(f"{timeslice_ms:>8} ms {share_pct:>5} % {t.cpu_share_pct:>8.2f} % {t.wall_s:>7.2f} "
+                  f"{t.timeslices:>7} {c.evidence.policy_held}")
         finally:
             loop.kill()
             loop.wait()

@@ -39,8 +39,8 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import interruptible
 from bbrlab.run import record as rec
-from bbrlab.run.record import failure_reason, failure_record  # noqa: F401 - where callers found them
-from bbrlab.run.runmeta import of_error
+from bbrlab.run.record import failure_record  # noqa: F401 - where callers found it
+from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from .directory import Planned, check_out_dir, prepare, status
@@ -189,7 +189,7 @@ class InProcess:
         except MixedTestbed:
             raise
         except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
-            status, reason, metadata = "failed", rec.failure_reason(e), of_error(e)
+            status, reason, metadata = "failed", failure_reason(e), of_error(e)
         return Finished(attempt, status, reason, metadata, started, rec.now_iso(), staging=staging,
                         wall_s=time.monotonic() - t0)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bbrlab.core.errors import ValidationError
+from bbrlab.core.errors import NotARunFailure, ValidationError
 from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 
@@ -20,7 +20,7 @@ SAME_TESTBED_KEYS = ("name", "kind", "accelerator", "sender_vcpus", "sender_kern
 MIXED_OPTION = "--allow-mixed"
 
 
-class MixedTestbed(ValidationError):
+class MixedTestbed(ValidationError, NotARunFailure):
     """A campaign would mix testbeds (:func:`check_same_testbed`); never a failed attempt of a run."""
 
 

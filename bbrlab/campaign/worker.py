@@ -37,12 +37,11 @@ from bbrlab.core.signals import Interrupted, clear_pending, raise_in_thread
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import CalibrationMismatch
 from bbrlab.run.recovery import recover
-from bbrlab.run.runmeta import of_error
+from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.run.runner import Runner
 from bbrlab.testbed import hostlock, isolation, target
 from bbrlab.testbed.lock import set_activity
 
-from .loop import failure_reason
 from .preflight import TestbedCheck, check_testbed
 from .spec import CampaignSpec
 

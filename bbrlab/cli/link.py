@@ -151,6 +151,7 @@ def run_set(args) -> int:
     """``bbrlab link set``: validate the link given by the flags, put it on the emulator's ports while holding
     the testbed's lock, and print the kernel's read-back (the queue as the kernel holds it); returns 0."""
     from bbrlab.link import emulator as linkmod
+    from bbrlab.link.counters import effective_queue
 
     link = link_from_args(args)  # validated before the testbed is even looked up
     with driving(testbed_arg(args), "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit) as tb:
@@ -158,9 +159,9 @@ def run_set(args) -> int:
     if args.json:
         print(json.dumps(readbacks, indent=2))
     else:
-        queue = linkmod.effective_queue(readbacks, tb.emulator.ports, link)  # as the kernel holds it
+        queue = effective_queue(readbacks, tb.emulator.ports, link)  # as the kernel holds it
         print(f"link set on {tb.emulator.host.name}: RTT {link.rtt_ms:g} ms, {link.rate_mbit:g} Mbit/s, "
-              f"queue {queue['queue_bytes']} B = {queue['queue_bdp']} BDP (BDP {link.bdp_bytes} B), "
+              f"queue {queue.queue_bytes} B = {queue.queue_bdp} BDP (BDP {link.bdp_bytes} B), "
               f"loss {link.effective_loss_pct:g} %")
         _print_ports(readbacks, tb.emulator.ports)
     return 0

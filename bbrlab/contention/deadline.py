@@ -7,7 +7,7 @@ The usual way in is the context manager::
 
     with contended(hypervisor_host, vcpu_tids, Contention(timeslice_ms=1, cpu_share_pct=25)) as c:
         run_iperf(...)
-    record["contention"] = c.record()      # requested, applied (read back), evidence it held
+    meta.contention = c.record()           # a ContentionRecord: requested, applied (read back), evidence
 
 What it does, in order:
 
@@ -37,13 +37,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import die_as_default
 
+from .evidence import ContentionEvidence, ContentionRecord, EvidenceMissing, ThreadEvidence
 from .limits import KernelLimits, check_fits, read_kernel_limits
 from .sched import (
     DeadlineAdmissionError,
@@ -92,7 +93,7 @@ class ContentionSession:
     limits: KernelLimits | None = None
     previous: dict[int, SchedPolicy] = field(default_factory=dict)
     applied: dict[int, SchedPolicy] = field(default_factory=dict)
-    evidence: dict | None = None
+    evidence: ContentionEvidence | EvidenceMissing | None = None
     expected: dict[int, ThreadIdentity] | None = None
     identities: dict[int, ThreadIdentity] = field(default_factory=dict)
     _changed: list[int] = field(default_factory=list)
@@ -107,6 +108,7 @@ class ContentionSession:
 
     @property
     def wanted(self) -> SchedPolicy:
+        """The deadline policy the contention asks for on every thread."""
         c = self.contention
         return SchedPolicy.deadline(c.runtime_ns, c.deadline_ns, c.period_ns)
 
@@ -208,33 +210,31 @@ class ContentionSession:
         self._watch = PolicyWatch(self.scheduler, dict(self.applied), interval_s, self.host, dict(self.identities))
         self._watch.start()
 
-    def finish(self) -> dict:
+    def finish(self) -> ContentionEvidence:
         """Read the policy back and the CPU each thread used since :meth:`apply`; store and return it."""
         watch = None
         if self._watch is not None:
             watch = self._watch.stop()
             self._watch = None
         end = sample_threads(self.host, self.thread_ids)
-        threads = []
-        for tid in self.thread_ids:
-            entry: dict = {"tid": tid}
-            try:
-                after = self.scheduler.get(tid)
-                entry["policy_after"] = after.to_dict()
-                entry["held"] = after.same_policy_as(self.applied.get(tid, after))
-            except ThreadGoneError:
-                entry.update(policy_after=None, held=False, gone=True)
-            if tid in self._start and tid in end:
-                usage = usage_between(self._start[tid], end[tid])
-                entry.update(usage.to_dict())
-                entry["got_cpu"] = usage.same_thread and usage.cpu_s > 0
-                entry["held"] = entry["held"] and usage.same_thread
-            threads.append(entry)
-        held = all(t["held"] for t in threads) and not (watch and (watch["deviations"] or watch["stalls"]))
-        self.evidence = {"method": self.scheduler.name, "policy_held": held,
-                         "configured_share_pct": 100.0 if self.contention.unlimited else
-                         self.contention.cpu_share_pct, "threads": threads, "watch": watch}
+        threads = [self._thread_evidence(tid, end) for tid in self.thread_ids]
+        held = all(t.held for t in threads) and not (watch and (watch.deviations or watch.stalls))
+        self.evidence = ContentionEvidence(self.scheduler.name, held, 100.0 if self.contention.unlimited else
+                                           self.contention.cpu_share_pct, threads, watch)
         return self.evidence
+
+    def _thread_evidence(self, tid: int, end: dict) -> ThreadEvidence:
+        """Thread ``tid``'s policy read back now and the CPU it used between :meth:`apply` and ``end``."""
+        try:
+            after, gone = self.scheduler.get(tid), False
+            held = after.same_policy_as(self.applied.get(tid, after))
+        except ThreadGoneError:
+            after, held, gone = None, False, True
+        if tid not in self._start or tid not in end:
+            return ThreadEvidence(tid, after, held, gone)
+        usage = usage_between(self._start[tid], end[tid])
+        return ThreadEvidence(tid, after, held and usage.same_thread, gone, usage,
+                              got_cpu=usage.same_thread and usage.cpu_s > 0)
 
     def restore(self) -> None:
         """Give every changed thread its previous policy back. Safe to call more than once.
@@ -270,20 +270,10 @@ class ContentionSession:
         """Threads changed and not (yet) restored."""
         return list(self._changed)
 
-    def record(self) -> dict:
-        """The ``metadata.contention`` part of a run record (docs/run-record.md)."""
-        def rows(policies: dict[int, SchedPolicy]) -> list[dict]:
-            return [{"tid": tid, **p.to_dict()} for tid, p in policies.items()]
-
-        return {
-            "requested": asdict(self.contention),
-            "host": self.host.name,
-            "method": self.scheduler.name,
-            "kernel_limits": self.limits.to_dict() if self.limits else None,
-            "previous": rows(self.previous),
-            "applied": rows(self.applied),
-            "evidence": self.evidence,
-        }
+    def record(self) -> ContentionRecord:
+        """The ``metadata.contention`` part of a run record (docs/run-record.md; ``to_dict()`` for its JSON)."""
+        return ContentionRecord(self.contention, self.host.name, self.scheduler.name, self.limits,
+                                dict(self.previous), dict(self.applied), self.evidence)
 
 # -- restoring on signals ----------------------------------------------------------------------------
 
@@ -371,7 +361,7 @@ def contended(
             try:
                 session.finish()
             except BbrlabError as e:
-                session.evidence = {"error": f"could not collect evidence: {e}"}
+                session.evidence = EvidenceMissing(f"could not collect evidence: {e}")
             finally:
                 _restore_after_body(session, failure)
 

@@ -4,7 +4,7 @@ a campaign's pre-flight for every timeslice x share of its spec."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
@@ -35,9 +35,15 @@ class KernelLimits:
         return self.online_cpus * self.rt_runtime_us / self.rt_period_us
 
     def to_dict(self) -> dict:
+        """The limits as a record keeps them, ``capacity_cpus`` included."""
         d = asdict(self)
         d["capacity_cpus"] = self.capacity_cpus
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KernelLimits:
+        """Limits read from a record (``capacity_cpus`` is derived from the others, not read)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 _LIMIT_FILES = {

@@ -9,6 +9,7 @@ import time
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import Host
 
+from .evidence import Deviation, Stall, WatchReport
 from .sched import SchedPolicy
 from .threadstat import ThreadIdentity, read_proc_files, thread_state
 
@@ -34,16 +35,18 @@ class PolicyWatch(threading.Thread):
         self.scheduler, self.expected, self.interval_s, self.host = scheduler, expected, interval_s, host
         self.identities = identities or {}
         self.checks = 0
-        self.deviations: list[dict] = []
-        self.stalls: list[dict] = []
+        self.deviations: list[Deviation] = []
+        self.stalls: list[Stall] = []
         self._unchanged: dict[int, tuple[float, int]] = {}  # tid -> (since monotonic s, CPU ns) while runnable
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        """Check every ``interval_s`` until :meth:`stop`."""
         while not self._stop_event.wait(self.interval_s):
             self.check_once()
 
     def check_once(self) -> None:
+        """One round: every thread's policy against the applied one, then the stall guard."""
         self.checks += 1
         for tid, want in self.expected.items():
             try:
@@ -52,7 +55,7 @@ class PolicyWatch(threading.Thread):
             except BbrlabError as e:
                 seen = f"error: {e}"
             if seen and len(self.deviations) < 20:
-                self.deviations.append({"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "seen": seen})
+                self.deviations.append(Deviation(tid, round(time.monotonic(), 3), seen))
         if self.host is not None:
             self.guard_stalls()
 
@@ -76,19 +79,18 @@ class PolicyWatch(threading.Thread):
                 self.stalls.append(self._restart(tid, want, now - since))
                 self._unchanged[tid] = (time.monotonic(), cpu_ns)
 
-    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> dict:
-        stall = {"tid": tid, "at_monotonic_s": round(time.monotonic(), 3), "stalled_s": round(stalled_s, 1)}
+    def _restart(self, tid: int, want: SchedPolicy, stalled_s: float) -> Stall:
+        at = round(time.monotonic(), 3)
         try:
             self.scheduler.set(tid, SchedPolicy("SCHED_OTHER"), self.identities.get(tid))
             self.scheduler.set(tid, want, self.identities.get(tid))
-            stall["restarted"] = True
         except BbrlabError as e:
-            stall.update(restarted=False, error=str(e))
-        return stall
+            return Stall(tid, at, round(stalled_s, 1), restarted=False, error=str(e))
+        return Stall(tid, at, round(stalled_s, 1), restarted=True)
 
-    def stop(self) -> dict:
+    def stop(self) -> WatchReport:
+        """Stop watching, check once more, and report what was seen."""
         self._stop_event.set()
         self.join()
         self.check_once()
-        return {"interval_s": self.interval_s, "checks": self.checks, "deviations": self.deviations,
-                "stalls": self.stalls}
+        return WatchReport(self.interval_s, self.checks, list(self.deviations), list(self.stalls))

@@ -79,3 +79,9 @@ class TestbedError(BbrlabError):
 
 class RunFailed(BbrlabError):
     """Something that must hold for a valid measurement did not; the message is the run record's reason."""
+
+
+class NotARunFailure(BbrlabError):
+    """An error about the campaign, not about the run it was raised in (a campaign mixing testbeds): a run's
+    failure boundary (:meth:`bbrlab.run.runmeta.RunMetadata.carried_by_errors`) lets it through as itself, and
+    no failed attempt is recorded for it."""

@@ -58,6 +58,11 @@ _PROBES = {
 _PROBE_SCRIPT = 'tc qdisc add dev lo root handle 1: "$@" && exec tc -raw -j qdisc show dev lo'
 
 
+#: A read-back of the emulator's ports: ``{ifname: [qdisc, ...]}``, each qdisc as ``tc -raw -j -s qdisc show``
+#: reports it (kind, handle, parent, options, counters), kept verbatim in every run record (``metadata.qdiscs``).
+Readback = dict[str, list[dict]]
+
+
 class LinkMismatch(TestbedError):
     """The kernel reports qdiscs different from the ones requested."""
 
@@ -72,7 +77,7 @@ def readback(host: Host, ifname: str) -> list[dict]:
     return json.loads(out) if out else []
 
 
-def show(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+def show(host: Host, ports: Sequence[str]) -> Readback:
     """``{ifname: [qdisc, ...]}`` for each port, as the kernel reports them, in ONE ``tc`` command.
 
     ``tc -j qdisc show`` without ``dev`` tags every qdisc with its ``dev``; grouped by it (and the tag
@@ -91,6 +96,7 @@ def show(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
 
 
 def root_qdisc(qdiscs: list[dict]) -> dict | None:
+    """The root qdisc of one port's read-back (None when the port has none listed)."""
     return next((q for q in qdiscs if q.get("root")), None)
 
 
@@ -100,6 +106,7 @@ def is_default(qdisc: dict | None) -> bool:
 
 
 def is_ours(qdisc: dict | None) -> bool:
+    """bbrlab's root qdisc (its handle), as :func:`set` puts it on a port."""
     return qdisc is not None and qdisc.get("handle") == ROOT_HANDLE
 
 
@@ -143,7 +150,7 @@ def owner_note(host: Host) -> str:
     return f"link-{_local_netns(host) or 'host'}.owner"
 
 
-def check_ports_free(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+def check_ports_free(host: Host, ports: Sequence[str]) -> Readback:
     """Each port exists and its root qdisc is the kernel default or bbrlab's, and bbrlab's is not another
     campaign's: one whose note (:func:`mark_ports`) names another session that still holds the host
     (:mod:`bbrlab.testbed.hostlock`) is refused, naming that campaign. Returns the read-back."""
@@ -158,7 +165,7 @@ def check_ports_free(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
     return before
 
 
-def _refuse_another_campaigns(host: Host, ports: Sequence[str], readbacks: dict[str, list[dict]]) -> None:
+def _refuse_another_campaigns(host: Host, ports: Sequence[str], readbacks: Readback) -> None:
     """Raise when bbrlab's qdiscs on ``ports`` were set by another session that still holds ``host``."""
     if not any(is_ours(root_qdisc(q)) for q in readbacks.values()):
         return
@@ -246,7 +253,7 @@ def diff_port(spec: PortTree, qdiscs: list[dict]) -> list[str]:
     return diffs
 
 
-def check_readback(tree: LinkTree, readbacks: dict[str, list[dict]]) -> None:
+def check_readback(tree: LinkTree, readbacks: Readback) -> None:
     """Raise :class:`LinkMismatch` unless every port carries exactly what ``tree`` asks for."""
     diffs = [d for p in tree.ports for d in diff_port(p, readbacks.get(p.ifname, []))]
     if diffs:
@@ -280,7 +287,7 @@ def _clear_port(host: Host, ifname: str) -> None:
         host.run(clear_argv(ifname))
 
 
-def clear(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
+def clear(host: Host, ports: Sequence[str]) -> Readback:
     """Remove bbrlab's qdiscs from ``ports``; the kernel's defaults come back. Returns the read-back,
     and raises if a port still carries a non-default root qdisc afterwards, or (before any change) when
     they are another live campaign's (:func:`check_ports_free`)."""
@@ -295,7 +302,7 @@ def clear(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
     return after
 
 
-def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
+def set(host: Host, ports: Sequence[str], link: Link) -> Readback:
     """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back.
 
     Raises before any change for a bad link, unknown/foreign ports, or a kernel missing a qdisc
@@ -331,7 +338,7 @@ def _restore(host: Host, names: list[str]) -> None:
 
 
 # -- what was configured, recovered from the read-back --------------------------------------------------
-def configured_from_readback(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
+def configured_from_readback(readbacks: Readback, ports: Sequence[str]) -> dict:
     """``{"rtt_ms", "rate_mbit", "queue_bytes", "loss_pct"}`` as the kernel holds them on ``ports``.
 
     The RTT is the sum of both netem delays; the rate and queue come from the data port's tbf.
@@ -354,17 +361,6 @@ def configured_from_readback(readbacks: dict[str, list[dict]], ports: Sequence[s
     return out
 
 
-def effective_queue(readbacks: dict[str, list[dict]], ports: Sequence[str], link: Link) -> dict:
-    """The bottleneck queue the kernel holds, from a read-back of ``ports = (sender_side, receiver_side)``:
-    ``{"queue_bytes": the data port's tbf limit, "queue_bdp": that over link's BDP, 6 decimals}``; each None
-    when the data port has no token bucket (or, for ``queue_bdp``, the BDP is 0 bytes). Every run record
-    keeps it (``metadata.link``), and the tables' buffer columns come from it."""
-    tbf = next((q for q in readbacks.get(ports[1], []) if q.get("kind") == "tbf"), None)
-    limit = (tbf.get("options") or {}).get("limit") if tbf else None
-    bdp = link.bdp_bytes
-    return {"queue_bytes": limit, "queue_bdp": round(limit / bdp, 6) if limit is not None and bdp else None}
-
-
 def validate(testbed, link: Link, **kwargs) -> dict:
     """The paper's set-up validation; see :func:`bbrlab.link.validate.validate`."""
     from .validate import validate as _validate
@@ -372,46 +368,7 @@ def validate(testbed, link: Link, **kwargs) -> dict:
     return _validate(testbed, link, **kwargs)
 
 
-# -- the link of a campaign: set once, kept while it does not change, counted per run ----------------------
-def counters(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
-    """Packet and drop counters of bbrlab's qdiscs from a read-back: ``{"data"|"ack": {kind: {...}}}``.
-
-    ``ports = (sender_side, receiver_side)``: the receiver side carries data, the sender side ACKs.
-    """
-    roles = dict(zip(("ack", "data"), ports, strict=True))
-    out: dict = {}
-    for role, ifname in roles.items():
-        out[role] = {q.get("kind"): {k: int(q.get(k) or 0) for k in ("packets", "bytes", "drops", "backlog")}
-                     for q in readbacks.get(ifname, []) if is_ours(q) or str(q.get("parent", "")).startswith("bb")}
-    return out
-
-
-def counter_delta(before: dict, after: dict) -> dict:
-    """``after - before`` for every counter present in both (backlog is a level, kept as ``after``)."""
-    out: dict = {}
-    for role, kinds in after.items():
-        out[role] = {}
-        for kind, values in kinds.items():
-            old = before.get(role, {}).get(kind, {})
-            out[role][kind] = {k: v if k == "backlog" else v - old.get(k, 0) for k, v in values.items()}
-    return out
-
-
-def loss_observed(delta: dict) -> dict:
-    """What netem dropped on the data port, separated from the bottleneck's (tbf's) drops.
-
-    netem counts as its own drops the packets it loses on purpose, its own overflow and what its child
-    (tbf) refuses; the packets that reached netem are what left the tree plus every drop.
-    """
-    netem = delta.get("data", {}).get("netem")
-    if netem is None:
-        return {"entered": None, "netem_dropped": 0, "fraction": None}
-    tbf_drops = delta.get("data", {}).get("tbf", {}).get("drops", 0)
-    dropped = netem["drops"] - tbf_drops
-    entered = netem["packets"] + netem["drops"]
-    return {"entered": entered, "netem_dropped": dropped, "fraction": dropped / entered if entered else None}
-
-
+# -- the link of a campaign: set once, kept while it does not change (counted per run: bbrlab.link.counters) --
 class EmulatorLink:
     """The emulated link of one campaign on an emulator: knows what it set.
 
@@ -439,7 +396,7 @@ class EmulatorLink:
             self.forget()
             raise
 
-    def readback(self) -> dict[str, list[dict]]:
+    def readback(self) -> Readback:
         """The qdiscs on the ports as the kernel reports them now (with counters)."""
         return show(self.host, self.ports)
 

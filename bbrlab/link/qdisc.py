@@ -33,7 +33,7 @@ Queue
 tbf's ``limit`` is exactly :attr:`~bbrlab.core.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
 below two full-size frames is refused when the ``Link`` is built (:func:`bbrlab.core.scenario.check_queue_floor`),
 never enlarged. What the kernel then holds is read back into every run record
-(:func:`bbrlab.link.emulator.effective_queue`).
+(:func:`bbrlab.link.counters.effective_queue`).
 
 Burst
 -----

@@ -4,6 +4,7 @@ between runs on one testbed (``session``), the workloads (``workloads``, ``iperf
 metadata (``record``, ``runmeta``), the calibration file it is checked against (``ceiling``) and
 recovery after a killed process (``recovery``).
 
-May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.link.emulator``, ``bbrlab.contention.deadline``,
-``bbrlab.sampling.sampler``. Never ``campaign``, ``analysis``, ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.link`` (``emulator``, ``qdisc``,
+``counters``), ``bbrlab.contention`` (``deadline``, ``evidence``, ``hostcpu``, ``placement``), ``bbrlab.sampling``
+(``sampler``, ``summary``). Never ``campaign``, ``analysis``, ``cli``.
 """

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
+from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
 from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.core.scenario import Flow, Link, Scenario
-from bbrlab.sampling import sampler as sampling
-from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
+from bbrlab.link.emulator import Readback, check_readback
+from bbrlab.link.qdisc import build_tree
+from bbrlab.sampling.summary import SamplingSummary, data_rows, summarize
 
 from . import iperf
 
@@ -27,6 +31,7 @@ LOSS_MIN_PACKETS = 200
 
 
 def cca_offered(cca: str, available: tuple[str, ...]) -> None:
+    """The sender offers the congestion control the scenario asks for."""
     if cca not in available:
         raise RunFailed(f"the sender offers {list(available)}, not {cca!r}")
 
@@ -63,101 +68,79 @@ def sampler_can_read(sampler: str, cca: str, bbr_version: int | None) -> None:
                         "sampler: netlink")
 
 
-def _sampler_summary(kind: str, text: str) -> dict:
-    from bbrlab.sampling import sockdiag
-
-    if kind != "ss":
-        return sockdiag.summary(text)
-    footer = sampling.parse_sampler_footer(text) or {}
-    return {"kind": "ss", "samples": footer.get("samples"), "missed_ticks": None,
-            "cpu_s": footer.get("cpu_s"), "cpu_per_sample_ms": footer.get("cpu_per_sample_ms"),
-            "interval": sockdiag.interval_stats([round(t * 1e9) for t in sampling.sample_times(text)]),
-            "ended": "stop_file" if footer else "killed (no footer)"}
-
-
-def sample_rows(kind: str, text: str, ports) -> list[dict]:
-    """The ss table's rows of a sampler log of ``kind`` (ss, netlink or bpf), data streams only."""
-    from bbrlab.sampling import sockdiag
-
-    if kind == "ss":
-        return parse_ss_log(text, ports=ports)
-    return sockdiag.rows(text, ports=ports)
-
-
-def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> dict:
-    """The sampler saw the data connections (local ``data_ports``), under ``cca``; returns what the record
-    keeps about sampling:
-    the sampler (kind, binary and its SHA-256), the asked and achieved interval (median, p99, longest gap),
-    samples, missed ticks, guest CPU per sample, and ``ss_seen`` (the CCAs seen on the data streams)."""
+def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> tuple[SamplingSummary, list[str]]:
+    """The sampler saw the data connections (local ``data_ports``), under ``cca``. Returns what the record keeps
+    about sampling (the sampler's kind, program, asked and achieved interval, samples, missed ticks, guest CPU
+    per sample: :class:`~bbrlab.sampling.summary.SamplingSummary`) and the CCAs seen on the data streams."""
     try:
-        rows = sample_rows(sampled.kind, sampled.text, data_ports)
-        summary = _sampler_summary(sampled.kind, sampled.text)
+        rows = data_rows(sampled.kind, sampled.text, data_ports)
+        summary = summarize(sampled.kind, sampled.text, rows=len(rows), asked_interval_ms=interval_ms,
+                            binary=sampled.binary)
     except BbrlabError as e:
         raise RunFailed(f"the {sampled.kind} sampler's samples: {e}") from None
     carrying = [r for r in rows if r["bytes_sent"] > IPERF_COOKIE_BYTES]
     seen = sorted({r["cca"] for r in carrying})
-    out = {"kind": sampled.kind, "binary": sampled.binary, "asked_interval_ms": interval_ms, "rows": len(rows),
-           "ss_seen": seen, **{k: v for k, v in summary.items() if k not in ("kind", "asked_interval_ms")}}
     if not carrying:
         raise RunFailed("the sampler saw no data connection carrying data")
     if seen != [cca]:
         raise RunFailed(f"the sampler saw congestion control {seen} on the data streams, asked for {cca!r}")
-    return out
+    return summary, seen
 
 
-def contention_held(record: dict, scenario: Scenario) -> None:
-    evidence = record.get("evidence") or {}
-    if "error" in evidence:
-        raise RunFailed(f"contention evidence missing: {evidence['error']}")
-    stalls = (evidence.get("watch") or {}).get("stalls") or []
-    if stalls:
-        first = stalls[0]
-        raise RunFailed(f"vCPU thread {first['tid']} stayed runnable without CPU for {first['stalled_s']} s under "
+def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None:
+    """The deadline policy held on every vCPU thread as configured (``record``: the run's contention record):
+    its evidence was collected, no reservation stalled, every thread got CPU time and ran under the policy the
+    share asks for (none at 100 %)."""
+    evidence = record.evidence if record is not None else None
+    if isinstance(evidence, EvidenceMissing):
+        raise RunFailed(f"contention evidence missing: {evidence.error}")
+    if evidence is None:
+        raise RunFailed("the deadline policy did not hold on the vCPU threads: no evidence was recorded")
+    if evidence.stalls:
+        first = evidence.stalls[0]
+        raise RunFailed(f"vCPU thread {first.tid} stayed runnable without CPU for {first.stalled_s} s under "
                         "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
-                        f"the contention did not hold as configured ({len(stalls)} stall(s))")
-    idle = [t["tid"] for t in evidence.get("threads", []) if t.get("got_cpu") is False]
+                        f"the contention did not hold as configured ({len(evidence.stalls)} stall(s))")
+    idle = [t.tid for t in evidence.threads if t.got_cpu is False]
     if idle:
         raise RunFailed(f"vCPU thread(s) {idle} got no CPU time during the run (their run time in "
                         "/proc/<tid>/schedstat did not grow): not the VM's vCPU threads, or the VM was stopped")
-    if not evidence.get("policy_held", False):
-        raise RunFailed(f"the deadline policy did not hold on the vCPU threads: {json.dumps(evidence)[:400]}")
-    for thread in evidence.get("threads", []):
-        after = (thread.get("policy_after") or {}).get("policy", "")
-        if scenario.contention.unlimited == ("DEADLINE" in str(after)):
-            raise RunFailed(f"vCPU thread {thread['tid']} ran under {after} for a "
+    if not evidence.policy_held:
+        raise RunFailed("the deadline policy did not hold on the vCPU threads: "
+                        f"{json.dumps(evidence.to_dict())[:400]}")
+    for thread in evidence.threads:
+        after = thread.policy_after.policy if thread.policy_after is not None else ""
+        if scenario.contention.unlimited == ("DEADLINE" in after):
+            raise RunFailed(f"vCPU thread {thread.tid} ran under {after} for a "
                             f"{scenario.contention.cpu_share_pct} % share")
 
 
-def qdiscs_as_asked(link_: Link, ports, qdiscs: dict) -> None:
-    from bbrlab.link import emulator as link
-    from bbrlab.link.qdisc import build_tree
-
+def qdiscs_as_asked(link_: Link, ports, qdiscs: Readback) -> None:
+    """The emulator's qdiscs read back after the run are the ones the link asks for."""
     try:
-        link.check_readback(build_tree(link_, tuple(ports)), qdiscs)
+        check_readback(build_tree(link_, tuple(ports)), qdiscs)
     except BbrlabError as e:
         raise RunFailed(f"the emulator's qdiscs after the run differ from the request: {e}") from None
 
 
-def drops_as_configured(link_: Link, delta: dict) -> dict:
+def drops_as_configured(link_: Link, delta: LinkCounters) -> NetemLoss:
     """netem dropped what the configured loss explains, and nothing on the ACK port; returns the loss seen.
 
     With no loss configured netem must drop nothing (a drop would be its own queue overflowing, which
     no router of the scenario does). With uniform loss ``p`` over ``n`` packets the observed fraction
     must lie within :data:`LOSS_SIGMAS` binomial standard deviations of ``p``.
     """
-    from bbrlab.link.emulator import loss_observed
-
     seen = loss_observed(delta)
-    ack_drops = sum(c.get("drops", 0) for c in delta.get("ack", {}).values())
+    ack_drops = sum(c.drops for c in delta.ack.values())
     if ack_drops:
         raise RunFailed(f"the emulator dropped {ack_drops} packet(s) on the ACK port, where no loss is configured")
     configured = link_.effective_loss_pct / 100
-    n, dropped = seen["entered"] or 0, seen["netem_dropped"]
+    n, dropped = seen.entered or 0, seen.netem_dropped
     if link_.loss_model == "none" and dropped:
         raise RunFailed(f"netem dropped {dropped} of {n} packets with no loss configured (its queue overflowed?)")
     if link_.loss_model == "uniform" and n >= LOSS_MIN_PACKETS:
         sigma = math.sqrt(configured * (1 - configured) / n)
-        if abs(seen["fraction"] - configured) > LOSS_SIGMAS * sigma:
-            raise RunFailed(f"netem dropped {100 * seen['fraction']:.3f} % of {n} packets, configured "
+        if abs(seen.fraction - configured) > LOSS_SIGMAS * sigma:
+            raise RunFailed(f"netem dropped {100 * seen.fraction:.3f} % of {n} packets, configured "
                             f"{100 * configured:g} % (more than {LOSS_SIGMAS:g} standard deviations apart)")
-    return {**seen, "configured_fraction": configured}
+    return replace(seen, configured_fraction=configured)

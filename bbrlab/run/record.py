@@ -18,12 +18,11 @@ import json
 import os
 import shutil
 import stat
-import traceback
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError
 
-from .runmeta import of_error
+from .runmeta import failure_reason, of_error
 
 RECORD_SCHEMA = "bbrlab.run/2"
 #: Earlier schemas readers still accept (bbrlab.run/1: before the typed run metadata of the run recipe).
@@ -268,17 +267,6 @@ def _pid_alive(pid: int) -> bool:
 def load_record(run_dir: Path) -> dict:
     with open(Path(run_dir) / RECORD_FILE) as f:
         return json.load(f)
-
-
-def failure_reason(error: BaseException) -> str:
-    """``Type: message (at file:line in function)``: where it was raised, since some errors (a bare
-    EOFError from an SSH channel) carry no message of their own."""
-    text = f"{type(error).__name__}: {error}"
-    frames = traceback.extract_tb(error.__traceback__)
-    if frames:
-        last = frames[-1]
-        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
-    return text
 
 
 def failure_record(run_id: str, campaign: str, scenario, attempt: int, started_at: str,

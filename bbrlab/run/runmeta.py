@@ -1,21 +1,32 @@
 """The ``metadata`` of one run record (docs/run-record.md), as a typed object filled by the run recipe.
 
-Each field is one thing measured while the run happened. :meth:`RunMetadata.to_dict` gives the JSON
-written into ``record.json``; fields never measured (``sampling`` of an unsampled run) are left out.
-If a run fails, what was measured up to the failure still goes into its failed record:
-:meth:`RunMetadata.carried_by_errors` attaches the metadata to the exception on its way to the
-campaign, which builds the one failed record (:func:`bbrlab.campaign.loop.failure_record`).
+Each field is one thing measured while the run happened; the parts other steps measure are their own typed
+records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
+(:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
+:meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
+of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back.
+
+If a run fails, what was measured up to the failure still goes into its failed record: inside
+:meth:`RunMetadata.carried_by_errors` an error becomes a :class:`FailedRun` raised from it, which carries
+the metadata as a field; the campaign builds the one failed record from :func:`failure_reason` (the original
+error's type, message and place) and :func:`of_error` (the metadata).
 """
 
 from __future__ import annotations
 
+import copy
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
-#: The attribute of an exception that carries the metadata of the run it ended.
-ERROR_ATTRIBUTE = "bbrlab_run_metadata"
+from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.core.errors import BbrlabError, NotARunFailure
+from bbrlab.link.counters import LinkRecord
+from bbrlab.link.emulator import Readback
+from bbrlab.sampling.summary import SamplingSummary
 
 
 @dataclass
@@ -30,6 +41,24 @@ class CcaUse:
     bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
     patched: bool = False
 
+    def to_dict(self) -> dict:
+        """The record's JSON (``metadata.cca``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CcaUse:
+        """A record's ``metadata.cca``."""
+        return cls(**d)
+
+
+#: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
+#: worker that ran it); :meth:`RunMetadata.from_dict` keeps them in ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker")
+#: The fields that are typed records of their own, each read back by its ``from_dict``.
+_TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
+#: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
+_KEPT_WHEN_NONE = ("module", "cca")
+
 
 @dataclass
 class RunMetadata:
@@ -42,18 +71,22 @@ class RunMetadata:
     module: dict | None = None
     offloads: dict = field(default_factory=dict)
     flow: dict = field(default_factory=dict)
-    contention: dict | None = None
-    qdiscs: dict | None = None
-    link: dict | None = None  # per-run qdisc counters and the loss netem applied
+    contention: ContentionRecord | None = None
+    qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
+    link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
-    sampling: dict | None = None
+    sampling: SamplingSummary | None = None
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     timing: dict[str, float | bool] = field(default_factory=dict)
+    #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
+    deadline_after_failure: dict | None = None
+    #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), as read by :meth:`from_dict`.
+    added: dict = field(default_factory=dict)
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -66,21 +99,99 @@ class RunMetadata:
 
     @contextmanager
     def carried_by_errors(self) -> Iterator[None]:
-        """Any exception leaving the block carries this metadata (see the module docstring)."""
+        """An error leaving the block leaves as a :class:`FailedRun` carrying this metadata, raised ``from`` it.
+
+        Interruptions (:class:`bbrlab.core.signals.Interrupted`, KeyboardInterrupt, SystemExit: none is an
+        ``Exception``) and errors that are not the run's failure (:class:`~bbrlab.core.errors.NotARunFailure`)
+        leave as themselves. ``timing["run_wall_s"]`` is the block's wall time, however it ends."""
         t0 = time.monotonic()
         try:
             yield
-        except BaseException as e:
+        except Exception as e:
+            if isinstance(e, (FailedRun, NotARunFailure)):
+                raise
+            raise FailedRun(e, self) from e
+        finally:
             self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
-            setattr(e, ERROR_ATTRIBUTE, self.to_dict())
-            raise
-        self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
 
     def to_dict(self) -> dict:
-        out = asdict(self)
-        return {k: v for k, v in out.items() if v is not None or k in ("module", "cca")}
+        """The JSON of ``record.json``'s ``metadata``: the fields in their order, each typed record as its own
+        JSON, fields never measured left out."""
+        out: dict = {}
+        for f in fields(self):
+            if f.name in ("deadline_after_failure", "added"):
+                continue
+            value = getattr(self, f.name)
+            if f.name == "contention":
+                value = self._contention_dict()
+            elif f.name in _TYPED and value is not None:
+                value = value.to_dict()
+            else:
+                value = copy.deepcopy(value)
+            if value is not None or f.name in _KEPT_WHEN_NONE:
+                out[f.name] = value
+        out.update(copy.deepcopy(self.added))
+        return out
+
+    def _contention_dict(self) -> dict | None:
+        if self.contention is None and self.deadline_after_failure is None:
+            return None
+        d = self.contention.to_dict() if self.contention is not None else {}
+        if self.deadline_after_failure is not None:
+            d["after_failure"] = copy.deepcopy(self.deadline_after_failure)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunMetadata:
+        """A record's ``metadata`` (schema ``bbrlab.run/2``), typed; ValueError for a key it does not know."""
+        names = {f.name for f in fields(cls)} - {"deadline_after_failure", "added"}
+        unknown = sorted(set(d) - names - set(CAMPAIGN_KEYS))
+        if unknown:
+            raise ValueError(f"metadata keys {unknown} are not those of a bbrlab.run/2 record")
+        values = {k: copy.deepcopy(v) for k, v in d.items() if k in names}
+        contention = values.pop("contention", None)
+        if contention is not None:
+            values["deadline_after_failure"] = contention.pop("after_failure", None)
+            values["contention"] = ContentionRecord.from_dict(contention) if contention else None
+        for name, typed in _TYPED.items():
+            if name != "contention" and values.get(name) is not None:
+                values[name] = typed.from_dict(values[name])
+        return cls(**values, added={k: copy.deepcopy(d[k]) for k in d if k in CAMPAIGN_KEYS})
+
+
+class FailedRun(BbrlabError):
+    """A run failed: raised ``from`` the error that ended it (``error``), carrying what the run measured until
+    then (``metadata``). Its message is the error's ``Type: message``; the record's reason is the error's own,
+    with where it was raised (:func:`failure_reason`)."""
+
+    def __init__(self, error: Exception, metadata: RunMetadata):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.metadata = error, metadata
+
+    def __reduce__(self):
+        """Pickled with the error and the metadata (the error's traceback stays behind, as for any exception)."""
+        return type(self), (self.error, self.metadata)
 
 
 def of_error(error: BaseException) -> dict:
-    """The metadata a failed run's exception carries (empty when it failed before measuring anything)."""
-    return getattr(error, ERROR_ATTRIBUTE, None) or {}
+    """The metadata a failed run's exception carries (a :class:`FailedRun`'s), as the record's JSON; empty when
+    it carries none (an error raised outside a run's :meth:`~RunMetadata.carried_by_errors`)."""
+    return error.metadata.to_dict() if isinstance(error, FailedRun) else {}
+
+
+def original_error(error: BaseException) -> BaseException:
+    """The error that ended a run: a :class:`FailedRun`'s ``error``, any other exception itself."""
+    return error.error if isinstance(error, FailedRun) else error
+
+
+def failure_reason(error: BaseException) -> str:
+    """A failed record's reason: ``Type: message (at file:line in function)`` of the error that ended the run
+    (:func:`original_error`), with where it was raised, since some errors (a bare EOFError from an SSH channel)
+    carry no message of their own."""
+    error = original_error(error)
+    text = f"{type(error).__name__}: {error}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text

@@ -8,8 +8,9 @@ manager owned by its tool, composed in one ``ExitStack``: whatever fails or inte
 exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the server stop, and the link
 is cleared, in reverse order.
 
-The runner never catches a failure: it raises, carrying the metadata measured so far, and the campaign
-(:func:`bbrlab.campaign.loop.execute_run`) records it once, with where it was raised.
+The runner never catches a failure: it raises a :class:`~bbrlab.run.runmeta.FailedRun` carrying the metadata
+measured so far, from the error that ended the run, and the campaign (:func:`bbrlab.campaign.loop.execute_run`)
+records it once, with where that error was raised.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bbrlab.contention import deadline as contention
 from bbrlab.contention import hostcpu
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
+from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import sampler as sampling
 
@@ -68,10 +70,12 @@ class Runner:
 
     @property
     def link(self) -> link.EmulatorLink:
+        """The emulated link this runner's session holds."""
         return self.session.link
 
     def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
-        """Run ``scenario`` once, its files into ``staging``; the record's metadata. Raises if the run fails."""
+        """Run ``scenario`` once, its files into ``staging``; the record's metadata (its JSON). Raises
+        :class:`~bbrlab.run.runmeta.FailedRun` if the run fails (an interruption as itself)."""
         meta = RunMetadata()
         with meta.carried_by_errors():
             try:
@@ -79,7 +83,7 @@ class Runner:
             except Exception:
                 # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
                 # would otherwise refuse the leftover (or measure under it).
-                meta.contention = {**(meta.contention or {}), "after_failure": self.session.clear_deadline()}
+                meta.deadline_after_failure = self.session.clear_deadline()
                 raise
         return meta.to_dict()
 
@@ -88,6 +92,7 @@ class Runner:
         self.link.close()
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
+        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails."""
         work = workloads.for_flow(scenario.flow)
         self.session.boot(scenario.kernel, meta)
         self.session.describe(meta)
@@ -98,7 +103,7 @@ class Runner:
         limit_s = work.client_limit_s(flow)
         with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
             meta.timing["link_set"] = changed
-            before = link.counters(self.link.readback(), tb.emulator.ports)
+            before = linkcount.counters(self.link.readback(), tb.emulator.ports)
             with ExitStack() as traffic:
                 with meta.timed("setup"):
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
@@ -144,13 +149,12 @@ class Runner:
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
         if sampled is not None:  # its log is in out/ already: streamed there while it ran
-            meta.sampling = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
-            meta.cca.ss_seen = meta.sampling.pop("ss_seen")
+            meta.sampling, meta.cca.ss_seen = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
-        delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
-        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link)}
-        meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
+        delta = linkcount.counters(meta.qdiscs, tb.emulator.ports).minus(before)
+        meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link))
+        meta.link.loss = checks.drops_as_configured(scenario.link, delta)
 
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:

@@ -121,19 +121,22 @@ class Sampler:
     directory: str
     interval_ms: float
     log_file: Path
-    binary: dict | None = None
+    binary: sockdiag.Deployed | None = None
     complete: bool = False
 
     @property
     def text(self) -> str | None:
+        """The sampler's log, once complete (None before)."""
         return self.log_file.read_text(errors="replace") if self.complete else None
 
     @property
     def pid_path(self) -> str:
+        """Where on the host the sampler's pid is written."""
         return f"{self.directory}/pid"
 
     @property
     def stop_path(self) -> str:
+        """The file whose creation asks the sampler to stop."""
         return f"{self.directory}/stop"
 
 
@@ -221,7 +224,7 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
     deployed = sockdiag.ensure_on_host(host, kind=kind) if kind != "ss" else None
     with host.private_dir("sampler") as directory:
         handle = Sampler(kind, host, directory, interval_ms, Path(log_file),
-                         binary=deployed.to_dict() if deployed else None)
+                         binary=deployed)
         argv = _argv(kind, deployed.path if deployed else "", interval_ms, stop_after_s, handle.stop_path, ports,
                      server_port)
         wrapper = _STREAMED_SS if kind == "ss" else _STREAMED

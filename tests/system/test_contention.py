@@ -94,10 +94,10 @@ def test_applied_read_back_and_restored(qemu, method, timeslice_ms, share_pct, p
         assert _policy_in_proc(tid) == 6
     assert sched_getattr(tid).same_policy_as(OTHER) and _policy_in_proc(tid) == 0
     record = c.record()
-    assert record["applied"][0]["period_ns"] == period_ns and record["method"] == method
-    assert record["evidence"]["policy_held"] is True
-    assert record["evidence"]["threads"][0]["comm"] == "CPU 0/TCG"
-    json.dumps(record)  # goes into record.json as is
+    assert record.applied[tid].period_ns == period_ns and record.method == method
+    assert record.evidence.policy_held is True
+    assert record.evidence.threads[0].usage.comm == "CPU 0/TCG"
+    assert json.loads(json.dumps(record.to_dict()))["applied"][0]["period_ns"] == period_ns  # record.json's form
 
 
 def test_restored_after_an_exception_including_nice(qemu):
@@ -223,7 +223,7 @@ def test_a_vanished_thread_is_reported_before_and_tolerated_during(tmp_path):
     tid = vm.threads[0]
     with contended(LocalHost(), [tid], Contention(10, 50)) as c:
         vm.stop()  # the VM goes away during the run
-    assert c.evidence["policy_held"] is False and c.evidence["threads"][0]["gone"] is True
+    assert c.evidence.policy_held is False and c.evidence.threads[0].gone is True
     with pytest.raises(ThreadGoneError, match="no such thread"):
         with contended(LocalHost(), [tid], Contention(10, 50)):
             pass
@@ -240,15 +240,15 @@ def busy_loop():
 def test_evidence_shows_the_cap_and_notices_a_policy_change(busy_loop):
     with contended(LocalHost(), [busy_loop], Contention(10, 50), watch_interval_s=0.2) as c:
         wait_for(lambda: c._watch.checks >= 2, "two policy checks", 30.0)
-    t = c.evidence["threads"][0]
-    assert c.evidence["policy_held"] is True and t["held"] is True and t["same_thread"] is True
-    assert 0 < t["cpu_s"] <= t["wall_s"] * 0.5 * 1.1 + 0.01  # a busy loop is held to about half a CPU
-    assert c.evidence["watch"]["checks"] >= 3 and c.evidence["watch"]["deviations"] == []
+    t = c.evidence.threads[0]
+    assert c.evidence.policy_held is True and t.held is True and t.usage.same_thread is True
+    assert 0 < t.usage.cpu_s <= t.usage.wall_s * 0.5 * 1.1 + 0.01  # a busy loop is held to about half a CPU
+    assert c.evidence.watch.checks >= 3 and c.evidence.watch.deviations == []
 
     with contended(LocalHost(), [busy_loop], Contention(10, 50), watch_interval_s=0.2) as c:
         sched_setattr(busy_loop, OTHER)  # someone else changes the policy mid-run
-    assert c.evidence["policy_held"] is False and c.evidence["threads"][0]["held"] is False
-    assert "SCHED_OTHER" in c.evidence["watch"]["deviations"][0]["seen"]
+    assert c.evidence.policy_held is False and c.evidence.threads[0].held is False
+    assert "SCHED_OTHER" in c.evidence.watch.deviations[0].seen
 
 
 def test_a_leftover_policy_makes_every_run_refuse(qemu):
@@ -268,7 +268,7 @@ def test_a_leftover_policy_makes_every_run_refuse(qemu):
         session.restore()
     with contended(LocalHost(), [tid], Contention(1, 100)) as c:
         assert c.applied[tid].same_policy_as(OTHER)
-    assert c.evidence["configured_share_pct"] == 100.0
+    assert c.evidence.configured_share_pct == 100.0
 
 
 def _bbrlab(*args: str) -> subprocess.CompletedProcess:
@@ -315,8 +315,8 @@ def test_ten_percent_share_sends_less_than_no_contention(testbed):
     with contended(hypervisor, threads, Contention(timeslice_ms=10, cpu_share_pct=10)) as c:
         contended_mbit = _iperf_mbit(testbed, 10)
     print(f"iperf3 10 s: {free_mbit:.1f} Mbit/s at 100 %, {contended_mbit:.1f} Mbit/s at 10 % "
-          f"(vCPU used {[t.get('cpu_share_pct') for t in c.evidence['threads']]} %)")
-    assert c.evidence["policy_held"] is True
+          f"(vCPU used {[t.usage.cpu_share_pct if t.usage else None for t in c.evidence.threads]} %)")
+    assert c.evidence.policy_held is True
     assert contended_mbit < free_mbit
     after = show_policies(hypervisor, threads)
     assert all(p.same_policy_as(c.previous[t]) for t, p in after.items())
@@ -334,7 +334,7 @@ def test_remote_chrt_path_over_ssh_inside_the_sender_vm(testbed):
             assert "runtime/deadline/period parameters: 10000000/10000000/20000000" in guest.output(
                 ["chrt", "-p", str(pid)])
         assert "SCHED_OTHER" in guest.output(["chrt", "-p", str(pid)])
-        assert c.evidence["policy_held"] is True and c.record()["kernel_limits"]["online_cpus"] >= 1
+        assert c.evidence.policy_held is True and c.record().kernel_limits.online_cpus >= 1
         with pytest.raises(ThreadGoneError):
             show_policies(guest, [999_999])
     finally:

@@ -201,7 +201,7 @@ def test_a_vcpu_thread_without_cpu_time_fails_the_run(vcpu, lab_file, share_pct)
     with contended(LocalHost(), sender.vcpu_threads(), scenario.contention, expected=sender.vcpu_pins()) as held:
         time.sleep(0.5)
     running = held.record()
-    assert running["evidence"]["threads"][0]["got_cpu"] is True
+    assert running.evidence.threads[0].got_cpu is True
     checks.contention_held(running, scenario)  # a thread that ran passes
 
     os.kill(vcpu.proc.pid, signal.SIGSTOP)  # the VM is paused: its vCPU threads get no CPU at all
@@ -213,7 +213,7 @@ def test_a_vcpu_thread_without_cpu_time_fails_the_run(vcpu, lab_file, share_pct)
     finally:
         os.kill(vcpu.proc.pid, signal.SIGCONT)
     stopped = held.record()
-    (thread,) = stopped["evidence"]["threads"]
-    assert thread["cpu_s"] == 0 and thread["got_cpu"] is False
+    (thread,) = stopped.evidence.threads
+    assert thread.usage.cpu_s == 0 and thread.got_cpu is False
     with pytest.raises(RunFailed, match=rf"vCPU thread\(s\) \[{vcpu.tid}\] got no CPU time during the run"):
         checks.contention_held(stopped, scenario)

@@ -18,7 +18,7 @@ from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import BufferBelowMinimum, Link
-from bbrlab.link import emulator as linkmod
+from bbrlab.link.counters import QueueHeld, effective_queue
 from bbrlab.link.qdisc import build_tree
 
 PORTS = ("eth1", "eth2")
@@ -96,8 +96,8 @@ def _tbf_readback(limit: int) -> dict:
 
 def test_the_effective_queue_is_read_from_the_kernels_tbf():
     link = Link(rtt_ms=10, rate_mbit=10, buffer_bdp=0.5)
-    assert linkmod.effective_queue(_tbf_readback(6250), PORTS, link) == {"queue_bytes": 6250, "queue_bdp": 0.5}
-    assert linkmod.effective_queue({"eth2": []}, PORTS, link) == {"queue_bytes": None, "queue_bdp": None}
+    assert effective_queue(_tbf_readback(6250), PORTS, link) == QueueHeld(queue_bytes=6250, queue_bdp=0.5)
+    assert effective_queue({"eth2": []}, PORTS, link) == QueueHeld(queue_bytes=None, queue_bdp=None)
 
 
 def _view(link: dict, meta: dict) -> RunView:

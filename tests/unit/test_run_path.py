@@ -14,7 +14,7 @@ from bbrlab.campaign import loop as campaign
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.scenario import Flow, Link
 from bbrlab.core.signals import Interrupted, interruptible
-from bbrlab.link import emulator as link
+from bbrlab.link import counters as link
 from bbrlab.run import checks, record, runmeta
 from tests.unit.test_campaign_spec import spec
 
@@ -99,11 +99,11 @@ def test_netem_loss_is_separated_from_the_bottleneck_drops():
     ports = ("eth1", "eth2")
     before = link.counters(_readback(1000, 5, 3), ports)
     after = link.counters(_readback(11_000, 5 + 150 + 40, 3 + 40), ports)
-    delta = link.counter_delta(before, after)
+    delta = after.minus(before)
     seen = link.loss_observed(delta)
-    assert seen["netem_dropped"] == 150 and seen["entered"] == 10_000 + 190
+    assert seen.netem_dropped == 150 and seen.entered == 10_000 + 190
     lossy = Link(rtt_ms=20, rate_mbit=50, loss_model="uniform", loss_pct=1.5)
-    assert checks.drops_as_configured(lossy, delta)["configured_fraction"] == pytest.approx(0.015)
+    assert checks.drops_as_configured(lossy, delta).configured_fraction == pytest.approx(0.015)
 
 
 @pytest.mark.parametrize("loss_pct,netem_drops,tbf_drops,ack_drops,match", [
@@ -115,8 +115,8 @@ def test_netem_loss_is_separated_from_the_bottleneck_drops():
 def test_drops_that_the_configured_loss_cannot_explain_fail_the_run(loss_pct, netem_drops, tbf_drops, ack_drops,
                                                                     match):
     ports = ("eth1", "eth2")
-    delta = link.counter_delta(link.counters(_readback(0, 0, 0), ports),
-                               link.counters(_readback(10_000, netem_drops + tbf_drops, tbf_drops, ack_drops), ports))
+    delta = link.counters(_readback(10_000, netem_drops + tbf_drops, tbf_drops, ack_drops), ports).minus(
+        link.counters(_readback(0, 0, 0), ports))
     link_ = Link(rtt_ms=20, rate_mbit=50, loss_model="uniform" if loss_pct else "none", loss_pct=loss_pct)
     with pytest.raises(RunFailed, match=match):
         checks.drops_as_configured(link_, delta)
@@ -124,8 +124,8 @@ def test_drops_that_the_configured_loss_cannot_explain_fail_the_run(loss_pct, ne
 
 def test_bottleneck_drops_alone_are_fine():
     ports = ("eth1", "eth2")
-    delta = link.counter_delta(link.counters(_readback(0, 0, 0), ports), link.counters(_readback(5000, 70, 70), ports))
-    assert checks.drops_as_configured(Link(rtt_ms=20, rate_mbit=50), delta)["netem_dropped"] == 0
+    delta = link.counters(_readback(5000, 70, 70), ports).minus(link.counters(_readback(0, 0, 0), ports))
+    assert checks.drops_as_configured(Link(rtt_ms=20, rate_mbit=50), delta).netem_dropped == 0
 
 
 def test_a_forked_child_ends_on_sigterm_instead_of_running_our_code():

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from bbrlab.contention import watch
+from bbrlab.contention.evidence import ContentionEvidence, ContentionRecord, Stall, WatchReport
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.core.errors import RunFailed
+from bbrlab.core.scenario import Contention
 from bbrlab.run import checks
 
 pytestmark = pytest.mark.mock_only
@@ -62,7 +64,7 @@ def test_simulated_runnable_thread_without_cpu_gets_its_reservation_restarted(mo
     clock[0] = 102.5
     watch.check_once()
     assert scheduler.calls == [(77, "SCHED_OTHER"), (77, "SCHED_DEADLINE")]
-    assert watch.stalls == [{"tid": 77, "at_monotonic_s": 102.5, "stalled_s": 2.5, "restarted": True}]
+    assert watch.stalls == [Stall(tid=77, at_monotonic_s=102.5, stalled_s=2.5, restarted=True)]
 
 
 @pytest.mark.parametrize("change", ["sleeps", "runs"])
@@ -80,8 +82,11 @@ def test_simulated_idle_or_progressing_thread_is_left_alone(monkeypatch, change)
 
 
 def test_simulated_stall_fails_the_run_naming_the_thread():
-    evidence = {"policy_held": False, "threads": [], "watch": {"deviations": [], "stalls": [
-        {"tid": 77, "at_monotonic_s": 1.0, "stalled_s": 140.2, "restarted": True}]}}
-    scenario = SimpleNamespace(contention=SimpleNamespace(unlimited=False, cpu_share_pct=25))
+    contention = Contention(timeslice_ms=1, cpu_share_pct=25)
+    evidence = ContentionEvidence("simulated", policy_held=False, configured_share_pct=25, threads=[],
+                                  watch=WatchReport(1.0, 140, stalls=[Stall(77, 1.0, 140.2, restarted=True)]))
+    record = ContentionRecord(contention, "simulated-hypervisor", "simulated", None, {77: DEADLINE}, {77: DEADLINE},
+                              evidence)
+    scenario = SimpleNamespace(contention=contention)
     with pytest.raises(RunFailed, match=r"vCPU thread 77 stayed runnable without CPU for 140.2 s"):
-        checks.contention_held({"evidence": evidence}, scenario)
+        checks.contention_held(record, scenario)

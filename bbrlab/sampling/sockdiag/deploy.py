@@ -40,7 +40,13 @@ class Deployed:
     copied: bool
 
     def to_dict(self) -> dict:
+        """As a run record names the sampler that ran (``metadata.sampling.binary``)."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Deployed:
+        """The sampler named in a run record."""
+        return cls(d["host"], d["kind"], d["path"], d["sha256"], d["source_sha256"], d["copied"])
 
 
 def remote_path(kind: str = "netlink") -> str:

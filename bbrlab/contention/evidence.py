@@ -1,0 +1,219 @@
+"""The contention part of a run record (``metadata.contention``, docs/run-record.md) as typed objects.
+
+A :class:`ContentionRecord` says what was asked, on which host and how, the host's limits, each vCPU thread's
+policy before and after the change, and the :class:`ContentionEvidence` that the policy held: each thread's
+policy read back after the body and the CPU it got (:class:`ThreadEvidence`), and the policy watch's report
+(:class:`WatchReport`: the deviations it saw and the stalled reservations it restarted).
+
+``to_dict`` gives the JSON a record holds, with the keys in the order records have always had them, and
+``from_dict`` reads that JSON back: ``X.from_dict(x.to_dict()) == x``. Keys written only by later versions
+(a thread's ``got_cpu``) are absent from older records and stay absent when such a record is read and written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from bbrlab.core.scenario import Contention
+
+from .limits import KernelLimits
+from .sched import SchedPolicy
+from .threadstat import ThreadUsage
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """The watch saw thread ``tid`` under another policy than the one applied (``seen``: what it saw, or
+    the error reading it) at ``at_monotonic_s`` on this machine's monotonic clock."""
+
+    tid: int
+    at_monotonic_s: float
+    seen: str
+
+    def to_dict(self) -> dict:
+        """The record's JSON of this deviation."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Deviation:
+        """A deviation read from a record."""
+        return cls(d["tid"], d["at_monotonic_s"], d["seen"])
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Thread ``tid`` stayed runnable without CPU for ``stalled_s`` seconds under SCHED_DEADLINE; the watch
+    restarted its reservation (``restarted``), or says why it could not (``error``)."""
+
+    tid: int
+    at_monotonic_s: float
+    stalled_s: float
+    restarted: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        """The record's JSON of this stall (``error`` only when the restart failed)."""
+        d = {"tid": self.tid, "at_monotonic_s": self.at_monotonic_s, "stalled_s": self.stalled_s,
+             "restarted": self.restarted}
+        if self.error is not None:
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Stall:
+        """A stall read from a record."""
+        return cls(d["tid"], d["at_monotonic_s"], d["stalled_s"], d["restarted"], d.get("error"))
+
+
+@dataclass(frozen=True)
+class WatchReport:
+    """What the policy watch saw while the run's body ran: ``checks`` rounds, every ``interval_s``."""
+
+    interval_s: float
+    checks: int
+    deviations: list[Deviation] = field(default_factory=list)
+    stalls: list[Stall] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The record's JSON of the watch (``evidence.watch``)."""
+        return {"interval_s": self.interval_s, "checks": self.checks,
+                "deviations": [d.to_dict() for d in self.deviations], "stalls": [s.to_dict() for s in self.stalls]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WatchReport:
+        """A watch report read from a record."""
+        return cls(d["interval_s"], d["checks"], [Deviation.from_dict(x) for x in d["deviations"]],
+                   [Stall.from_dict(x) for x in d["stalls"]])
+
+
+_USAGE_KEYS = tuple(f.name for f in fields(ThreadUsage))
+
+
+@dataclass(frozen=True)
+class ThreadEvidence:
+    """One vCPU thread after the body: its policy read back (None when the thread was ``gone``), whether
+    that is the policy applied and the same thread still holds the id (``held``), the CPU it used
+    (``usage``, when both snapshots were read) and whether it got any (``got_cpu``; None in records made
+    before it was recorded)."""
+
+    tid: int
+    policy_after: SchedPolicy | None
+    held: bool
+    gone: bool = False
+    usage: ThreadUsage | None = None
+    got_cpu: bool | None = None
+
+    def to_dict(self) -> dict:
+        """The record's JSON of this thread: the usage's keys inline, ``gone`` and ``got_cpu`` only when known."""
+        d: dict = {"tid": self.tid, "policy_after": self.policy_after.to_dict() if self.policy_after else None,
+                   "held": self.held}
+        if self.gone:
+            d["gone"] = True
+        if self.usage is not None:
+            d.update(self.usage.to_dict())
+        if self.got_cpu is not None:
+            d["got_cpu"] = self.got_cpu
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ThreadEvidence:
+        """A thread's evidence read from a record."""
+        usage = ThreadUsage(**{k: d[k] for k in _USAGE_KEYS}) if "comm" in d else None
+        after = d.get("policy_after")
+        return cls(d["tid"], SchedPolicy.from_dict(after) if after is not None else None, d["held"],
+                   d.get("gone", False), usage, d.get("got_cpu"))
+
+
+@dataclass(frozen=True)
+class ContentionEvidence:
+    """Whether the policy held over the body (``policy_held``), thread by thread, and what the watch saw
+    (``watch``: None when nothing was watched, as for a 100 % share)."""
+
+    method: str
+    policy_held: bool
+    configured_share_pct: float
+    threads: list[ThreadEvidence] = field(default_factory=list)
+    watch: WatchReport | None = None
+
+    @property
+    def stalls(self) -> list[Stall]:
+        """The stalled reservations the watch restarted (none when nothing was watched)."""
+        return self.watch.stalls if self.watch is not None else []
+
+    def to_dict(self) -> dict:
+        """The record's JSON of the evidence (``contention.evidence``)."""
+        return {"method": self.method, "policy_held": self.policy_held,
+                "configured_share_pct": self.configured_share_pct, "threads": [t.to_dict() for t in self.threads],
+                "watch": self.watch.to_dict() if self.watch is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ContentionEvidence:
+        """Evidence read from a record (see :func:`evidence_from_dict` for one that may be missing)."""
+        watch = d.get("watch")
+        return cls(d["method"], d["policy_held"], d["configured_share_pct"],
+                   [ThreadEvidence.from_dict(t) for t in d["threads"]],
+                   WatchReport.from_dict(watch) if watch is not None else None)
+
+
+@dataclass(frozen=True)
+class EvidenceMissing:
+    """The evidence could not be collected after the body (``error`` says why): the run cannot count."""
+
+    error: str
+
+    def to_dict(self) -> dict:
+        """The record's JSON: ``{"error": ...}`` in place of the evidence."""
+        return {"error": self.error}
+
+
+def evidence_from_dict(d: dict | None) -> ContentionEvidence | EvidenceMissing | None:
+    """``contention.evidence`` of a record, typed: the evidence, why it is missing, or None."""
+    if d is None:
+        return None
+    if "error" in d:
+        return EvidenceMissing(d["error"])
+    return ContentionEvidence.from_dict(d)
+
+
+def _policy_rows(policies: dict[int, SchedPolicy]) -> list[dict]:
+    return [{"tid": tid, **p.to_dict()} for tid, p in policies.items()]
+
+
+def _policies(rows: list[dict]) -> dict[int, SchedPolicy]:
+    return {r["tid"]: SchedPolicy.from_dict({k: v for k, v in r.items() if k != "tid"}) for r in rows}
+
+
+@dataclass(frozen=True)
+class ContentionRecord:
+    """``metadata.contention`` of a run record: the contention ``requested``, the ``host`` and ``method``
+    that applied it, the host's ``kernel_limits``, every thread's policy before (``previous``) and as read back
+    after applying it (``applied``, by thread id), and the ``evidence`` that it held."""
+
+    requested: Contention
+    host: str
+    method: str
+    kernel_limits: KernelLimits | None
+    previous: dict[int, SchedPolicy]
+    applied: dict[int, SchedPolicy]
+    evidence: ContentionEvidence | EvidenceMissing | None
+
+    def to_dict(self) -> dict:
+        """The record's JSON (the policies as lists of rows with their thread id)."""
+        return {
+            "requested": asdict(self.requested),
+            "host": self.host,
+            "method": self.method,
+            "kernel_limits": self.kernel_limits.to_dict() if self.kernel_limits else None,
+            "previous": _policy_rows(self.previous),
+            "applied": _policy_rows(self.applied),
+            "evidence": self.evidence.to_dict() if self.evidence is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ContentionRecord:
+        """A contention record read from a run record's ``metadata.contention`` (without ``after_failure``,
+        which the run adds: :class:`bbrlab.run.runmeta.RunMetadata`)."""
+        limits = d.get("kernel_limits")
+        return cls(Contention(**d["requested"]), d["host"], d["method"],
+                   KernelLimits.from_dict(limits) if limits is not None else None,
+                   _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")))

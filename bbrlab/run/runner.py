@@ -9,7 +9,7 @@ exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the s
 is cleared, in reverse order.
 
 The runner never catches a failure: it raises a :class:`~bbrlab.run.runmeta.FailedRun` carrying the metadata
-measured so far, from the error that ended the run, and the campaign (:func:`bbrlab.campaign.loop.execute_run`)
+measured so far, from the error that ended the run, and the campaign (:func:`bbrlab.campaign.loop.drive`)
 records it once, with where that error was raised.
 """
 

@@ -18,7 +18,6 @@ cell again resumes the campaign where it stopped.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from bbrlab.core.resources import spec_path
@@ -48,9 +47,9 @@ def run(spec: str | Path | CampaignSpec, out: str | Path, *, testbed: str | None
                                retry_failed=retry_failed, keep_link=keep_link, allow_mixed=allow_mixed)
     except (Interrupted, KeyboardInterrupt):
         if not (Path(out) / PLAN_FILE).is_file():
-            print(f"campaign {spec.name} stopped before its first run; nothing was changed", file=sys.stderr)
+            print(f"campaign {spec.name} stopped before its first run; nothing was changed")
             return None
         st = status(out)
         print(f"campaign {spec.name} stopped: {st.done}/{st.planned} runs complete in {out}; the run in flight "
-              "was not recorded and the testbed is restored. Run the cell again to resume.", file=sys.stderr)
+              "was not recorded and the testbed is restored. Run the cell again to resume.")
         return st

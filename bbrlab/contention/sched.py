@@ -83,6 +83,7 @@ class SchedPolicy:
 
     @property
     def is_deadline(self) -> bool:
+        """Whether this is SCHED_DEADLINE (the only policy whose runtime, deadline and period count)."""
         return self.policy == "SCHED_DEADLINE"
 
     @property
@@ -94,13 +95,17 @@ class SchedPolicy:
 
     @classmethod
     def deadline(cls, runtime_ns: int, deadline_ns: int, period_ns: int) -> SchedPolicy:
+        """A SCHED_DEADLINE policy with the given runtime, deadline and period (all in ns)."""
         return cls("SCHED_DEADLINE", 0, 0, int(runtime_ns), int(deadline_ns), int(period_ns))
 
     def to_dict(self) -> dict:
+        """Every field by name: the JSON of a policy in a run record (``metadata.contention`` rows and
+        ``policy_after``)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SchedPolicy:
+        """The policy :meth:`to_dict` wrote (an unknown key raises ``TypeError``)."""
         return cls(**d)
 
     def same_policy_as(self, other: SchedPolicy) -> bool:
@@ -117,6 +122,8 @@ class SchedPolicy:
         return self.nice == other.nice
 
     def describe(self) -> str:
+        """One line for messages: the policy and the parameters it uses (for SCHED_DEADLINE the times in ns
+        and the CPU share in %)."""
         if self.is_deadline:
             return (f"SCHED_DEADLINE runtime={self.runtime_ns} ns deadline={self.deadline_ns} ns "
                     f"period={self.period_ns} ns ({100 * self.bandwidth:.1f} % CPU)")

@@ -26,6 +26,8 @@ class SyscallScheduler:
     name = "syscall"
 
     def get(self, tid: int) -> SchedPolicy:
+        """The policy of thread ``tid`` read with ``sched_getattr``; a refusal raises an explained
+        :class:`~bbrlab.contention.sched.SchedError`."""
         from .sched import sched_getattr
 
         return sched_getattr(tid)
@@ -131,6 +133,8 @@ class ChrtScheduler:
         return int(stat[stat.rindex(")") + 2:].split()[19 - 3])
 
     def get(self, tid: int) -> SchedPolicy:
+        """The policy of thread ``tid`` from ``chrt -p`` on the host (nice from its ``/proc`` stat); a refusal
+        raises an explained :class:`~bbrlab.contention.sched.SchedError`."""
         res = self.host.run(["chrt", "-p", str(tid)], check=False)
         if not res.ok:
             raise self._refusal(res, tid, None)

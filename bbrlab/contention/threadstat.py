@@ -41,6 +41,7 @@ class ThreadSample:
     uptime_s: float
 
     def to_dict(self) -> dict:
+        """Every field by name (times in ns, ``uptime_s`` in s), JSON-ready."""
         return asdict(self)
 
 
@@ -62,6 +63,8 @@ class ThreadUsage:
         return 100.0 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_dict(self) -> dict:
+        """Every field by name (times in s) plus ``cpu_share_pct`` rounded to 0.01: the usage keys of a
+        thread in a run record's ``metadata.contention.evidence.threads[]``."""
         d = asdict(self)
         d["cpu_share_pct"] = round(self.cpu_share_pct, 2)
         return d
@@ -152,6 +155,8 @@ class ThreadIdentity:
     boot_id: str = ""
 
     def to_dict(self) -> dict:
+        """Every field by name: one entry of ``threads`` in the vCPU pins file
+        (:func:`bbrlab.contention.vcpu.save_pins`); :meth:`from_dict` reads it back."""
         return asdict(self)
 
     @classmethod
@@ -180,6 +185,7 @@ class ThreadIdentity:
         return _parse_stat(stat_text) == (self.comm, self.start_ticks)
 
     def describe(self) -> str:
+        """The thread in words for messages: id, name, process and start tick."""
         return f"thread {self.tid} ({self.comm!r} of process {self.pid}, started at tick {self.start_ticks})"
 
 

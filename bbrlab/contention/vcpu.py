@@ -30,6 +30,10 @@ from .threadstat import ThreadIdentity, read_identities
 
 
 class VcpuDiscoveryError(BbrlabError):
+    """The vCPU thread ids could not be found: QEMU's monitor (its QMP socket, directly or through ``socat``,
+    or ``virsh``) could not be reached, did not answer in time, answered with an error or not in JSON, or
+    listed no vCPUs."""
+
     pass
 
 

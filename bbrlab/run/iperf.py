@@ -245,6 +245,8 @@ class IperfResult:
     intervals: tuple[Interval, ...] = field(default=())
 
     def to_dict(self) -> dict:
+        """Every field by name, JSON-ready (``data_ports`` and ``intervals`` as lists); without ``intervals``
+        it is a run record's ``metadata.iperf``."""
         d = asdict(self)
         d["data_ports"] = list(self.data_ports)
         d["intervals"] = [asdict(i) for i in self.intervals]

@@ -265,6 +265,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def load_record(run_dir: Path) -> dict:
+    """The ``record.json`` of the run directory ``run_dir``, as parsed JSON (``OSError`` when it cannot be
+    read, ``json.JSONDecodeError`` when it is not JSON)."""
     with open(Path(run_dir) / RECORD_FILE) as f:
         return json.load(f)
 

@@ -73,6 +73,7 @@ class SshServer:
 
     @property
     def log_path(self) -> str:
+        """The file on the receiver holding sshd's output (``-e``: its log), removed with the directory."""
         return f"{self.directory}/sshd.log"
 
     def known_hosts_line(self, alias: str) -> str:

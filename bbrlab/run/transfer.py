@@ -221,12 +221,15 @@ class ClientResult:
 
     @property
     def elapsed_s(self) -> float | None:
+        """The copy's wall time on the sender in seconds (to the microsecond); None when the client did not
+        report both ends."""
         if self.started_unix_s is None or self.ended_unix_s is None:
             return None
         return round(self.ended_unix_s - self.started_unix_s, 6)
 
     @property
     def timed_out(self) -> bool:
+        """Whether ``timeout`` ended the copy (exit code 124 after SIGTERM, 137 after SIGKILL)."""
         return self.exit_code in TIMED_OUT_EXITS
 
 
@@ -281,6 +284,8 @@ if [ "$n" = "$2" ]; then echo "sha256=$(sha256sum < "$1" | cut -d' ' -f1)"; fi
 
 
 def measure(host: Host, path: str, expected_bytes: int) -> Received:
+    """The copy at ``path`` on ``host``: its size in bytes (0 when absent) and its sha256 when the size is
+    ``expected_bytes``."""
     kv = _key_values(host.output(["sh", "-c", _MEASURE, "bbrlab-measure", path, str(int(expected_bytes))],
                                  timeout=300))
     return Received(int(kv.get("bytes", 0)), kv.get("sha256"))
@@ -304,6 +309,7 @@ class Session:
 
     @property
     def dest_path(self) -> str:
+        """The copy's path on the receiver, in the sshd's destination directory."""
         return f"{self.server.dest_dir}/{DEST_NAME}"
 
 
@@ -331,15 +337,23 @@ class Rsync:
     name = "rsync"
 
     def client_limit_s(self, flow: Flow) -> float:
+        """How long the client may take, in seconds: the flow's ``transfer_timeout_s`` plus the time to kill
+        the copy and report."""
         return flow.transfer_timeout_s + CLIENT_MARGIN_S
 
     def prepare(self, testbed, flow: Flow) -> TestFile:
+        """The sender's cached file of ``flow.file_bytes`` random bytes, made first when missing or changed
+        (:func:`ensure_file`)."""
         return ensure_file(testbed.sender.host, flow.file_bytes)
 
     def server(self, testbed, flow: Flow, prepared: TestFile, *, lifetime_s: float, ready_timeout_s: float):
+        """The :func:`session` for copying ``prepared``: the receiver's sshd and poller and the sender's
+        client files, for the ``with`` block."""
         return session(testbed, prepared, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
 
     def run_client(self, testbed, flow: Flow, endpoint: Session, ports: list[int]) -> Result:
+        """The copy on the sender from local port ``ports[0]`` with the flow's CCA, under its timeout; the
+        command's result whatever its exit code."""
         argv = client_argv(endpoint.client_dir, endpoint.file.path, cca=flow.cca, local_port=ports[0],
                            local_ip=testbed.sender.experiment_ip, timeout_s=flow.transfer_timeout_s)
         return testbed.sender.host.run(argv, timeout=flow.transfer_timeout_s + CLIENT_MARGIN_S + SSH_MARGIN_S,
@@ -347,6 +361,9 @@ class Rsync:
 
     def verify(self, flow: Flow, endpoint: Session, result: Result, ports: list[int], out: Path,
                meta: RunMetadata) -> list[int]:
+        """Write ``rsync.log`` and ``transfer.json`` into ``out``, fill ``meta.transfer`` and
+        ``meta.cca.socket``, and :func:`check` the run (raising :class:`~bbrlab.core.errors.RunFailed`);
+        returns ``ports[:1]``, the SSH connection's local port."""
         parsed = parse_client_output(result.stdout)
         rec.write_file(out / "rsync.log", parsed.rsync_output)
         samples = progress.parse(endpoint.poller.text or "")

@@ -78,13 +78,17 @@ class SamplerBinary:
 
     @property
     def name(self) -> str:
+        """The binary's file name (the program's ``binary_name``)."""
         return self.path.name
 
     def to_dict(self) -> dict:
+        """Every field by name, JSON-ready (``path`` as a string)."""
         return {**asdict(self), "path": str(self.path)}
 
 
 def program(kind: str) -> Program:
+    """The :class:`Program` of sampler ``kind`` (one of :data:`KINDS`); :class:`ValidationError` for any
+    other kind."""
     if kind not in PROGRAMS:
         raise ValidationError("sampler", kind, f"one of {', '.join(KINDS)}")
     return PROGRAMS[kind]

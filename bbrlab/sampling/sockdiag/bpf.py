@@ -61,6 +61,8 @@ class BpfLog:
 
     @property
     def realtime_offset_ns(self) -> int:
+        """Realtime minus monotonic clock at the loader's start, in ns (the header's value; 0 when absent):
+        a record's Unix time is its ``mono_ns`` plus this."""
         return int(self.header.get("realtime_minus_monotonic_ns", 0))
 
 

@@ -20,18 +20,24 @@ def _number(value: object) -> bool:
 
 
 def check_interval_ms(value: object, field: str = "interval_ms") -> float:
+    """``value`` as a float of ms; :class:`ValidationError` (naming ``field``) unless it is a finite number
+    from 0.1 to 10000."""
     if not _number(value) or not MIN_INTERVAL_MS <= value <= MAX_INTERVAL_MS:
         raise ValidationError(field, value, f"{MIN_INTERVAL_MS} <= {field} <= {MAX_INTERVAL_MS} ms")
     return float(value)
 
 
 def check_port(value: object, field: str) -> int:
+    """``value`` unchanged; :class:`ValidationError` (naming ``field``) unless it is an int (not a bool)
+    from 1 to 65535."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ValidationError(field, value, "a TCP port number from 1 to 65535")
     return value
 
 
 def check_ports(ports: object, field: str = "ports") -> list[int]:
+    """``ports`` as a list; :class:`ValidationError` unless it is a sequence of 1 to :data:`MAX_PORTS`
+    distinct port numbers (each checked by :func:`check_port`)."""
     if isinstance(ports, str | bytes) or not isinstance(ports, Sequence) or not 1 <= len(ports) <= MAX_PORTS:
         raise ValidationError(field, ports, f"the data connections' local ports: 1 to {MAX_PORTS} port numbers")
     checked = [check_port(p, f"{field}[{i}]") for i, p in enumerate(ports)]

@@ -85,10 +85,12 @@ class Discovered:
 
     @property
     def local(self) -> str:
+        """The socket's local end as ``address:port`` (an IPv6 address in brackets)."""
         return f"[{self.src}]:{self.sport}" if self.family == 6 else f"{self.src}:{self.sport}"
 
     @property
     def peer(self) -> str:
+        """The socket's remote end as ``address:port`` (an IPv6 address in brackets)."""
         return f"[{self.dst}]:{self.dport}" if self.family == 6 else f"{self.dst}:{self.dport}"
 
 

@@ -223,6 +223,7 @@ def started_lab(lab_root: Path, home: Path) -> Iterator[Lab]:
     files in ``home``; shut down, and checked to leave no process, when the block ends."""
     # An IPC socket's path must stay under 108 bytes, and the kernels' are named after their connection
     # files: pytest's folders can be longer, so the runtime folder is a short one of its own.
+    home.mkdir(parents=True, exist_ok=True)
     runtime = Path(tempfile.mkdtemp(prefix="bbrlab-lab-"))
     token, port = secrets.token_hex(24), free_port()
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser",

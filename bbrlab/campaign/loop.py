@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import heapq
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -187,9 +188,13 @@ class InProcess:
             metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
             status, reason = "ok", None
         except MixedTestbed:
+            shutil.rmtree(staging, ignore_errors=True)
             raise
         except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
             status, reason, metadata = "failed", failure_reason(e), of_error(e)
+        except BaseException:  # an interruption: the attempt is not counted, and nothing of it stays behind
+            shutil.rmtree(staging, ignore_errors=True)  # (a notebook's kernel lives on: it would look running)
+            raise
         return Finished(attempt, status, reason, metadata, started, rec.now_iso(), staging=staging,
                         wall_s=time.monotonic() - t0)
 

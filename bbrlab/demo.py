@@ -119,7 +119,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
                     runner.calibration_source = source_for(cal, out)
                     st = run_on_testbed(spec, out, tb, runner=runner, progress=True)
                     failures += st.failed + st.remaining
-                    print(f"{spec.name}: {st['done']}/{st['planned']} runs complete in {out}")
+                    print(f"{spec.name}: {st.done}/{st.planned} runs complete in {out}")
             finally:
                 runner.close()
     finally:

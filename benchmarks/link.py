@@ -45,15 +45,15 @@ def main() -> None:
         except Exception:  # not up: bring it up for this benchmark only
             tb, started = tbmod.up("local", progress=False), True
         try:
-            print(f"{'rtt ms':>7} {'rate':>6} | {'ping median':>11} {'min':>6} | {'udp goodput':>11} "
-                  f"{'wire':>6} {'lost %':>6} | {'tcp':>6} {'retr':>5}", flush=True)
+            print(f"{'rtt ms':>7} {'rate':>6} | {'ping median':>11} {'min':>6} | {'udp wire':>11} "
+                  f"{'goodpt':>6} {'lost %':>6} | {'tcp':>6} {'retr':>5}", flush=True)
             for rtt_ms, rate_mbit in _grid():
                 link = Link(rtt_ms=rtt_ms, rate_mbit=rate_mbit)
                 linkmod.set(tb.emulator.host, tb.emulator.ports, link)
                 r = linkmod.validate(tb, link)
                 rtt, udp, tcp = r["rtt_ms"], r["udp_mbit"], r["tcp_mbit"]
                 print(f"{rtt_ms:>7g} {rate_mbit:>6g} | {rtt['measured']:>11.2f} {rtt['min']:>6.2f} | "
-                      f"{udp['measured']:>11.2f} {udp['wire_mbit']:>6.2f} {udp['lost_pct']:>6.2f} | "
+                      f"{udp['measured']:>11.2f} {udp['goodput_mbit']:>6.2f} {udp['lost_pct']:>6.2f} | "
                       f"{tcp['measured']:>6.2f} {tcp['retransmits']!s:>5}", flush=True)
             lossy = Link(rtt_ms=20, rate_mbit=50, loss_model="uniform", loss_pct=1.0)
             linkmod.set(tb.emulator.host, tb.emulator.ports, lossy)

@@ -57,7 +57,8 @@ from bbrlab.core.scenario import (
     check_sampling_load,
 )
 
-ORDERS = ("blocked-random", "sequential", "random")
+from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
 ESTIMATED_OVERHEAD_S = 2.0
@@ -216,13 +217,6 @@ _WORKLOAD_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                       "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S}
 
 
-def _number(key: str, value: object, *, integer: bool = False) -> float | int:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValidationError(key, value, "a whole number" if integer else "a number")
-    return value
-
-
 def _list(data: dict, key: str) -> list:
     value = data[key]
     if not isinstance(value, list) or not value:
@@ -232,20 +226,16 @@ def _list(data: dict, key: str) -> list:
     return value
 
 
-def _rename_field(e: ValidationError, key: str) -> ValidationError:
-    return ValidationError(key, e.value, e.allowed)
-
-
 def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tuple:
     """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
     out = []
     for i, v in enumerate(values):
         if key not in ("ccas", "workloads", "kernels"):
-            _number(f"{key}[{i}]", v, integer=key == "streams")
+            number(f"{key}[{i}]", v, integer=key == "streams")
         try:
             probe(v)
         except ValidationError as e:
-            raise _rename_field(e, f"{key}[{i}]") from None
+            raise rename_field(e, f"{key}[{i}]") from None
         out.append(v)
     if len(set(out)) != len(out):
         raise ValidationError(key, values, "distinct values (a value listed twice would run twice)")
@@ -256,48 +246,6 @@ def _share_in_range(value: object) -> None:
     """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
     if not 0 < value <= 100:
         raise ValidationError("contention.cpu_share_pct", value, "0 < cpu_share_pct <= 100 %")
-
-
-def _check_testbed(value: object, base: Path | None) -> str | None:
-    """``None`` (the default testbed), a local testbed's name, or a testbed file relative to ``base``."""
-    from bbrlab.testbed.local.state import NAME_RE
-
-    if value is None:
-        return None
-    allowed = ("a local testbed's name (a-z first, then a-z, 0-9 or -; at most 12) or a testbed file "
-               "(a path containing / or ending in .yaml, relative to the spec's folder)")
-    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
-        raise ValidationError("testbed", value, allowed)
-    if "/" not in value and not value.endswith((".yaml", ".yml")):
-        if not NAME_RE.match(value):
-            raise ValidationError("testbed", value, allowed)
-        return value
-    path = Path(os.path.expanduser(value))
-    if base is not None and not path.is_absolute():
-        path = Path(base) / path
-    return os.path.normpath(path)
-
-
-def _sampling(d: dict) -> dict:
-    """``sample_ms`` and ``sampler``; the older ``sample_ss_ms: N`` means ``sample_ms: N, sampler: ss``."""
-    out: dict = {}
-    if d.get("sample_ss_ms") is not None:
-        if d.get("sample_ms") is not None or "sampler" in d:
-            raise ValidationError("sample_ss_ms", d["sample_ss_ms"], "absent when sample_ms or sampler is given "
-                                  "(sample_ss_ms: N is the older form of sample_ms: N with sampler: ss)")
-        d = {"sample_ms": d["sample_ss_ms"], "sampler": "ss"}
-        key = "sample_ss_ms"
-    else:
-        key = "sample_ms"
-    if d.get("sample_ms") is not None:
-        out["sample_ms"] = _number(key, d["sample_ms"], integer=True)
-    if "sampler" in d:
-        out["sampler"] = d["sampler"]
-    try:
-        Flow("cubic", sample_ms=out.get("sample_ms"), sampler=out.get("sampler", DEFAULT_SAMPLER))
-    except ValidationError as e:
-        raise _rename_field(e, key if e.field.endswith("sample_ms") else e.field.split(".")[-1]) from None
-    return out
 
 
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
@@ -314,7 +262,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
-    testbed = _check_testbed(d.get("testbed"), base)
+    testbed = check_testbed(d.get("testbed"), base)
     lists = {key: _list(d, key) for key in _LISTS if key in d}
     checked = {
         "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
@@ -334,11 +282,11 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
     if "kernels" in d:
-        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), _kernel_name)
+        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
     if "workloads" in d:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
-    scalars = _check_scalars(d)
+    scalars = check_scalars(d)
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
     return spec
@@ -353,61 +301,6 @@ def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object
         except BufferBelowMinimum:
             pass
     return checked
-
-
-def _kernel_name(value: object) -> str:
-    """A sender kernel as a spec names it: a Debian kernel's name, or the path of a kernel directory or
-    .deb (checked for real, and downloaded if need be, by ``testbed.check_kernel`` when the campaign starts)."""
-    from bbrlab.kernel.sender import KERNEL_NAMES
-
-    if isinstance(value, str) and (value in KERNEL_NAMES or "/" in value or value.endswith(".deb")):
-        Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), Flow("cubic"), kernel=value)
-        return value
-    raise ValidationError("kernel", value, f"one of {', '.join(KERNEL_NAMES)}, or the path of a kernel directory "
-                          "or linux-image .deb (with a '/')")
-
-
-def _check_scalars(d: dict) -> dict:
-    out: dict = {}
-    if "repetitions" in d:
-        out["repetitions"] = _number("repetitions", d["repetitions"], integer=True)
-        if not 1 <= out["repetitions"] <= 1000:
-            raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")
-    if "duration_s" in d:
-        out["duration_s"] = _number("duration_s", d["duration_s"])
-        try:
-            Flow("cubic", duration_s=out["duration_s"])
-        except ValidationError as e:
-            raise _rename_field(e, "duration_s") from None
-    out.update(_sampling(d))
-    for key in ("file_mb", "transfer_timeout_s"):
-        if key in d:
-            out[key] = _number(key, d[key])
-            try:
-                Flow("cubic", workload="rsync", **{key: out[key]})
-            except ValidationError as e:
-                raise _rename_field(e, key) from None
-    if "order" in d:
-        if d["order"] not in ORDERS:
-            raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")
-        out["order"] = d["order"]
-    if "seed" in d:
-        out["seed"] = _number("seed", d["seed"], integer=True)
-        if not 0 <= out["seed"] < 2**63:
-            raise ValidationError("seed", out["seed"], "0 <= seed < 2**63")
-    if "max_attempts" in d:
-        out["max_attempts"] = _number("max_attempts", d["max_attempts"], integer=True)
-        if not 1 <= out["max_attempts"] <= 10:
-            raise ValidationError("max_attempts", out["max_attempts"], "1 <= max_attempts <= 10")
-    if "delay_split" in d:
-        if d["delay_split"] not in ("symmetric", "forward"):
-            raise ValidationError("delay_split", d["delay_split"], "symmetric or forward")
-        out["delay_split"] = d["delay_split"]
-    if "description" in d:
-        if not isinstance(d["description"], str):
-            raise ValidationError("description", d["description"], "text")
-        out["description"] = d["description"]
-    return out
 
 
 def _check_combinations(spec: CampaignSpec) -> None:

@@ -2,7 +2,9 @@
 
 ``set(host, ports, link)`` builds the qdisc tree of :mod:`bbrlab.link.qdisc` on the two ports, reads back
 what the kernel reports (``tc -raw -j -s qdisc show``, JSON, no text parsing) and raises if the kernel
-did not take what was asked. The read-back it returns is what a run stores.
+did not take what was asked. The read-back it returns is what a run stores. It also sets the ports'
+offloads as the link asks (:mod:`bbrlab.link.offloads`) and reads them back (:func:`apply` returns both).
+Which queue limit is in force is read from the read-back by :mod:`bbrlab.link.bottleneck`.
 
 Where the emulator host is this machine (``LocalHost``/``NetnsHost``) the tree goes in with pyroute2;
 on any other host (the emulator VM over SSH) with ``tc`` through :meth:`Host.run`. Both are renderings
@@ -20,12 +22,15 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
 from bbrlab.core.scenario import Link
 from bbrlab.testbed import hostlock
 
+from . import offloads
+from .bottleneck import configured_from_readback, effective_queue, queue_mode_of  # noqa: F401 - the link's API
 from .qdisc import (
     ROOT_HANDLE,
     LinkTree,
@@ -295,12 +300,23 @@ def clear(host: Host, ports: Sequence[str]) -> dict[str, list[dict]]:
     return after
 
 
-def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
-    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back.
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`apply` read back: the ports' qdiscs (``{ifname: [qdisc, ...]}``) and their offloads
+    (:func:`bbrlab.link.offloads.apply`'s record)."""
+
+    qdiscs: dict[str, list[dict]]
+    offloads: dict
+
+
+def apply(host: Host, ports: Sequence[str], link: Link) -> Applied:
+    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``: its qdiscs and its offloads;
+    return both as the kernel reports them.
 
     Raises before any change for a bad link, unknown/foreign ports, or a kernel missing a qdisc
     (``TestbedError`` naming netem and the emulator VM when the host has no netem). Raises
-    :class:`LinkMismatch` (after clearing) if the kernel reports something other than what was asked.
+    :class:`LinkMismatch` (after clearing the qdiscs) if the kernel reports qdiscs other than asked, and
+    :class:`~bbrlab.link.offloads.OffloadMismatch` if a port did not take the offloads.
     """
     if not isinstance(link, Link):
         raise ValidationError("link", link, "a bbrlab.core.scenario.Link")
@@ -310,6 +326,7 @@ def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
     check_host_can_run(host, tree)
     mark_ports(host, names)
     try:
+        taken = offloads.apply(host, names, link.emulator_offloads)
         for spec in tree.ports:
             _clear_port(host, spec.ifname)
             _apply_port(host, spec)
@@ -318,7 +335,13 @@ def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
     except BaseException:
         _restore(host, names)
         raise
-    return after
+    return Applied(after, taken)
+
+
+def set(host: Host, ports: Sequence[str], link: Link) -> dict[str, list[dict]]:
+    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back of
+    the qdiscs (:func:`apply` says what it checks and raises, and also returns the offloads)."""
+    return apply(host, ports, link).qdiscs
 
 
 def _restore(host: Host, names: list[str]) -> None:
@@ -328,41 +351,6 @@ def _restore(host: Host, names: list[str]) -> None:
             _clear_port(host, ifname)
         except Exception:  # keep restoring the other ports
             pass
-
-
-# -- what was configured, recovered from the read-back --------------------------------------------------
-def configured_from_readback(readbacks: dict[str, list[dict]], ports: Sequence[str]) -> dict:
-    """``{"rtt_ms", "rate_mbit", "queue_bytes", "loss_pct"}`` as the kernel holds them on ``ports``.
-
-    The RTT is the sum of both netem delays; the rate and queue come from the data port's tbf.
-    """
-    sender_side, receiver_side = ports
-    out: dict = {"rtt_ms": 0.0, "rate_mbit": None, "queue_bytes": None, "loss_pct": 0.0}
-    for ifname in (sender_side, receiver_side):
-        for q in readbacks.get(ifname, []):
-            opts = q.get("options") or {}
-            if q.get("kind") == "netem":
-                out["rtt_ms"] += (opts.get("delay") or {}).get("delay", 0.0) * 1e3
-                if ifname == receiver_side:
-                    out["loss_pct"] = (opts.get("loss-random") or {}).get("loss", 0.0) * 100
-            elif q.get("kind") == "tbf" and ifname == receiver_side:
-                out["rate_mbit"] = opts.get("rate", 0) * 8 / 1e6
-                out["queue_bytes"] = opts.get("limit")
-    if out["rate_mbit"] is None:
-        raise TestbedError(f"no bbrlab token bucket on {receiver_side}: set a link first (bbrlab link set)")
-    out["rtt_ms"] = round(out["rtt_ms"], 3)
-    return out
-
-
-def effective_queue(readbacks: dict[str, list[dict]], ports: Sequence[str], link: Link) -> dict:
-    """The bottleneck queue the kernel holds, from a read-back of ``ports = (sender_side, receiver_side)``:
-    ``{"queue_bytes": the data port's tbf limit, "queue_bdp": that over link's BDP, 6 decimals}``; each None
-    when the data port has no token bucket (or, for ``queue_bdp``, the BDP is 0 bytes). Every run record
-    keeps it (``metadata.link``), and the tables' buffer columns come from it."""
-    tbf = next((q for q in readbacks.get(ports[1], []) if q.get("kind") == "tbf"), None)
-    limit = (tbf.get("options") or {}).get("limit") if tbf else None
-    bdp = link.bdp_bytes
-    return {"queue_bytes": limit, "queue_bdp": round(limit / bdp, 6) if limit is not None and bdp else None}
 
 
 def validate(testbed, link: Link, **kwargs) -> dict:
@@ -397,18 +385,29 @@ def counter_delta(before: dict, after: dict) -> dict:
     return out
 
 
-def loss_observed(delta: dict) -> dict:
-    """What netem dropped on the data port, separated from the bottleneck's (tbf's) drops.
+def loss_observed(delta: dict, queue: str = "bbrlab") -> dict:
+    """What netem dropped on the data port, separated from the bottleneck's drops where the tree allows.
 
-    netem counts as its own drops the packets it loses on purpose, its own overflow and what its child
-    (tbf) refuses; the packets that reached netem are what left the tree plus every drop.
+    bbrlab's tree (``queue="bbrlab"``, netem -> tbf): netem counts as its own drops the packets it loses on
+    purpose, its own overflow and what its child (tbf) refuses; so netem's own are its drops less tbf's, and the
+    packets that reached netem are what left the tree plus every drop.
+
+    The authors' tree (``queue="authors"``, tbf -> netem): netem's drops are its loss AND its queue's
+    overflow, which is the bottleneck's drop there; the counters cannot tell them apart
+    (``includes_overflow``). tbf counts netem's drops as its own too; what it dropped by itself (frames
+    larger than its bucket) is ``tbf_dropped``.
     """
-    netem = delta.get("data", {}).get("netem")
+    data = delta.get("data", {})
+    netem = data.get("netem")
     if netem is None:
         return {"entered": None, "netem_dropped": 0, "fraction": None}
-    tbf_drops = delta.get("data", {}).get("tbf", {}).get("drops", 0)
-    dropped = netem["drops"] - tbf_drops
     entered = netem["packets"] + netem["drops"]
+    if queue == "authors":
+        tbf_own = data.get("tbf", {}).get("drops", 0) - netem["drops"]
+        return {"entered": entered, "netem_dropped": netem["drops"], "includes_overflow": True,
+                "tbf_dropped": tbf_own, "fraction": netem["drops"] / entered if entered else None}
+    tbf_drops = data.get("tbf", {}).get("drops", 0)
+    dropped = netem["drops"] - tbf_drops
     return {"entered": entered, "netem_dropped": dropped, "fraction": dropped / entered if entered else None}
 
 
@@ -424,14 +423,16 @@ class EmulatorLink:
     def __init__(self, host: Host, ports: Sequence[str]):
         self.host, self.ports = host, tuple(ports)
         self.current: Link | None = None
+        #: The ports' offloads as read back when the link was set (:func:`bbrlab.link.offloads.apply`).
+        self.offloads: dict | None = None
 
     @contextlib.contextmanager
     def holding(self, link: Link) -> Iterator[bool]:
         """The ``with`` block runs on ``link``; yields whether it had to be (re)configured."""
         changed = self.current != link
         if changed:
-            self.current = None
-            set(self.host, self.ports, link)
+            self.current, self.offloads = None, None
+            self.offloads = apply(self.host, self.ports, link).offloads
             self.current = link
         try:
             yield changed
@@ -445,11 +446,11 @@ class EmulatorLink:
 
     def forget(self) -> None:
         """Clear the ports, best effort (the error that led here is what gets reported)."""
-        self.current = None
+        self.current, self.offloads = None, None
         with contextlib.suppress(Exception):
             clear(self.host, self.ports)
 
     def close(self) -> None:
         """Take bbrlab's qdiscs off the ports (raises if the kernel keeps one)."""
-        self.current = None
+        self.current, self.offloads = None, None
         clear(self.host, self.ports)

@@ -149,7 +149,8 @@ class Runner:
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
         delta = link.counter_delta(before, link.counters(meta.qdiscs, tb.emulator.ports))
-        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link)}
+        meta.link = {"counters": delta, **link.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link),
+                     "emulator_offloads": self.link.offloads}  # as read back when the link was set
         meta.link["loss"] = checks.drops_as_configured(scenario.link, delta)
 
 

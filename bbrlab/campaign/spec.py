@@ -10,7 +10,11 @@ Spec keys (see specs/*.yaml)::
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
-    buffers_bdp: [1]
+    buffers_bdp: [1]            # the buffer asked, in BDP (up to 1000, or to the authors' queue where more)
+    queues: [bbrlab]            # the emulator's qdisc tree: bbrlab (netem -> tbf, the buffer is the queue)
+                                # and/or authors (tbf -> netem as the paper authors built it: netem's
+                                # 100000 packets are the queue, whatever the buffer asked; docs/link.md)
+    emulator_offloads: off      # TSO/GSO/GRO on the emulator's ports: off, or on as the authors had them
     losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
@@ -79,6 +83,8 @@ class CampaignSpec:
     testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
     kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = (1.0,)
+    queues: tuple[str, ...] = ("bbrlab",)
+    emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
     workloads: tuple[str, ...] = ("iperf3",)
@@ -100,12 +106,12 @@ class CampaignSpec:
         return _validate(data, base)
 
     def to_dict(self) -> dict:
-        """The spec as stored in ``spec.yaml``; the workload keys only when they differ from their defaults,
-        so the directory of a campaign made before workloads existed still matches its spec."""
+        """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
+        their defaults, so the directory of a campaign made before they existed still matches its spec."""
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
-        return {k: v for k, v in d.items() if k not in _WORKLOAD_DEFAULTS or v != _WORKLOAD_DEFAULTS[k]}
+        return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
     def grid(self, kernel: str | None = None) -> list[Scenario]:
@@ -113,16 +119,19 @@ class CampaignSpec:
         kernel's points (the kernel is the outermost dimension)."""
         kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
         points = itertools.product(kernels, self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct,
-                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
+                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
+                                   self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
 
-    def link(self, rate, rtt, buf, loss) -> Link:
-        """The link of one grid point."""
+    def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
+        """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
         return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
-                    loss_pct=loss, delay_split=self.delay_split)
+                    loss_pct=loss, delay_split=self.delay_split, queue=queue,
+                    emulator_offloads=self.emulator_offloads)
 
-    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
-        link = self.link(rate, rtt, buf, loss)
+    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, queue, loss, streams, *,
+                  repetition: int) -> Scenario:
+        link = self.link(rate, rtt, buf, loss, queue)
         return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition, kernel)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
@@ -205,16 +214,19 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # Validation
 # ---------------------------------------------------------------------------------------------
 
-_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
-          "streams")
+_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
+          "losses_pct", "streams")
+#: Lists of names, not numbers.
+_NAME_LISTS = ("ccas", "workloads", "kernels", "queues")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
 #: The Link fields a combination check can name, and the spec list each comes from.
-_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp"}
-#: The workload keys and their defaults (left out of spec.yaml when unchanged).
-_WORKLOAD_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
-                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S}
+_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp",
+               "link.queue": "queues"}
+#: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
+_OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
+                     "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off"}
 
 
 def _list(data: dict, key: str) -> list:
@@ -230,7 +242,7 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
     out = []
     for i, v in enumerate(values):
-        if key not in ("ccas", "workloads", "kernels"):
+        if key not in _NAME_LISTS:
             number(f"{key}[{i}]", v, integer=key == "streams")
         try:
             probe(v)
@@ -273,8 +285,9 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
                                   _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=v))),
     }
     if "buffers_bdp" in lists:
-        checked["buffers_bdp"] = _check_each(
-            "buffers_bdp", lists["buffers_bdp"], _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v)))
+        checked["buffers_bdp"] = _check_each("buffers_bdp", lists["buffers_bdp"], _buffer_alone)
+    if "queues" in lists:
+        checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -290,6 +303,14 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
     return spec
+
+
+def _buffer_alone(value: object) -> None:
+    """A buffer on its own: more than 0 BDP. How small and how large it may be depends on the rate x RTT it
+    meets (two frames at least; 1000 BDP or the authors' queue at most), which :func:`_check_links` names."""
+    if not value > 0:
+        raise ValidationError("link.buffer_bdp", value, "0 < buffer_bdp (its bounds depend on the rate x RTT, "
+                              "checked with them)")
 
 
 def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object]:
@@ -341,17 +362,22 @@ def _check_sampling(spec: CampaignSpec) -> None:
 
 
 def _check_links(spec: CampaignSpec) -> None:
-    """Every rate x RTT x buffer builds a :class:`Link`, which checks the kernel's limits of the qdiscs
-    (each loss was checked on its own: loss changes no size or time in the qdiscs)."""
-    indexed = [list(enumerate(getattr(spec, key))) for key in ("rates_mbit", "rtts_ms", "buffers_bdp")]
-    for (i, rate), (j, rtt), (k, buf) in itertools.product(*indexed):
+    """Every rate x RTT x buffer x queue tree builds a :class:`Link`, which checks the kernel's limits of the
+    qdiscs and the buffer's bounds (each loss was checked on its own: loss changes no size or time in the
+    qdiscs). The queue tree is named in an error only when the spec lists one besides bbrlab's."""
+    keys = ("rates_mbit", "rtts_ms", "buffers_bdp", "queues")
+    indexed = [list(enumerate(getattr(spec, key))) for key in keys]
+    for (i, rate), (j, rtt), (k, buf), (q, queue) in itertools.product(*indexed):
         try:
-            spec.link(rate, rtt, buf, 0)
+            spec.link(rate, rtt, buf, 0, queue)
         except ValidationError as e:
-            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k}
+            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k, "queues": q}
+            if spec.queues == ("bbrlab",):
+                del index["queues"]
             lead = _LINK_LISTS.get(e.field, "buffers_bdp")
             others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
-            raise ValidationError(f"{lead}[{index[lead]}] with {others}", (rate, rtt, buf), e.allowed) from None
+            values = (rate, rtt, buf) if "queues" not in index else (rate, rtt, buf, queue)
+            raise ValidationError(f"{lead}[{index[lead]}] with {others}", values, e.allowed) from None
 
 
 def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import DEFAULT_SAMPLER, Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import DEFAULT_SAMPLER, EMULATOR_OFFLOADS, Contention, Flow, Link, Scenario
 
 ORDERS = ("blocked-random", "sequential", "random")
 
@@ -118,8 +118,20 @@ def check_scalars(d: dict) -> dict:
         if d["delay_split"] not in ("symmetric", "forward"):
             raise ValidationError("delay_split", d["delay_split"], "symmetric or forward")
         out["delay_split"] = d["delay_split"]
+    if "emulator_offloads" in d:
+        out["emulator_offloads"] = emulator_offloads(d["emulator_offloads"])
     if "description" in d:
         if not isinstance(d["description"], str):
             raise ValidationError("description", d["description"], "text")
         out["description"] = d["description"]
     return out
+
+
+def emulator_offloads(value: object) -> str:
+    """``off`` or ``on``; YAML reads them unquoted as false and true, which mean the same."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value not in EMULATOR_OFFLOADS:
+        raise ValidationError("emulator_offloads", value, "off or on (TSO, GSO and GRO on the emulator's ports; "
+                              "unquoted in YAML they read as false and true, which are taken too)")
+    return value

@@ -101,8 +101,10 @@ def link_from_args(args: argparse.Namespace):
     model = args.loss_model or ("uniform" if args.loss is not None else "none")
     try:
         return _link(args, buffer_bdp, buffer_bytes, loss_pct, model)
-    except BufferBelowMinimum as e:  # the flag the user typed, with the range its --rate x --rtt allow
-        raise ValidationError("--buffer", args.buffer, e.allowed) from None
+    except ValidationError as e:  # a buffer out of range: the flag the user typed, with what its --rate x --rtt allow
+        if isinstance(e, BufferBelowMinimum) or e.field in ("link.buffer_bdp", "link.buffer_bytes"):
+            raise ValidationError("--buffer", args.buffer, e.allowed) from None
+        raise
 
 
 def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, model: str):

@@ -106,8 +106,8 @@ def max_buffer_bdp(link: Link) -> float:
 
 
 def check_buffer_ceiling(link: Link) -> None:
-    """Raise :class:`ValidationError` on ``link.buffer_bdp`` above :func:`max_buffer_bdp`."""
-    if link.buffer_bdp is None or link.buffer_bdp <= max_buffer_bdp(link):
+    """Raise :class:`ValidationError` unless ``0 < link.buffer_bdp <=`` :func:`max_buffer_bdp` (or it is None)."""
+    if link.buffer_bdp is None or 0 < link.buffer_bdp <= max_buffer_bdp(link):
         return
     raise ValidationError(
         "link.buffer_bdp", link.buffer_bdp,

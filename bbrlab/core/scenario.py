@@ -124,8 +124,9 @@ class Link:
             raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
                                   "exactly one of buffer_bdp or buffer_bytes")
         if self.buffer_bdp is not None:
-            _check_range("link.buffer_bdp", self.buffer_bdp, 0, math.inf, lo_open=True, unit="BDP")
-            check_buffer_ceiling(self)
+            if isinstance(self.buffer_bdp, bool) or not isinstance(self.buffer_bdp, int | float):
+                raise ValidationError("link.buffer_bdp", self.buffer_bdp, "a number in BDP")
+            check_buffer_ceiling(self)  # 0 < buffer_bdp <= the largest this rate x RTT allows
         if self.buffer_bytes is not None:
             _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
         if self.loss_model not in ("none", "uniform", "gemodel"):

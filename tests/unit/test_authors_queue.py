@@ -297,3 +297,31 @@ def test_the_authors_tree_and_offloads_are_part_of_the_run_identity():
     again = Scenario.from_dict(copy.deepcopy(both.to_dict()))
     assert again == both and again.run_id == both.run_id and again.link.queue == "authors"
     assert AUTHORS_NETEM_LIMIT_PACKETS == 100_000
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+def test_link_set_refuses_a_bad_queue_combination_before_the_testbed_is_touched(monkeypatch, capsys):
+    from bbrlab.cli import link as cli_link
+    from bbrlab.cli.main import main
+
+    def no_testbed(args):
+        raise AssertionError("the testbed was looked up before the values were checked")
+
+    monkeypatch.setattr(cli_link, "load_testbed", no_testbed)
+    assert main(["link", "set", "--rtt", "20ms", "--rate", "1mbit", "--queue", "authors"]) == 1
+    assert "link.rate_mbit = 1.0 is not allowed: at least 1.514 Mbit/s with queue authors" in capsys.readouterr().err
+    assert main(["link", "set", "--rtt", "20ms", "--rate", "100mbit", "--buffer", "2000bdp"]) == 1
+    assert "--buffer = '2000bdp' is not allowed: 0 < buffer_bdp <= 1000 BDP" in capsys.readouterr().err
+
+
+def test_link_set_says_which_limit_is_in_force():
+    from bbrlab.cli.link import queue_line
+
+    rb = readback_of(build_tree(AUTHORS, PORTS))
+    text = queue_line(linkmod.effective_queue(rb, PORTS, AUTHORS), AUTHORS)
+    assert text == ("queue in force: netem's 100000 packets = about 151400000 B at full-size frames = 605.6 BDP "
+                    "(BDP 250000 B); tbf's limit 250000 B is NOT in force (authors' tree)")
+    plain = Link(rtt_ms=20, rate_mbit=100)
+    rb = readback_of(build_tree(plain, PORTS))
+    assert queue_line(linkmod.effective_queue(rb, PORTS, plain), plain) == \
+        "queue in force: tbf's limit 250000 B = 1.0 BDP (BDP 250000 B)"

@@ -207,7 +207,7 @@ def test_configured_values_recovered_from_read_back():
     (["--rtt", "20ms", "--rate", "0"], "link.rate_mbit"),
     (["--rtt", "20ms", "--rate", "50mbit", "--loss", "150%"], "link.loss_pct"),
     (["--rtt", "20ms", "--rate", "50furlongs"], "--rate"),
-    (["--rtt", "20ms", "--rate", "50mbit", "--buffer=-1bdp"], "link.buffer_bdp"),
+    (["--rtt", "20ms", "--rate", "50mbit", "--buffer=-1bdp"], "--buffer"),  # the flag typed, as for a buffer below two frames
 ])
 @pytest.mark.parametrize("verb", ["set", "validate"])
 def test_cli_rejects_bad_values_before_the_testbed_is_touched(monkeypatch, capsys, argv, field, verb):

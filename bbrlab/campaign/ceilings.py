@@ -177,12 +177,14 @@ def full_share_reading(full_mbit_by_rtt: dict[str, float | None], bridge_mbit: f
 
 
 def read_records(runs_dir: Path) -> tuple[list[dict], list[dict]]:
+    """The records of a calibration's runs folder: ``(ok, failed)``."""
     ok = [rec.load_record(p) for p in sorted((runs_dir / rec.RUNS).glob("*")) if p.is_dir()]
     failed = [rec.load_record(p) for p in sorted((runs_dir / rec.FAILED).glob("*")) if p.is_dir()]
     return ok, failed
 
 
 def point_of(record: dict) -> PointKey:
+    """The calibration point a run record belongs to."""
     s = Scenario.from_dict(record["scenario"])
     return PointKey.of_scenario(s)
 

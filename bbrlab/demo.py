@@ -33,7 +33,7 @@ DEMO_SPECS = (specs_dir() / "demo.yaml", specs_dir() / "demo-sampled.yaml")
 IMAGE_BUILD_S = 240.0
 BOOT_S = 90.0
 FIGURES_S = 120.0
-#: The demo's calibration: 2 repetitions of 5 s per point and stream count (the CLI's default is 3).
+#: The demo's calibration: 2 repetitions per point and stream count, as long as the demo's runs (the CLI's default is 3).
 CALIBRATION_REPETITIONS = 2
 
 

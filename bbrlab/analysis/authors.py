@@ -15,8 +15,9 @@ Their layout, as their ``measure/run.sh`` writes it and their ``results/plots`` 
                       a ``_fixed`` kernel carries the patched module -> ``patched``
 ``rate``              bottleneck rate [Mbit/s] -> ``rate_mbit``
 ``delay_rtt``         round-trip time [ms] -> ``rtt_ms``
-``buffer_size_bytes`` bottleneck queue [bytes] -> ``buffer_bytes``; ``bdp`` (the buffer asked for, in BDP)
-                      -> ``buffer_bdp`` (computed from the bytes when ``bdp`` is absent)
+``buffer_size_bytes`` the buffer ASKED for [bytes], their tbf's ``limit``; ``bdp`` the same in BDP ->
+                      ``buffer_asked_bdp`` (computed from the bytes when ``bdp`` is absent). It was not the
+                      queue in force: see "Their queue" below
 ``parallel``          iperf3 ``-P`` -> ``streams``
 ``deadline_run``,     SCHED_DEADLINE runtime and period of the vCPU threads in NANOSECONDS (they go to
 ``deadline_period``   ``chrt --sched-runtime``): ``timeslice_ms`` = run / 1e6, ``cpu_share_pct`` = 100 x
@@ -31,6 +32,15 @@ Their layout, as their ``measure/run.sh`` writes it and their ``results/plots`` 
                       ``uniform`` with ``loss_pct`` = its first number, ``gemodel`` -> ``gemodel``
 ``n``                 repetitions planned: a point with another number of iperf3 files gets a note
 ===================== ==================================================================================
+
+Their queue: their ``measure/setup_emulator.sh`` put tbf at the root of both emulator ports and netem
+(``limit 100000``) below it, with TSO, GSO and GRO on. tbf's limit only sizes the default child that netem
+replaced (the comment at the top of Linux's ``net/sched/sch_tbf.c``), so the bottleneck queue of every run
+was netem's 100000 packets, whatever ``buffer_size_bytes`` says. Each row therefore gets ``queue_mode =
+authors``, ``queue_limit_qdisc = netem``, ``queue_limit_packets = 100000``, ``buffer_bytes`` = 100000 x 1514
+bytes (full-size frames at their 1500-byte MTU: an approximation, since netem counts packets and their GRO
+made aggregates of several frames) and ``buffer_bdp`` = that over the point's BDP (rate x RTT), and
+``emulator_offloads = on`` (:func:`authors_queue`).
 
 Cross-checks, as their parser makes them: reading a point's repetitions in order, an unreadable iperf3
 JSON or one with ``error`` fails that repetition, and one whose ``sender_tcp_congestion`` or
@@ -58,6 +68,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, authors_queue_bytes
 from bbrlab.core.units import parse_percent, parse_rate_mbit, parse_time_ms
 from bbrlab.sampling.ss import parse_ss_line
 
@@ -209,23 +220,36 @@ def loss_of(meta: Mapping) -> tuple[str, float]:
     return "uniform", pct
 
 
+#: The authors' path MTU (their emulator's defaults): full-size frames of 1514 bytes in the queue.
+AUTHORS_MTU_BYTES = 1500
+
+
+def authors_queue(bdp_bytes: float) -> dict:
+    """The bottleneck queue in force in the authors' testbed (see "Their queue" in the module docstring):
+    netem's packets, their bytes at full-size frames, and that in BDP for a point of ``bdp_bytes``."""
+    queue_bytes = authors_queue_bytes(AUTHORS_MTU_BYTES + ETHERNET_HEADER_BYTES)
+    return {"queue_mode": "authors", "queue_limit_qdisc": "netem", "queue_limit_packets": AUTHORS_NETEM_LIMIT_PACKETS,
+            "buffer_bytes": float(queue_bytes), "buffer_bdp": queue_bytes / bdp_bytes if bdp_bytes > 0 else float("nan"),
+            "emulator_offloads": "on"}
+
+
 def point_params(meta: Mapping, deadline_unit: str = "ns") -> dict:
     """The ``runs`` columns one measurement point shares with all its repetitions."""
     rate = _parsed(meta, "rate", parse_rate_mbit)
     rtt = _parsed(meta, "delay_rtt", parse_time_ms)
     model, loss_pct = loss_of(meta)
-    buffer_bytes = _number(meta.get("buffer_size_bytes"))
+    asked_bytes = _number(meta.get("buffer_size_bytes"))
     bdp_bytes = rate * 1e6 / 8 * rtt / 1e3
-    buffer_bdp = _number(meta.get("bdp"))
-    if math.isnan(buffer_bdp) and bdp_bytes > 0:
-        buffer_bdp = round(buffer_bytes / bdp_bytes, 4)
+    asked_bdp = _number(meta.get("bdp"))
+    if math.isnan(asked_bdp) and bdp_bytes > 0:
+        asked_bdp = round(asked_bytes / bdp_bytes, 4)
     streams = _number(meta.get("parallel"))
     who = identity.from_authors(meta.get("cca"), meta.get("kernel"))
     vm = meta.get("vm") or None
     return {
         "cca": who.cca, "bbr_version": who.bbr_version, "patched": who.patched, "kernel": who.kernel,
         "variant": who.variant, **contention_of(meta, deadline_unit),
-        "rate_mbit": rate, "rtt_ms": rtt, "buffer_bytes": buffer_bytes, "buffer_bdp": buffer_bdp,
+        "rate_mbit": rate, "rtt_ms": rtt, "buffer_asked_bdp": asked_bdp, **authors_queue(bdp_bytes),
         "streams": 1.0 if math.isnan(streams) else streams, "loss_model": model, "loss_pct": loss_pct,
         "hypervisor": vm, "accelerator": "kvm" if vm == "qemu_kvm" else None,
         "sender_qdisc": meta.get("qdisc") or None, "testbed_kind": "authors", "source": "authors",
@@ -393,5 +417,6 @@ def read_socket_log(root: Path, unit: str, dataset: str) -> list[RunRows]:
         "variant": who.variant, "contention_mode": "deadline" if share < 100 else "none",
         "cpu_share_pct": share, "repetition": float(rep), "ss_sampled": True, "sampler": "ss", "testbed_kind": "authors",
         "started_at": _iso(t0) if samples else None, "workload": "iperf3",
+        **authors_queue(0.0),  # the queue in force; the log's name gives no rate x RTT, so no BDP
     }
     return [RunRows(row, [], ss, notes)]

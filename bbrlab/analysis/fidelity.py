@@ -14,7 +14,9 @@ CPU-bound points are set aside: a point whose link rate is at or above the sende
 timeslice, share and RTT (``ceiling_mbit``, measured by ``bbrlab calibrate``, docs/calibration.md)
 measures the sender's CPU, not its congestion control, so no claim is judged on it
 (:func:`split_by_ceiling`). Each claim lists the points it set aside and why (``set_aside``); points
-without a ceiling (no calibration) are judged as they are, and :func:`testbed_note` says how many.
+without a ceiling (no calibration) are judged as they are, and :func:`testbed_note` says how many. Points
+whose runs carried MORE than their ceiling (the ceiling does not bound them) are counted there too and
+listed in the report (:mod:`bbrlab.analysis.ceiling_check`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
 from .paper_claims import (
     LOW_SHARES_PCT,
@@ -147,7 +150,9 @@ def ceiling_note(runs: pd.DataFrame) -> str:
         return "no CPU ceiling calibrated: every point judged (CPU-bound points may be among them)"
     text = (f"CPU ceiling known for {split.points - split.unchecked} of {split.points} points, "
             f"{len(split.set_aside)} set aside (link rate at or above it)")
-    return text + (f"; {split.unchecked} points without a ceiling judged as they are" if split.unchecked else "")
+    text += f"; {split.unchecked} points without a ceiling judged as they are" if split.unchecked else ""
+    above = len(ceiling_exceeded(runs))
+    return text + (f"; {above} point(s) with runs above their ceiling (it does not bound them)" if above else "")
 
 
 
@@ -208,7 +213,7 @@ def claims(tables) -> pd.DataFrame:
 
 
 
-def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
+def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | None = None) -> Path:
     """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools).
 
     Parameters
@@ -218,6 +223,9 @@ def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
     note : str
         Where the data ran (:func:`testbed_note`).
     out_dir : str or pathlib.Path
+    runs : pandas.DataFrame, optional
+        The ``runs`` judged: the report then also lists the points whose runs exceed their CPU ceiling
+        (:func:`bbrlab.analysis.ceiling_check.ceiling_exceeded`).
 
     Returns
     -------
@@ -232,9 +240,13 @@ def write_report(table: pd.DataFrame, note: str, out_dir) -> Path:
         cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _set_aside_lines(table)
+    extra = {}
+    if runs is not None:
+        lines += report_lines(runs)
+        extra["above_ceiling"] = ceiling_exceeded(runs)["reason"].tolist()
     path = out / "fidelity.md"
     path.write_text("\n".join(lines) + "\n")
-    (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records")},
+    (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records"), **extra},
                                                   indent=2, default=str))
     return path
 

@@ -17,6 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
+
+from .ceiling_check import above_ceiling
+
 
 @dataclass(frozen=True)
 class Column:
@@ -59,18 +63,52 @@ def _tbf_limit(qdiscs) -> int | None:
     return None
 
 
-def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float | None]:
-    """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had.
+def queue_mode(link: Mapping, meta: Mapping) -> str:
+    """The emulator's qdisc tree of a bbrlab run: ``metadata.link.queue_mode`` (read back from the kernel),
+    else the scenario's ``link.queue``; ``bbrlab`` for records made before there was a choice."""
+    return _get(meta, "link", "queue_mode") or link.get("queue") or "bbrlab"
 
-    From ``metadata.link.queue_bytes`` (every record since the floor of two frames), else tbf's limit in the
-    record's qdisc read-back (older records: an asked buffer below two packets was enlarged to 3000 bytes
-    then, and this shows it), else the scenario's request. The BDP is the asked ``buffer_bdp`` when the
-    kernel held exactly that (to the byte), else bytes / BDP, so the same point keeps one value."""
+
+def _bdp_bytes(link: Mapping) -> int | None:
     rate, rtt = link.get("rate_mbit"), link.get("rtt_ms")
-    bdp_bytes = int(round(rate * 1e6 / 8 * rtt / 1e3)) if rate and rtt is not None else None
+    return int(round(rate * 1e6 / 8 * rtt / 1e3)) if rate and rtt is not None else None
+
+
+def asked_buffer(link: Mapping) -> tuple[int | None, float | None]:
+    """``(bytes, BDP)`` of the buffer a run's scenario asked for (in the authors' tree, tbf's limit, which is
+    not in force)."""
+    bdp_bytes = _bdp_bytes(link)
     asked_bdp, asked_bytes = link.get("buffer_bdp"), link.get("buffer_bytes")
     if asked_bytes is None and asked_bdp is not None and bdp_bytes is not None:
         asked_bytes = int(round(asked_bdp * bdp_bytes))
+    if asked_bdp is None and asked_bytes is not None and bdp_bytes:
+        asked_bdp = asked_bytes / bdp_bytes
+    return asked_bytes, asked_bdp
+
+
+def authors_queue(link: Mapping, meta: Mapping) -> tuple[int, int]:
+    """``(packets, bytes)`` of the authors' tree's queue: netem's packet limit (as read back, else theirs) and
+    that many full-size frames (MTU + Ethernet header)."""
+    packets = _get(meta, "link", "queue_packets") or AUTHORS_NETEM_LIMIT_PACKETS
+    held = _get(meta, "link", "queue_bytes")
+    return packets, held if held is not None else packets * (link.get("mtu_bytes", 1500) + ETHERNET_HEADER_BYTES)
+
+
+def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float | None]:
+    """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had, never the asked buffer where it was not in
+    force.
+
+    The authors' tree (:func:`queue_mode`): netem's packet limit x full-size frames (:func:`authors_queue`).
+    bbrlab's tree: ``metadata.link.queue_bytes`` (every record since the floor of two frames), else tbf's limit
+    in the record's qdisc read-back (older records: an asked buffer below two packets was enlarged to 3000
+    bytes then, and this shows it), else the scenario's request. The BDP is the asked ``buffer_bdp`` when the
+    kernel held exactly that (to the byte), else bytes / BDP, so the same point keeps one value."""
+    bdp_bytes = _bdp_bytes(link)
+    if queue_mode(link, meta) == "authors":
+        held = authors_queue(link, meta)[1]
+        return held, (held / bdp_bytes if bdp_bytes else None)
+    asked_bytes, _ = asked_buffer(link)
+    asked_bdp = link.get("buffer_bdp")
     held = _get(meta, "link", "queue_bytes")
     if held is None:
         held = _tbf_limit(meta.get("qdiscs"))
@@ -79,6 +117,13 @@ def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float 
     if held == asked_bytes and asked_bdp is not None:
         return held, asked_bdp
     return held, (held / bdp_bytes if bdp_bytes else None)
+
+
+def _limit_qdisc(v) -> str | None:
+    """Whose limit was the bottleneck queue: ``tbf`` (bytes) or ``netem`` (packets); None when unshaped."""
+    if not v.link.get("rate_mbit"):
+        return None
+    return _get(v.meta, "link", "limit_in_force") or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
 
 
 #: The ``runs`` table: one row per run (one repetition of one point).
@@ -122,11 +167,26 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: None),
     Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.get("rtt_ms")),
     Column("rate_mbit", "float64", "bottleneck rate [Mbit/s]", lambda v: v.link.get("rate_mbit")),
-    Column("buffer_bdp", "float64", "bottleneck buffer the kernel held (tbf's limit / BDP; the value asked for "
-           "when the kernel held it to the byte; records without a read-back: as asked) [BDP]",
+    Column("buffer_bdp", "float64", "bottleneck queue in force in BDP: bbrlab's tree (queue_mode bbrlab) tbf's "
+           "limit / BDP (the value asked for when the kernel held it to the byte; records without a read-back: as "
+           "asked); the authors' tree netem's packet limit x full-size frames / BDP, whatever buffer was asked [BDP]",
            lambda v: effective_buffer(v.link, v.meta)[1]),
-    Column("buffer_bytes", "float64", "bottleneck buffer the kernel held, tbf's limit (records without a "
-           "read-back: as asked) [bytes]", lambda v: effective_buffer(v.link, v.meta)[0]),
+    Column("buffer_bytes", "float64", "bottleneck queue in force in bytes: bbrlab's tree tbf's limit (records "
+           "without a read-back: as asked); the authors' tree netem's packet limit x full-size frames (MTU + 14 "
+           "bytes; approximate, netem counts packets of any size) [bytes]",
+           lambda v: effective_buffer(v.link, v.meta)[0]),
+    Column("queue_mode", "string", "the emulator's qdisc tree: bbrlab (netem -> tbf, tbf's byte limit is the "
+           "queue) or authors (tbf -> netem as the paper authors built it, netem's packet limit is the queue; "
+           "docs/link.md)", lambda v: queue_mode(v.link, v.meta)),
+    Column("queue_limit_qdisc", "string", "whose limit was the bottleneck queue: tbf (bytes) or netem "
+           "(packets); <NA> for an unshaped link", _limit_qdisc),
+    Column("queue_limit_packets", "Int64", "the bottleneck queue in packets when it is a packet limit (the "
+           "authors' tree: netem's limit); <NA> for tbf's byte limit [packets]",
+           lambda v: authors_queue(v.link, v.meta)[0] if queue_mode(v.link, v.meta) == "authors" else None),
+    Column("buffer_asked_bdp", "float64", "the buffer the scenario asked for (tbf's configured limit); in the "
+           "authors' tree NOT the queue in force (see buffer_bdp) [BDP]", lambda v: asked_buffer(v.link)[1]),
+    Column("emulator_offloads", "string", "TSO, GSO and GRO on the emulator's ports: off (netem sees wire "
+           "packets) or on (as the authors had them)", lambda v: v.link.get("emulator_offloads", "off")),
     Column("loss_model", "string", "none, uniform or gemodel", lambda v: v.link.get("loss_model", "none")),
     Column("loss_pct", "float64", "loss probability [%]", lambda v: v.link.get("loss_pct", 0.0)),
     Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),
@@ -142,6 +202,9 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "
            "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
            lambda v: (v.meta.get("ceiling") or {}).get("value_mbit")),
+    Column("above_ceiling", "boolean", "the run's throughput exceeds its ceiling_mbit: the ceiling does not bound "
+           "it (bbrlab.analysis.ceiling_check); <NA> without a ceiling or a throughput",
+           lambda v: above_ceiling(v.summary.get("throughput_mbit"), (v.meta.get("ceiling") or {}).get("value_mbit"))),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
@@ -208,8 +271,8 @@ INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
 SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
 #: Columns that identify one experimental point (everything but the repetition).
 POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
-                 "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "loss_pct", "streams",
-                 "hypervisor", "sender_qdisc")
+                 "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
+                 "loss_pct", "streams", "hypervisor", "sender_qdisc")
 
 
 @dataclass

@@ -10,7 +10,11 @@ Spec keys (see specs/*.yaml)::
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
-    buffers_bdp: [1]
+    buffers_bdp: [1]            # the buffer asked, in BDP (up to 1000, or to the authors' queue where more)
+    queues: [bbrlab]            # the emulator's qdisc tree: bbrlab (netem -> tbf, the buffer is the queue)
+                                # and/or authors (tbf -> netem as the paper authors built it: netem's
+                                # 100000 packets are the queue, whatever the buffer asked; docs/link.md)
+    emulator_offloads: off      # TSO/GSO/GRO on the emulator's ports: off, or on as the authors had them
     losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
@@ -57,7 +61,8 @@ from bbrlab.core.scenario import (
     check_sampling_load,
 )
 
-ORDERS = ("blocked-random", "sequential", "random")
+from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
 ESTIMATED_OVERHEAD_S = 2.0
@@ -78,6 +83,8 @@ class CampaignSpec:
     testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
     kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = (1.0,)
+    queues: tuple[str, ...] = ("bbrlab",)
+    emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
     workloads: tuple[str, ...] = ("iperf3",)
@@ -99,12 +106,12 @@ class CampaignSpec:
         return _validate(data, base)
 
     def to_dict(self) -> dict:
-        """The spec as stored in ``spec.yaml``; the workload keys only when they differ from their defaults,
-        so the directory of a campaign made before workloads existed still matches its spec."""
+        """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
+        their defaults, so the directory of a campaign made before they existed still matches its spec."""
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
-        return {k: v for k, v in d.items() if k not in _WORKLOAD_DEFAULTS or v != _WORKLOAD_DEFAULTS[k]}
+        return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
     def grid(self, kernel: str | None = None) -> list[Scenario]:
@@ -112,16 +119,19 @@ class CampaignSpec:
         kernel's points (the kernel is the outermost dimension)."""
         kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
         points = itertools.product(kernels, self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct,
-                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.losses_pct, self.streams)
+                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
+                                   self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
 
-    def link(self, rate, rtt, buf, loss) -> Link:
-        """The link of one grid point."""
+    def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
+        """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
         return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
-                    loss_pct=loss, delay_split=self.delay_split)
+                    loss_pct=loss, delay_split=self.delay_split, queue=queue,
+                    emulator_offloads=self.emulator_offloads)
 
-    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, loss, streams, *, repetition: int) -> Scenario:
-        link = self.link(rate, rtt, buf, loss)
+    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, queue, loss, streams, *,
+                  repetition: int) -> Scenario:
+        link = self.link(rate, rtt, buf, loss, queue)
         return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition, kernel)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
@@ -204,23 +214,19 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # Validation
 # ---------------------------------------------------------------------------------------------
 
-_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "losses_pct",
-          "streams")
+_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
+          "losses_pct", "streams")
+#: Lists of names, not numbers.
+_NAME_LISTS = ("ccas", "workloads", "kernels", "queues")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
 #: The Link fields a combination check can name, and the spec list each comes from.
-_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp"}
-#: The workload keys and their defaults (left out of spec.yaml when unchanged).
-_WORKLOAD_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
-                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S}
-
-
-def _number(key: str, value: object, *, integer: bool = False) -> float | int:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValidationError(key, value, "a whole number" if integer else "a number")
-    return value
+_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp",
+               "link.queue": "queues"}
+#: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
+_OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
+                     "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off"}
 
 
 def _list(data: dict, key: str) -> list:
@@ -232,20 +238,16 @@ def _list(data: dict, key: str) -> list:
     return value
 
 
-def _rename_field(e: ValidationError, key: str) -> ValidationError:
-    return ValidationError(key, e.value, e.allowed)
-
-
 def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tuple:
     """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
     out = []
     for i, v in enumerate(values):
-        if key not in ("ccas", "workloads", "kernels"):
-            _number(f"{key}[{i}]", v, integer=key == "streams")
+        if key not in _NAME_LISTS:
+            number(f"{key}[{i}]", v, integer=key == "streams")
         try:
             probe(v)
         except ValidationError as e:
-            raise _rename_field(e, f"{key}[{i}]") from None
+            raise rename_field(e, f"{key}[{i}]") from None
         out.append(v)
     if len(set(out)) != len(out):
         raise ValidationError(key, values, "distinct values (a value listed twice would run twice)")
@@ -256,48 +258,6 @@ def _share_in_range(value: object) -> None:
     """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
     if not 0 < value <= 100:
         raise ValidationError("contention.cpu_share_pct", value, "0 < cpu_share_pct <= 100 %")
-
-
-def _check_testbed(value: object, base: Path | None) -> str | None:
-    """``None`` (the default testbed), a local testbed's name, or a testbed file relative to ``base``."""
-    from bbrlab.testbed.local.state import NAME_RE
-
-    if value is None:
-        return None
-    allowed = ("a local testbed's name (a-z first, then a-z, 0-9 or -; at most 12) or a testbed file "
-               "(a path containing / or ending in .yaml, relative to the spec's folder)")
-    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
-        raise ValidationError("testbed", value, allowed)
-    if "/" not in value and not value.endswith((".yaml", ".yml")):
-        if not NAME_RE.match(value):
-            raise ValidationError("testbed", value, allowed)
-        return value
-    path = Path(os.path.expanduser(value))
-    if base is not None and not path.is_absolute():
-        path = Path(base) / path
-    return os.path.normpath(path)
-
-
-def _sampling(d: dict) -> dict:
-    """``sample_ms`` and ``sampler``; the older ``sample_ss_ms: N`` means ``sample_ms: N, sampler: ss``."""
-    out: dict = {}
-    if d.get("sample_ss_ms") is not None:
-        if d.get("sample_ms") is not None or "sampler" in d:
-            raise ValidationError("sample_ss_ms", d["sample_ss_ms"], "absent when sample_ms or sampler is given "
-                                  "(sample_ss_ms: N is the older form of sample_ms: N with sampler: ss)")
-        d = {"sample_ms": d["sample_ss_ms"], "sampler": "ss"}
-        key = "sample_ss_ms"
-    else:
-        key = "sample_ms"
-    if d.get("sample_ms") is not None:
-        out["sample_ms"] = _number(key, d["sample_ms"], integer=True)
-    if "sampler" in d:
-        out["sampler"] = d["sampler"]
-    try:
-        Flow("cubic", sample_ms=out.get("sample_ms"), sampler=out.get("sampler", DEFAULT_SAMPLER))
-    except ValidationError as e:
-        raise _rename_field(e, key if e.field.endswith("sample_ms") else e.field.split(".")[-1]) from None
-    return out
 
 
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
@@ -314,7 +274,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
-    testbed = _check_testbed(d.get("testbed"), base)
+    testbed = check_testbed(d.get("testbed"), base)
     lists = {key: _list(d, key) for key in _LISTS if key in d}
     checked = {
         "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
@@ -325,8 +285,9 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
                                   _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=v))),
     }
     if "buffers_bdp" in lists:
-        checked["buffers_bdp"] = _check_each(
-            "buffers_bdp", lists["buffers_bdp"], _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=100, buffer_bdp=v)))
+        checked["buffers_bdp"] = _check_each("buffers_bdp", lists["buffers_bdp"], _buffer_alone)
+    if "queues" in lists:
+        checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -334,14 +295,22 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
     if "kernels" in d:
-        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), _kernel_name)
+        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
     if "workloads" in d:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
-    scalars = _check_scalars(d)
+    scalars = check_scalars(d)
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
     _check_combinations(spec)
     return spec
+
+
+def _buffer_alone(value: object) -> None:
+    """A buffer on its own: more than 0 BDP. How small and how large it may be depends on the rate x RTT it
+    meets (two frames at least; 1000 BDP or the authors' queue at most), which :func:`_check_links` names."""
+    if not value > 0:
+        raise ValidationError("link.buffer_bdp", value, "0 < buffer_bdp (its bounds depend on the rate x RTT, "
+                              "checked with them)")
 
 
 def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object]:
@@ -353,61 +322,6 @@ def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object
         except BufferBelowMinimum:
             pass
     return checked
-
-
-def _kernel_name(value: object) -> str:
-    """A sender kernel as a spec names it: a Debian kernel's name, or the path of a kernel directory or
-    .deb (checked for real, and downloaded if need be, by ``testbed.check_kernel`` when the campaign starts)."""
-    from bbrlab.kernel.sender import KERNEL_NAMES
-
-    if isinstance(value, str) and (value in KERNEL_NAMES or "/" in value or value.endswith(".deb")):
-        Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), Flow("cubic"), kernel=value)
-        return value
-    raise ValidationError("kernel", value, f"one of {', '.join(KERNEL_NAMES)}, or the path of a kernel directory "
-                          "or linux-image .deb (with a '/')")
-
-
-def _check_scalars(d: dict) -> dict:
-    out: dict = {}
-    if "repetitions" in d:
-        out["repetitions"] = _number("repetitions", d["repetitions"], integer=True)
-        if not 1 <= out["repetitions"] <= 1000:
-            raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")
-    if "duration_s" in d:
-        out["duration_s"] = _number("duration_s", d["duration_s"])
-        try:
-            Flow("cubic", duration_s=out["duration_s"])
-        except ValidationError as e:
-            raise _rename_field(e, "duration_s") from None
-    out.update(_sampling(d))
-    for key in ("file_mb", "transfer_timeout_s"):
-        if key in d:
-            out[key] = _number(key, d[key])
-            try:
-                Flow("cubic", workload="rsync", **{key: out[key]})
-            except ValidationError as e:
-                raise _rename_field(e, key) from None
-    if "order" in d:
-        if d["order"] not in ORDERS:
-            raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")
-        out["order"] = d["order"]
-    if "seed" in d:
-        out["seed"] = _number("seed", d["seed"], integer=True)
-        if not 0 <= out["seed"] < 2**63:
-            raise ValidationError("seed", out["seed"], "0 <= seed < 2**63")
-    if "max_attempts" in d:
-        out["max_attempts"] = _number("max_attempts", d["max_attempts"], integer=True)
-        if not 1 <= out["max_attempts"] <= 10:
-            raise ValidationError("max_attempts", out["max_attempts"], "1 <= max_attempts <= 10")
-    if "delay_split" in d:
-        if d["delay_split"] not in ("symmetric", "forward"):
-            raise ValidationError("delay_split", d["delay_split"], "symmetric or forward")
-        out["delay_split"] = d["delay_split"]
-    if "description" in d:
-        if not isinstance(d["description"], str):
-            raise ValidationError("description", d["description"], "text")
-        out["description"] = d["description"]
-    return out
 
 
 def _check_combinations(spec: CampaignSpec) -> None:
@@ -448,17 +362,22 @@ def _check_sampling(spec: CampaignSpec) -> None:
 
 
 def _check_links(spec: CampaignSpec) -> None:
-    """Every rate x RTT x buffer builds a :class:`Link`, which checks the kernel's limits of the qdiscs
-    (each loss was checked on its own: loss changes no size or time in the qdiscs)."""
-    indexed = [list(enumerate(getattr(spec, key))) for key in ("rates_mbit", "rtts_ms", "buffers_bdp")]
-    for (i, rate), (j, rtt), (k, buf) in itertools.product(*indexed):
+    """Every rate x RTT x buffer x queue tree builds a :class:`Link`, which checks the kernel's limits of the
+    qdiscs and the buffer's bounds (each loss was checked on its own: loss changes no size or time in the
+    qdiscs). The queue tree is named in an error only when the spec lists one besides bbrlab's."""
+    keys = ("rates_mbit", "rtts_ms", "buffers_bdp", "queues")
+    indexed = [list(enumerate(getattr(spec, key))) for key in keys]
+    for (i, rate), (j, rtt), (k, buf), (q, queue) in itertools.product(*indexed):
         try:
-            spec.link(rate, rtt, buf, 0)
+            spec.link(rate, rtt, buf, 0, queue)
         except ValidationError as e:
-            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k}
+            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k, "queues": q}
+            if spec.queues == ("bbrlab",):
+                del index["queues"]
             lead = _LINK_LISTS.get(e.field, "buffers_bdp")
             others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
-            raise ValidationError(f"{lead}[{index[lead]}] with {others}", (rate, rtt, buf), e.allowed) from None
+            values = (rate, rtt, buf) if "queues" not in index else (rate, rtt, buf, queue)
+            raise ValidationError(f"{lead}[{index[lead]}] with {others}", values, e.allowed) from None
 
 
 def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 from .common import driving
 
 DESCRIPTION = """\
-Measures the sender's CPU ceiling at every timeslice x CPU share x RTT of a campaign: the throughput of
-the least CPU-limited configuration (Cubic, the better of 1 and several streams, over an unshaped link:
-the RTT as netem delay, no rate limit, no bottleneck queue), with the contention applied exactly as in
-a run. A run whose link rate is at or above the ceiling of its point measures the sender's CPU (under
+Measures the sender's CPU ceiling at every timeslice x CPU share x RTT of a campaign: the highest
+throughput of the least CPU-limited configuration (Cubic, 1 and several streams, over an unshaped link:
+the RTT as netem delay, no rate limit, no bottleneck queue) in any of its runs, with the contention applied
+exactly as in a run and each run as long as the campaign's. A run whose link rate is at or above the ceiling of its point measures the sender's CPU (under
 QEMU TCG, or a small share of a slow vCPU), not its congestion control; figures draw the ceiling and the
 fidelity report sets such points aside.
 
@@ -50,7 +50,9 @@ def register(sub) -> None:
     p.add_argument("--streams", type=int, nargs="+", default=None, metavar="N",
                    help="parallel stream counts tried at each point; the better one counts (default: 1 4)")
     p.add_argument("--repetitions", type=int, default=None, help="runs per point and stream count (default 3)")
-    p.add_argument("--duration", type=int, default=None, metavar="S", help="seconds per run (default 5)")
+    p.add_argument("--duration", type=int, default=None, metavar="S",
+                   help="seconds per run (default: the spec's duration_s, so the ceiling bounds runs as long as "
+                        "the campaign's; 5 for a grid given with --timeslices --shares --rtts)")
     p.add_argument("--no-bridge-reference", action="store_true",
                    help="skip the 100 %% share reference run with no qdisc on the emulator")
     p.add_argument("--testbed", metavar="NAME|FILE",

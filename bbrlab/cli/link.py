@@ -1,14 +1,17 @@
 """``bbrlab link set|show|clear|validate``: the emulated bottleneck on the emulator's bridge ports.
 
 The emulator's sender-side port delays ACKs; its receiver-side port delays data (netem, with loss
-and jitter) and limits the rate with a token bucket whose queue is the buffer (tbf). Every value is
-checked before the emulator is touched, and `set` reads the qdiscs back from the kernel and fails
-if they differ from the request.
+and jitter) and limits the rate with a token bucket whose queue is the buffer (tbf). `--queue authors`
+builds the paper authors' tree instead (tbf at the root with netem below it, on both ports): tbf's limit
+is then not in force and netem's 100000 packets are the queue (docs/link.md). Every value is checked
+before the emulator is touched, and `set` reads the qdiscs (and the ports' offloads) back from the kernel
+and fails if they differ from the request; it prints which queue limit is in force.
 
 examples:
   bbrlab link set --rtt 20ms --rate 50mbit --buffer 1bdp
   bbrlab link set --rtt 40ms --rate 100mbit --loss 0.1% --delay-split forward
   bbrlab link set --rtt 20ms --rate 50mbit --loss-model gemodel --ge-p 1% --ge-r 25%
+  bbrlab link set --rtt 20ms --rate 100mbit --queue authors --emulator-offloads on
   bbrlab link show --json
   bbrlab link validate --json          measures the link that is set (ping, UDP, TCP)
   bbrlab link clear
@@ -18,11 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import EMULATOR_OFFLOADS, QUEUE_MODES
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
 
 from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
+
+if TYPE_CHECKING:
+    from bbrlab.link.counters import QueueHeld
 
 LINK_FLAGS = ("rtt", "rate")
 
@@ -44,6 +52,11 @@ def _link_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--delay-split", choices=("symmetric", "forward"), default="symmetric",
                    help="symmetric: RTT/2 each way (default); forward: the whole RTT on the data direction")
     g.add_argument("--mtu", default="1500", help="IP MTU of the path in bytes (default 1500)")
+    g.add_argument("--queue", choices=QUEUE_MODES, default="bbrlab",
+                   help="bbrlab: netem -> tbf, tbf's limit (--buffer) is the queue (default); authors: tbf -> netem "
+                        "as the paper authors built it, netem's 100000 packets are the queue")
+    g.add_argument("--emulator-offloads", choices=EMULATOR_OFFLOADS, default="off",
+                   help="TSO, GSO and GRO on the emulator's ports: off (default) or on (as the authors had them)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -59,7 +72,8 @@ def register(sub) -> None:
     s = verbs.add_parser("set", help="put delay, rate, buffer and loss on the emulator's ports and read them back")
     _link_args(s, required=True)
     _common(s)
-    s.add_argument("--json", action="store_true", help="print the kernel's read-back as JSON")
+    s.add_argument("--json", action="store_true", help="print the read-back as JSON: {qdiscs, bottleneck (the queue "
+                   "in force), emulator_offloads}")
     s.set_defaults(func=run_set)
 
     sh = verbs.add_parser("show", help="the emulator ports' qdiscs as the kernel reports them")
@@ -92,8 +106,10 @@ def link_from_args(args: argparse.Namespace):
     model = args.loss_model or ("uniform" if args.loss is not None else "none")
     try:
         return _link(args, buffer_bdp, buffer_bytes, loss_pct, model)
-    except BufferBelowMinimum as e:  # the flag the user typed, with the range its --rate x --rtt allow
-        raise ValidationError("--buffer", args.buffer, e.allowed) from None
+    except ValidationError as e:  # a buffer out of range: the flag the user typed, with what its --rate x --rtt allow
+        if isinstance(e, BufferBelowMinimum) or e.field in ("link.buffer_bdp", "link.buffer_bytes"):
+            raise ValidationError("--buffer", args.buffer, e.allowed) from None
+        raise
 
 
 def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, model: str):
@@ -114,6 +130,8 @@ def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, m
         jitter_ms=parse_time_ms(args.jitter, "--jitter"),
         delay_split=args.delay_split,
         mtu_bytes=parse_size_bytes(args.mtu, "--mtu"),
+        queue=args.queue,
+        emulator_offloads=args.emulator_offloads,
     )
 
 
@@ -147,23 +165,40 @@ def _print_ports(readbacks: dict, ports: tuple[str, str]) -> None:
             print(f"  {describe(q)}")
 
 
+def queue_line(queue: QueueHeld, link) -> str:
+    """The bottleneck queue in force, in words (``queue`` from :func:`bbrlab.link.counters.effective_queue`)."""
+    in_force = queue.in_force
+    limit = in_force.limit_in_force if in_force is not None else ("tbf" if queue.queue_bytes is not None else None)
+    if limit is None:
+        return "no bottleneck queue (no token bucket)"
+    if limit == "netem":
+        return (f"queue in force: netem's {in_force.queue_packets} packets = about {queue.queue_bytes} B at "
+                f"full-size frames = {queue.queue_bdp} BDP (BDP {link.bdp_bytes} B); tbf's limit "
+                f"{in_force.tbf_limit_bytes} B is NOT in force (authors' tree)")
+    return f"queue in force: tbf's limit {queue.queue_bytes} B = {queue.queue_bdp} BDP (BDP {link.bdp_bytes} B)"
+
+
 def run_set(args) -> int:
-    """``bbrlab link set``: validate the link given by the flags, put it on the emulator's ports while holding
-    the testbed's lock, and print the kernel's read-back (the queue as the kernel holds it); returns 0."""
+    """``bbrlab link set``: validate the link given by the flags, put it on the emulator's ports (qdiscs and
+    offloads) while holding the testbed's lock, and print the kernel's read-back: the qdiscs, which queue limit
+    is in force, and the ports' offloads; returns 0."""
     from bbrlab.link import emulator as linkmod
     from bbrlab.link.counters import effective_queue
 
     link = link_from_args(args)  # validated before the testbed is even looked up
     with driving(testbed_arg(args), "link set", rtt_ms=link.rtt_ms, rate_mbit=link.rate_mbit) as tb:
-        readbacks = linkmod.set(tb.emulator.host, tb.emulator.ports, link)
+        applied = linkmod.apply(tb.emulator.host, tb.emulator.ports, link)
+    readbacks = applied.qdiscs
+    queue = effective_queue(readbacks, tb.emulator.ports, link)  # as the kernel holds it
     if args.json:
-        print(json.dumps(readbacks, indent=2))
+        print(json.dumps({"qdiscs": readbacks, "bottleneck": queue.to_dict(),
+                          "emulator_offloads": applied.offloads.to_dict()}, indent=2))
     else:
-        queue = effective_queue(readbacks, tb.emulator.ports, link)  # as the kernel holds it
         print(f"link set on {tb.emulator.host.name}: RTT {link.rtt_ms:g} ms, {link.rate_mbit:g} Mbit/s, "
-              f"queue {queue.queue_bytes} B = {queue.queue_bdp} BDP (BDP {link.bdp_bytes} B), "
-              f"loss {link.effective_loss_pct:g} %")
+              f"{queue_line(queue, link)}, loss {link.effective_loss_pct:g} %")
         _print_ports(readbacks, tb.emulator.ports)
+        print("offloads (tso gso gro): " + ", ".join(f"{port} {' '.join(f.values())}"
+                                                   for port, f in applied.offloads.ports.items()))
     return 0
 
 
@@ -207,7 +242,8 @@ def _configured_link(args, tb):
         return link_from_args(args), True
     now = linkmod.configured_from_readback(linkmod.show(tb.emulator.host, tb.emulator.ports), tb.emulator.ports)
     return Link(rtt_ms=now["rtt_ms"], rate_mbit=now["rate_mbit"], buffer_bdp=None, buffer_bytes=now["queue_bytes"],
-                loss_model="uniform" if now["loss_pct"] else "none", loss_pct=now["loss_pct"]), False
+                loss_model="uniform" if now["loss_pct"] else "none", loss_pct=now["loss_pct"],
+                queue=now["queue"] or "bbrlab"), False
 
 
 def run_validate(args) -> int:

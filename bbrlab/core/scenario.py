@@ -14,7 +14,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from .errors import ValidationError
-from .linksizing import check_kernel_limits
+from .linksizing import (  # noqa: F401 - the queue's sizes and checks, re-exported where Link is
+    ETHERNET_HEADER_BYTES,
+    MAX_BUFFER_BDP,
+    MAX_QUEUE_BYTES,
+    MIN_QUEUE_FRAMES,
+    QUEUE_MODES,
+    BufferBelowMinimum,
+    buffer_bdp_range,
+    check_buffer_ceiling,
+    check_kernel_limits,
+    check_queue_floor,
+)
 
 #: Linux's TCP_CA_NAME_MAX is 16 including the NUL; names are lowercase identifiers.
 CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
@@ -32,19 +43,13 @@ DEFAULT_FILE_MB = 160
 DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
 #: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
 MAX_FILE_MB = 1024
-#: Bytes a full-size frame takes in the bottleneck queue: the IP MTU plus the Ethernet header (tbf's bfifo
-#: counts every frame with its Ethernet header).
-ETHERNET_HEADER_BYTES = 14
-#: The smallest bottleneck queue, in full-size frames. tbf drops every frame that does not fit in its queue
-#: (it cannot send a frame it could not queue first), so a queue below one frame passes nothing and one frame
-#: is a link that drops whenever two packets meet; bbrlab asks for room for two.
-MIN_QUEUE_FRAMES = 2
-MAX_BUFFER_BDP = 1000
-#: tbf's limit is a 32-bit count of bytes.
-MAX_QUEUE_BYTES = 2**32 - 1
-
 LossModel = Literal["none", "uniform", "gemodel"]
 DelaySplit = Literal["symmetric", "forward"]
+QueueMode = Literal["bbrlab", "authors"]
+EmulatorOffloads = Literal["off", "on"]
+#: ``Link.emulator_offloads``: TSO, GSO and GRO on the emulator's two ports all off (bbrlab: netem sees wire
+#: packets) or all on (as the authors' emulator script sets them).
+EMULATOR_OFFLOADS = ("off", "on")
 
 
 def _check_range(field_name: str, value, lo, hi, *, lo_open=False, hi_open=False, unit=""):
@@ -77,6 +82,13 @@ class Link:
     direction, ``forward`` puts the whole RTT on the data direction.
     Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
     as netem's ``loss gemodel p r 1-h 1-k``.
+
+    ``queue`` picks the emulator's qdisc tree (docs/link.md): ``bbrlab`` (netem -> tbf; tbf's byte limit, the
+    buffer asked, is the bottleneck queue) or ``authors`` (tbf -> netem on both ports as the paper authors'
+    emulator built it; tbf's limit is then not in force and netem's 100000 packets are the queue, whatever the
+    buffer asked). ``emulator_offloads`` sets TSO, GSO and GRO on the emulator's ports: ``off`` (netem sees wire
+    packets) or ``on`` (as the authors' emulator had them). Both are left out of :meth:`to_dict` at their
+    defaults, so the run ids of links made before they existed do not change.
     """
 
     rtt_ms: float
@@ -93,6 +105,8 @@ class Link:
     jitter_ms: float = 0.0
     delay_split: DelaySplit = "symmetric"
     mtu_bytes: int = 1500
+    queue: QueueMode = "bbrlab"
+    emulator_offloads: EmulatorOffloads = "off"
 
     def __post_init__(self):
         self.validate()
@@ -110,7 +124,9 @@ class Link:
             raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
                                   "exactly one of buffer_bdp or buffer_bytes")
         if self.buffer_bdp is not None:
-            _check_range("link.buffer_bdp", self.buffer_bdp, 0, 1000, lo_open=True, unit="BDP")
+            if isinstance(self.buffer_bdp, bool) or not isinstance(self.buffer_bdp, int | float):
+                raise ValidationError("link.buffer_bdp", self.buffer_bdp, "a number in BDP")
+            check_buffer_ceiling(self)  # 0 < buffer_bdp <= the largest this rate x RTT allows
         if self.buffer_bytes is not None:
             _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
         if self.loss_model not in ("none", "uniform", "gemodel"):
@@ -128,8 +144,33 @@ class Link:
         if self.delay_split not in ("symmetric", "forward"):
             raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
         _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
+        self._check_queue_tree()
         check_kernel_limits(self)
         check_queue_floor(self)
+
+    def _check_queue_tree(self) -> None:
+        """``queue`` and ``emulator_offloads`` are known values; the authors' tree needs a rate."""
+        if self.queue not in QUEUE_MODES:
+            raise ValidationError("link.queue", self.queue, "one of bbrlab (netem -> tbf, tbf's limit is the "
+                                  "queue), authors (tbf -> netem as the paper authors built it, netem's 100000 "
+                                  "packets are the queue)")
+        if self.queue == "authors" and not self.shaped:
+            raise ValidationError("link.queue", self.queue, "bbrlab for an unshaped link (the authors' tree is a "
+                                  "token bucket with netem below it: give rate_mbit)")
+        if self.emulator_offloads not in EMULATOR_OFFLOADS:
+            raise ValidationError("link.emulator_offloads", self.emulator_offloads,
+                                  "off (TSO, GSO and GRO off on the emulator's ports) or on (all three on, as the "
+                                  "authors' emulator had them)")
+
+    def to_dict(self) -> dict:
+        """The link as recorded (and hashed into run ids): every field, but ``queue`` and
+        ``emulator_offloads`` only when they differ from their defaults."""
+        d = asdict(self)
+        if self.queue == "bbrlab":
+            del d["queue"]
+        if self.emulator_offloads == "off":
+            del d["emulator_offloads"]
+        return d
 
     @classmethod
     def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
@@ -186,52 +227,6 @@ class Link:
     @property
     def effective_loss_pct(self) -> float:
         return self.loss_pct if self.loss_model == "uniform" else 0.0
-
-
-class BufferBelowMinimum(ValidationError):
-    """The bottleneck queue a link asks for is smaller than :attr:`Link.min_queue_bytes` (for its rate x RTT)."""
-
-
-def _round_up(x: float, digits: int = 4) -> float:
-    """``x`` rounded up to ``digits`` significant digits (so that the value a message suggests is accepted)."""
-    if x <= 0:
-        return 0.0
-    scale = 10 ** (digits - 1 - math.floor(math.log10(x)))
-    return math.ceil(x * scale - 1e-9) / scale
-
-
-def buffer_bdp_range(link: Link) -> tuple[float, float] | None:
-    """``(lowest, highest)`` buffer in BDP that ``link``'s rate x RTT allows: at least two full-size frames,
-    at most :data:`MAX_BUFFER_BDP` and tbf's 32-bit byte count. None when no BDP multiple is possible (a
-    0-byte BDP at RTT 0, or a BDP so small that the floor is above the largest multiple)."""
-    bdp = link.bdp_bytes
-    if not bdp:
-        return None
-    lowest = _round_up((link.min_queue_bytes - 0.5) / bdp)
-    highest = min(float(MAX_BUFFER_BDP), math.floor(MAX_QUEUE_BYTES / bdp * 1e4) / 1e4)
-    return (lowest, highest) if lowest <= highest else None
-
-
-def check_queue_floor(link: Link) -> None:
-    """Raise :class:`BufferBelowMinimum` when ``link``'s bottleneck queue is below two full-size frames,
-    naming the buffer field and the range allowed at its rate x RTT."""
-    if not link.shaped or link.queue_limit_bytes >= link.min_queue_bytes:
-        return
-    floor = (f"the bottleneck queue must hold {MIN_QUEUE_FRAMES} full-size frames of {link.frame_bytes} bytes "
-             f"(MTU {link.mtu_bytes} + Ethernet header), i.e. at least {link.min_queue_bytes} bytes; tbf drops a "
-             "frame that does not fit")
-    where = f"at {link.rate_mbit:g} Mbit/s x {link.rtt_ms:g} ms (BDP {link.bdp_bytes} bytes)"
-    if link.buffer_bytes is not None:
-        raise BufferBelowMinimum("link.buffer_bytes", link.buffer_bytes,
-                                 f"{link.min_queue_bytes} <= buffer_bytes <= {MAX_QUEUE_BYTES}: {floor}")
-    span = buffer_bdp_range(link)
-    if span is None:
-        raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
-                                 f"no buffer in BDP {where}: give the buffer in bytes instead "
-                                 f"(buffer_bytes >= {link.min_queue_bytes}); {floor}")
-    raise BufferBelowMinimum("link.buffer_bdp", link.buffer_bdp,
-                             f"{span[0]:g} <= buffer_bdp <= {span[1]:g} BDP {where}: {floor} "
-                             f"({link.buffer_bdp:g} BDP is {link.queue_limit_bytes} bytes)")
 
 
 @dataclass(frozen=True)
@@ -454,7 +449,7 @@ class Scenario:
     def to_dict(self) -> dict:
         d = {
             "schema": SCENARIO_SCHEMA_VERSION,
-            "link": asdict(self.link),
+            "link": self.link.to_dict(),
             "contention": asdict(self.contention),
             "flow": self.flow.to_dict(),
             "repetition": self.repetition,
@@ -477,12 +472,16 @@ class Scenario:
 
     @property
     def run_id(self) -> str:
-        """Stable id: readable prefix + hash of every parameter and the repetition."""
+        """Stable id: readable prefix + hash of every parameter and the repetition. The authors' queue tree and
+        the emulator's offloads on add ``-qauthors`` and ``-offloads`` after the rate (bbrlab's tree with offloads
+        off, the defaults, adds nothing: those ids are as before)."""
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
         share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
         workload = "" if f.workload == "iperf3" else f"{f.workload}-"
         rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
+        tree = "".join(tag for tag, on in (("-qauthors", li.queue == "authors"),
+                                           ("-offloads", li.emulator_offloads == "on")) if on)
         return (f"{self.kernel_tag}{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
-                f"{rate}-r{self.repetition:02d}-{digest}")
+                f"{rate}{tree}-r{self.repetition:02d}-{digest}")

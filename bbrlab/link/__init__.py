@@ -1,7 +1,8 @@
 """The emulated link (README step "emulate the link"): netem and the token bucket on the emulator's
-bridge ports, described once (``qdisc``), set, read back and cleared (``emulator``), what one run did to
-it (``counters``: the qdiscs' counters, netem's own loss and the queue held, a run record's typed
-``metadata.link``), and the paper's set-up validation, configured versus measured (``validate``).
+bridge ports, described once (``qdisc``), set, read back and cleared (``emulator``), which queue limit is in
+force (``bottleneck``), the ports' offloads (``offloads``), what one run did to it (``counters``: the qdiscs'
+counters, netem's own loss and the queue held, a run record's typed ``metadata.link``), and the paper's
+set-up validation, configured versus measured (``validate``).
 
 May import: ``bbrlab.core``, ``bbrlab.testbed`` (roles). Never ``run``, ``campaign``, ``analysis``, ``cli``.
 """

@@ -1,14 +1,18 @@
 """The emulated link on the emulator's bridge ports: set, read back, check, clear.
 
-``set(host, ports, link)`` builds the qdisc tree of :mod:`bbrlab.link.qdisc` on the two ports, reads back
+``apply(host, ports, link)`` builds the qdisc tree of :mod:`bbrlab.link.qdisc` on the two ports, reads back
 what the kernel reports (``tc -raw -j -s qdisc show``, JSON, no text parsing) and raises if the kernel
-did not take what was asked. The read-back it returns is what a run stores.
+did not take what was asked. The read-back is what a run stores. It also sets the ports' offloads as the
+link asks (:mod:`bbrlab.link.offloads`) and reads them back; it returns both (:class:`Applied`), and
+``set(host, ports, link)`` the qdiscs' read-back alone. Which tree and queue limit are in force is read from
+the read-back by :mod:`bbrlab.link.bottleneck` (:func:`bbrlab.link.counters.effective_queue` keeps it in a
+run record); what one run did to the link is counted by :mod:`bbrlab.link.counters`.
 
 Where the emulator host is this machine (``LocalHost``/``NetnsHost``) the tree goes in with pyroute2;
 on any other host (the emulator VM over SSH) with ``tc`` through :meth:`Host.run`. Both are renderings
 of the same tree.
 
-Order of events in :func:`set`: everything that can be checked without changing the host is checked
+Order of events in :func:`apply`: everything that can be checked without changing the host is checked
 first (the link and port names, that the ports exist and carry no foreign root qdisc, that the host
 kernel has every qdisc the tree needs); only then are qdiscs changed. If anything fails after that,
 the ports are cleared again before the error propagates.
@@ -20,12 +24,16 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
 from bbrlab.core.scenario import Link
 from bbrlab.testbed import hostlock
 
+from . import offloads
+from .bottleneck import configured_from_readback, queue_mode_of  # noqa: F401 - the link's API
+from .offloads import Offloads
 from .qdisc import (
     ROOT_HANDLE,
     LinkTree,
@@ -106,7 +114,7 @@ def is_default(qdisc: dict | None) -> bool:
 
 
 def is_ours(qdisc: dict | None) -> bool:
-    """bbrlab's root qdisc (its handle), as :func:`set` puts it on a port."""
+    """bbrlab's root qdisc (its handle), as :func:`apply` puts it on a port."""
     return qdisc is not None and qdisc.get("handle") == ROOT_HANDLE
 
 
@@ -302,12 +310,23 @@ def clear(host: Host, ports: Sequence[str]) -> Readback:
     return after
 
 
-def set(host: Host, ports: Sequence[str], link: Link) -> Readback:
-    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back.
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`apply` read back: the ports' qdiscs and their offloads
+    (:func:`bbrlab.link.offloads.apply`'s :class:`~bbrlab.link.offloads.Offloads`)."""
+
+    qdiscs: Readback
+    offloads: Offloads
+
+
+def apply(host: Host, ports: Sequence[str], link: Link) -> Applied:
+    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``: its qdiscs and its offloads;
+    return both as the kernel reports them.
 
     Raises before any change for a bad link, unknown/foreign ports, or a kernel missing a qdisc
     (``TestbedError`` naming netem and the emulator VM when the host has no netem). Raises
-    :class:`LinkMismatch` (after clearing) if the kernel reports something other than what was asked.
+    :class:`LinkMismatch` (after clearing the qdiscs) if the kernel reports qdiscs other than asked, and
+    :class:`~bbrlab.link.offloads.OffloadMismatch` if a port did not take the offloads.
     """
     if not isinstance(link, Link):
         raise ValidationError("link", link, "a bbrlab.core.scenario.Link")
@@ -317,6 +336,7 @@ def set(host: Host, ports: Sequence[str], link: Link) -> Readback:
     check_host_can_run(host, tree)
     mark_ports(host, names)
     try:
+        taken = offloads.apply(host, names, link.emulator_offloads)
         for spec in tree.ports:
             _clear_port(host, spec.ifname)
             _apply_port(host, spec)
@@ -325,7 +345,13 @@ def set(host: Host, ports: Sequence[str], link: Link) -> Readback:
     except BaseException:
         _restore(host, names)
         raise
-    return after
+    return Applied(after, taken)
+
+
+def set(host: Host, ports: Sequence[str], link: Link) -> Readback:
+    """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``; return the kernel's read-back of
+    the qdiscs (:func:`apply` says what it checks and raises, and also returns the offloads)."""
+    return apply(host, ports, link).qdiscs
 
 
 def _restore(host: Host, names: list[str]) -> None:
@@ -335,30 +361,6 @@ def _restore(host: Host, names: list[str]) -> None:
             _clear_port(host, ifname)
         except Exception:  # keep restoring the other ports
             pass
-
-
-# -- what was configured, recovered from the read-back --------------------------------------------------
-def configured_from_readback(readbacks: Readback, ports: Sequence[str]) -> dict:
-    """``{"rtt_ms", "rate_mbit", "queue_bytes", "loss_pct"}`` as the kernel holds them on ``ports``.
-
-    The RTT is the sum of both netem delays; the rate and queue come from the data port's tbf.
-    """
-    sender_side, receiver_side = ports
-    out: dict = {"rtt_ms": 0.0, "rate_mbit": None, "queue_bytes": None, "loss_pct": 0.0}
-    for ifname in (sender_side, receiver_side):
-        for q in readbacks.get(ifname, []):
-            opts = q.get("options") or {}
-            if q.get("kind") == "netem":
-                out["rtt_ms"] += (opts.get("delay") or {}).get("delay", 0.0) * 1e3
-                if ifname == receiver_side:
-                    out["loss_pct"] = (opts.get("loss-random") or {}).get("loss", 0.0) * 100
-            elif q.get("kind") == "tbf" and ifname == receiver_side:
-                out["rate_mbit"] = opts.get("rate", 0) * 8 / 1e6
-                out["queue_bytes"] = opts.get("limit")
-    if out["rate_mbit"] is None:
-        raise TestbedError(f"no bbrlab token bucket on {receiver_side}: set a link first (bbrlab link set)")
-    out["rtt_ms"] = round(out["rtt_ms"], 3)
-    return out
 
 
 def validate(testbed, link: Link, **kwargs) -> dict:
@@ -381,14 +383,16 @@ class EmulatorLink:
     def __init__(self, host: Host, ports: Sequence[str]):
         self.host, self.ports = host, tuple(ports)
         self.current: Link | None = None
+        #: The ports' offloads as read back when the link was set (:func:`bbrlab.link.offloads.apply`).
+        self.offloads: Offloads | None = None
 
     @contextlib.contextmanager
     def holding(self, link: Link) -> Iterator[bool]:
         """The ``with`` block runs on ``link``; yields whether it had to be (re)configured."""
         changed = self.current != link
         if changed:
-            self.current = None
-            set(self.host, self.ports, link)
+            self.current, self.offloads = None, None
+            self.offloads = apply(self.host, self.ports, link).offloads
             self.current = link
         try:
             yield changed
@@ -402,11 +406,11 @@ class EmulatorLink:
 
     def forget(self) -> None:
         """Clear the ports, best effort (the error that led here is what gets reported)."""
-        self.current = None
+        self.current, self.offloads = None, None
         with contextlib.suppress(Exception):
             clear(self.host, self.ports)
 
     def close(self) -> None:
         """Take bbrlab's qdiscs off the ports (raises if the kernel keeps one)."""
-        self.current = None
+        self.current, self.offloads = None, None
         clear(self.host, self.ports)

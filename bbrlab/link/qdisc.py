@@ -30,7 +30,7 @@ so the same count serves the ack port.
 
 Queue
 -----
-tbf's ``limit`` is exactly :attr:`~bbrlab.core.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
+In bbrlab's tree tbf's ``limit`` is exactly :attr:`~bbrlab.core.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
 below two full-size frames is refused when the ``Link`` is built (:func:`bbrlab.core.scenario.check_queue_floor`),
 never enlarged. What the kernel then holds is read back into every run record
 (:func:`bbrlab.link.counters.effective_queue`).
@@ -53,6 +53,22 @@ loss), no token bucket, so no bottleneck queue of the emulator's making; with no
 set. netem's limit cannot come from the link's BDP then: it is sized for
 :data:`UNSHAPED_SIZING_RATE_MBIT` over the RTT, far above what a sender here can send, so that netem
 still never drops and whatever limits the transfer is outside the emulator's qdiscs.
+
+The authors' tree (``Link.queue = "authors"``)
+------------------------------------------------
+The paper authors' emulator script (sys-uos/bbr-cpu-contention, ``measure/setup_emulator.sh``) builds the
+other order on BOTH ports: tbf at the root (their rate, ``burst`` = the rate in Mbit/s x 1000 bytes,
+``limit`` = the buffer asked, in bytes) with netem as tbf's child (the one-way delay RTT/2 and ``limit
+100000`` packets; loss on one port, which bbrlab puts on the data port as in its own tree). bbrlab builds
+exactly that, under its own handles (``bb:`` and ``bb1:`` where theirs are ``1:`` and ``10:``). The ack port
+gets the same tree with the ACK-direction delay, since their ACKs crossed the same qdiscs (netem with delay
+0 under ``delay_split="forward"``; their script always split the RTT). The comment at the top of Linux's
+``net/sched/sch_tbf.c`` says that with classful TBF the limit is only passed to the default bfifo child and
+is no longer effective once the inner qdisc is changed: tbf never checks its ``limit`` itself. The
+bottleneck queue is then netem's 100000 packets, which also hold the packets in the delay line (netem
+keeps a packet until its send time, then tbf takes it when tokens allow: the delay and the wait for tokens
+overlap, so a standing queue adds to the one-way delay only beyond it). The read-back
+(:func:`bbrlab.link.counters.effective_queue`) says which limit was in force.
 
 Jitter: netem sorts its queue by send time, so jitter reorders packets. It is off by default and
 is applied to the data direction only. Loss is applied to the data direction only (one bottleneck
@@ -186,9 +202,29 @@ def _us(ms: float) -> int:
     return int(round(ms * 1000))
 
 
+def _tbf(link: Link) -> Tbf:
+    """The token bucket of a shaped link: its rate, the tree's burst rule, the buffer asked as its limit."""
+    return Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=tbf_burst_bytes(link),
+               limit_bytes=link.queue_limit_bytes)
+
+
+def authors_port_tree(link: Link, ifname: str, direction: Direction) -> PortTree:
+    """The authors' tree on one port: tbf at the root, netem (that direction's delay, the authors' packet
+    limit; jitter, loss and seed on the data port only) as its child."""
+    data = direction == "data"
+    delay_ms = link.one_way_delays_ms()[0 if data else 1]
+    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms) if data else 0,
+                  limit_packets=netem_limit_packets(link), loss=_loss(link) if data else None,
+                  seed=link.loss_seed if data else None)
+    return PortTree(ifname, direction, (QdiscNode(ROOT_HANDLE, "root", _tbf(link)),
+                                        QdiscNode(CHILD_HANDLE, CHILD_PARENT, netem)))
+
+
 def data_port_tree(link: Link, ifname: str) -> PortTree:
     """netem (delay, jitter, loss) at the root with tbf below it; tbf alone when netem has nothing to do;
-    netem alone (or nothing) for an unshaped link."""
+    netem alone (or nothing) for an unshaped link; the authors' tree when ``link.queue`` asks for it."""
+    if link.queue == "authors":
+        return authors_port_tree(link, ifname, "data")
     delay_ms = link.one_way_delays_ms()[0]
     loss = _loss(link)
     needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
@@ -196,8 +232,7 @@ def data_port_tree(link: Link, ifname: str) -> PortTree:
                   loss=loss, seed=link.loss_seed) if needs_netem else None
     if not link.shaped:
         return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),) if netem else ())
-    tbf = Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=tbf_burst_bytes(link),
-              limit_bytes=link.queue_limit_bytes)
+    tbf = _tbf(link)
     if netem is None:
         return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", tbf),))
     return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),
@@ -205,7 +240,10 @@ def data_port_tree(link: Link, ifname: str) -> PortTree:
 
 
 def ack_port_tree(link: Link, ifname: str) -> PortTree:
-    """netem with the ack-direction delay, or nothing when that delay is zero."""
+    """netem with the ack-direction delay, or nothing when that delay is zero; the authors' tree when
+    ``link.queue`` asks for it."""
+    if link.queue == "authors":
+        return authors_port_tree(link, ifname, "ack")
     delay_ms = link.one_way_delays_ms()[1]
     if delay_ms <= 0:
         return PortTree(ifname, "ack", ())

@@ -153,7 +153,8 @@ class Runner:
         checks.contention_held(meta.contention, scenario)
         checks.qdiscs_as_asked(scenario.link, tb.emulator.ports, meta.qdiscs)
         delta = linkcount.counters(meta.qdiscs, tb.emulator.ports).minus(before)
-        meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link))
+        meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link),
+                                         offloads=self.link.offloads)  # as read back when the link was set
         meta.link.loss = checks.drops_as_configured(scenario.link, delta)
 
 

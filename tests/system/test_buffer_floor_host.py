@@ -18,7 +18,7 @@ from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import NetnsHost
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
-from bbrlab.link.counters import QueueHeld, effective_queue
+from bbrlab.link.counters import QueueHeld, QueueInForce, effective_queue
 
 pytestmark = pytest.mark.system
 
@@ -88,7 +88,8 @@ def test_the_floor_is_refused_before_the_kernel_and_the_recorded_queue_is_what_t
         link = Link(rtt_ms=0, rate_mbit=10, buffer_bdp=None, buffer_bytes=asked)
         readback = linkmod.set(host, PORTS, link)
         recorded = effective_queue(readback, PORTS, link)
-        assert recorded == QueueHeld(queue_bytes=asked, queue_bdp=None)  # RTT 0 here: no BDP to divide by
+        assert recorded == QueueHeld(queue_bytes=asked, queue_bdp=None,  # RTT 0 here: no BDP to divide by
+                                     in_force=QueueInForce("bbrlab", "tbf", None, "tbf's byte limit", asked))
         assert _tbf(ns)["options"]["limit"] == asked
         assert _send(ns, 1472)["drops"] == 0
         linkmod.clear(host, PORTS)

@@ -87,7 +87,9 @@ def test_throughput_is_the_iperf_receiver_sum(tables):
     expected = report["end"]["sum_received"]["bits_per_second"] / 1e6
     assert row["throughput_mbit"] == pytest.approx(expected)
     assert row["link_utilisation"] == pytest.approx(expected / 100) and row["rate_mbit"] == 100
-    assert row["rtt_ms"] == 20 and row["buffer_bdp"] == 1.0 and row["buffer_bytes"] == 250000
+    assert row["rtt_ms"] == 20 and row["buffer_asked_bdp"] == 1.0  # meta.json's buffer: asked, not in force
+    assert row["queue_mode"] == "authors" and row["queue_limit_packets"] == 100_000  # netem's limit was the queue
+    assert row["buffer_bytes"] == 151_400_000 and row["buffer_bdp"] == pytest.approx(605.6)  # 100000 x 1514 B
     assert row["path"] == f"{stamp}/sender/iperf_2.json" and (FIXTURE / row["path"]).is_file()
     intervals = tables.intervals[tables.intervals["run_id"] == row["run_id"]]
     assert list(intervals["throughput_mbit"]) == pytest.approx([i["sum"]["bits_per_second"] / 1e6

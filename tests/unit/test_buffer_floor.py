@@ -18,7 +18,7 @@ from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import BufferBelowMinimum, Link
-from bbrlab.link.counters import QueueHeld, effective_queue
+from bbrlab.link.counters import QueueHeld, QueueInForce, effective_queue
 from bbrlab.link.qdisc import build_tree
 
 PORTS = ("eth1", "eth2")
@@ -28,7 +28,7 @@ def test_a_tenth_of_a_bdp_at_10_mbit_and_10_ms_is_refused_with_the_allowed_range
     with pytest.raises(ValidationError) as e:
         Link(rtt_ms=10, rate_mbit=10, buffer_bdp=0.1)
     assert e.value.field == "link.buffer_bdp" and e.value.value == 0.1
-    assert "0.2422 <= buffer_bdp <= 1000 BDP at 10 Mbit/s x 10 ms (BDP 12500 bytes)" in e.value.allowed
+    assert "0.2422 <= buffer_bdp <= 12112 BDP at 10 Mbit/s x 10 ms (BDP 12500 bytes)" in e.value.allowed
     assert "3028 bytes" in e.value.allowed
     assert Link(rtt_ms=10, rate_mbit=10, buffer_bdp=0.2422).queue_limit_bytes == 3028  # the lowest it names
     with pytest.raises(BufferBelowMinimum):
@@ -65,7 +65,7 @@ def test_a_spec_names_buffers_bdp_and_the_point_that_makes_it_too_small():
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict(_spec())
     assert e.value.field == "buffers_bdp[1] with rates_mbit[1] and rtts_ms[0]"
-    assert "0.2422 <= buffer_bdp <= 1000 BDP at 10 Mbit/s x 10 ms" in str(e.value)
+    assert "0.2422 <= buffer_bdp <= 12112 BDP at 10 Mbit/s x 10 ms" in str(e.value)
     assert CampaignSpec.from_dict(_spec(buffers_bdp=[1, 0.25])).runs == 8
 
 
@@ -86,7 +86,7 @@ def test_link_set_names_the_buffer_flag_before_the_testbed_is_touched(monkeypatc
     monkeypatch.setattr(cli_link, "load_testbed", no_testbed)
     assert main(["link", verb, "--rtt", "10ms", "--rate", "10mbit", "--buffer", "0.1bdp"]) == 1
     err = capsys.readouterr().err
-    assert "--buffer = '0.1bdp' is not allowed: 0.2422 <= buffer_bdp <= 1000 BDP at 10 Mbit/s x 10 ms" in err
+    assert "--buffer = '0.1bdp' is not allowed: 0.2422 <= buffer_bdp <= 12112 BDP at 10 Mbit/s x 10 ms" in err
 
 
 def _tbf_readback(limit: int) -> dict:
@@ -96,8 +96,14 @@ def _tbf_readback(limit: int) -> dict:
 
 def test_the_effective_queue_is_read_from_the_kernels_tbf():
     link = Link(rtt_ms=10, rate_mbit=10, buffer_bdp=0.5)
-    assert effective_queue(_tbf_readback(6250), PORTS, link) == QueueHeld(queue_bytes=6250, queue_bdp=0.5)
-    assert effective_queue({"eth2": []}, PORTS, link) == QueueHeld(queue_bytes=None, queue_bdp=None)
+    held = effective_queue(_tbf_readback(6250), PORTS, link)
+    assert held == QueueHeld(queue_bytes=6250, queue_bdp=0.5,
+                             in_force=QueueInForce("bbrlab", "tbf", None, "tbf's byte limit", 6250))
+    assert held.to_dict() == {
+        "queue_mode": "bbrlab", "limit_in_force": "tbf", "queue_bytes": 6250, "queue_packets": None,
+        "queue_bytes_basis": "tbf's byte limit", "tbf_limit_bytes": 6250, "queue_bdp": 0.5}
+    none = effective_queue({"eth2": []}, PORTS, link)
+    assert none.queue_bytes is None and none.queue_bdp is None and none.in_force.limit_in_force is None
 
 
 def _view(link: dict, meta: dict) -> RunView:

@@ -105,19 +105,22 @@ def _mbit(s: Scenario) -> float:
     return base + (5.0 if s.flow.streams == 4 else 0.0) + s.repetition  # 4 streams carry a little more
 
 
-def test_ceiling_is_the_median_of_the_better_stream_count(tmp_path):
+def test_ceiling_is_the_highest_run_of_the_better_stream_count(tmp_path):
+    """The ceiling bounds what the sender carried: the highest run (issue #26), the median kept per stream count."""
     spec = CalibrationSpec("c", (10,), (25, 100), (20,), streams=(1, 4), repetitions=3)
     _write_runs(tmp_path, spec, _mbit)
     cal = calibrate.summarise(spec, tmp_path, TESTBED)
     point = cal.find(PointKey.of(10, 25, 20))
-    assert point.ceiling_mbit == 46.0 and point.streams == 4  # median of 45, 46, 47
+    assert point.ceiling_mbit == 47.0 and point.streams == 4  # the highest of 45, 46, 47
     assert point.by_streams["1"]["repetitions_mbit"] == [40.0, 41.0, 42.0]
-    assert point.by_streams["1"]["median_mbit"] == 41.0 and len(point.by_streams["4"]["run_ids"]) == 3
-    assert point.limit == "sender-cpu" and "ceiling 22% of the full-share ceiling" in point.evidence
+    assert point.by_streams["1"]["median_mbit"] == 41.0 and point.by_streams["1"]["max_mbit"] == 42.0
+    assert point.by_streams["4"]["median_mbit"] == 46.0 and len(point.by_streams["4"]["run_ids"]) == 3
+    assert point.limit == "sender-cpu" and "ceiling 23% of the full-share ceiling" in point.evidence
     full = cal.find(PointKey.of(1, 100, 20))  # any timeslice at full share
-    assert full.ceiling_mbit == 206.0 and full.timeslice_ms is None
+    assert full.ceiling_mbit == 207.0 and full.timeslice_ms is None
     assert full.sender_demand_pct == 90.0 and full.limit == "sender-cpu"  # (0.5 + 4.0) / 5.0
-    assert cal.reference["bridge_only_mbit"] == 306.0
+    assert cal.reference["bridge_only_mbit"] == 307.0
+    assert cal.configuration["ceiling"].startswith("highest receiver throughput of any repetition")
     assert "not the sender alone" in cal.reference["reading"]
     assert point.testbed == {k: TESTBED[k] for k in ceiling.IDENTITY}
 
@@ -193,7 +196,7 @@ def test_a_calibration_of_another_testbed_is_not_used(saved, field):
 def test_pointer_names_value_source_and_key(saved):
     run = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", 10))
     p = saved.pointer(run, TESTBED, "calibration.json")
-    assert p["value_mbit"] == 46.0 and p["key"] == "ts10ms-sh25-rtt20ms" and p["source"] == "calibration.json"
+    assert p["value_mbit"] == 47.0 and p["key"] == "ts10ms-sh25-rtt20ms" and p["source"] == "calibration.json"
     assert p["file_sha256"] == saved.digest() and p["limit"] == "sender-cpu"
     full = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("bbr", 10))
     assert saved.pointer(full, TESTBED)["key"] == "sh100-rtt20ms"
@@ -210,5 +213,5 @@ def test_source_is_relative_to_the_campaign_directory(saved, tmp_path):
 
 def test_grid_text_names_every_point_and_the_reference(saved):
     text = calibrate.format_grid(saved)
-    assert "46.0" in text and "206.0" in text and "bridge reference" in text and "sender kernel 6.1.0-56" in text
+    assert "47.0" in text and "207.0" in text and "bridge reference" in text and "sender kernel 6.1.0-56" in text
     assert isinstance(Calibration.from_dict(saved.to_dict()).points[0].evidence, list)

@@ -53,6 +53,8 @@ plausible = {
     "max_attempts": st.integers(min_value=-1, max_value=12),
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
     "description": st.one_of(st.text(max_size=20), st.integers()),
+    "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
+    "emulator_offloads": st.sampled_from(["off", "on", True, False, "maybe", None, 1]),
 }
 valid = st.fixed_dictionaries({
     "name": st.just("p"),
@@ -66,6 +68,8 @@ valid = st.fixed_dictionaries({
     "losses_pct": st.lists(st.floats(min_value=0, max_value=60), min_size=1, max_size=2, unique=True),
     "repetitions": st.integers(min_value=1, max_value=3),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync"]), min_size=1, max_size=2, unique=True),
+    "queues": st.lists(st.sampled_from(["bbrlab", "authors"]), min_size=1, max_size=2, unique=True),
+    "emulator_offloads": st.sampled_from(["off", "on"]),
 })
 
 

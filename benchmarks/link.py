@@ -38,6 +38,7 @@ def main() -> None:
     import bbrlab.testbed as tbmod
     from bbrlab.core.scenario import Link
     from bbrlab.link import emulator as linkmod
+    from bbrlab.link.validate import validate as validate_link
 
     with tbmod.testbed_lock("local"):
         try:
@@ -50,7 +51,7 @@ def main() -> None:
             for rtt_ms, rate_mbit in _grid():
                 link = Link(rtt_ms=rtt_ms, rate_mbit=rate_mbit)
                 linkmod.set(tb.emulator.host, tb.emulator.ports, link)
-                r = linkmod.validate(tb, link)
+                r = validate_link(tb, link)
                 rtt, udp, tcp = r["rtt_ms"], r["udp_mbit"], r["tcp_mbit"]
                 print(f"{rtt_ms:>7g} {rate_mbit:>6g} | {rtt['measured']:>11.2f} {rtt['min']:>6.2f} | "
                       f"{udp['measured']:>11.2f} {udp['goodput_mbit']:>6.2f} {udp['lost_pct']:>6.2f} | "

@@ -251,6 +251,7 @@ def run_validate(args) -> int:
     the emulator holds it), measure RTT, UDP and TCP against it and print each check. Returns 0 when every
     check is ok, else 1."""
     from bbrlab.link import emulator as linkmod
+    from bbrlab.link.validate import validate as validate_link
 
     if args.rtt is not None and args.rate is not None:
         link_from_args(args)  # bad values fail before the testbed is looked up
@@ -258,7 +259,7 @@ def run_validate(args) -> int:
         link, to_set = _configured_link(args, tb)
         if to_set:
             linkmod.set(tb.emulator.host, tb.emulator.ports, link)
-        report = linkmod.validate(tb, link, pings=args.pings, udp_s=args.udp_seconds, tcp_s=args.tcp_seconds,
+        report = validate_link(tb, link, pings=args.pings, udp_s=args.udp_seconds, tcp_s=args.tcp_seconds,
                                   loss_packets=args.loss_packets)
     if args.json:
         print(json.dumps(report, indent=2))

@@ -112,6 +112,7 @@ class Link:
         self.validate()
 
     def validate(self) -> None:
+        """Check every field and their combinations; raise :class:`ValidationError` naming the field and its allowed range."""
         _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
         if self.rate_mbit is None:
             if self.buffer_bdp is not None or self.buffer_bytes is not None:
@@ -226,6 +227,7 @@ class Link:
 
     @property
     def effective_loss_pct(self) -> float:
+        """The loss netem applies at random, in percent: ``loss_pct`` for the uniform model, 0 otherwise (Gilbert-Elliott loss has no single figure)."""
         return self.loss_pct if self.loss_model == "uniform" else 0.0
 
 
@@ -241,6 +243,7 @@ class Contention:
         self.validate()
 
     def validate(self) -> None:
+        """Check the timeslice (ms) and the CPU share (%), and that the deadline period they give is one the kernel takes."""
         _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
         _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
         if self.unlimited:
@@ -259,18 +262,22 @@ class Contention:
 
     @property
     def unlimited(self) -> bool:
+        """A share of 100 % or more: no deadline policy is applied."""
         return self.cpu_share_pct >= 100
 
     @property
     def runtime_ns(self) -> int:
+        """SCHED_DEADLINE's runtime: the timeslice, in nanoseconds."""
         return int(round(self.timeslice_ms * 1e6))
 
     @property
     def deadline_ns(self) -> int:
+        """SCHED_DEADLINE's deadline: equal to the runtime (the vCPU's timeslice must run within it), in nanoseconds."""
         return self.runtime_ns
 
     @property
     def period_ns(self) -> int:
+        """SCHED_DEADLINE's period: the timeslice divided by the share, in nanoseconds."""
         return int(round(self.timeslice_ms * 1e6 * 100.0 / self.cpu_share_pct))
 
     @property
@@ -351,6 +358,7 @@ class Flow:
             object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
 
     def validate(self) -> None:
+        """Check the CCA name, the duration (whole seconds), the streams and the workload's fields."""
         check_cca(self.cca, "flow.cca")
         _check_range("flow.duration_s", self.duration_s, 1, 3600, unit="s")
         if self.duration_s != int(self.duration_s):
@@ -447,6 +455,7 @@ class Scenario:
             raise ValidationError("kernel", k, "a sender kernel: debian-6.1, debian-5.10, debian-6.12 or a path")
 
     def to_dict(self) -> dict:
+        """The scenario as recorded in ``record.json`` and ``plan.json`` (and hashed into its run id), with its schema version."""
         d = {
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": self.link.to_dict(),
@@ -460,6 +469,7 @@ class Scenario:
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
+        """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run)."""
         return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
                    d.get("kernel"))
 

@@ -363,13 +363,6 @@ def _restore(host: Host, names: list[str]) -> None:
             pass
 
 
-def validate(testbed, link: Link, **kwargs) -> dict:
-    """The paper's set-up validation; see :func:`bbrlab.link.validate.validate`."""
-    from .validate import validate as _validate
-
-    return _validate(testbed, link, **kwargs)
-
-
 # -- the link of a campaign: set once, kept while it does not change (counted per run: bbrlab.link.counters) --
 class EmulatorLink:
     """The emulated link of one campaign on an emulator: knows what it set.

@@ -157,6 +157,7 @@ class QdiscNode:
 
     @property
     def kind(self) -> str:
+        """The qdisc's kind (``netem``, ``tbf``)."""
         return self.qdisc.kind
 
 
@@ -169,6 +170,7 @@ class PortTree:
     nodes: tuple[QdiscNode, ...]
 
     def find(self, kind: str) -> QdiscNode | None:
+        """This port's node of qdisc ``kind``, or None when it has none."""
         return next((n for n in self.nodes if n.kind == kind), None)
 
 
@@ -181,10 +183,12 @@ class LinkTree:
 
     @property
     def ports(self) -> tuple[PortTree, PortTree]:
+        """The two ports' trees, the ACK (sender-side) port first, then the data (receiver-side) port."""
         return (self.ack, self.data)
 
     @property
     def kinds(self) -> set[str]:
+        """Every qdisc kind the tree uses on either port (what the emulator's kernel must offer)."""
         return {n.kind for p in self.ports for n in p.nodes}
 
 

@@ -37,6 +37,8 @@ from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Link
 from bbrlab.run import iperf
 
+from .emulator import show
+
 RTT_TOLERANCE_PCT = 10.0
 UDP_TOLERANCE_PCT = 5.0
 #: TCP reaching 90 % of the rate through one bottleneck without contention.
@@ -78,6 +80,7 @@ def _within(measured: float, configured: float, tolerance_pct: float) -> bool:
 
 
 def measure_rtt(testbed, link: Link, *, count: int = 200, interval_s: float = 0.01) -> dict:
+    """Ping RTT from the sender to the receiver through the emulator against the configured RTT: the median reply time (ms), with min, mean and max."""
     rtts, sent = ping_rtts_ms(testbed.sender.host, testbed.receiver.experiment_ip, count=count, interval_s=interval_s)
     median = statistics.median(rtts)
     return {"configured": link.rtt_ms, "measured": round(median, 3), "min": min(rtts),
@@ -120,8 +123,6 @@ def _payload_bit(wire_bit: float) -> int:
 
 def _data_port_drops(testbed) -> dict[str, int]:
     """The drops counted so far by the qdiscs on the emulator's data port (the receiver side), by kind."""
-    from .emulator import show
-
     port = testbed.emulator.ports[1]
     return {q.get("kind"): int(q.get("drops") or 0) for q in show(testbed.emulator.host, testbed.emulator.ports)[port]}
 
@@ -168,6 +169,7 @@ def measure_loss(testbed, link: Link, *, packets: int = 10_000, port: int = VALI
 
 def measure_tcp(testbed, link: Link, *, duration_s: float = 5.0, cca: str = "cubic",
                 port: int = VALIDATE_PORT) -> dict:
+    """One TCP bulk transfer (``cca``, ``duration_s``) through the link: the receiver's goodput against the configured rate."""
     argv = iperf.client_argv(testbed.receiver.experiment_ip, cca=cca, duration_s=duration_s, port=port)
     result = iperf.parse_result(_with_server(testbed, argv, port))
     return {"configured": link.rate_mbit, "measured": round(result.receiver_mbit, 3), "cca": cca,

@@ -25,6 +25,7 @@ from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import emulator as link
+from bbrlab.link.validate import validate as validate_link
 from bbrlab.run import record, sender
 from bbrlab.run.runner import Runner, run_once
 
@@ -156,5 +157,5 @@ def test_link_validate_refuses_while_the_sender_is_contended(testbed):
 
     with contended(testbed.sender.hypervisor, testbed.sender.vcpu_threads(), Contention(10, 50)):
         with pytest.raises(TestbedError, match="SCHED_DEADLINE"):
-            link.validate(testbed, Link(rtt_ms=20, rate_mbit=50))
+            validate_link(testbed, Link(rtt_ms=20, rate_mbit=50))
     assert not _deadline_on(testbed)

@@ -13,6 +13,8 @@ import bbrlab
 
 ROOT = Path(bbrlab.__file__).parent
 MAX_TOP_LEVEL_ENTRIES = 12
+#: "No module over about 500 lines" (issue #25): a little slack for the docstrings every public name carries.
+MAX_MODULE_LINES = 540
 
 
 def _modules() -> dict[str, Path]:
@@ -107,3 +109,32 @@ def test_the_library_never_imports_the_cli():
 def test_about_a_dozen_entries_at_the_top_of_the_package():
     entries = [p.name for p in ROOT.iterdir() if p.name not in ("__init__.py", "__pycache__")]
     assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, sorted(entries)
+
+
+def _undocumented() -> list[str]:
+    """Public functions, classes and methods (names without a leading underscore) that have no docstring."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if "guest" in path.parts:
+            continue
+
+        def visit(node, prefix: str, path=path) -> None:
+            for n in ast.iter_child_nodes(node):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not n.name.startswith("_"):
+                    if not ast.get_docstring(n):
+                        out.append(f"{path.relative_to(ROOT)}:{n.lineno} {prefix}{n.name}")
+                    if isinstance(n, ast.ClassDef):
+                        visit(n, f"{prefix}{n.name}.", path)
+
+        visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    assert _undocumented() == []
+
+
+def test_no_module_over_about_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+            if "guest" not in p.parts and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}

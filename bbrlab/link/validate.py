@@ -122,9 +122,14 @@ def _payload_bit(wire_bit: float) -> int:
 
 
 def _data_port_drops(testbed) -> dict[str, int]:
-    """The drops counted so far by the qdiscs on the emulator's data port (the receiver side), by kind."""
-    port = testbed.emulator.ports[1]
-    return {q.get("kind"): int(q.get("drops") or 0) for q in show(testbed.emulator.host, testbed.emulator.ports)[port]}
+    """The drops counted so far on the emulator's data port (the receiver side): ``all`` (its root qdisc's, which
+    include its child's) and ``bottleneck`` (the queue in force's: tbf's in bbrlab's tree and on a bare token
+    bucket, netem's in the authors' tree, where tbf's limit is not in force)."""
+    qdiscs = show(testbed.emulator.host, testbed.emulator.ports)[testbed.emulator.ports[1]]
+    drops = {q.get("kind"): int(q.get("drops") or 0) for q in qdiscs}
+    root = next((q for q in qdiscs if q.get("root")), None)
+    authors = root is not None and root.get("kind") == "tbf" and "netem" in drops
+    return {"all": int(root.get("drops") or 0) if root else 0, "bottleneck": drops.get("netem" if authors else "tbf", 0)}
 
 
 def measure_udp(testbed, link: Link, *, duration_s: float = 5.0, port: int = VALIDATE_PORT) -> dict:
@@ -141,12 +146,12 @@ def measure_udp(testbed, link: Link, *, duration_s: float = 5.0, port: int = VAL
     sent, got, seconds = _udp_counts(data)
     goodput = got * UDP_PAYLOAD_BYTES * 8 / seconds / 1e6
     wire = got * (UDP_PAYLOAD_BYTES + UDP_FRAME_OVERHEAD_BYTES) * 8 / seconds / 1e6
-    tbf = after.get("tbf", 0) - before.get("tbf", 0)
-    netem = after.get("netem", 0) - before.get("netem", 0) - tbf  # netem counts its child's refusals too
+    dropped = {k: after[k] - before[k] for k in after}
     return {"configured": link.rate_mbit, "measured": round(wire, 3), "goodput_mbit": round(goodput, 3),
             "sent_mbit": round(float(data["end"]["sum_sent"]["bits_per_second"]) / 1e6, 3),
             "overdrive": UDP_OVERDRIVE, "sent_datagrams": sent, "lost_pct": round(100 * (sent - got) / sent, 3) if sent else None,
-            "dropped_at_bottleneck": tbf, "dropped_by_netem": netem, "lost_elsewhere": sent - got - tbf - netem,
+            "dropped_at_bottleneck": dropped["bottleneck"], "dropped_by_emulator": dropped["all"],
+            "lost_elsewhere": sent - got - dropped["all"],
             "seconds": seconds, "tolerance_pct": UDP_TOLERANCE_PCT,
             "ok": _within(wire, link.rate_mbit, UDP_TOLERANCE_PCT)}
 

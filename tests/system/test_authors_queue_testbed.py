@@ -117,7 +117,7 @@ def test_bbrlabs_tree_enforces_its_limit(testbed, emulator, tmp_path):
     delta = after.minus(before).data
     print(f"bbrlab's tree: peak tbf backlog {peak} B, limit {ASKED_BYTES} B; tbf drops {delta['tbf'].drops}, "
           f"netem's own {delta['netem'].drops - delta['tbf'].drops}; {received_mbit(report):.2f} Mbit/s")
-    assert 0 < peak <= ASKED_BYTES
+    assert peak <= ASKED_BYTES  # sampled every 0.2 s: a 4-frame queue at 10 Mbit/s drains in 5 ms, so often 0
     assert delta["tbf"].drops > 0  # the queue overflowed: it is the bottleneck buffer
     assert delta["netem"].drops == delta["tbf"].drops  # netem itself dropped nothing
 

@@ -44,7 +44,8 @@ FALLBACK = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 LABELS = {"throughput_mbit": "throughput [Mbit/s]", "cpu_share_pct": "CPU share [%]", "timeslice_ms": "timeslice",
           "rtt_ms": "RTT [ms]", "rate_mbit": "bandwidth [Mbit/s]", "link_utilisation": "link utilisation",
           "streams": "flows", "t_s": "time [s]", "std": "std. dev. of throughput [Mbit/s]",
-          "loss_pct": "loss [%]", "goodput_mbit": "goodput [Mbit/s]", "elapsed_s": "transfer time [s]"}
+          "loss_pct": "loss [%]", "goodput_mbit": "goodput [Mbit/s]", "elapsed_s": "transfer time [s]",
+          "buffer_bdp": "bottleneck queue in force [BDP]", "mean_rtt_ms": "sender's mean RTT [ms]"}
 #: Short names for facet titles ("RTT 10 ms", "share 25 %").
 FACET_NAMES = {"cpu_share_pct": "share", "timeslice_ms": "timeslice", "rtt_ms": "RTT", "rate_mbit": "bandwidth",
                "streams": "flows", "loss_pct": "loss", "hypervisor": "hypervisor", "cca": "", "variant": "",
@@ -346,10 +347,11 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
                 stat: str = "median", band: bool = True, logy: bool = False, ylabel: str | None = None,
-                title: str | None = None, hue_label=None, ceiling: bool = False):
+                title: str | None = None, hue_label=None, ceiling: bool = False, logx: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
     ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    ``logy``, ``logx``: logarithmic axes.
     ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.campaign.calibrate`)
     when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
@@ -376,6 +378,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 ax.set_title(panel_title(row, rv, col, cv))
                 if logy:
                     ax.set_yscale("log")
+                if logx:
+                    ax.set_xscale("log")
         fit_y(axes)  # once every panel is drawn: the shared y axis then covers all of them
         label_edges(axes, LABELS.get(x, x), ylabel or LABELS.get(value, value))
         if ceiling and value == "throughput_mbit" and not logy:

@@ -170,7 +170,36 @@ def bbr_variants(runs: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 
+def queue_groups(runs: pd.DataFrame) -> list[tuple[str, dict]]:
+    """The bottleneck queues the runs were measured with, each as (label, ``select`` conditions): one per queue tree
+    (``queue_mode``) and queue in force (``buffer_bdp``, in BDP). The authors' tree is one queue whatever buffer
+    was asked (its netem's packets are the queue); bbrlab's tree is one queue per buffer."""
+    if "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
+        return []
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    out = []
+    for (mode, bdp), _ in ok.groupby(["queue_mode", "buffer_bdp"]):  # an unshaped run has no queue: not a group
+        where = "the authors' queue, netem's 100000 packets" if mode == "authors" else "bbrlab's queue"
+        out.append((f"{where}, {bdp:.3g} BDP", {"queue_mode": mode, "buffer_bdp": bdp}))
+    return out
+
+
 def claims(tables) -> pd.DataFrame:
+    """Every claim as a row, judged apart for each bottleneck queue the data holds (:func:`queue_groups`; the
+    subject then names the queue, e.g. ``Cubic [bbrlab's queue, 1 BDP]``): a queue that absorbs a contended
+    sender's bursts and one that drops them are different experiments. See :func:`claims_of_one_queue`."""
+    groups = queue_groups(tables.runs)
+    if len(groups) <= 1:
+        return claims_of_one_queue(tables)
+    frames = []
+    for label, where in groups:
+        table = claims_of_one_queue(select(tables, **where))
+        table["subject"] = table["subject"] + f" [{label}]"
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def claims_of_one_queue(tables) -> pd.DataFrame:
     """Every claim as a row: key, subject, verdict, paper, measured (and evidence).
 
     BBR's claims are checked on every stock BBR version in the data, the patch's on every version

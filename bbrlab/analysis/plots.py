@@ -124,6 +124,32 @@ def sweep(tables: Tables, *, over: str = "rate_mbit", row: str | None = "variant
                        logy=logy, title=title, hue_label=lambda v: level_label(over, v), ceiling=True)
 
 
+def vs_queue(tables: Tables, *, value: str = "throughput_mbit", row: str | None = "timeslice_ms",
+             col: str | None = "cpu_share_pct", title: str | None = None):
+    """``value`` (throughput by default; ``mean_rtt_ms`` for the standing queue) against the bottleneck queue in
+    force, in BDP on a log axis, one line per variant (median, interquartile band), a panel per timeslice and CPU
+    share. The queue in force is ``buffer_bdp``: the buffer asked in bbrlab's tree, netem's 100000 packets in the
+    authors' tree whatever was asked (:mod:`bbrlab.link.bottleneck`), so the authors' runs sit far right.
+
+    Parameters
+    ----------
+    tables : Tables
+        A selection of runs over several queues (e.g. ``data/buffer-queue-local``).
+    value : str, default "throughput_mbit"
+    row, col : str or None
+        Facets (default: a row per timeslice, a column per CPU share; 100 % share appears in every row).
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    pandas.DataFrame
+        What it drew: per variant and queue, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std``.
+    """
+    return facet_lines(spread_full_share(tables.runs), x="buffer_bdp", value=value, hue="variant", row=row, col=col,
+                       logx=True, title=title, ceiling=value == "throughput_mbit")
+
+
 def std_vs_share(tables: Tables, *, row: str | None = "timeslice_ms", col: str | None = "rtt_ms",
                  hue: str = "variant", title: str | None = None):
     """Figure 12: the standard deviation of the per-run throughputs over the CPU share.

@@ -57,7 +57,16 @@ def iperf_summary(report: Mapping) -> dict:
         "retransmits": sent.get("retransmits"),
         "cpu_sender_pct": cpu.get("remote_total" if reverse else "host_total"),
         "iperf_cca": end.get("sender_tcp_congestion"),
+        "mean_rtt_ms": _mean_rtt_ms(end),
     }
+
+
+def _mean_rtt_ms(end: Mapping) -> float | None:
+    """The sender's smoothed RTT averaged over the transfer, in ms: iperf3's per-stream ``mean_rtt`` (in
+    microseconds), averaged over the streams; None when iperf3 reported none (a reversed or UDP test)."""
+    rtts = [_get(s, "sender", "mean_rtt") for s in end.get("streams") or ()]
+    rtts = [r for r in rtts if isinstance(r, (int, float)) and r > 0]
+    return sum(rtts) / len(rtts) / 1000 if rtts else None
 
 
 def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:

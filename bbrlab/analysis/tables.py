@@ -197,6 +197,8 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("sender_throughput_mbit", "float64", "iperf3 sender sum [Mbit/s]",
            lambda v: v.summary.get("sender_throughput_mbit")),
     Column("retransmits", "float64", "TCP retransmissions (iperf3 sender sum)", lambda v: v.summary.get("retransmits")),
+    Column("mean_rtt_ms", "float64", "the sender's smoothed RTT averaged over the transfer (iperf3's mean_rtt, mean "
+           "over streams) [ms]: the link's RTT plus the standing queue", lambda v: v.summary.get("mean_rtt_ms")),
     Column("cpu_sender_pct", "float64", "iperf3's sender CPU use [%]", lambda v: v.summary.get("cpu_sender_pct")),
     Column("link_utilisation", "float64", "throughput / rate (0..1)", lambda v: v.utilisation),
     Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "

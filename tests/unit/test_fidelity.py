@@ -186,3 +186,21 @@ def test_testbeds_agree_names_the_testbed_that_differs():
     off = claim_testbeds_agree(pd.DataFrame(rows("a", 0.95) + rows("b", 0.94) + rows("c", 0.60)))
     assert off.verdict == "inconsistent" and list(off.evidence["deviations"]) == ["c"]
     assert claim_testbeds_agree(pd.DataFrame(rows("a", 0.95))) is None
+
+
+def test_each_bottleneck_queue_is_judged_apart():
+    # The same points twice: Cubic halved under a 1 BDP queue, at the rate under the authors' deep queue. Mixed
+    # together the claim would say "partly"; judged per queue, each queue gets its own verdict.
+    shallow = _runs([("Cubic", ts, s, 0.5 if s < 100 else 0.95) for ts in (1, 10) for s in (25, 50, 100)])
+    deep = _runs([("Cubic", ts, s, 0.95) for ts in (1, 10) for s in (25, 50, 100)])
+    runs = pd.concat([shallow.assign(queue_mode="bbrlab", buffer_bdp=1.0),
+                      deep.assign(queue_mode="authors", buffer_bdp=605.6, run_id=deep["run_id"] + "-a")])
+    groups = fidelity.queue_groups(runs)
+    assert [label for label, _ in groups] == ["the authors' queue, netem's 100000 packets, 606 BDP",
+                                              "bbrlab's queue, 1 BDP"]
+    robust = _claims(runs).query("key == 'cubic_robust'").set_index("subject")["verdict"].to_dict()
+    assert robust == {"Cubic [the authors' queue, netem's 100000 packets, 606 BDP]": "reproduced",
+                      "Cubic [bbrlab's queue, 1 BDP]": "not reproduced"}
+    # one queue: the subjects stay as they were
+    assert set(_claims(shallow.assign(queue_mode="bbrlab", buffer_bdp=1.0)).query("key == 'cubic_robust'")["subject"]) \
+        == {"Cubic"}

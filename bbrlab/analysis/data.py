@@ -25,6 +25,7 @@ import pandas as pd
 from bbrlab.core.errors import BbrlabError
 
 from . import authors, records_reader
+from .stats import median_ci
 from .table_cache import Layout
 from .table_cache import ingest as _ingest
 from .tables import INTERVAL_COLUMNS, POINT_COLUMNS, RUN_COLUMNS, SS_COLUMNS, Tables, concat  # noqa: F401 - the tables' API, re-exported for notebooks
@@ -249,8 +250,9 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
     Returns
     -------
     pandas.DataFrame
-        One row per group: the ``by`` columns, ``n``, ``median``, ``q25``, ``q75``, ``mean``, ``std``
-        (sample standard deviation).
+        One row per group: the ``by`` columns, ``n``, ``median``, ``ci_low`` and ``ci_high`` (the 95 %
+        bootstrap confidence interval of the median, :func:`bbrlab.analysis.stats.median_ci`; NaN for a
+        single run), ``q25``, ``q75`` (the interquartile range), ``mean``, ``std`` (sample standard deviation).
 
     Examples
     --------
@@ -258,11 +260,17 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
     """
     cols = [c for c in by if c in runs.columns]
     if runs.empty:
-        return pd.DataFrame(columns=[*cols, "n", "median", "q25", "q75", "mean", "std"])
+        return pd.DataFrame(columns=[*cols, *SUMMARY_COLUMNS])
     g = runs.groupby(cols, dropna=False, observed=True)[value]
-    out = pd.DataFrame({"n": g.count(), "median": g.median(), "q25": g.quantile(0.25), "q75": g.quantile(0.75),
-                        "mean": g.mean(), "std": g.std()})
+    ci = g.apply(lambda v: median_ci(v.to_numpy()))
+    out = pd.DataFrame({"n": g.count(), "median": g.median(), "ci_low": ci.map(lambda b: b[0]),
+                        "ci_high": ci.map(lambda b: b[1]),
+                        "q25": g.quantile(0.25), "q75": g.quantile(0.75), "mean": g.mean(), "std": g.std()})
     return out.reset_index()
+
+
+#: The statistics :func:`summarise` gives per group, in order.
+SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "q25", "q75", "mean", "std")
 
 
 def check_dimensions(tables: Tables, varies: Mapping[str, int] | None = None,

@@ -1,8 +1,9 @@
 """The facet engine behind bbrlab's figures: panel grids, levels and their labels, colours, the publication style.
 
 A figure is a grid of panels, one per level of a ``row`` column times one per level of a ``col`` column,
-with one line per level of a ``hue`` column in each panel. :func:`facet_lines` draws the median (with its
-interquartile band) or the standard deviation over repetitions that way; :mod:`bbrlab.analysis.plots`
+with one line per level of a ``hue`` column in each panel. :func:`facet_lines` draws the median (with the
+95 % bootstrap confidence interval of the median as its band; the interquartile range stays in the table)
+or the standard deviation over repetitions that way; :mod:`bbrlab.analysis.plots`
 builds the paper's figures on it. :func:`save` writes PDF (for papers) and PNG (for a quick look) plus
 ``<name>.points.json``, the coordinates read back from the figure's lines (:func:`plotted_points`), so
 anyone can verify a figure against the table without parsing an image. Each panel there also carries its
@@ -131,7 +132,8 @@ def plotted_points(fig) -> list[dict]:
         Per axes: ``title``, ``xlabel``, ``ylabel``, ``xlim`` and ``ylim`` (the axis limits as drawn,
         ``[low, high]``) and ``lines``, each ``{"label", "x", "y"}`` (a collection of many run lines:
         ``{"label", "segments"}``, [[x, y], ...] per run). A reference line that may leave the panel on
-        purpose (:func:`mark_reference`, e.g. the CPU ceiling) also has ``"reference": true``.
+        purpose (:func:`mark_reference`, e.g. the CPU ceiling) also has ``"reference": true``. Each panel's
+        ``bands`` are the drawn bands (:func:`mark_band`): ``{"label", "shows", "x", "low", "high"}``.
     """
     out = []
     for ax in fig.axes:
@@ -141,10 +143,23 @@ def plotted_points(fig) -> list[dict]:
         lines += [{"label": c.get_label(), "segments": [seg.tolist() for seg in c.get_segments()],
                    **_reference_flag(c)}
                   for c in ax.collections if isinstance(c, LineCollection) and not c.get_label().startswith("_")]
+        bands = [{k: v if isinstance(v, str) else _plain(v) for k, v in c.bbrlab_band.items()}
+                 for c in ax.collections if getattr(c, "bbrlab_band", None)]
         out.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                     "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
-                    "lines": lines})
+                    "lines": lines, "bands": bands})
     return out
+
+
+#: What the band around a median line shows (figure legends and points.json say so).
+BAND_SHOWS = "95 % CI of the median"
+
+
+def mark_band(artist, label: str, x, low, high, shows: str = BAND_SHOWS):
+    """Keep a band's data on its artist, for :func:`plotted_points` and :func:`fit_y`; returns the artist."""
+    artist.bbrlab_band = {"label": label, "shows": shows, "x": np.asarray(x, dtype=float), "low": np.asarray(low, dtype=float),
+                          "high": np.asarray(high, dtype=float)}
+    return artist
 
 
 def _plain(values) -> list:
@@ -197,6 +212,10 @@ def points_outside_axes(points: list[dict], rel_tol: float = 1e-9) -> list[dict]
                 continue
             hidden += [{"panel": panel["title"], "label": line["label"], "x": x, "y": y}
                        for x, y in _line_points(line) if x is not None and y is not None and not inside(x, y)]
+        for band in panel.get("bands", []):
+            hidden += [{"panel": panel["title"], "label": f"{band['label']} ({band['shows']})", "x": x, "y": y}
+                       for x, y in [*zip(band["x"], band["low"], strict=True), *zip(band["x"], band["high"], strict=True)]
+                       if x is not None and y is not None and not inside(x, y)]
     return hidden
 
 
@@ -308,7 +327,12 @@ def fit_y(axes, *, from_zero: bool = True) -> None:
     """
     flat = list(np.ravel(axes))
     for ax in flat:
-        ax.relim()
+        ax.relim()  # older matplotlib skips collections here (3.11 does not): the bands are added back below
+        for c in ax.collections:
+            band = getattr(c, "bbrlab_band", None)
+            if band is not None:
+                pts = np.column_stack([np.r_[band["x"], band["x"]], np.r_[band["low"], band["high"]]])
+                ax.update_datalim(pts[np.isfinite(pts).all(axis=1)])
         ax.autoscale(enable=True, axis="y")
     for ax in flat:
         if from_zero and ax.get_yscale() == "linear" and np.isfinite(ax.dataLim.y0) and ax.dataLim.y0 >= 0:
@@ -350,7 +374,9 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 title: str | None = None, hue_label=None, ceiling: bool = False, logx: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
-    ``stat='median'`` draws the median with its interquartile band; ``'std'`` the standard deviation.
+    ``stat='median'`` draws the median with the 95 % bootstrap confidence interval of the median as its band
+    (:data:`BAND_SHOWS`; the table also keeps the interquartile range, ``q25``/``q75``); ``'std'`` the standard
+    deviation. A title, when given, is followed by what the band shows.
     ``logy``, ``logx``: logarithmic axes.
     ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.campaign.calibrate`)
     when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
@@ -384,7 +410,9 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
         label_edges(axes, LABELS.get(x, x), ylabel or LABELS.get(value, value))
         if ceiling and value == "throughput_mbit" and not logy:
             _keep_data_in_view(axes, runs, table)
-        figure_legend(fig, axes, title)
+        drew_band = band and stat == "median" and table["ci_low"].notna().any()
+        figure_legend(fig, axes, f"{title}; band: {BAND_SHOWS}" if title and drew_band else
+                      title or (f"band: {BAND_SHOWS}" if drew_band else None))
     return fig, table
 
 
@@ -393,7 +421,7 @@ CEILING_DIMENSIONS = ("timeslice_ms", "rtt_ms")
 CEILING_LABEL = "CPU ceiling"
 #: Dash-dot, so that it is not taken for a patched variant (dashed, in its variant's colour).
 CEILING_STYLE = {"linestyle": "-.", "linewidth": 1.0, "marker": "", "zorder": 1}
-#: How far above the highest rate (or quartile) the y axis of a figure with a ceiling line ends.
+#: How far above the highest rate (or band) the y axis of a figure with a ceiling line ends.
 CEILING_VIEW_HEADROOM = 1.25
 
 
@@ -442,8 +470,8 @@ def ceiling_lines(ax, runs: pd.DataFrame, *, x: str, hue: str | None = None, hue
 
 def _keep_data_in_view(axes, runs: pd.DataFrame, table: pd.DataFrame) -> None:
     """A ceiling far above the link rates would squash the curves: the y axis then ends a little above the
-    highest rate or quartile, and the ceiling line leaves the frame at the top (it is above all that is drawn)."""
-    tops = [table[c].max() for c in ("q75", "median") if c in table]
+    highest rate or band, and the ceiling line leaves the frame at the top (it is above all that is drawn)."""
+    tops = [table[c].max() for c in ("ci_high", "median") if c in table]
     if "rate_mbit" in runs:
         tops.append(runs["rate_mbit"].max())
     top = CEILING_VIEW_HEADROOM * max((t for t in tops if pd.notna(t)), default=0.0)
@@ -461,8 +489,9 @@ def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str
         return
     ax.plot(part[x], part[stat], marker="o", label=label, color=color,
             linestyle="--" if " patched" in label else "-")  # patched variants: dashed, whatever the colour
-    if band and stat == "median":
-        ax.fill_between(part[x], part["q25"], part["q75"], color=color, alpha=0.18, linewidth=0)
+    if band and stat == "median" and part["ci_low"].notna().any():
+        mark_band(ax.fill_between(part[x], part["ci_low"], part["ci_high"], color=color, alpha=0.18, linewidth=0,
+                                  label=f"_band {label}"), label, part[x], part["ci_low"], part["ci_high"])
 
 
 def figure_legend(fig, axes, title: str | None = None) -> None:

@@ -1,0 +1,210 @@
+"""Confidence for bbrlab's numbers: the interval of a median, an effect size, a rank test, a threshold's interval.
+
+Every figure's median carries a bootstrap confidence interval (:func:`median_ci`, percentile method, 95 %,
+fixed seed so the same runs always give the same interval). Two samples (patched vs original BBR at one
+point) are compared by the Hodges-Lehmann shift and Cliff's delta (:func:`effect_size`) and by the
+Mann-Whitney U test (:func:`compare`). :func:`threshold_interval` turns a curve of medians with their
+intervals into the interval of the share at which the median reaches a target (the paper's 80 % of the rate).
+
+The percentile bootstrap is used rather than BCa: BCa needs a jackknife that is undefined when all runs of a
+point agree to the last digit (common at 100 % share) and is no better for a median of a few runs. With
+fewer than :data:`MIN_N` values there is no interval (NaN). With very few runs (below about 8) the percentile
+interval of a median is close to the sample's range and covers less than its nominal level; the adaptive
+repetitions of :mod:`bbrlab.campaign.adaptive` therefore never stop a point below their minimum.
+
+scipy is imported inside the functions (a heavy import the rest of the package does not need).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from inspect import signature
+
+import numpy as np
+
+#: The confidence level of every interval bbrlab draws or reports.
+LEVEL = 0.95
+#: The bootstrap's seed: the same runs always give the same interval.
+SEED = 20240530
+#: Bootstrap resamples; the interval's bounds move by well under 1 % of their width between seeds.
+RESAMPLES = 2000
+#: Fewer values than this: no interval.
+MIN_N = 2
+
+
+def median_ci(values: Sequence[float], level: float = LEVEL, *, seed: int = SEED,
+              resamples: int = RESAMPLES) -> tuple[float, float]:
+    """The bootstrap confidence interval of the median of ``values`` (percentile method).
+
+    Parameters
+    ----------
+    values : sequence of float
+        One point's repetitions; NaN values are dropped.
+    level : float, default 0.95
+    seed : int
+        Fixed: the same values give the same interval.
+    resamples : int
+
+    Returns
+    -------
+    (float, float)
+        (low, high); (NaN, NaN) for fewer than :data:`MIN_N` values.
+
+    Examples
+    --------
+    >>> stats.median_ci([80.1, 92.3, 93.0, 94.1, 94.2])  # doctest: +SKIP
+    (80.1, 94.1)
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    if len(x) < MIN_N:
+        return (math.nan, math.nan)
+    if np.all(x == x[0]):
+        return (float(x[0]), float(x[0]))
+    from scipy.stats import bootstrap
+
+    seeded = {"rng" if "rng" in signature(bootstrap).parameters else "random_state": np.random.default_rng(seed)}
+    res = bootstrap((x,), np.median, confidence_level=level, n_resamples=resamples, method="percentile",
+                    vectorized=True, **seeded)  # scipy < 1.15 calls the generator random_state
+    low, high = res.confidence_interval
+    return (float(low), float(high))
+
+
+def hodges_lehmann(a: Sequence[float], b: Sequence[float]) -> float:
+    """The Hodges-Lehmann shift of ``b`` against ``a``: the median of all pairwise differences b_j - a_i."""
+    x, y = _clean(a), _clean(b)
+    if not len(x) or not len(y):
+        return math.nan
+    return float(np.median(np.subtract.outer(y, x)))
+
+
+def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cliff's delta of ``b`` against ``a``: P(b > a) - P(b < a) over all pairs, in [-1, 1] (1: every b is larger)."""
+    x, y = _clean(a), _clean(b)
+    if not len(x) or not len(y):
+        return math.nan
+    d = np.subtract.outer(y, x)
+    return float((np.sum(d > 0) - np.sum(d < 0)) / d.size)
+
+
+def _clean(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(values, dtype=float)
+    return x[~np.isnan(x)]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two samples compared (``b`` against ``a``, e.g. patched against original at one point).
+
+    Attributes
+    ----------
+    n_a, n_b : int
+    median_a, median_b : float
+    shift : float
+        Hodges-Lehmann shift of b against a (same unit as the values).
+    cliffs_delta : float
+        In [-1, 1]; |delta| >= 0.474 is conventionally "large", >= 0.33 "medium", >= 0.147 "small".
+    p_value : float
+        Two-sided Mann-Whitney U test (NaN when a sample is empty; with identical samples 1).
+    """
+
+    n_a: int
+    n_b: int
+    median_a: float
+    median_b: float
+    shift: float
+    cliffs_delta: float
+    p_value: float
+
+    def magnitude(self) -> str:
+        """Cliff's delta in words: negligible, small, medium or large (Romano et al.'s cut-offs)."""
+        d = abs(self.cliffs_delta)
+        if math.isnan(d):
+            return "n/a"
+        return "large" if d >= 0.474 else "medium" if d >= 0.33 else "small" if d >= 0.147 else "negligible"
+
+
+def compare(a: Sequence[float], b: Sequence[float]) -> Comparison:
+    """Compare sample ``b`` with sample ``a``: medians, Hodges-Lehmann shift, Cliff's delta, Mann-Whitney U.
+
+    With two runs a side the smallest two-sided p the U test can give is 1/3: a rank test cannot call such a
+    point different, whatever the effect size says.
+    """
+    x, y = _clean(a), _clean(b)
+    p = math.nan
+    if len(x) and len(y):
+        from scipy.stats import mannwhitneyu
+
+        p = 1.0 if np.all(x == x[0]) and np.all(y == x[0]) else float(
+            mannwhitneyu(y, x, alternative="two-sided").pvalue)
+    med = lambda v: float(np.median(v)) if len(v) else math.nan  # noqa: E731
+    return Comparison(len(x), len(y), med(x), med(y), hodges_lehmann(x, y), cliffs_delta(x, y), p)
+
+
+@dataclass(frozen=True)
+class ThresholdInterval:
+    """Where a curve of medians reaches a target, with the confidence of each point's interval.
+
+    The target is reached from ``estimate`` on (medians); it is certainly reached from ``high`` on (every
+    interval from there lies at or above the target) and certainly not at ``low`` (the highest share below
+    ``high`` whose interval lies below the target), so the share is in (``low``, ``high``]. ``low`` is None
+    when no tested share is certainly below (the threshold may lie under the lowest share tested), ``high``
+    None when no share is certainly above (it may not be reached at all); ``estimate`` None when no median
+    reaches the target.
+    """
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+
+    def text(self) -> str:
+        """e.g. ``"45 % (CI 40-50 %)"`` or ``"never below 100 % (CI > 70 %)"``."""
+        est = "never below 100 %" if self.estimate is None else f"{self.estimate:g} %"
+        lo = "?" if self.low is None else f"{self.low:g}"
+        if self.high is None:
+            return f"{est} (CI > {lo} %)"
+        return f"{est} (CI {lo}-{self.high:g} %)"
+
+    def contains(self, share: float) -> bool:
+        """Whether ``share`` lies in (low, high] (an open end counts as unbounded)."""
+        return (self.low is None or share > self.low) and (self.high is None or share <= self.high)
+
+
+def threshold_interval(shares: Sequence[float], medians: Sequence[float], ci_low: Sequence[float],
+                       ci_high: Sequence[float], target: float, full_share: float = 100.0) -> ThresholdInterval:
+    """The interval of the share at which the median reaches ``target`` (e.g. 80 % of the rate).
+
+    Parameters
+    ----------
+    shares, medians, ci_low, ci_high : sequences of float
+        One entry per tested share (any order); a NaN bound counts as not certain either way.
+    target : float
+        In the unit of the medians.
+    full_share : float, default 100
+        The uncontended share: reaching the target only there counts as never reaching it below (estimate None).
+
+    Returns
+    -------
+    ThresholdInterval
+        ``estimate``: lowest share from which every median reaches the target; ``high``: lowest share from
+        which every interval's lower bound does; ``low``: highest share below ``high`` whose interval's upper
+        bound is below it. With two-sided intervals at level L the statement "in (low, high]" errs only when
+        one of two intervals misses on one side: at most 1 - L, for a response that rises with the share.
+    """
+    order = np.argsort(np.asarray(shares, dtype=float))
+    s = np.asarray(shares, dtype=float)[order]
+    med, lo, hi = (np.asarray(v, dtype=float)[order] for v in (medians, ci_low, ci_high))
+
+    def from_which(ok: np.ndarray) -> float | None:
+        for i in range(len(s)):
+            if ok[i:].all():
+                return float(s[i])
+        return None
+
+    estimate = from_which(med >= target)
+    high = from_which(lo >= target)  # NaN >= target is False: not certain
+    below = [float(x) for x, h in zip(s, hi, strict=True) if h < target and (high is None or x < high)]
+    return ThresholdInterval(None if estimate is not None and estimate >= full_share else estimate,
+                             max(below) if below else None, high)

@@ -1,0 +1,113 @@
+"""Confidence intervals, effect sizes and threshold intervals (bbrlab.analysis.stats) and where they show:
+the summaries the figures draw, their bands and points.json. Real computations on small simulated data."""
+
+import json
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from bbrlab.analysis import data, facets, stats
+
+
+def test_the_ci_covers_the_true_median_at_about_its_nominal_rate():
+    """Skewed data (exponential, true median ln 2), 25 runs a point, 300 points: about 95 % of the intervals
+    cover the median (binomial sd 1.3 %; the percentile bootstrap of a median runs a little conservative or
+    liberal depending on n, hence the band)."""
+    rng = np.random.default_rng(7)
+    hits = [lo <= math.log(2) <= hi for lo, hi in (stats.median_ci(rng.exponential(size=25)) for _ in range(300))]
+    assert 0.90 <= np.mean(hits) <= 0.99
+
+
+def test_a_wider_level_gives_a_wider_interval_and_the_seed_fixes_it():
+    x = np.random.default_rng(3).normal(50, 10, 20)
+    lo95, hi95 = stats.median_ci(x)
+    lo99, hi99 = stats.median_ci(x, 0.99)
+    assert lo99 <= lo95 < np.median(x) < hi95 <= hi99 and hi99 - lo99 > hi95 - lo95
+    assert stats.median_ci(x) == stats.median_ci(list(x))  # same values, same interval
+
+
+def test_fewer_than_two_runs_give_no_interval_and_identical_runs_a_point():
+    assert all(math.isnan(v) for v in stats.median_ci([5.0]))
+    assert all(math.isnan(v) for v in stats.median_ci([5.0, float("nan")]))
+    assert stats.median_ci([94.7, 94.7, 94.7]) == (94.7, 94.7)
+
+
+def test_effect_sizes_and_the_rank_test_see_a_shift_and_not_noise():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(10, 1, 30), rng.normal(14, 1, 30)
+    c = stats.compare(a, b)
+    assert c.shift == pytest.approx(4, abs=0.7) and c.cliffs_delta > 0.9 and c.p_value < 1e-6
+    assert c.magnitude() == "large"
+    same = stats.compare(a, rng.normal(10, 1, 30))
+    assert abs(same.cliffs_delta) < 0.4 and same.p_value > 0.01
+    assert stats.cliffs_delta([1, 2], [3, 4]) == 1.0 and stats.cliffs_delta([3, 4], [1, 2]) == -1.0
+    assert stats.hodges_lehmann([0, 0], [1, 3]) == 2.0
+
+
+def test_two_runs_a_side_cannot_be_called_different_by_the_rank_test():
+    c = stats.compare([1.0, 2.0], [90.0, 91.0])
+    assert c.cliffs_delta == 1.0 and c.p_value == pytest.approx(1 / 3)
+
+
+def test_threshold_interval_brackets_the_crossing_between_certain_points():
+    shares = [10, 25, 40, 55, 70, 100]
+    med = [5, 20, 70, 85, 92, 95]
+    lo = [3, 15, 50, 78, 90, 94]  # 55: its interval straddles 80
+    hi = [7, 25, 82, 90, 94, 96]  # 40 as well
+    t = stats.threshold_interval(shares, med, lo, hi, 80)
+    assert (t.estimate, t.low, t.high) == (55, 25, 70)
+    assert t.contains(40) and t.contains(70) and not t.contains(25) and not t.contains(71)
+    assert t.text() == "55 % (CI 25-70 %)"
+
+
+def test_threshold_interval_open_ends():
+    never = stats.threshold_interval([10, 50, 100], [5, 40, 95], [3, 30, 94], [7, 50, 96], 80)
+    assert never.estimate is None and never.low == 50 and never.high == 100
+    always = stats.threshold_interval([10, 50], [85, 90], [81, 88], [90, 92], 80)
+    assert always.estimate == 10 and always.low is None and always.high == 10
+    unsure = stats.threshold_interval([10, 50], [70, 90], [60, float("nan")], [85, float("nan")], 80)
+    assert unsure.estimate == 50 and unsure.low is None and unsure.high is None
+
+
+def _runs(values_by_share: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"run_id": f"{s}-{i}", "variant": "BBRv1", "cpu_share_pct": float(s), "throughput_mbit": v}
+                         for s, vals in values_by_share.items() for i, v in enumerate(vals)])
+
+
+def test_summaries_carry_the_ci_of_the_median_beside_the_iqr():
+    runs = _runs({25: [1.0, 2.0, 3.0, 4.0, 50.0], 50: [90.0, 91.0, 92.0], 70: [95.0]})
+    table = data.summarise(runs, ["variant", "cpu_share_pct"])
+    assert list(table.columns) == ["variant", "cpu_share_pct", *data.SUMMARY_COLUMNS]
+    row = table.set_index("cpu_share_pct").loc[25.0]
+    assert (row["ci_low"], row["ci_high"]) == stats.median_ci([1.0, 2.0, 3.0, 4.0, 50.0])
+    assert row["ci_low"] <= row["median"] <= row["ci_high"] and (row["q25"], row["q75"]) == (2.0, 4.0)
+    assert table.set_index("cpu_share_pct").loc[70.0, ["ci_low", "ci_high"]].isna().all()
+    assert list(data.summarise(runs.iloc[0:0], ["variant"]).columns) == ["variant", *data.SUMMARY_COLUMNS]
+
+
+def test_points_json_carries_the_bands_and_they_stay_in_view(tmp_path):
+    """One outlier far above the medians: the band reaches it, the shared y axis must too (a relim that
+    forgot the bands would end near the medians and hide the band's top)."""
+    runs = _runs({25: [10.0, 10.5, 11.0, 200.0], 50: [10.0, 10.2, 10.4, 10.6]})
+    fig, table = facets.facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="variant", row=None,
+                                    col=None)
+    facets.save(fig, tmp_path, "f", formats=("png",))
+    points = json.loads((tmp_path / "f.points.json").read_text())
+    (band,) = points[0]["bands"]
+    assert band["label"] == "BBRv1" and band["shows"] == facets.BAND_SHOWS
+    assert band["low"] == pytest.approx(table["ci_low"].tolist())
+    assert band["high"] == pytest.approx(table["ci_high"].tolist())
+    assert band["high"][0] > 100  # the outlier is in the interval ...
+    assert facets.points_outside_axes(points) == []  # ... and in view
+    assert facets.BAND_SHOWS in fig.legends[0].get_title().get_text()
+    plt.close(fig)
+
+
+def test_a_band_outside_its_panel_is_reported_as_hidden():
+    points = [{"title": "p", "xlim": [0, 100], "ylim": [0, 50], "lines": [],
+               "bands": [{"label": "BBRv1", "shows": facets.BAND_SHOWS, "x": [25.0], "low": [10.0], "high": [60.0]}]}]
+    (hidden,) = facets.points_outside_axes(points)
+    assert hidden["y"] == 60.0 and "CI" in hidden["label"]

@@ -1,13 +1,14 @@
 """Confidence for bbrlab's numbers: the interval of a median, an effect size, a rank test, a threshold's interval.
 
-Every figure's median carries a bootstrap confidence interval (:func:`median_ci`, percentile method, 95 %,
-fixed seed so the same runs always give the same interval). Two samples (patched vs original BBR at one
-point) are compared by the Hodges-Lehmann shift and Cliff's delta (:func:`effect_size`) and by the
-Mann-Whitney U test (:func:`compare`). :func:`threshold_interval` turns a curve of medians with their
+Every figure's median carries a bootstrap confidence interval (:func:`median_ci`, defined in
+:mod:`bbrlab.core.confidence` so the campaign can use it too: percentile method, 95 %, fixed seed so the same
+runs always give the same interval). Two samples (patched vs original BBR at one point) are compared by the
+Hodges-Lehmann shift (:func:`hodges_lehmann`), Cliff's delta (:func:`cliffs_delta`) and the Mann-Whitney U
+test, all three in :func:`compare`. :func:`threshold_interval` turns a curve of medians with their
 intervals into the interval of the share at which the median reaches a target (the paper's 80 % of the rate).
 
-The percentile bootstrap is used rather than BCa: BCa needs a jackknife that is undefined when all runs of a
-point agree to the last digit (common at 100 % share) and is no better for a median of a few runs. With
+The percentile bootstrap is used rather than BCa: BCa's acceleration comes from a jackknife that degenerates
+when the runs of a point agree to the last digit (common at 100 % share). With
 fewer than :data:`MIN_N` values there is no interval (NaN). With very few runs (below about 8) the percentile
 interval of a median is close to the sample's range and covers less than its nominal level; the adaptive
 repetitions of :mod:`bbrlab.campaign.adaptive` therefore never stop a point below their minimum.
@@ -20,56 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from inspect import signature
 
 import numpy as np
 
-#: The confidence level of every interval bbrlab draws or reports.
-LEVEL = 0.95
-#: The bootstrap's seed: the same runs always give the same interval.
-SEED = 20240530
-#: Bootstrap resamples; the interval's bounds move by well under 1 % of their width between seeds.
-RESAMPLES = 2000
-#: Fewer values than this: no interval.
-MIN_N = 2
-
-
-def median_ci(values: Sequence[float], level: float = LEVEL, *, seed: int = SEED,
-              resamples: int = RESAMPLES) -> tuple[float, float]:
-    """The bootstrap confidence interval of the median of ``values`` (percentile method).
-
-    Parameters
-    ----------
-    values : sequence of float
-        One point's repetitions; NaN values are dropped.
-    level : float, default 0.95
-    seed : int
-        Fixed: the same values give the same interval.
-    resamples : int
-
-    Returns
-    -------
-    (float, float)
-        (low, high); (NaN, NaN) for fewer than :data:`MIN_N` values.
-
-    Examples
-    --------
-    >>> stats.median_ci([80.1, 92.3, 93.0, 94.1, 94.2])  # doctest: +SKIP
-    (80.1, 94.1)
-    """
-    x = np.asarray(values, dtype=float)
-    x = x[~np.isnan(x)]
-    if len(x) < MIN_N:
-        return (math.nan, math.nan)
-    if np.all(x == x[0]):
-        return (float(x[0]), float(x[0]))
-    from scipy.stats import bootstrap
-
-    seeded = {"rng" if "rng" in signature(bootstrap).parameters else "random_state": np.random.default_rng(seed)}
-    res = bootstrap((x,), np.median, confidence_level=level, n_resamples=resamples, method="percentile",
-                    vectorized=True, **seeded)  # scipy < 1.15 calls the generator random_state
-    low, high = res.confidence_interval
-    return (float(low), float(high))
+from bbrlab.core.confidence import LEVEL, MIN_N, RESAMPLES, SEED, median_ci  # noqa: F401 - re-exported
 
 
 def hodges_lehmann(a: Sequence[float], b: Sequence[float]) -> float:

@@ -249,11 +249,14 @@ class ContentionRecord:
     previous: dict[int, SchedPolicy]
     applied: dict[int, SchedPolicy]
     evidence: ContentionEvidence | EvidenceMissing | None
+    #: What a model other than deadline set up, as read back (cfs-quota: its cgroup, quota and period;
+    #: competing-load: its threads); None for deadline, and absent from the JSON then.
+    applied_model: dict | None = None
 
     def to_dict(self) -> dict:
         """The record's JSON (the policies as lists of rows with their thread id)."""
-        return {
-            "requested": asdict(self.requested),
+        d = {
+            "requested": self.requested.to_dict(),
             "host": self.host,
             "method": self.method,
             "kernel_limits": self.kernel_limits.to_dict() if self.kernel_limits else None,
@@ -261,6 +264,9 @@ class ContentionRecord:
             "applied": _policy_rows(self.applied),
             "evidence": self.evidence.to_dict() if self.evidence is not None else None,
         }
+        if self.applied_model is not None:
+            d["applied_model"] = self.applied_model
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ContentionRecord:
@@ -269,4 +275,5 @@ class ContentionRecord:
         limits = d.get("kernel_limits")
         return cls(Contention(**d["requested"]), d["host"], d["method"],
                    KernelLimits.from_dict(limits) if limits is not None else None,
-                   _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")))
+                   _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")),
+                   d.get("applied_model"))

@@ -19,8 +19,8 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from bbrlab.contention import deadline as contention
 from bbrlab.contention import hostcpu
+from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount

@@ -48,6 +48,19 @@ def _share(v) -> float | None:
     return v.cont.get("cpu_share_pct")
 
 
+def achieved_share(meta: Mapping) -> float | None:
+    """The share of a CPU the sender's vCPU threads really got over the transfer [%] (``/proc/<tid>/schedstat``
+    run time / wall time, mean over the threads): ``contention.evidence.achieved`` where recorded, else the mean
+    of the threads' ``cpu_share_pct`` (records made before it; the same numbers); None without evidence."""
+    evidence = _get(meta, "contention", "evidence") or {}
+    achieved = evidence.get("achieved") if isinstance(evidence, dict) else None
+    if achieved:
+        return achieved.get("achieved_share_pct")
+    shares = [t["cpu_share_pct"] for t in evidence.get("threads") or []
+              if isinstance(t, dict) and t.get("cpu_share_pct") is not None and t.get("same_thread", True)]
+    return round(sum(shares) / len(shares), 2) if shares else None
+
+
 def _get(d, *keys):
     for k in keys:
         d = d.get(k) if isinstance(d, dict) else None
@@ -158,11 +171,18 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: (v.meta.get("kernel") or {}).get("name")),
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
-    Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), hypervisor_load or none",
-           lambda v: "deadline" if (_share(v) or 100) < 100 else "none"),
-    Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice [ms]",
-           lambda v: v.cont.get("timeslice_ms")),
+    Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
+           "competing-load (busy threads on their CPU), hypervisor_load or none",
+           lambda v: v.cont.get("model", "deadline") if (_share(v) or 100) < 100 else "none"),
+    Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota: the quota per "
+           "period; <NA> for competing-load [ms]",
+           lambda v: None if v.cont.get("model") in ("competing-load", "none") else v.cont.get("timeslice_ms")),
+    Column("cfs_period_ms", "float64", "cfs-quota's period (quota = share x period); <NA> for the other models [ms]",
+           lambda v: v.cont.get("period_ms")),
     Column("cpu_share_pct", "float64", "CPU share = runtime / period [%]; 100 without a policy", _share),
+    Column("achieved_share_pct", "float64", "share of a CPU the sender's vCPU threads really got over the "
+           "transfer, run time / wall time from the host's /proc/<tid>/schedstat, mean over the threads [%]; <NA> "
+           "without that evidence", lambda v: achieved_share(v.meta)),
     Column("load_pct", "float64", "hypervisor load in hypervisor_load mode (authors' loadperc) [%]",
            lambda v: None),
     Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.get("rtt_ms")),

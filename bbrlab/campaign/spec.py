@@ -8,6 +8,9 @@ Spec keys (see specs/*.yaml)::
     ccas: [cubic, bbr, bbr2b]
     timeslices_ms: [1, 10, 20]
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
+    contention_models: [deadline]  # and/or cfs-quota, competing-load, none (docs/contention.md); the
+                                # timeslices cross with deadline only, the periods with cfs-quota only
+    cfs_periods_ms: [100]       # cfs-quota: quota = share x period, 1 to 1000 ms
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
     buffers_bdp: [1]            # the buffer asked, in BDP (up to 1000, or to the authors' queue where more)
@@ -47,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
@@ -84,6 +88,8 @@ class CampaignSpec:
     kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = (1.0,)
     queues: tuple[str, ...] = ("bbrlab",)
+    contention_models: tuple[str, ...] = ("deadline",)
+    cfs_periods_ms: tuple[float, ...] = (CFS_DEFAULT_PERIOD_MS,)
     emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
@@ -118,10 +124,28 @@ class CampaignSpec:
         """Every parameter combination, repetition 0, in a fixed nested order; with ``kernel``, only that
         kernel's points (the kernel is the outermost dimension)."""
         kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
-        points = itertools.product(kernels, self.workloads, self.ccas, self.timeslices_ms, self.cpu_shares_pct,
+        points = itertools.product(kernels, self.workloads, self.ccas, self.contentions(),
                                    self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
                                    self.streams)
         return [self._scenario(*p, repetition=0) for p in points]
+
+    def contentions(self) -> list[Contention]:
+        """The contention of every grid point, model by model: deadline's timeslice x share (first, in the
+        order specs have always had), cfs-quota's period x share (its ``timeslice_ms`` is the quota, share x
+        period), competing-load's and none's share alone (their ``timeslice_ms`` is not used:
+        :data:`UNUSED_TIMESLICE_MS`; none only at 100 %)."""
+        out = []
+        for model in self.contention_models:
+            if model == "deadline":
+                out += [Contention(ts, share) for ts in self.timeslices_ms for share in self.cpu_shares_pct]
+            elif model == "cfs-quota":
+                out += [Contention(period * share / 100.0, share, model, period)
+                        for period in self.cfs_periods_ms for share in self.cpu_shares_pct]
+            elif model == "competing-load":
+                out += [Contention(UNUSED_TIMESLICE_MS, share, model) for share in self.cpu_shares_pct]
+            else:
+                out.append(Contention(UNUSED_TIMESLICE_MS, 100, model))
+        return out
 
     def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
         """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
@@ -129,10 +153,10 @@ class CampaignSpec:
                     loss_pct=loss, delay_split=self.delay_split, queue=queue,
                     emulator_offloads=self.emulator_offloads)
 
-    def _scenario(self, kernel, workload, cca, ts, share, rtt, rate, buf, queue, loss, streams, *,
+    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, *,
                   repetition: int) -> Scenario:
         link = self.link(rate, rtt, buf, loss, queue)
-        return Scenario(link, Contention(ts, share), self.flow(workload, cca, streams), repetition, kernel)
+        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
@@ -217,7 +241,9 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
           "losses_pct", "streams")
 #: Lists of names, not numbers.
-_NAME_LISTS = ("ccas", "workloads", "kernels", "queues")
+_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models")
+#: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
+UNUSED_TIMESLICE_MS = 1.0
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
@@ -226,7 +252,8 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
                "link.queue": "queues"}
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
-                     "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off"}
+                     "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
+                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS]}
 
 
 def _list(data: dict, key: str) -> list:
@@ -288,6 +315,12 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["buffers_bdp"] = _check_each("buffers_bdp", lists["buffers_bdp"], _buffer_alone)
     if "queues" in lists:
         checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
+    if "contention_models" in d:
+        checked["contention_models"] = _check_each("contention_models", _list(d, "contention_models"),
+                                                   lambda v: Contention(UNUSED_TIMESLICE_MS, 100, v))
+    if "cfs_periods_ms" in d:
+        checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
+                                                lambda v: Contention(1, 100, "cfs-quota", v))
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -338,12 +371,22 @@ def _check_combinations(spec: CampaignSpec) -> None:
                 raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
                                       "1 for the rsync workload (one SSH connection); run other stream counts "
                                       "in an iperf3-only campaign")
-    for i, ts in enumerate(spec.timeslices_ms):
+    for key, values, model in (("timeslices_ms", spec.timeslices_ms, "deadline"),
+                               ("cfs_periods_ms", spec.cfs_periods_ms, "cfs-quota")):
+        if model not in spec.contention_models:
+            continue
+        for i, v in enumerate(values):
+            for j, share in enumerate(spec.cpu_shares_pct):
+                try:
+                    Contention(v, share) if model == "deadline" else Contention(v * share / 100, share, model, v)
+                except ValidationError as e:
+                    raise ValidationError(f"cpu_shares_pct[{j}] with {key}[{i}]", (share, v), e.allowed) from None
+    if "competing-load" in spec.contention_models:
         for j, share in enumerate(spec.cpu_shares_pct):
             try:
-                Contention(ts, share)
+                Contention(UNUSED_TIMESLICE_MS, share, "competing-load")
             except ValidationError as e:
-                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts), e.allowed) from None
+                raise ValidationError(f"cpu_shares_pct[{j}] with competing-load", share, e.allowed) from None
     _check_links(spec)
     _check_sampling(spec)
 
@@ -386,6 +429,8 @@ def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
     :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
     from bbrlab.contention.limits import check_fits
 
+    if "deadline" not in spec.contention_models:
+        return  # the other models ask nothing of SCHED_DEADLINE's admission control
     for i, ts in enumerate(spec.timeslices_ms):
         for j, share in enumerate(spec.cpu_shares_pct):
             try:

@@ -44,7 +44,14 @@ from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import die_as_default
 
-from .evidence import ContentionEvidence, ContentionRecord, EvidenceMissing, ThreadEvidence
+from .evidence import (
+    AchievedShare,
+    ContentionEvidence,
+    ContentionRecord,
+    EvidenceMissing,
+    ThreadEvidence,
+    steal_note,
+)
 from .limits import KernelLimits, check_fits, read_kernel_limits
 from .sched import (
     DeadlineAdmissionError,
@@ -96,6 +103,7 @@ class ContentionSession:
     evidence: ContentionEvidence | EvidenceMissing | None = None
     expected: dict[int, ThreadIdentity] | None = None
     identities: dict[int, ThreadIdentity] = field(default_factory=dict)
+    accelerator: str | None = None
     _changed: list[int] = field(default_factory=list)
     _start: dict = field(default_factory=dict)
     _watch: PolicyWatch | None = None
@@ -220,7 +228,8 @@ class ContentionSession:
         threads = [self._thread_evidence(tid, end) for tid in self.thread_ids]
         held = all(t.held for t in threads) and not (watch and (watch.deviations or watch.stalls))
         self.evidence = ContentionEvidence(self.scheduler.name, held, 100.0 if self.contention.unlimited else
-                                           self.contention.cpu_share_pct, threads, watch)
+                                           self.contention.cpu_share_pct, threads, watch,
+                                           AchievedShare.of(threads, steal_note(self.accelerator)))
         return self.evidence
 
     def _thread_evidence(self, tid: int, end: dict) -> ThreadEvidence:
@@ -336,15 +345,18 @@ def contended(
     handle_signals: bool = True,
     watch_interval_s: float | None = 1.0,
     expected: dict[int, ThreadIdentity] | None = None,
+    accelerator: str | None = None,
 ) -> Iterator[ContentionSession]:
     """Run the ``with`` body with ``contention`` on ``thread_ids`` of ``host``; restore afterwards.
 
     Raises before changing anything if the input or the host's limits rule the request out, or a thread id
     no longer names the thread ``expected`` pins it to (hand-given vCPU thread ids).
     The yielded :class:`ContentionSession` has ``applied`` (read back) during the body, and after
-    it ``evidence`` and :meth:`~ContentionSession.record` for the run record.
+    it ``evidence`` and :meth:`~ContentionSession.record` for the run record. ``accelerator`` (the sender
+    VM's: ``kvm``, ``tcg``) says in the evidence why the guest's steal time is not a number.
     """
-    session = ContentionSession(host, list(thread_ids), contention, method=method, expected=expected)
+    session = ContentionSession(host, list(thread_ids), contention, method=method, expected=expected,
+                                accelerator=accelerator)
     session.prepare()
     # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
     session.refuse_leftover_deadline("the run would hand it back that policy afterwards")

@@ -124,16 +124,65 @@ class ThreadEvidence:
                    d.get("gone", False), usage, d.get("got_cpu"))
 
 
+#: What ``steal`` says for a sender under TCG: QEMU's TCG has no paravirtual steal clock, so the guest's
+#: steal counter stays 0 whatever the host does (a 0 there would be a false number).
+STEAL_UNDER_TCG = "not provided under tcg"
+#: What ``steal`` says when the guest's steal counter was not read (KVM provides one; bbrlab does not read it yet).
+STEAL_NOT_READ = "not read from the guest"
+
+
+def steal_note(accelerator: str | None) -> str:
+    """The record's ``steal`` for a sender VM run under ``accelerator`` (``kvm``, ``tcg``; None: unknown)."""
+    return STEAL_UNDER_TCG if accelerator == "tcg" else STEAL_NOT_READ
+
+
+@dataclass(frozen=True)
+class AchievedShare:
+    """What the vCPU threads really got over the body, from ``/proc/<tid>/schedstat`` deltas on the host:
+    ``achieved_share_pct`` = run time / wall time per thread, averaged over the ``threads`` measured (100 = each
+    vCPU thread had a whole CPU), ``wait_s`` (runnable, not running) and ``timeslices`` (times given the CPU)
+    summed over them, ``wall_s`` the longest thread's wall time, and ``steal`` from the guest: a number of
+    seconds, or a sentence saying why there is none (:data:`STEAL_UNDER_TCG`)."""
+
+    achieved_share_pct: float
+    wait_s: float
+    timeslices: int
+    wall_s: float
+    threads: int
+    steal: float | str = STEAL_NOT_READ
+
+    @classmethod
+    def of(cls, threads: list[ThreadEvidence], steal: float | str = STEAL_NOT_READ) -> AchievedShare | None:
+        """The summary of the threads whose usage was measured on one thread throughout (None: none was)."""
+        used = [t.usage for t in threads if t.usage is not None and t.usage.same_thread and t.usage.wall_s > 0]
+        if not used:
+            return None
+        share = sum(u.cpu_share_pct for u in used) / len(used)
+        return cls(round(share, 2), round(sum(u.wait_s for u in used), 6), sum(u.timeslices for u in used),
+                   max(u.wall_s for u in used), len(used), steal)
+
+    def to_dict(self) -> dict:
+        """The record's JSON (``evidence.achieved``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AchievedShare:
+        """The summary read from a record."""
+        return cls(d["achieved_share_pct"], d["wait_s"], d["timeslices"], d["wall_s"], d["threads"], d["steal"])
+
+
 @dataclass(frozen=True)
 class ContentionEvidence:
-    """Whether the policy held over the body (``policy_held``), thread by thread, and what the watch saw
-    (``watch``: None when nothing was watched, as for a 100 % share)."""
+    """Whether the policy held over the body (``policy_held``), thread by thread, what the watch saw
+    (``watch``: None when nothing was watched, as for a 100 % share) and what the vCPU threads got
+    (``achieved``: None in records made before it was recorded; their threads still have ``cpu_share_pct``)."""
 
     method: str
     policy_held: bool
     configured_share_pct: float
     threads: list[ThreadEvidence] = field(default_factory=list)
     watch: WatchReport | None = None
+    achieved: AchievedShare | None = None
 
     @property
     def stalls(self) -> list[Stall]:
@@ -142,17 +191,21 @@ class ContentionEvidence:
 
     def to_dict(self) -> dict:
         """The record's JSON of the evidence (``contention.evidence``)."""
-        return {"method": self.method, "policy_held": self.policy_held,
-                "configured_share_pct": self.configured_share_pct, "threads": [t.to_dict() for t in self.threads],
-                "watch": self.watch.to_dict() if self.watch is not None else None}
+        d = {"method": self.method, "policy_held": self.policy_held,
+             "configured_share_pct": self.configured_share_pct, "threads": [t.to_dict() for t in self.threads],
+             "watch": self.watch.to_dict() if self.watch is not None else None}
+        if self.achieved is not None:
+            d["achieved"] = self.achieved.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ContentionEvidence:
         """Evidence read from a record (see :func:`evidence_from_dict` for one that may be missing)."""
-        watch = d.get("watch")
+        watch, achieved = d.get("watch"), d.get("achieved")
         return cls(d["method"], d["policy_held"], d["configured_share_pct"],
                    [ThreadEvidence.from_dict(t) for t in d["threads"]],
-                   WatchReport.from_dict(watch) if watch is not None else None)
+                   WatchReport.from_dict(watch) if watch is not None else None,
+                   AchievedShare.from_dict(achieved) if achieved is not None else None)
 
 
 @dataclass(frozen=True)
@@ -196,11 +249,14 @@ class ContentionRecord:
     previous: dict[int, SchedPolicy]
     applied: dict[int, SchedPolicy]
     evidence: ContentionEvidence | EvidenceMissing | None
+    #: What a model other than deadline set up, as read back (cfs-quota: its cgroup, quota and period;
+    #: competing-load: its threads); None for deadline, and absent from the JSON then.
+    applied_model: dict | None = None
 
     def to_dict(self) -> dict:
         """The record's JSON (the policies as lists of rows with their thread id)."""
-        return {
-            "requested": asdict(self.requested),
+        d = {
+            "requested": self.requested.to_dict(),
             "host": self.host,
             "method": self.method,
             "kernel_limits": self.kernel_limits.to_dict() if self.kernel_limits else None,
@@ -208,6 +264,9 @@ class ContentionRecord:
             "applied": _policy_rows(self.applied),
             "evidence": self.evidence.to_dict() if self.evidence is not None else None,
         }
+        if self.applied_model is not None:
+            d["applied_model"] = self.applied_model
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ContentionRecord:
@@ -216,4 +275,5 @@ class ContentionRecord:
         limits = d.get("kernel_limits")
         return cls(Contention(**d["requested"]), d["host"], d["method"],
                    KernelLimits.from_dict(limits) if limits is not None else None,
-                   _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")))
+                   _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")),
+                   d.get("applied_model"))

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from .contention_models import CFS_DEFAULT_PERIOD_MS, DEFAULT_MODEL, check_model, load_threads
 from .errors import ValidationError
 from .linksizing import (  # noqa: F401 - the queue's sizes and checks, re-exported where Link is
     ETHERNET_HEADER_BYTES,
@@ -233,20 +234,31 @@ class Link:
 
 @dataclass(frozen=True)
 class Contention:
-    """SCHED_DEADLINE on the sender's vCPU threads: runtime = deadline = timeslice,
-    period = timeslice / share. A share of 100 % means no policy (the thread runs as usual)."""
+    """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.core.contention_models`).
+
+    ``deadline`` (default): SCHED_DEADLINE, runtime = deadline = timeslice, period = timeslice / share.
+    ``cfs-quota``: a CFS quota of share x ``period_ms`` (default 100 ms) per period. ``competing-load``:
+    :attr:`load_threads` equal-weight busy threads on the vCPU's CPU. ``none``: nothing (share 100).
+    ``timeslice_ms`` is used by ``deadline`` only. A share of 100 % means no policy (the thread runs as usual).
+    ``model`` and ``period_ms`` are left out of :meth:`to_dict` at their defaults, so deadline run ids are as before."""
 
     timeslice_ms: float
     cpu_share_pct: float
+    model: str = DEFAULT_MODEL
+    period_ms: float | None = None
 
     def __post_init__(self):
+        if self.model == "cfs-quota" and self.period_ms is None:
+            object.__setattr__(self, "period_ms", CFS_DEFAULT_PERIOD_MS)
         self.validate()
 
     def validate(self) -> None:
-        """Check the timeslice (ms) and the CPU share (%), and that the deadline period they give is one the kernel takes."""
+        """Check the timeslice (ms), the CPU share (%) and the model's parameters, and for deadline that the
+        period they give is one the kernel takes."""
         _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
         _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
-        if self.unlimited:
+        check_model(self.model, self.cpu_share_pct, self.timeslice_ms, self.period_ms)
+        if self.unlimited or self.model != "deadline":
             return
         if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
             raise ValidationError("contention.timeslice_ms", self.timeslice_ms,
@@ -260,10 +272,38 @@ class Contention:
                 f"gives {period_us:.0f} us",
             )
 
+    def to_dict(self) -> dict:
+        """The contention as recorded (and hashed into run ids): ``model`` and ``period_ms`` only when not
+        at their defaults (deadline, None)."""
+        d = asdict(self)
+        if self.model == DEFAULT_MODEL:
+            del d["model"]
+        if self.period_ms is None:
+            del d["period_ms"]
+        return d
+
     @property
     def unlimited(self) -> bool:
-        """A share of 100 % or more: no deadline policy is applied."""
-        return self.cpu_share_pct >= 100
+        """A share of 100 % or more (or model none): no contention is applied."""
+        return self.cpu_share_pct >= 100 or self.model == "none"
+
+    @property
+    def load_threads(self) -> int:
+        """competing-load's equal-weight busy threads for this share (0 for the other models)."""
+        return load_threads(self.cpu_share_pct) if self.model == "competing-load" else 0
+
+    @property
+    def id_tag(self) -> str:
+        """The contention in a run id: ``ts1ms-sh25`` (deadline, as always), ``cfs100ms-sh25``, ``load-sh25``,
+        ``none-sh100``."""
+        share = "100" if self.cpu_share_pct >= 100 else f"{self.cpu_share_pct:g}"
+        if self.model == "deadline":
+            head = f"ts{self.timeslice_ms:g}ms"
+        elif self.model == "cfs-quota":
+            head = f"cfs{self.period_ms:g}ms"
+        else:
+            head = "load" if self.model == "competing-load" else "none"
+        return f"{head}-sh{share}"
 
     @property
     def runtime_ns(self) -> int:
@@ -459,7 +499,7 @@ class Scenario:
         d = {
             "schema": SCENARIO_SCHEMA_VERSION,
             "link": self.link.to_dict(),
-            "contention": asdict(self.contention),
+            "contention": self.contention.to_dict(),
             "flow": self.flow.to_dict(),
             "repetition": self.repetition,
         }
@@ -488,10 +528,9 @@ class Scenario:
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
-        share = "100" if c.unlimited else f"{c.cpu_share_pct:g}"
         workload = "" if f.workload == "iperf3" else f"{f.workload}-"
         rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
         tree = "".join(tag for tag, on in (("-qauthors", li.queue == "authors"),
                                            ("-offloads", li.emulator_offloads == "on")) if on)
-        return (f"{self.kernel_tag}{workload}{f.cca}-ts{c.timeslice_ms:g}ms-sh{share}-rtt{li.rtt_ms:g}ms-"
+        return (f"{self.kernel_tag}{workload}{f.cca}-{c.id_tag}-rtt{li.rtt_ms:g}ms-"
                 f"{rate}{tree}-r{self.repetition:02d}-{digest}")

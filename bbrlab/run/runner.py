@@ -19,8 +19,8 @@ import hashlib
 from contextlib import ExitStack
 from pathlib import Path
 
-from bbrlab.contention import deadline as contention
 from bbrlab.contention import hostcpu
+from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
@@ -117,7 +117,8 @@ class Runner:
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
-                                             expected=tb.sender.vcpu_pins()) as held:
+                                             expected=tb.sender.vcpu_pins(),
+                                             accelerator=getattr(tb, "accelerator", None)) as held:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):

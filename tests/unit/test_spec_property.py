@@ -54,6 +54,9 @@ plausible = {
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
     "description": st.one_of(st.text(max_size=20), st.integers()),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
+    "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "competing-load", "none", "credit"]),
+                                  max_size=3),
+    "cfs_periods_ms": st.lists(st.sampled_from([0.5, 1, 10, 100, 1000, 5000]), max_size=3),
     "emulator_offloads": st.sampled_from(["off", "on", True, False, "maybe", None, 1]),
 }
 valid = st.fixed_dictionaries({

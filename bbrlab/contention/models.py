@@ -1,0 +1,50 @@
+"""One way in for every contention model: :func:`contended` picks the model's session from
+``contention.model`` (:mod:`bbrlab.core.contention_models`) and gives every model the same discipline:
+check, apply and read back, run the body, collect the evidence, restore on every exit (signals included).
+
+``deadline`` is :func:`bbrlab.contention.deadline.contended` itself (its watch included); ``cfs-quota`` is
+:class:`~bbrlab.contention.cfs.CfsSession`; ``competing-load`` is :class:`~bbrlab.contention.load.LoadSession`;
+``none`` applies nothing and measures what the threads got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+
+from bbrlab.core.errors import BbrlabError
+from bbrlab.core.hosts import Host
+from bbrlab.core.scenario import Contention
+
+from . import deadline
+from .cfs import CfsSession
+from .evidence import EvidenceMissing
+from .load import LoadSession
+from .threadstat import ThreadIdentity
+
+
+@contextmanager
+def contended(host: Host, thread_ids: Sequence[int], contention: Contention, *, handle_signals: bool = True,
+              watch_interval_s: float | None = 1.0, expected: dict[int, ThreadIdentity] | None = None,
+              accelerator: str | None = None, **kwargs) -> Iterator:
+    """Run the ``with`` body under ``contention`` (any model) on ``thread_ids`` of ``host``; restore afterwards.
+    The yielded session has :meth:`record` (a ``ContentionRecord``) after the body, as deadline's has."""
+    if contention.model in ("deadline", "none"):  # none: no policy, the threads' usage measured all the same
+        with deadline.contended(host, thread_ids, contention, handle_signals=handle_signals, watch_interval_s=watch_interval_s,
+                                expected=expected, accelerator=accelerator, **kwargs) as session:
+            yield session
+        return
+    kind = CfsSession if contention.model == "cfs-quota" else LoadSession
+    session = kind(host, list(thread_ids), contention, accelerator=accelerator)
+    session.prepare()
+    with deadline.restore_on_signals(session.restore) if handle_signals else nullcontext():
+        session.apply()
+        try:
+            yield session
+        finally:
+            try:
+                session.finish()
+            except BbrlabError as e:
+                session.evidence = EvidenceMissing(f"could not collect evidence: {e}")
+            finally:
+                session.restore()

@@ -367,6 +367,27 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
     return pd.concat([runs.drop(loose.index), *copies], ignore_index=True)
 
 
+def queue_label(mode, bdp) -> str:
+    """How a figure names a bottleneck queue: ``1 BDP`` (bbrlab's tree, the buffer asked is the queue) or
+    ``authors' queue`` (netem's 100000 packets, whatever buffer was asked)."""
+    return "authors' queue" if mode == "authors" else f"{bdp:g} BDP"
+
+
+def split_by_queue(runs: pd.DataFrame, hue: str) -> pd.DataFrame:
+    """``runs`` with the bottleneck queue appended to ``hue`` (``Cubic [8 BDP]``) when they were measured with more
+    than one queue, so a line never merges a queue that drops a contended sender's bursts with one that absorbs
+    them (as it never merges two BBR versions); unchanged when there is one queue or no queue columns."""
+    if hue not in runs or "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
+        return runs
+    shaped = runs["buffer_bdp"].notna()
+    queues = runs.loc[shaped, ["queue_mode", "buffer_bdp"]].drop_duplicates()
+    if len(queues) <= 1:
+        return runs
+    labels = [f"{h} [{queue_label(m, b)}]" if pd.notna(b) else h
+              for h, m, b in zip(runs[hue], runs["queue_mode"], runs["buffer_bdp"], strict=True)]
+    return runs.assign(**{hue: labels})
+
+
 # -- the median-with-spread line figure all summary plots share ------------------------------------
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
@@ -382,6 +403,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
     when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
     """
+    if x != "buffer_bdp":  # the queue on the x axis is its own dimension
+        runs = split_by_queue(runs, hue)
     needed = [x, value]
     lacking = missing_columns(runs, needed)
     if runs.empty or lacking:

@@ -191,3 +191,18 @@ def test_a_ceiling_far_above_the_rates_does_not_squash_the_curves(tables):
                                                                    runs["throughput_mbit"].max()), rel=0.3)
     assert top < 10_000
     plt.close(fig)
+
+
+def test_runs_of_several_bottleneck_queues_are_never_one_line():
+    # The committed buffer-queue campaign: Cubic at 10 ms / 25 % carries about half the link with a 1 BDP queue
+    # and nearly all of it with the authors' deep one. A figure over all of data/ must not average the two.
+    tables = data.select(data.load(Path(__file__).parents[2] / "data" / "buffer-queue-local"), variant="Cubic")
+    fig, table = plots.throughput_vs_share(tables)
+    plt.close(fig)
+    assert set(table["variant"]) == {"Cubic [1 BDP]", "Cubic [8 BDP]", "Cubic [authors' queue]"}
+    at = table[(table["timeslice_ms"] == 10) & (table["cpu_share_pct"] == 25)].set_index("variant")["median"]
+    assert at["Cubic [1 BDP]"] < 0.6 * at["Cubic [authors' queue]"]
+    one = data.select(tables, queue_mode="bbrlab", buffer_bdp=1.0)
+    fig, table = plots.throughput_vs_share(one)
+    plt.close(fig)
+    assert set(table["variant"]) == {"Cubic"}  # one queue: the labels stay as they were

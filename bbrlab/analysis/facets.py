@@ -379,12 +379,11 @@ def split_by_queue(runs: pd.DataFrame, hue: str) -> pd.DataFrame:
     them (as it never merges two BBR versions); unchanged when there is one queue or no queue columns."""
     if hue not in runs or "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
         return runs
-    shaped = runs["buffer_bdp"].notna()
-    queues = runs.loc[shaped, ["queue_mode", "buffer_bdp"]].drop_duplicates()
-    if len(queues) <= 1:
+    queues = [queue_label(m, b) if pd.notna(b) else None for m, b in zip(runs["queue_mode"], runs["buffer_bdp"],
+                                                                              strict=True)]
+    if len({q for q in queues if q is not None}) <= 1:  # the authors' queue is one queue at every rate and RTT
         return runs
-    labels = [f"{h} [{queue_label(m, b)}]" if pd.notna(b) else h
-              for h, m, b in zip(runs[hue], runs["queue_mode"], runs["buffer_bdp"], strict=True)]
+    labels = [f"{h} [{q}]" if q is not None else h for h, q in zip(runs[hue], queues, strict=True)]
     return runs.assign(**{hue: labels})
 
 

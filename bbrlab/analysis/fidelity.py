@@ -171,16 +171,18 @@ def bbr_variants(runs: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def queue_groups(runs: pd.DataFrame) -> list[tuple[str, dict]]:
-    """The bottleneck queues the runs were measured with, each as (label, ``select`` conditions): one per queue tree
-    (``queue_mode``) and queue in force (``buffer_bdp``, in BDP). The authors' tree is one queue whatever buffer
-    was asked (its netem's packets are the queue); bbrlab's tree is one queue per buffer."""
+    """The bottleneck queues the runs were measured with, each as (label, ``select`` conditions): bbrlab's tree once
+    per queue in force (``buffer_bdp``, in BDP), the authors' tree once (its queue is netem's 100000 packets at
+    every rate and RTT, whatever buffer was asked, so its size in BDP varies with the point, not the queue)."""
     if "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
         return []
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    ok = ok[ok["buffer_bdp"].notna()]  # an unshaped run has no queue: not a group
     out = []
-    for (mode, bdp), _ in ok.groupby(["queue_mode", "buffer_bdp"]):  # an unshaped run has no queue: not a group
-        where = "the authors' queue, netem's 100000 packets" if mode == "authors" else "bbrlab's queue"
-        out.append((f"{where}, {bdp:.3g} BDP", {"queue_mode": mode, "buffer_bdp": bdp}))
+    if (ok["queue_mode"] == "authors").any():
+        out.append(("the authors' queue, netem's 100000 packets", {"queue_mode": "authors"}))
+    for bdp in sorted(ok.loc[ok["queue_mode"] != "authors", "buffer_bdp"].unique()):
+        out.append((f"bbrlab's queue, {bdp:.3g} BDP", {"queue_mode": "bbrlab", "buffer_bdp": bdp}))
     return out
 
 

@@ -54,7 +54,7 @@ def announcing(run_fn: RunFunction, testbed_name: str, spec: CampaignSpec, out_d
     ``bbrlab testbed status`` can say "campaign demo, run 12/48 <run_id>" without touching the testbed.
 
     Call the result while holding the testbed's lock (:func:`bbrlab.testbed.lock.set_activity`)."""
-    planned = spec.runs
+    planned = len(spec.plan())  # a CampaignSpec or a CalibrationSpec (the Planned protocol)
     already = len(list((Path(out_dir) / rec.RUNS).glob(f"*/{rec.RECORD_FILE}")))
     started: dict[str, int] = {}
 

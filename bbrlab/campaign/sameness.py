@@ -60,15 +60,23 @@ def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dime
     ``out_dir`` ran on, one sentence each; empty when they do not (or nothing is recorded yet).
 
     A testbed the records never name is a different testbed; one they name must match the first run it
-    made in :data:`SAME_TESTBED_KEYS`. With a ``kernels:`` dimension (``kernel_dimension``) the sender
+    made in :data:`SAME_TESTBED_KEYS`; when several testbeds are offered, among them every one the records name, a
+    testbed the records do not name yet is accepted if it is alike in all but its name (a campaign over several
+    testbeds may stop before each has recorded a run). With a ``kernels:`` dimension (``kernel_dimension``) the sender
     boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`)."""
     ran = testbeds_ran_on(out_dir)
     if not ran:
         return []
     first = next(iter(ran.values()))
+    # Several testbeds share one campaign: one that had not recorded a run yet when the campaign stopped is one of
+    # its own, provided every testbed the records name is offered again and it is alike in all but its name.
+    shared = len(offered) > 1 and set(ran) <= {tb.get("name") for tb in offered}
+    alike = {k: v for k, v in _identity(first["metadata"]["testbed"], kernel_dimension).items() if k != "name"}
     out = []
     for tb in offered:
         mine = ran.get(tb.get("name"))
+        if mine is None and shared and {k: tb.get(k) for k in alike} == alike:
+            continue
         if mine is None:
             names = ", ".join(repr(n) for n in ran)
             out.append(f"testbed {tb.get('name')!r} is not one the campaign ran on (it ran on {names}; first run "

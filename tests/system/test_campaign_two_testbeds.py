@@ -173,7 +173,7 @@ def test_twelve_runs_over_two_local_testbeds_each_exactly_once(testbeds, tmp_pat
     _check_records(records, testbeds, partitioned=True)
     per_testbed = {n: sum(r["metadata"]["worker"]["testbed"] == n for r in records) for n in NAMES}
     print(f"12 runs of 2 s over {NAMES}: {took_s:.0f} s; runs per testbed {per_testbed}; failed attempts "
-          f"{directory.status(out)['failed_attempts']}")
+          f"{directory.status(out).failed_attempts}")
     _restored(testbeds, before)
 
 

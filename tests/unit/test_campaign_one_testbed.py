@@ -217,3 +217,13 @@ def test_calibration_runs_of_another_vcpu_count_are_not_resumed(tmp_path):
         calibrate(TwoVcpus(), cal, tmp_path, runner=reporting_run(LOCAL_TCG, calls), progress=False)
     assert e.value.field == "--testbed" and "sender_vcpus 2 now" in str(e.value) and "--fresh" in str(e.value)
     assert calls == []
+
+
+def test_a_shared_campaign_resumes_with_a_testbed_that_had_not_recorded_a_run_yet(half_done):
+    # Two testbeds shared a campaign that stopped before the second recorded anything: resuming on the same two is
+    # the same campaign. Alone, or beside a testbed unlike the first, a testbed the records never name is refused.
+    twin = {**LOCAL_TCG, "name": "tbb"}
+    assert sameness.testbed_differences(half_done, [LOCAL_TCG, twin]) == []
+    assert sameness.testbed_differences(half_done, [twin]) != []  # one testbed, another name: another testbed
+    unlike = {**twin, "accelerator": "kvm"}
+    assert any("'tbb'" in d for d in sameness.testbed_differences(half_done, [LOCAL_TCG, unlike]))

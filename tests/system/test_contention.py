@@ -326,12 +326,15 @@ def test_ten_percent_share_sends_less_than_no_contention(testbed):
 def test_remote_chrt_path_over_ssh_inside_the_sender_vm(testbed):
     # The sender VM is a real SSH host: its own threads take SCHED_DEADLINE through chrt over fabric,
     # exactly as a lab's hypervisor host would.
+    # A 5 % reservation: after the suite's contended runs the sender guest's kernel has refused 50 % with EBUSY
+    # although no deadline task was left in it (its deadline bandwidth accounting, not bbrlab's; the note of
+    # issue 28 has it). What this test is about is the chrt path over SSH, which any admitted share exercises.
     guest = testbed.sender.host
     pid = guest.spawn(["sleep", "600"], "/tmp/bbrlab-contention-test.log")
     try:
-        with contended(guest, [pid], Contention(10, 50)) as c:
+        with contended(guest, [pid], Contention(1, 5)) as c:
             assert c.scheduler.name == "chrt"
-            assert "runtime/deadline/period parameters: 10000000/10000000/20000000" in guest.output(
+            assert "runtime/deadline/period parameters: 1000000/1000000/20000000" in guest.output(
                 ["chrt", "-p", str(pid)])
         assert "SCHED_OTHER" in guest.output(["chrt", "-p", str(pid)])
         assert c.evidence.policy_held is True and c.record().kernel_limits.online_cpus >= 1

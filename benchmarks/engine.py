@@ -48,7 +48,7 @@ def main() -> None:
             wall = time.monotonic() - t0
     ideal = runs * RUN_S / 2
     per_run = (wall - ideal) / runs * 2  # each worker's share of the excess, per run it ran
-    print(f"{runs} runs of {RUN_S:g} s on 2 workers: {wall:.2f} s (ideal {ideal:.2f} s), done {st['done']}")
+    print(f"{runs} runs of {RUN_S:g} s on 2 workers: {wall:.2f} s (ideal {ideal:.2f} s), done {st.done}")
     print(f"engine overhead per run (dispatch to commit): {per_run * 1000:.1f} ms = "
           f"{100 * per_run / PAPER_RUN_S:.3f} % of a {PAPER_RUN_S:g} s run (goal < {100 * GOAL_FRACTION:g} %)")
 

@@ -360,11 +360,22 @@ def contended(
     session.prepare()
     # Restoring means giving back the policy found; a deadline policy found is a leftover, not a baseline.
     session.refuse_leftover_deadline("the run would hand it back that policy afterwards")
+    with held(session, handle_signals=handle_signals, start=lambda: session.start_watch(watch_interval_s)):
+        yield session
+
+
+@contextmanager
+def held(session, *, handle_signals: bool = True, start: Callable[[], None] | None = None) -> Iterator:
+    """Apply a prepared contention ``session`` (any model: ``apply``, ``finish``, ``restore``), run the ``with``
+    body (after ``start``, e.g. a watch), then collect its evidence and restore on every exit, signals included
+    when ``handle_signals``. Evidence that cannot be collected is recorded as missing; a restore that fails
+    after the body failed names that failure too."""
     with restore_on_signals(session.restore) if handle_signals else nullcontext():
         session.apply()
         failure: BaseException | None = None
         try:
-            session.start_watch(watch_interval_s)
+            if start is not None:
+                start()
             yield session
         except BaseException as e:
             failure = e

@@ -10,15 +10,13 @@ check, apply and read back, run the body, collect the evidence, restore on every
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
-from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 
 from . import deadline
 from .cfs import CfsSession
-from .evidence import EvidenceMissing
 from .load import LoadSession
 from .threadstat import ThreadIdentity
 
@@ -37,14 +35,5 @@ def contended(host: Host, thread_ids: Sequence[int], contention: Contention, *, 
     kind = CfsSession if contention.model == "cfs-quota" else LoadSession
     session = kind(host, list(thread_ids), contention, accelerator=accelerator)
     session.prepare()
-    with deadline.restore_on_signals(session.restore) if handle_signals else nullcontext():
-        session.apply()
-        try:
-            yield session
-        finally:
-            try:
-                session.finish()
-            except BbrlabError as e:
-                session.evidence = EvidenceMissing(f"could not collect evidence: {e}")
-            finally:
-                session.restore()
+    with deadline.held(session, handle_signals=handle_signals):
+        yield session

@@ -44,6 +44,7 @@ from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import die_as_default
 
+from .accounting import drift_note
 from .evidence import (
     AchievedShare,
     ContentionEvidence,
@@ -204,12 +205,13 @@ class ContentionSession:
         cap_text = ("no limit (sched_rt_runtime_us = -1)" if cap is None else
                     f"{100 * cap:.0f} % = {lim.online_cpus} CPU(s) x sched_rt_runtime_us {lim.rt_runtime_us} / "
                     f"sched_rt_period_us {lim.rt_period_us}")
+        visible = other_bw + asked * len(done) + lim.fair_server_cpus
         return (f"Asked {100 * asked:.1f} % per thread for {len(self.thread_ids)} thread(s) "
                 f"({100 * asked * len(self.thread_ids):.1f} % in all; {len(done)} already admitted when "
                 f"thread {refused_tid} was refused). The host allows {cap_text}. Other SCHED_DEADLINE "
                 f"threads hold {100 * other_bw:.1f} % ({len(others)} thread(s): {others[:8]}). Linux >= 6.12 "
                 f"(this host: {lim.kernel_release}) also reserves the fair server's bandwidth, by default "
-                f"5 % per CPU. The threads changed so far were restored")
+                f"5 % per CPU. {drift_note(self.host, visible)}. The threads changed so far were restored")
 
     def start_watch(self, interval_s: float | None) -> None:
         """Check the policy of every thread every ``interval_s`` until :meth:`finish` (None: don't)."""

@@ -34,6 +34,15 @@ class KernelLimits:
             return None
         return self.online_cpus * self.rt_runtime_us / self.rt_period_us
 
+    @property
+    def fair_server_cpus(self) -> float:
+        """The deadline bandwidth Linux >= 6.12 reserves for its fair server (5 % of each CPU by default)."""
+        try:
+            major, minor = (int(x) for x in self.kernel_release.split(".")[:2])
+        except ValueError:
+            return 0.0
+        return 0.05 * self.online_cpus if (major, minor) >= (6, 12) else 0.0
+
     def to_dict(self) -> dict:
         """The limits as a record keeps them, ``capacity_cpus`` included."""
         d = asdict(self)

@@ -85,6 +85,7 @@ class Runner:
                 # would otherwise refuse the leftover (or measure under it).
                 meta.deadline_after_failure = self.session.clear_deadline()
                 raise
+        self.session.recovery_recorded = True
         return meta.to_dict()
 
     def close(self) -> None:

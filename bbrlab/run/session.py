@@ -30,6 +30,7 @@ class TestbedSession:
         self._kernel: str | None = None  # the kernel this session made sure the sender runs
         self._static: dict | None = None  # measured once per sender boot
         self._recovered: dict | None = None  # what the first run found and restored
+        self.recovery_recorded = False  # an ok run's record carries it (a failed attempt's may be replaced)
 
     def boot(self, kernel: str | None, meta: RunMetadata) -> None:
         """Make the sender run ``kernel`` (None: whatever it runs). A plan keeps each kernel's runs together,
@@ -53,7 +54,8 @@ class TestbedSession:
 
     def describe(self, meta: RunMetadata) -> None:
         """Fill what is measured once per sender boot (testbed, kernel, versions, offloads) into ``meta``, and
-        the first run's recovery."""
+        the recovery made before the first run (on every record until a run succeeds, so a retried failure does
+        not take it along to ``failed/``)."""
         tb = self.testbed
         if self._static is None:
             identity = tb.local.sender_kernel_identity if tb.local else None
@@ -65,7 +67,9 @@ class TestbedSession:
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
         meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
         if self._recovered is None:
-            meta.recovered = self._recovered = recover(tb)
+            self._recovered = recover(tb)
+        if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
+            meta.recovered = self._recovered
 
     def clear_deadline(self) -> dict:
         """Put every sender vCPU thread still under SCHED_DEADLINE back to SCHED_OTHER (after a failed run);

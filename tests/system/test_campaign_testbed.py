@@ -110,7 +110,8 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
     # the resumed process cleared what the killed one left, before its first run, and said so
     records = [json.loads((out / "runs" / r / "record.json").read_text()) for r in run_dirs]
     recovered = [r["metadata"]["recovered"] for r in records if "recovered" in r["metadata"]]
-    assert any(sorted(r["deadline_cleared_tids"]) == sorted(threads) for r in recovered), recovered
+    failed = [json.loads(f.read_text()).get("reason") for f in (out / "failed").glob("*/record.json")]
+    assert any(sorted(r["deadline_cleared_tids"]) == sorted(threads) for r in recovered), (recovered, failed)
     assert not under_deadline()
 
 

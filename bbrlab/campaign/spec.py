@@ -12,9 +12,11 @@ Spec keys (see specs/*.yaml)::
                                 # (docs/contention.md); the timeslices cross with deadline only, the periods
                                 # with cfs-quota and cfs-burst, the bursts with cfs-burst, the credits with credit
     cfs_periods_ms: [100]       # cfs-quota, cfs-burst: quota = share x period, 1 to 1000 ms
-    cfs_bursts_ms: [5]          # cfs-burst: the burst per vCPU, 0 < burst <= quota (share x period)
+    cfs_bursts_ms: [1]          # cfs-burst: the burst per vCPU, 0 < burst <= quota (share x period)
     credits_s: [10]             # credit: the balance at the start, CPU-seconds (0 to 3600); the share is the
                                 # baseline, its quota in 100 ms periods
+    credit_shares_pct: []       # credit: its baselines instead of cpu_shares_pct, e.g. [5] (a vCPU that uses
+                                # less than its baseline never spends its credit)
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
     buffers_bdp: [1]            # the buffer asked, in BDP (up to 1000, or to the authors' queue where more)
@@ -96,6 +98,7 @@ class CampaignSpec:
     cfs_periods_ms: tuple[float, ...] = (CFS_DEFAULT_PERIOD_MS,)
     cfs_bursts_ms: tuple[float, ...] = (CFS_QUOTA_MIN_MS,)
     credits_s: tuple[float, ...] = (DEFAULT_CREDIT_S,)
+    credit_shares_pct: tuple[float, ...] = ()  # empty: the credit model crosses with cpu_shares_pct
     emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
@@ -148,8 +151,12 @@ class CampaignSpec:
                 continue
             values = [v for _, v in self.model_lists(model)]
             out += [_contention(model, share, list(combo)) for combo in itertools.product(*values)
-                    for share in self.cpu_shares_pct]
+                    for share in self.shares_of(model)]
         return out
+
+    def shares_of(self, model: str) -> tuple[float, ...]:
+        """The shares ``model`` crosses with: ``credit_shares_pct`` for credit when given, else ``cpu_shares_pct``."""
+        return self.credit_shares_pct if model == "credit" and self.credit_shares_pct else self.cpu_shares_pct
 
     def model_lists(self, model: str) -> list[tuple[str, tuple]]:
         """The spec's own lists of ``model`` (its key and values), crossed with the shares: deadline's timeslices,
@@ -213,7 +220,7 @@ class CampaignSpec:
     @property
     def contention_count(self) -> int:
         """How many contentions :meth:`contentions` makes, without building them."""
-        return sum(1 if m == "none" else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.cpu_shares_pct)
+        return sum(1 if m == "none" else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.shares_of(m))
                    for m in self.contention_models)
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
@@ -271,7 +278,7 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
-                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S]}
+                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": []}
 
 
 def _list(data: dict, key: str) -> list:
@@ -351,6 +358,8 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if "credits_s" in d:
         checked["credits_s"] = _check_each("credits_s", _list(d, "credits_s"),
                                            lambda v: Contention(1, 100, "credit", credit_s=v))
+    if "credit_shares_pct" in d:
+        checked["credit_shares_pct"] = _check_each("credit_shares_pct", _list(d, "credit_shares_pct"), _share_in_range)
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -415,14 +424,15 @@ def _check_contentions(spec: CampaignSpec) -> None:
             continue
         lists = spec.model_lists(model)
         keyed = [list(enumerate(values)) for _, values in lists]
-        for j, share in enumerate(spec.cpu_shares_pct):
+        shares_key = "credit_shares_pct" if spec.shares_of(model) is spec.credit_shares_pct else "cpu_shares_pct"
+        for j, share in enumerate(spec.shares_of(model)):
             for combo in itertools.product(*keyed):
                 try:
                     _contention(model, share, [v for _, v in combo])
                 except ValidationError as e:
                     where = " and ".join(f"{key}[{i}]" for (key, _), (i, _) in zip(lists, combo, strict=True))
                     value = (share, *(v for _, v in combo)) if combo else share
-                    raise ValidationError(f"cpu_shares_pct[{j}] with {where or model}", value, e.allowed) from None
+                    raise ValidationError(f"{shares_key}[{j}] with {where or model}", value, e.allowed) from None
 
 
 def _contention(model: str, share: float, values: list) -> Contention:

@@ -141,3 +141,14 @@ def test_a_spec_names_the_bad_burst_or_credit_key(extra, field):
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**SPEC, **extra})
     assert e.value.field == field
+
+
+def test_credit_may_cross_with_baselines_of_its_own():
+    spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["cfs-quota", "credit"], "credits_s": [1],
+                                   "credit_shares_pct": [5, 25]})
+    got = [s.contention for s in spec.grid()]
+    assert got[2:] == [Contention(5, 5, "credit", credit_s=1), Contention(25, 25, "credit", credit_s=1)]
+    assert spec.runs == len(spec.plan()) == 4 and CampaignSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValidationError) as e:
+        CampaignSpec.from_dict({**SPEC, "contention_models": ["credit"], "credit_shares_pct": [0.5]})
+    assert e.value.field == "credit_shares_pct[0] with credits_s[0]" and "at least 1 ms" in e.value.allowed

@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
+from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 
 from . import cgroups
+from .deadline import ContentionRestoreError
 from .evidence import (
     AchievedShare,
     ContentionEvidence,
@@ -35,7 +36,7 @@ from .threadstat import ThreadSample, read_identities, sample_threads, usage_bet
 from .watch import StateWatch
 
 
-class CfsRestoreError(BbrlabError):
+class CfsRestoreError(ContentionRestoreError):
     """A thread could not be moved back, or bbrlab's cgroup could not be removed (the message says which)."""
 
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bbrlab.core.contention_models import load_share_pct
-from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
+from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 
+from .deadline import ContentionRestoreError
 from .evidence import AchievedShare, ContentionEvidence, ContentionRecord, ThreadEvidence, steal_note
 from .sched import SchedPolicy
 from .schedulers import scheduler_for
@@ -100,7 +101,7 @@ def clear_leftovers() -> list[int]:
     return sorted(lp.pid for lp in loops)
 
 
-class LoadRestoreError(BbrlabError):
+class LoadRestoreError(ContentionRestoreError):
     """A busy loop could not be stopped or a CPU mask not given back (the message says which)."""
 
 

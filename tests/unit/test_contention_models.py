@@ -152,3 +152,17 @@ def test_credit_may_cross_with_baselines_of_its_own():
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**SPEC, "contention_models": ["credit"], "credit_shares_pct": [0.5]})
     assert e.value.field == "credit_shares_pct[0] with credits_s[0]" and "at least 1 ms" in e.value.allowed
+
+
+def test_a_campaign_refuses_other_models_for_a_sender_on_another_host_before_it_starts():
+    """preflight.check_models, against this machine (the cgroup models apply here) and a lab hypervisor (an
+    SSHHost object: nothing connects, it only says it is not this machine)."""
+    from bbrlab.campaign.preflight import check_models
+    from bbrlab.core.hosts import LocalHost, SSHHost
+
+    spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["deadline", "cfs-burst", "credit"]})
+    check_models(spec, LocalHost())  # this host: cgroup v1 cpu with cpu.cfs_burst_us
+    with pytest.raises(ValidationError) as e:
+        check_models(spec, SSHHost(name="hv", address="192.0.2.1"))
+    assert e.value.field == "contention_models" and "another host (hv)" in e.value.allowed
+    check_models(CampaignSpec.from_dict(SPEC), SSHHost(name="hv", address="192.0.2.1"))  # deadline only: fine

@@ -1,8 +1,9 @@
 """Every model but deadline restores a real QEMU vCPU thread when its process is signalled, and what a SIGKILLed
 process left is cleared by recovery's functions (deadline's versions: test_contention.py, test_contention_restore.py).
 
-Each test starts a tiny QEMU (TCG, no disk) and a bbrlab process of its own that holds the contention on its vCPU
-thread, then signals that process: SIGTERM must leave nothing (the thread back in its cgroup with its CPU mask,
+Each test starts a vCPU thread (a tiny QEMU's, TCG, no disk; or, ``busy-thread``, a busy thread of a
+multi-threaded Python process, which runs without QEMU and so without the testbed lock) and a bbrlab process of
+its own that holds the contention on it, then signals that process: SIGTERM must leave nothing (the thread back in its cgroup with its CPU mask,
 bbrlab's cgroup removed, the busy loops gone); after SIGKILL the cgroup or the loops are left, and
 :func:`bbrlab.contention.cgroups.clear_leftovers` / :func:`bbrlab.contention.load.clear_leftovers` (what
 :func:`bbrlab.run.recovery.recover` calls before a campaign's next run) clear them.
@@ -45,9 +46,33 @@ MODELS = {
 }
 
 
-@pytest.fixture
-def qemu(tmp_path):
-    vm = TinyQemu(tmp_path)
+BUSY_THREAD = """
+import threading, time
+def spin():
+    while True:
+        pass
+t = threading.Thread(target=spin, daemon=True)
+t.start()
+print(t.native_id, flush=True)
+time.sleep(3600)
+"""
+
+
+class BusyThread:
+    """A busy thread of a process of its own (its main thread sleeps), standing in for a vCPU thread."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", BUSY_THREAD], stdout=subprocess.PIPE, text=True)
+        self.threads = [int(self.proc.stdout.readline())]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(params=["qemu", "busy-thread"])
+def qemu(request, tmp_path):
+    vm = TinyQemu(tmp_path) if request.param == "qemu" else BusyThread()
     yield vm
     vm.stop()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,31 @@ def leftovers(proc: Path = Path("/proc"), *, include_live_owners: bool = False) 
     return found
 
 
+#: How long :func:`clear_leftovers` waits for the loops it killed to be gone (SIGKILL acts at once; their
+#: new parent, init, reaps them when it gets to it) [s].
+KILL_WAIT_S = 5.0
+
+
+def _dead(pid: int) -> bool:
+    """No process ``pid`` any more, or only its zombie (it runs no more)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _wait_dead(loops: list[LeftoverLoop]) -> list[int]:
+    """Wait until every loop is dead (at most :data:`KILL_WAIT_S`); the pids of those still running."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    running = [lp.pid for lp in loops]
+    while running:
+        running = [pid for pid in running if not _dead(pid)]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    return running
+
+
 def clear_leftovers() -> list[int]:
     """Kill the busy loops a killed bbrlab process left and give each vCPU thread they competed with its CPU mask
     back (when it still exists and is still pinned to one CPU, as the loop left it); the loops' pids."""
@@ -87,7 +113,7 @@ def clear_leftovers() -> list[int]:
             os.killpg(loop.pid, signal.SIGKILL)  # each loop leads a session (and group) of its own
         except ProcessLookupError:
             pass
-    problems = []
+    problems = [f"busy loop {pid} still runs {KILL_WAIT_S:g} s after SIGKILL" for pid in _wait_dead(loops)]
     for tid, mask in {(lp.tid, lp.mask) for lp in loops}:
         try:
             if len(os.sched_getaffinity(tid)) == 1:

@@ -23,7 +23,8 @@ Spec keys (see specs/*.yaml)::
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
-    repetitions: 30
+    repetitions: 30             # or adaptive: {min: 5, max: 30, precision: 0.025} (a point stops once its
+                                # median's 95 % interval is within +-2.5 % of the rate; bbrlab.campaign.repetitions)
     duration_s: 20              # iperf3's test duration
     sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
     sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
@@ -65,6 +66,7 @@ from bbrlab.core.scenario import (
     check_sampling_load,
 )
 
+from .repetitions import RepetitionRule
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -105,6 +107,7 @@ class CampaignSpec:
     max_attempts: int = 3
     delay_split: str = "symmetric"
     description: str = ""
+    adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -114,7 +117,9 @@ class CampaignSpec:
     def to_dict(self) -> dict:
         """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
         their defaults, so the directory of a campaign made before they existed still matches its spec."""
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "adaptive"}
+        if self.adaptive is not None:
+            d["repetitions"] = self.adaptive.to_dict()
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
@@ -198,6 +203,13 @@ class CampaignSpec:
         """Number of runs: grid points x repetitions (without building them)."""
         lists = math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads"))
         return lists * max(1, len(self.kernels)) * self.repetitions
+
+    def expected_runs(self, spread: float) -> int:
+        """The runs the plan is expected to take: all of them with a fixed number of repetitions; with adaptive
+        ones, each point's :meth:`RepetitionRule.expected_reps` for runs spread by ``spread`` x the rate."""
+        if self.adaptive is None:
+            return self.runs
+        return self.runs // self.repetitions * self.adaptive.expected_reps(spread)
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
@@ -290,7 +302,7 @@ def _share_in_range(value: object) -> None:
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
+    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")

@@ -32,7 +32,8 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 
-from .repetitions import replay, rule_of
+from .repetitions import rule_of
+from .search import make_gate, search_of
 
 PLAN_SCHEMA = "bbrlab.plan/1"
 SPEC_FILE = "spec.yaml"
@@ -358,8 +359,8 @@ def status(out_dir: str | Path) -> CampaignStatus:
     attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
     given_up = {r for r in run_ids if r not in complete and len(attempts[r]) >= max_attempts}
     running = [r for r in rec.in_progress(out) if r in set(run_ids)]
-    gate = replay(rule_of(spec), [(r.run_id, r.scenario) for r in plan.runs], out,
-                  settled=lambda r: r in complete or r in given_up)
+    gate = make_gate(rule_of(spec), search_of(spec), [(r.run_id, r.scenario) for r in plan.runs], out,
+                     settled=lambda r: r in complete or r in given_up)
     skipped = sum(1 for r in run_ids if r not in complete and r not in given_up and gate.is_skipped(r))
     points = gate.to_dict()["reasons"] if gate.rule is not None else None
     return CampaignStatus(campaign=plan.campaign, planned=len(run_ids), done=len(complete), failed=len(given_up),

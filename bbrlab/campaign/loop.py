@@ -45,8 +45,8 @@ from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from .directory import Planned, check_out_dir, prepare, status
-from .repetitions import replay
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
+from .search import make_gate
 from .spec import CampaignSpec
 
 
@@ -251,6 +251,11 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
     differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded).
 
+    With adaptive repetitions (``spec.adaptive``) or a threshold search (``spec.search``) a run is submitted only
+    once the stopping rule or the search wants it (:class:`bbrlab.campaign.repetitions.Gate`,
+    :class:`bbrlab.campaign.search.SearchGate`): each settled run may open more runs or drop the rest, and
+    ``decisions.json`` is rewritten; the decisions follow from the committed runs alone.
+
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
     resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
@@ -268,8 +273,8 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
         used = {run_id: len(rec.failed_attempts(out, run_id)) for run_id, _ in runs if not rec.is_complete(out, run_id)}
         last = {run_id: n + spec.max_attempts if retry_failed else spec.max_attempts for run_id, n in used.items()}
         done: set[str] = set()  # committed ok in this process (``used`` holds the runs not complete at the start)
-        gate = replay(getattr(spec, "adaptive", None), runs, out,
-                      settled=lambda run_id: run_id not in used or run_id in done or used[run_id] >= last[run_id])
+        gate = make_gate(getattr(spec, "adaptive", None), getattr(spec, "search", None), runs, out,
+                         settled=lambda run_id: run_id not in used or run_id in done or used[run_id] >= last[run_id])
         gate.write(out)
         order_of = {run_id: i for i, (run_id, _) in enumerate(runs)}
         submitted: set[str] = set()

@@ -67,6 +67,7 @@ from bbrlab.core.scenario import (
 )
 
 from .repetitions import RepetitionRule
+from .search import SearchRule
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -108,6 +109,7 @@ class CampaignSpec:
     delay_split: str = "symmetric"
     description: str = ""
     adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
+    search: SearchRule | None = None  # a threshold search: cpu_shares_pct is its lattice, repetitions its max
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -120,6 +122,11 @@ class CampaignSpec:
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "adaptive"}
         if self.adaptive is not None:
             d["repetitions"] = self.adaptive.to_dict()
+        if self.search is not None:
+            d["search"] = self.search.to_dict()
+            del d["cpu_shares_pct"], d["repetitions"]
+        else:
+            del d["search"]
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
@@ -302,14 +309,15 @@ def _share_in_range(value: object) -> None:
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
+    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # adaptive: from repetitions  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
-    for key in _REQUIRED:
-        if key not in data:
-            raise ValidationError(key, None, "required")
     d = dict(data)
+    search = _search_shares(d)
+    for key in _REQUIRED:
+        if key not in d:
+            raise ValidationError(key, None, "required")
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
@@ -345,9 +353,27 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
-    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
+    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec
+
+
+def _search_shares(d: dict) -> SearchRule | None:
+    """A threshold search (``search``): its lattice becomes ``cpu_shares_pct`` and its ``max`` the repetitions;
+    the spec then gives neither, nor adaptive repetitions, and contends by deadline alone."""
+    if "search" not in d:
+        return None
+    rule = SearchRule.from_value(d["search"])
+    for key in ("cpu_shares_pct", "repetitions"):
+        if key in d:
+            raise ValidationError(key, d[key], "absent in a threshold search (search: sets the shares it probes "
+                                  "and their repetitions)")
+    models = d.get("contention_models", ["deadline"])
+    if models != ["deadline"]:
+        raise ValidationError("contention_models", models, "[deadline] in a threshold search (the share searched "
+                              "is a deadline reservation's)")
+    d["cpu_shares_pct"], d["repetitions"] = rule.shares(), rule.max_reps
+    return rule
 
 
 def _buffer_alone(value: object) -> None:

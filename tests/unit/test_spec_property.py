@@ -43,6 +43,9 @@ plausible = {
     "repetitions": st.one_of(st.integers(min_value=-1, max_value=2000), st.fixed_dictionaries(
         {"min": st.integers(min_value=-1, max_value=40), "max": st.integers(min_value=-1, max_value=2000)},
         optional={"precision": numbers, "block": st.integers()})),
+    "search": st.one_of(anything, st.fixed_dictionaries({"target": numbers}, optional={
+        k: numbers for k in ("low", "high", "step", "resolution", "confidence")} | {
+        k: st.integers(min_value=-1, max_value=2000) for k in ("min", "block", "max")})),
     "duration_s": numbers,
     "sample_ss_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
     "sample_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),

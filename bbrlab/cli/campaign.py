@@ -5,6 +5,7 @@
     bbrlab campaign run SPEC --out DIR --testbed a --testbed b   over two testbeds at once (docs/scaling.md)
     bbrlab campaign run SPEC --out DIR --scheduler tls://HOST:8786 --tls-ca-file ...   over a lab's bbrlab workers
     bbrlab campaign status runs/demo [--json]         planned / done / failed / running / remaining
+    bbrlab campaign thresholds DIR [--figure F]       a threshold search's results beside the paper's
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -43,7 +45,7 @@ every testbed and leaves the campaign resumable with the same command.
 
 
 def register(sub) -> None:
-    """Add ``bbrlab campaign`` (verbs run, status, plan) to the subparsers ``sub``."""
+    """Add ``bbrlab campaign`` (verbs run, status, plan, thresholds) to the subparsers ``sub``."""
     p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
                        description="Campaigns: a grid of scenarios x repetitions, run in a seeded order. A killed "
                                    "campaign resumes where it stopped when run again with the same --out.")
@@ -98,6 +100,12 @@ def register(sub) -> None:
                            f"deviation, as a fraction of the link rate (default {DEFAULT_SPREAD})")
     plan.set_defaults(func=run_plan)
 
+    th = verbs.add_parser("thresholds", help="the thresholds a threshold search found, beside the paper's")
+    th.add_argument("dir", help="the campaign directory of a spec with 'search:'")
+    th.add_argument("--figure", type=Path, metavar="PATH", help="also draw them into this image (png, svg, pdf)")
+    th.add_argument("--json", action="store_true", help="machine-readable output")
+    th.set_defaults(func=run_thresholds)
+
 
 #: The spread assumed for ``campaign plan``'s expected count, a cautious one: about 90 % of data/'s points (2 runs
 #: each; 2026-11) spread less (standard deviation over the rate: median 0.1 %, mean 1.5 %, largest 10 %).
@@ -127,6 +135,9 @@ def run_plan(args) -> int:
         info.update(adaptive=spec.adaptive.to_dict(), min_runs=points * spec.adaptive.min_reps, max_runs=len(runs),
                     expected_runs=expected, expected_spread=args.spread,
                     expected_duration_s=spec.expected_duration_s() * expected / len(runs))
+    if spec.search is not None:
+        info.update(_search_counts(spec))
+        info["expected_duration_s"] = spec.expected_duration_s() * info["expected_runs"] / len(runs)
     if args.json:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
@@ -142,6 +153,12 @@ def run_plan(args) -> int:
               f"interval is within +-{a.precision:.3g} x the rate: at least {info['min_runs']} runs, at most "
               f"{info['max_runs']}, expected {info['expected_runs']} (if runs spread by {args.spread:g} x the rate; "
               "--spread; points near a threshold spread more)")
+    if spec.search is not None:
+        r = spec.search
+        print(f"threshold search: {info['curves']} curve(s), median >= {r.target:g} x the rate, shares {r.low:g} to "
+              f"{r.high:g} % every {r.step:g}, +-{r.resolution:g} points at {r.confidence:g}: the plan lists the whole "
+              f"lattice ({info['max_runs']} runs, the most it could take); clear curves take about "
+              f"{info['expected_runs']} (a bisection's probes x min {r.min_reps}), shares near a threshold more")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
           "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
                        spec.workloads else "") + ")")
@@ -150,6 +167,36 @@ def run_plan(args) -> int:
     if len(runs) > 5:
         print(f"  ... {len(runs) - 5} more")
     return 0
+
+
+def run_thresholds(args) -> int:
+    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval and the paper's value
+    (:mod:`bbrlab.analysis.thresholds`); with ``--figure`` draw them. Returns 0."""
+    from bbrlab.analysis.thresholds import format_table, threshold_figure, threshold_table
+    from bbrlab.core.errors import BbrlabError
+
+    try:
+        table = threshold_table(args.dir)
+    except ValueError as e:
+        raise BbrlabError(str(e)) from None
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(format_table(table))
+    if args.figure:
+        threshold_figure(table).savefig(args.figure)
+        print(f"figure: {args.figure}")
+    return 0
+
+
+def _search_counts(spec) -> dict:
+    """A search plan's counts: each curve's bisection takes about log2(lattice) probes of ``min`` to ``max``
+    runs; at most it runs the whole lattice."""
+    rule = spec.search
+    curves = spec.runs // spec.repetitions // len(spec.cpu_shares_pct)
+    probes = math.ceil(math.log2(len(spec.cpu_shares_pct) + 1))
+    return {"search": rule.to_dict(), "curves": curves, "expected_runs": curves * probes * rule.min_reps,
+            "max_runs": spec.runs}
 
 
 def run_status(args) -> int:

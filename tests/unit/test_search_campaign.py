@@ -136,3 +136,33 @@ def test_an_interrupted_search_resumes_to_the_same_probes(tmp_path, kill_after, 
     replayed = search.make_gate(None, s.search, [(r.run_id, r.scenario) for r in plan.runs], cut,
                                 settled=lambda r: record.is_complete(cut, r))
     assert replayed.to_dict() == search.read_decisions(cut)
+
+
+def test_the_thresholds_table_and_figure_show_each_interval_beside_the_paper(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    s = spec(ccas=["bbr", "bbr2b"], timeslices_ms=[1, 10])
+    monkeypatch.setitem(EDGE, "bbr2b", 26.0)
+    campaign.run_campaign(s, tmp_path, synthetic_run([]), progress=False)
+    from bbrlab.analysis.thresholds import format_table, threshold_table
+
+    table = threshold_table(tmp_path)
+    assert list(zip(table["cca"], table["timeslice_ms"], table["paper_pct"], strict=True)) == [
+        ("bbr", 1.0, 45.0), ("bbr", 10.0, 70.0), ("bbr2b", 1.0, 25.0), ("bbr2b", 10.0, 40.0)]
+    for r in table.itertuples():
+        assert r.low_pct < EDGE[r.cca] <= r.high_pct and r.done and r.target_pct == 80
+        assert r.estimate_pct == (r.low_pct + r.high_pct) / 2
+    text = format_table(table)
+    assert f"({table['low_pct'][0]:g}, {table['high_pct'][0]:g}]" in text
+    bbrlab = str(Path(sys.executable).with_name("bbrlab"))
+    shown = subprocess.run([bbrlab, "campaign", "thresholds", str(tmp_path), "--figure", str(tmp_path / "t.png")],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert text in shown.stdout and (tmp_path / "t.png").stat().st_size > 5000
+    adaptive_dir = tmp_path / "not-a-search"
+    (adaptive_dir).mkdir()
+    (adaptive_dir / "decisions.json").write_text(json.dumps({"schema": "bbrlab.decisions/1", "rule": {}}))
+    refused = subprocess.run([bbrlab, "campaign", "thresholds", str(adaptive_dir)], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "not a threshold search" in refused.stderr

@@ -36,8 +36,9 @@ DECISIONS_FILE = "decisions.json"
 DECISIONS_SCHEMA = "bbrlab.decisions/1"
 #: ``precision`` bounds: a half-width of 0.1 % to 50 % of the link rate.
 PRECISION_RANGE = (0.001, 0.5)
-#: A bootstrap interval of the median needs a few values: the smallest ``min`` accepted.
-MIN_OF_MIN = 3
+#: The smallest ``min`` accepted: below about 8 runs the percentile interval of a median is close to the sample's
+#: range and covers less than its nominal level (bbrlab.analysis.stats); 5 keeps a tiny campaign possible.
+MIN_OF_MIN = 5
 #: The median's standard error is about sqrt(pi/2) x sigma / sqrt(n) for a normal spread; x 1.96 for 95 %.
 _HALF_WIDTH_PER_SIGMA = 1.96 * math.sqrt(math.pi / 2)
 

@@ -22,7 +22,7 @@ from bbrlab.core.signals import Interrupted
 from bbrlab.run import record
 from tests.unit.test_engine import Reversed
 
-RULE = {"min": 3, "max": 8, "precision": 0.05}
+RULE = {"min": 5, "max": 8, "precision": 0.05}
 BASE = {"name": "adaptive", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 100],
         "rtts_ms": [20], "rates_mbit": [100], "repetitions": RULE, "duration_s": 5, "max_attempts": 2}
 
@@ -69,20 +69,20 @@ def _decisions(out: Path) -> dict:
 
 def test_the_spec_states_min_max_and_precision_and_plans_the_maximum():
     s = spec()
-    assert s.adaptive == repetitions.RepetitionRule(3, 8, 0.05) and s.repetitions == 8 and s.runs == 64
+    assert s.adaptive == repetitions.RepetitionRule(5, 8, 0.05) and s.repetitions == 8 and s.runs == 64
     assert s.to_dict()["repetitions"] == RULE and "adaptive" not in s.to_dict()
     assert CampaignSpec.from_dict(s.to_dict()) == s
     assert spec(repetitions=4).adaptive is None and "adaptive" not in spec(repetitions=4).to_dict()
 
 
 @pytest.mark.parametrize(("value", "field"), [
-    ({"min": 3, "max": 8}, "repetitions.precision"),
-    ({"min": 2, "max": 8, "precision": 0.05}, "repetitions.min"),
+    ({"min": 5, "max": 8}, "repetitions.precision"),
+    ({"min": 4, "max": 8, "precision": 0.05}, "repetitions.min"),
     ({"min": 5, "max": 4, "precision": 0.05}, "repetitions.max"),
-    ({"min": 3, "max": 8, "precision": 0.6}, "repetitions.precision"),
-    ({"min": 3, "max": 8, "precision": True}, "repetitions.precision"),
-    ({"min": 3.0, "max": 8, "precision": 0.05}, "repetitions.min"),
-    ({"min": 3, "max": 8, "precision": 0.05, "block": 2}, "repetitions.block"),
+    ({"min": 5, "max": 8, "precision": 0.6}, "repetitions.precision"),
+    ({"min": 5, "max": 8, "precision": True}, "repetitions.precision"),
+    ({"min": 5.0, "max": 8, "precision": 0.05}, "repetitions.min"),
+    ({"min": 5, "max": 8, "precision": 0.05, "block": 2}, "repetitions.block"),
 ])
 def test_bad_adaptive_repetitions_are_refused_naming_the_key(value, field):
     with pytest.raises(ValidationError) as e:
@@ -96,30 +96,30 @@ def test_the_plan_keeps_its_blocked_random_order_and_the_expected_count_lies_bet
     assert [sc.repetition for sc in runs] == [r for r in range(8) for _ in range(8)]
     assert runs == spec(repetitions=8).plan()  # the same order as a fixed campaign of max repetitions
     rule = s.adaptive
-    assert rule.expected_reps(0.001) == 3 and rule.expected_reps(0.5) == 8
-    assert 3 * 8 <= s.expected_runs(0.05) <= 64
+    assert rule.expected_reps(0.001) == 5 and rule.expected_reps(0.5) == 8
+    assert 5 * 8 <= s.expected_runs(0.05) <= 64
 
 
 # -- the decision rule -----------------------------------------------------------------------------------
 
 def test_decide_point_stops_a_tight_point_at_its_minimum_and_a_spread_one_at_its_maximum():
-    rule = repetitions.RepetitionRule(3, 8, 0.05)
-    tight = repetitions.decide_point([94.0, 94.1, 94.2], 100, rule)
-    assert (tight.state, tight.reason, tight.settled) == ("stopped", "precise", 3)
+    rule = repetitions.RepetitionRule(5, 8, 0.05)
+    tight = repetitions.decide_point([94.0, 94.1, 94.2, 94.1, 94.0], 100, rule)
+    assert (tight.state, tight.reason, tight.settled) == ("stopped", "precise", 5)
     assert tight.half_width <= 0.05 and tight.median_mbit == 94.1
-    early = repetitions.decide_point([94.0, 94.1], 100, rule)
+    early = repetitions.decide_point([94.0, 94.1, 94.2, 94.1], 100, rule)
     assert (early.state, early.reason) == ("running", "below minimum")
     spread = [4.0, 92.0, 10.0, 85.0, 40.0, 70.0, 8.0, 90.0]
-    assert repetitions.decide_point(spread[:5], 100, rule).reason == "too wide"
+    assert repetitions.decide_point(spread[:6], 100, rule).reason == "too wide"
     full = repetitions.decide_point(spread, 100, rule)
     assert (full.state, full.reason, full.settled, full.values) == ("stopped", "at maximum", 8, 8)
 
 
 def test_a_run_without_a_value_counts_as_settled_and_the_point_goes_on():
-    rule = repetitions.RepetitionRule(3, 8, 0.05)
-    d = repetitions.decide_point([94.0, None, 94.2], 100, rule)
-    assert d.settled == 3 and d.values == 2 and d.state == "running" and d.reason == "below minimum"
-    assert repetitions.decide_point([94.0, None, 94.2, 94.1], 100, rule).state == "stopped"
+    rule = repetitions.RepetitionRule(5, 8, 0.05)
+    d = repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0], 100, rule)
+    assert d.settled == 5 and d.values == 4 and d.state == "running" and d.reason == "below minimum"
+    assert repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0, 94.2], 100, rule).state == "stopped"
 
 
 # -- the engine with a synthetic run function --------------------------------------------------------------
@@ -134,14 +134,14 @@ def test_with_a_synthetic_run_function_tight_points_stop_at_min_and_spread_ones_
             per_point[(sc.flow.cca, sc.contention.timeslice_ms, sc.contention.cpu_share_pct)] = sc.repetition + 1
     spread = {("bbr", 1, 25), ("bbr", 10, 25)}
     assert {k: n for k, n in per_point.items() if k in spread} == {k: 8 for k in spread}
-    assert {k: n for k, n in per_point.items() if k not in spread} == {k: 3 for k in per_point if k not in spread}
-    assert st.done == 2 * 8 + 6 * 3 and st.skipped == 64 - st.done and st.remaining == 0 and st.complete
+    assert {k: n for k, n in per_point.items() if k not in spread} == {k: 5 for k in per_point if k not in spread}
+    assert st.done == 2 * 8 + 6 * 5 and st.skipped == 64 - st.done and st.remaining == 0 and st.complete
     assert st.points == {"stopped: at maximum": 2, "stopped: precise": 6}
     order = [sc.run_id for sc in s.plan()]
     assert [r for r, _ in calls] == [r for r in order if r in set(_committed(tmp_path))]  # the plan's order
     d = _decisions(tmp_path)
     assert d["rule"] == RULE and d["skipped_runs"] == 64 - st.done and d["stopped"] == 8
-    assert sorted(p["settled"] for p in d["decisions"]) == [3] * 6 + [8] * 2
+    assert sorted(p["settled"] for p in d["decisions"]) == [5] * 6 + [8] * 2
 
 
 def test_a_failed_run_settles_without_a_value(tmp_path):
@@ -149,10 +149,10 @@ def test_a_failed_run_settles_without_a_value(tmp_path):
     cubic = next(sc for sc in s.plan() if sc.flow.cca == "cubic" and sc.repetition == 1)
     campaign.run_campaign(s, tmp_path, synthetic_run([], {cubic.run_id}), progress=False)
     point = next(p for p in _decisions(tmp_path)["decisions"] if p["point"] == repetitions.point_id(cubic))
-    assert (point["settled"], point["values"], point["reason"]) == (4, 3, "precise")
+    assert (point["settled"], point["values"], point["reason"]) == (6, 5, "precise")
 
 
-@pytest.mark.parametrize("kill_after", [1, 9, 20, 27, 33])
+@pytest.mark.parametrize("kill_after", [1, 9, 30, 37, 44])
 @pytest.mark.parametrize("executor", ["in-process", "reversed"])
 def test_an_interrupted_campaign_resumes_to_the_same_decisions(tmp_path, kill_after, executor):
     """Interrupted after ``kill_after`` runs and resumed, the campaign runs what one never interrupted runs

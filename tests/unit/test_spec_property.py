@@ -77,7 +77,7 @@ valid = st.fixed_dictionaries({
     "buffers_bdp": st.lists(st.floats(min_value=0.01, max_value=20), min_size=1, max_size=2, unique=True),
     "losses_pct": st.lists(st.floats(min_value=0, max_value=60), min_size=1, max_size=2, unique=True),
     "repetitions": st.one_of(st.integers(min_value=1, max_value=3), st.fixed_dictionaries(
-        {"min": st.just(3), "max": st.integers(min_value=3, max_value=5),
+        {"min": st.just(5), "max": st.integers(min_value=5, max_value=6),
          "precision": st.floats(min_value=0.001, max_value=0.5)})),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync"]), min_size=1, max_size=2, unique=True),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors"]), min_size=1, max_size=2, unique=True),

@@ -248,7 +248,7 @@ class Gate:
         ds = list(self.decisions.values())
         reasons: dict[str, int] = {}
         for d in ds:
-            key = f"{d.state}: {d.reason}"
+            key = f"point(s) {d.state}: {d.reason}"
             reasons[key] = reasons.get(key, 0) + 1
         return {"schema": DECISIONS_SCHEMA, "rule": self.rule.to_dict() if self.rule else None,
                 "points": len(ds), "stopped": sum(d.state == "stopped" for d in ds), "reasons": reasons,

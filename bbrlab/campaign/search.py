@@ -187,8 +187,8 @@ class SearchGate(Gate):
         """``decisions.json`` of a search: the rule and each curve's probes, verdicts and interval."""
         states = list(self.states.values())
         return {"schema": SEARCH_SCHEMA, "search": self.search.to_dict(), "curves": len(states),
-                "done": sum(s["done"] for s in states), "reasons": {"searching": sum(not s["done"] for s in states),
-                                                                    "done": sum(s["done"] for s in states)},
+                "done": sum(s["done"] for s in states), "reasons": {"curve(s) searching": sum(not s["done"] for s in states),
+                                                                    "curve(s) done": sum(s["done"] for s in states)},
                 "planned_runs": len(self.where), "runs": sum(s["runs"] for s in states), "decisions": states}
 
 

@@ -212,7 +212,7 @@ def run_status(args) -> int:
               f"({st.failed_attempts} failed attempts), {st.running} running, {st.remaining} remaining"
               + (f", {st.skipped} skipped by the stopping rule" if st.points is not None else ""))
         for reason, n in sorted((st.points or {}).items()):
-            print(f"  {n} point(s) {reason}")
+            print(f"  {n} {reason}")
     return 0
 
 

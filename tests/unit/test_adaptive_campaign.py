@@ -136,7 +136,7 @@ def test_with_a_synthetic_run_function_tight_points_stop_at_min_and_spread_ones_
     assert {k: n for k, n in per_point.items() if k in spread} == {k: 8 for k in spread}
     assert {k: n for k, n in per_point.items() if k not in spread} == {k: 5 for k in per_point if k not in spread}
     assert st.done == 2 * 8 + 6 * 5 and st.skipped == 64 - st.done and st.remaining == 0 and st.complete
-    assert st.points == {"stopped: at maximum": 2, "stopped: precise": 6}
+    assert st.points == {"point(s) stopped: at maximum": 2, "point(s) stopped: precise": 6}
     order = [sc.run_id for sc in s.plan()]
     assert [r for r, _ in calls] == [r for r in order if r in set(_committed(tmp_path))]  # the plan's order
     d = _decisions(tmp_path)

@@ -107,7 +107,8 @@ def test_with_a_synthetic_run_function_the_search_brackets_each_edge_as_the_pure
         assert c["probes"] == pure.decisions and c["runs"] == pure.runs()
     grid_runs = len(EDGE) * 19 * 30  # the paper's way: every 5 % from 10 to 100 at 30 repetitions
     assert len(calls) == st.done == sum(c["runs"] for c in curves.values()) < grid_runs / 5
-    assert st.remaining == 0 and st.skipped == s.runs - st.done
+    assert st.remaining == 0 and st.skipped == s.runs - st.done and st.points == {"curve(s) searching": 0,
+                                                                                  "curve(s) done": 2}
 
 
 @pytest.mark.parametrize("kill_after", [3, 10, 26, 41])

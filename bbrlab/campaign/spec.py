@@ -23,7 +23,10 @@ Spec keys (see specs/*.yaml)::
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
-    repetitions: 30
+    repetitions: 30             # or adaptive: {min: 5, max: 30, precision: 0.025} (a point stops once its
+                                # median's 95 % interval is within +-2.5 % of the rate; bbrlab.campaign.repetitions)
+    search: {target: 0.8}       # instead of cpu_shares_pct and repetitions: a threshold search per curve
+                                # (bbrlab.campaign.search; docs/statistics.md)
     duration_s: 20              # iperf3's test duration
     sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
     sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
@@ -65,6 +68,8 @@ from bbrlab.core.scenario import (
     check_sampling_load,
 )
 
+from .repetitions import RepetitionRule
+from .search import SearchRule
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -105,6 +110,8 @@ class CampaignSpec:
     max_attempts: int = 3
     delay_split: str = "symmetric"
     description: str = ""
+    adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
+    search: SearchRule | None = None  # a threshold search: cpu_shares_pct is its lattice, repetitions its max
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -114,7 +121,14 @@ class CampaignSpec:
     def to_dict(self) -> dict:
         """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
         their defaults, so the directory of a campaign made before they existed still matches its spec."""
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "adaptive"}
+        if self.adaptive is not None:
+            d["repetitions"] = self.adaptive.to_dict()
+        if self.search is not None:
+            d["search"] = self.search.to_dict()
+            del d["cpu_shares_pct"], d["repetitions"]
+        else:
+            del d["search"]
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
@@ -198,6 +212,13 @@ class CampaignSpec:
         """Number of runs: grid points x repetitions (without building them)."""
         lists = math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads"))
         return lists * max(1, len(self.kernels)) * self.repetitions
+
+    def expected_runs(self, spread: float) -> int:
+        """The runs the plan is expected to take: all of them with a fixed number of repetitions; with adaptive
+        ones, each point's :meth:`RepetitionRule.expected_reps` for runs spread by ``spread`` x the rate."""
+        if self.adaptive is None:
+            return self.runs
+        return self.runs // self.repetitions * self.adaptive.expected_reps(spread)
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
@@ -290,14 +311,15 @@ def _share_in_range(value: object) -> None:
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
+    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # adaptive: from repetitions  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
-    for key in _REQUIRED:
-        if key not in data:
-            raise ValidationError(key, None, "required")
     d = dict(data)
+    search = _search_shares(d)
+    for key in _REQUIRED:
+        if key not in d:
+            raise ValidationError(key, None, "required")
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
@@ -333,9 +355,27 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
-    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
+    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec
+
+
+def _search_shares(d: dict) -> SearchRule | None:
+    """A threshold search (``search``): its lattice becomes ``cpu_shares_pct`` and its ``max`` the repetitions;
+    the spec then gives neither, nor adaptive repetitions, and contends by deadline alone."""
+    if "search" not in d:
+        return None
+    rule = SearchRule.from_value(d["search"])
+    for key in ("cpu_shares_pct", "repetitions"):
+        if key in d:
+            raise ValidationError(key, d[key], "absent in a threshold search (search: sets the shares it probes "
+                                  "and their repetitions)")
+    models = d.get("contention_models", ["deadline"])
+    if models != ["deadline"]:
+        raise ValidationError("contention_models", models, "[deadline] in a threshold search (the share searched "
+                              "is a deadline reservation's)")
+    d["cpu_shares_pct"], d["repetitions"] = rule.shares(), rule.max_reps
+    return rule
 
 
 def _buffer_alone(value: object) -> None:

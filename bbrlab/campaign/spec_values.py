@@ -84,7 +84,12 @@ def kernel_name(value: object) -> str:
 def check_scalars(d: dict) -> dict:
     """The spec's scalar keys present in ``d`` (a loaded spec), each checked and named in its error."""
     out: dict = {}
-    if "repetitions" in d:
+    if isinstance(d.get("repetitions"), dict):
+        from .repetitions import RepetitionRule
+
+        out["adaptive"] = RepetitionRule.from_value(d["repetitions"])
+        out["repetitions"] = out["adaptive"].max_reps
+    elif "repetitions" in d:
         out["repetitions"] = number("repetitions", d["repetitions"], integer=True)
         if not 1 <= out["repetitions"] <= 1000:
             raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")

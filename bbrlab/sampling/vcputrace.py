@@ -64,7 +64,7 @@ echo 1 > "$d/events/sched/sched_wakeup/enable"
 READ_PERIOD_S = 0.2
 _READER = r"""p=$1; max=$3; err=$4; period=$5; echo $$ > "$2"
 stop=0; total=0; trap 'stop=1' TERM
-while :; do
+while [ -e "$p" ]; do
   dd if="$p" iflag=nonblock bs=65536 2> "$err"
   mapfile -t L < "$err"; w=(${L[-1]}); total=$((total + ${w[0]:-0}))
   [ "$stop" = 1 ] && break

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bbrlab.core.errors import ValidationError
@@ -152,3 +153,27 @@ def test_leftover_instance_names_carry_their_owner():
     name = vcputrace.instance_name()
     m = vcputrace._NAME.match(name)
     assert m and int(m.group(2)) > 0
+
+
+def test_a_traced_run_fills_the_vcpu_table_and_its_summary_columns_through_the_cache(tmp_path):
+    import json
+    import shutil
+
+    from bbrlab.analysis import data
+
+    shutil.copytree(DATA.parent / "campaign", tmp_path / "c")
+    run = sorted((tmp_path / "c" / "runs").iterdir())[0]
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    trace.write_csv(run / "vcpu.csv")
+    record = json.loads((run / "record.json").read_text())
+    record["metadata"]["vcpu_trace"] = {"file": "vcpu.csv", **trace.summary()}
+    (run / "record.json").write_text(json.dumps(record))
+    for force in (True, False):  # read, then from the cache (its parquet files)
+        t = data.load(tmp_path / "c", force=force)
+        traced = t.runs[t.runs["path"].str.contains(run.name)].iloc[0]
+        assert traced["vcpu_gaps"] == trace.summary()["gaps"]["count"]
+        assert traced["vcpu_on_cpu_share"] == pytest.approx(trace.summary()["on_cpu_share"])
+        assert bool(traced["vcpu_schedstat_agrees"]) and pd.isna(traced["samples_inside_on_cpu"])
+        assert len(t.vcpu) == len(trace.intervals) and set(t.vcpu["run_id"]) == {traced["run_id"]}
+        assert t.vcpu["start_ns"].dtype == "Int64" and t.vcpu["on_cpu"].sum() == sum(iv.on for iv in trace.intervals)
+        assert t.counts()["vcpu"] == len(trace.intervals)

@@ -64,12 +64,13 @@ echo 1 > "$d/events/sched/sched_wakeup/enable"
 READ_PERIOD_S = 0.2
 _READER = r"""p=$1; max=$3; err=$4; period=$5; echo $$ > "$2"
 stop=0; total=0; trap 'stop=1' TERM
+mkfifo "$err.wait"; exec 9<>"$err.wait"  # read -t on a fifo nobody writes: a sleep without a fork
 while [ -e "$p" ]; do
   dd if="$p" iflag=nonblock bs=65536 2> "$err"
   mapfile -t L < "$err"; w=(${L[-1]}); total=$((total + ${w[0]:-0}))
   [ "$stop" = 1 ] && break
   [ "$total" -ge "$max" ] && { echo "bbrlab-capped $total"; break; }
-  sleep "$period" & wait $!
+  read -r -t "$period" -u 9 _
 done
 times
 """

@@ -110,9 +110,13 @@ def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[i
 
 
 def guest_sample_times_ns(log_text: str, kind: str) -> list[int]:
-    """The guest CLOCK_REALTIME (ns) of each sample in a sampler's log: the netlink and BPF samplers write it
-    per tick; the ss loop writes ``# t=<unix seconds>`` (bash's ``$EPOCHREALTIME``, microseconds)."""
+    """The guest CLOCK_REALTIME (ns) of each sample in a sampler's log: the netlink sampler writes it per tick;
+    the BPF sampler's records carry CLOCK_MONOTONIC, and its header realtime minus monotonic; the ss loop writes
+    ``# t=<unix seconds>`` (bash's ``$EPOCHREALTIME``, microseconds)."""
     if kind == "ss":
         return [int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
                 for sec, frac in re.findall(r"^# t=(\d+)[.,](\d+)\s*$", log_text, re.M)]
+    if kind == "bpf":
+        log = sockdiag.bpf.parse_log(log_text)
+        return sorted({r["mono_ns"] + log.realtime_offset_ns for r in log.records})
     return [s.realtime_ns for s in sockdiag.parse_log(log_text).samples]

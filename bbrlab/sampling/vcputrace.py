@@ -312,7 +312,7 @@ def remove_instance(host: Host, name: str) -> None:
 
 def clear_leftovers(host: Host) -> list[str]:
     """Remove the bbrlab trace instances on ``host`` whose owner (a process on this machine) is gone."""
-    listing = host.run(["sh", "-c", f"ls {INSTANCES} 2>/dev/null; true"]).stdout.split()
+    listing = host.run(["sh", "-c", f"ls {INSTANCES} 2>/dev/null; true"], sudo=True).stdout.split()
     me = owners.machine_id()[:8]
     removed = []
     for name in listing:

@@ -177,3 +177,17 @@ def test_a_traced_run_fills_the_vcpu_table_and_its_summary_columns_through_the_c
         assert len(t.vcpu) == len(trace.intervals) and set(t.vcpu["run_id"]) == {traced["run_id"]}
         assert t.vcpu["start_ns"].dtype == "Int64" and t.vcpu["on_cpu"].sum() == sum(iv.on for iv in trace.intervals)
         assert t.counts()["vcpu"] == len(trace.intervals)
+
+
+@pytest.mark.parametrize("name, kind", [("live-bbr-both.bpf.log.gz", "bpf"), ("live-bbr.sockdiag.log.gz", "netlink")])
+def test_guest_sample_times_from_the_native_samplers_logs(name, kind):
+    import gzip
+
+    from bbrlab.sampling import sockdiag
+
+    text = gzip.open(DATA.parent / "sockdiag" / name, "rt").read()
+    times = alignment.guest_sample_times_ns(text, kind)
+    assert len(times) > 100 and times == sorted(times)
+    rows = sockdiag.rows(text, check=False)  # the socket rows: taken at those times (a tick may find no socket)
+    assert times[0] <= min(r["t_unix_s"] for r in rows) * 1e9 + 1e3
+    assert max(r["t_unix_s"] for r in rows) * 1e9 <= times[-1] + 1e3

@@ -29,6 +29,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bbrlab.contention.deadline import restore_on_signals
 from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
@@ -337,8 +338,6 @@ def traced(host: Host, tids: Sequence[int], *, max_bytes: int = MAX_BYTES,
            handle_signals: bool = True) -> Iterator[TraceSession]:
     """Trace ``tids`` on ``host`` while the ``with`` body runs; ``session.result`` after a normal exit. The
     instance is removed on every exit; SIGTERM, SIGINT and SIGHUP remove it first and then act as before."""
-    from bbrlab.contention.deadline import restore_on_signals  # the shared signal discipline
-
     tids = check_tids(list(tids))
     with tempfile.TemporaryDirectory(prefix="bbrlab-vcputrace-") as scratch, \
             host.private_dir("vcputrace") as private:

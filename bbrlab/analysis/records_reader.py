@@ -208,7 +208,8 @@ def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]
             return [{"run_id": run_id, "tid": int(r["tid"]), "on_cpu": r["state"] == "on",
                      "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]), "length_ms": int(r["length_ns"]) / 1e6,
                      "cpu": int(r["cpu"]) if r["cpu"] else None, "left_state": r["left_state"] or None,
-                     "woken_ns": int(r["woken_ns"]) if r["woken_ns"] else None, "clipped": r["clipped"] == "1"}
+                     "woken_ns": int(r["woken_ns"]) if r["woken_ns"] else None, "clipped": r["clipped"] == "1",
+                     "inferred": r.get("inferred") or None}
                     for r in csv.DictReader(f)]
     except (OSError, ValueError, KeyError) as e:
         notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")

@@ -114,7 +114,8 @@ def exchanges(events: Iterable[Event]) -> dict[str, Exchange]:
 class Interval:
     """One stretch of a thread's time in trace clock ns: on a CPU (``on``) or off it. An off interval says how it
     began (``left_state``, the thread's state when it left the CPU) and when the thread was woken in it (if it
-    slept). ``clipped``: one end is the window's edge, not an event."""
+    slept). ``clipped``: one end is the window's edge, not an event. ``inferred``: an on-CPU interval whose
+    switch-in was missing from the trace, its start taken from a wakeup (``wakeup``) or an upper bound (``bound``)."""
 
     tid: int
     on: bool
@@ -124,6 +125,7 @@ class Interval:
     left_state: str = ""
     woken_ns: int | None = None
     clipped: bool = False
+    inferred: str = ""
 
     @property
     def length_ns(self) -> int:
@@ -164,12 +166,27 @@ class ThreadTimeline:
         elif not going_on and self._state is True:
             self._close(e.mono_ns)
             self._state, self._since, self._left, self._woken = False, e.mono_ns, e.prev_state, None
+        elif not going_on:  # it left a CPU it was never seen getting: its switch-in was not recorded
+            self._infer_on(e)
 
-    def _close(self, at_ns: int, clipped: bool = False) -> None:
+    def _infer_on(self, out: Event) -> None:
+        """An on-CPU interval whose switch-in the kernel did not record (on this project's host, switches out of
+        the idle task are sometimes missing from the trace). It began when the thread was woken, if it slept
+        and a wakeup was seen (an idle CPU runs it at once); else at the end of the previous interval, an upper
+        bound. Either way it is marked ``inferred`` (``"wakeup"`` or ``"bound"``)."""
+        start = self._woken if self._woken is not None else self._since
+        how = "wakeup" if self._woken is not None else "bound"
+        if start > self._since:
+            self._close(start)
+        self._state, self._since, self._cpu = True, start, out.cpu
+        self._close(out.mono_ns, inferred=how)
+        self._state, self._since, self._left, self._woken = False, out.mono_ns, out.prev_state, None
+
+    def _close(self, at_ns: int, clipped: bool = False, inferred: str = "") -> None:
         first = not self.intervals
         iv = Interval(self.tid, bool(self._state), self._since, at_ns, self._cpu if self._state else None,
                       "" if self._state else self._left, None if self._state else self._woken,
-                      clipped or (first and self._since == self.window[0]))
+                      clipped or (first and self._since == self.window[0]), inferred)
         if iv.length_ns > 0:
             self.intervals.append(iv)
 

@@ -151,7 +151,9 @@ class VcpuTrace:
                 "on_cpu_share": round(sum(t["on_cpu_share"] for t in per_thread) / max(1, len(per_thread)), 5),
                 "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
                 "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
-                "capped": self.capped, "lost_events": self.lost_events, "reader_cpu_s": self.reader_cpu_s,
+                "capped": self.capped, "lost_events": self.lost_events,
+                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in ("wakeup", "bound")},
+                "reader_cpu_s": self.reader_cpu_s,
                 "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
                                                round(1000 * self.reader_cpu_s / self.traced_s, 4)),
                 "schedstat": self.schedstat, "schedstat_agrees": self.schedstat_agrees(),
@@ -161,11 +163,11 @@ class VcpuTrace:
         """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written."""
         off = self.realtime_offset_ns
         with open(path, "w") as f:
-            f.write("tid,state,start_ns,end_ns,length_ns,cpu,left_state,woken_ns,clipped\n")
+            f.write("tid,state,start_ns,end_ns,length_ns,cpu,left_state,woken_ns,clipped,inferred\n")
             for iv in self.intervals:
                 woken = "" if iv.woken_ns is None else iv.woken_ns + off
                 f.write(f"{iv.tid},{'on' if iv.on else 'off'},{iv.start_ns + off},{iv.end_ns + off},{iv.length_ns},"
-                        f"{'' if iv.cpu is None else iv.cpu},{iv.left_state},{woken},{int(iv.clipped)}\n")
+                        f"{'' if iv.cpu is None else iv.cpu},{iv.left_state},{woken},{int(iv.clipped)},{iv.inferred}\n")
         return len(self.intervals)
 
 

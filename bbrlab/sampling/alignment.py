@@ -14,6 +14,7 @@ check as not done (``aligned: false``), never with an assumed offset.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -29,12 +30,28 @@ MIN_INSIDE = 0.99
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """The guest's CLOCK_REALTIME against the host's: ``host_ns = guest_ns + offset_ns`` within
-    ``uncertainty_ns`` (half-width), as measured by ``method``."""
+    """The guest's CLOCK_REALTIME against the host's: ``host_ns = guest_ns + offset_ns`` at guest time
+    ``reference_ns``, changing by ``drift_ppm`` (ns per ms of guest time) away from it, within ``uncertainty_ns``
+    (half-width), as measured by ``method``."""
 
     offset_ns: int
     uncertainty_ns: int
     method: str = "given"
+    drift_ppm: float = 0.0
+    reference_ns: int = 0
+
+    @classmethod
+    def of_remote_minus_local(cls, offset_s: float, uncertainty_s: float, *, drift_ppm: float = 0.0,
+                              measured_at_s: float = 0.0, method: str = "exchange") -> ClockOffset:
+        """From a measurement of the guest's clock minus the host's in seconds (as timestamp exchanges give it),
+        taken at host time ``measured_at_s``; the drift is the guest's against the host's."""
+        offset_ns = -round(offset_s * 1e9)
+        return cls(offset_ns, math.ceil(uncertainty_s * 1e9), method, -drift_ppm,
+                   round(measured_at_s * 1e9) - offset_ns)
+
+    def to_host_ns(self, guest_ns: int) -> int:
+        """A guest CLOCK_REALTIME reading on the host's clock."""
+        return guest_ns + self.offset_ns + round((guest_ns - self.reference_ns) * self.drift_ppm * 1e-6)
 
     def __post_init__(self):
         for name in ("offset_ns", "uncertainty_ns"):
@@ -92,7 +109,7 @@ def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[i
                               warning=None)
     spans = sorted(on_intervals_host_ns)
     starts, ends = [s for s, _ in spans], [e for _, e in spans]
-    shifted = [t + offset.offset_ns for t in guest_sample_ns]
+    shifted = [offset.to_host_ns(t) for t in guest_sample_ns]
     exact = sum(_inside(t, starts, ends, 0) for t in shifted)
     loose = sum(_inside(t, starts, ends, offset.uncertainty_ns) for t in shifted)
     problems = []

@@ -209,3 +209,12 @@ def test_guest_sample_times_from_the_native_samplers_logs(name, kind):
     rows = sockdiag.rows(text, check=False)  # the socket rows: taken at those times (a tick may find no socket)
     assert times[0] <= min(r["t_unix_s"] for r in rows) * 1e9 + 1e3
     assert max(r["t_unix_s"] for r in rows) * 1e9 <= times[-1] + 1e3
+
+
+def test_an_exchange_measurement_becomes_a_guest_to_host_offset_with_its_drift():
+    # the guest's clock reads 2.5 s ahead of the host's at host time 1000 s and gains 100 us per s (100 ppm)
+    offset = alignment.ClockOffset.of_remote_minus_local(2.5, 0.0002, drift_ppm=100.0, measured_at_s=1000.0)
+    assert offset.uncertainty_ns == 200_000
+    assert offset.to_host_ns(1_002_500_000_000) == 1_000_000_000_000
+    # 10 s later (guest time) the guest is 1 ms further ahead
+    assert offset.to_host_ns(1_012_500_000_000) == pytest.approx(1_010_000_000_000 - 1_000_000, abs=2)

@@ -46,7 +46,8 @@ def main() -> None:
         print(f"{label:>12}: traced {s['traced_s']:.2f} s, {s['events'] / s['traced_s']:.0f} events/s, "
               f"reader CPU {s['reader_cpu_per_traced_s_ms']} ms per traced s ({s['reader_cpu_s']} s), "
               f"on-CPU share {s['on_cpu_share']:.3f}, gaps p50 {s['gaps']['p50_ms']} ms max {s['gaps']['max_ms']} ms, "
-              f"trace vs schedstat {100 * cmp['relative_diff']:+.2f} %, lost {s['lost_events']}")
+              f"trace vs schedstat {100 * cmp['relative_diff']:+.2f} %, lost {s['lost_events']}, "
+              f"inferred switch-ins {s['inferred_switch_ins']}")
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -16,6 +16,7 @@ records it once, with where that error was raised.
 from __future__ import annotations
 
 import hashlib
+import sys
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
@@ -149,6 +150,10 @@ class Runner:
         result = trace.result
         result.write_csv(out / VCPU_FILE)
         meta.vcpu_trace = {"file": VCPU_FILE, **result.summary()}
+        if result.schedstat_agrees() is False:
+            print(f"bbrlab: WARNING: the vCPU trace's on-CPU time is not within 2 % of schedstat's: "
+                  f"{meta.vcpu_trace['schedstat']} (inferred switch-ins: {meta.vcpu_trace['inferred_switch_ins']})",
+                  file=sys.stderr, flush=True)
         return result
 
     def _alignment(self, vcpu: vcputrace.VcpuTrace, log: Path, flow) -> dict:

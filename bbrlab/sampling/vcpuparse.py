@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 _LINE = re.compile(r"\[(\d{3,})\]\s+(?:\S+\s+)?(\d+)\.(\d{6}):\s+(\w+):\s?(.*)$")
 _SWITCH = re.compile(r"prev_pid=(-?\d+) prev_prio=-?\d+ prev_state=(\S+) ==> next_comm=.* next_pid=(-?\d+) ")
 _WAKEUP = re.compile(r"pid=(\d+) ")
+_CPU_ID = re.compile(r"cpu_id=(\d+)")
 
 
 @dataclass(frozen=True)
 class Event:
-    """One trace event: ``kind`` switch, wakeup or marker, at ``mono_ns`` on ``cpu``. A switch has ``prev_tid``,
-    ``prev_state`` and ``next_tid``; a wakeup ``tid``; a marker its ``text``."""
+    """One trace event: ``kind`` switch, wakeup, idle_exit (``cpu`` leaves its idle state) or marker, at ``mono_ns``
+    on ``cpu``. A switch has ``prev_tid``, ``prev_state`` and ``next_tid``; a wakeup ``tid``; a marker its ``text``."""
 
     kind: str
     mono_ns: int
@@ -60,6 +61,9 @@ def parse_line(line: str) -> Event | None:
         return Event("wakeup", ns, cpu, tid=int(w.group(1))) if w else None
     if name == "tracing_mark_write":
         return Event("marker", ns, cpu, text=rest.strip())
+    if name == "cpu_idle" and "state=4294967295 " in rest + " ":  # the CPU leaves idle (state -1)
+        c = _CPU_ID.search(rest)
+        return Event("idle_exit", ns, int(c.group(1)) if c else cpu)
     return None
 
 
@@ -115,7 +119,8 @@ class Interval:
     """One stretch of a thread's time in trace clock ns: on a CPU (``on``) or off it. An off interval says how it
     began (``left_state``, the thread's state when it left the CPU) and when the thread was woken in it (if it
     slept). ``clipped``: one end is the window's edge, not an event. ``inferred``: an on-CPU interval whose
-    switch-in was missing from the trace, its start taken from a wakeup (``wakeup``) or an upper bound (``bound``)."""
+    switch-in was missing from the trace, its start taken from its CPU's idle exit (``idle-exit``), a wakeup
+    (``wakeup``) or an upper bound (``bound``)."""
 
     tid: int
     on: bool
@@ -147,8 +152,8 @@ class ThreadTimeline:
     _left: str = ""
     _woken: int | None = None
 
-    def feed(self, e: Event) -> None:
-        """Take one event of this thread (events in time order)."""
+    def feed(self, e: Event, idle_exit_ns: int | None = None) -> None:
+        """Take one event of this thread (events in time order); ``idle_exit_ns``: when ``e``'s CPU last left idle."""
         lo, hi = self.window
         if not lo <= e.mono_ns <= hi:
             return
@@ -167,15 +172,20 @@ class ThreadTimeline:
             self._close(e.mono_ns)
             self._state, self._since, self._left, self._woken = False, e.mono_ns, e.prev_state, None
         elif not going_on:  # it left a CPU it was never seen getting: its switch-in was not recorded
-            self._infer_on(e)
+            self._infer_on(e, idle_exit_ns)
 
-    def _infer_on(self, out: Event) -> None:
+    def _infer_on(self, out: Event, idle_exit_ns: int | None) -> None:
         """An on-CPU interval whose switch-in the kernel did not record (on this project's host, switches out of
-        the idle task are sometimes missing from the trace). It began when the thread was woken, if it slept
-        and a wakeup was seen (an idle CPU runs it at once); else at the end of the previous interval, an upper
-        bound. Either way it is marked ``inferred`` (``"wakeup"`` or ``"bound"``)."""
-        start = self._woken if self._woken is not None else self._since
-        how = "wakeup" if self._woken is not None else "bound"
+        the idle task are sometimes missing from the trace). A running thread stays on its CPU, so it began when
+        that CPU last left idle (``idle-exit``), if that was after the previous interval began; else when the
+        thread was woken, if it slept (``wakeup``); else at the end of the previous interval (``bound``, an upper
+        bound). It is marked ``inferred`` with how."""
+        if idle_exit_ns is not None and self._since < idle_exit_ns <= out.mono_ns:
+            start, how = idle_exit_ns, "idle-exit"
+        elif self._woken is not None:
+            start, how = self._woken, "wakeup"
+        else:
+            start, how = self._since, "bound"
         if start > self._since:
             self._close(start)
         self._state, self._since, self._cpu = True, start, out.cpu
@@ -203,9 +213,13 @@ def timelines(events: Iterable[Event], windows: dict[int, tuple[int, int]],
               on_when_silent: dict[int, bool]) -> dict[int, ThreadTimeline]:
     """Each thread's timeline from time-ordered ``events``, within its window."""
     lines = {tid: ThreadTimeline(tid, w) for tid, w in windows.items()}
+    idle_exits: dict[int, int] = {}
     for e in events:
+        if e.kind == "idle_exit":
+            idle_exits[e.cpu] = e.mono_ns
+            continue
         for tid in {e.prev_tid, e.next_tid, e.tid} & lines.keys():
-            lines[tid].feed(e)
+            lines[tid].feed(e, idle_exits.get(e.cpu))
     for tid, line in lines.items():
         line.finish(on_when_silent.get(tid, False))
     return lines

@@ -58,6 +58,10 @@ echo "$sw" > "$d/events/sched/sched_switch/filter"
 echo "$wk" > "$d/events/sched/sched_wakeup/filter"
 echo 1 > "$d/events/sched/sched_switch/enable"
 echo 1 > "$d/events/sched/sched_wakeup/enable"
+if [ -d "$d/events/power/cpu_idle" ]; then  # idle exits: where a switch out of idle goes unrecorded
+  echo "state == 4294967295" > "$d/events/power/cpu_idle/filter"
+  echo 1 > "$d/events/power/cpu_idle/enable"
+fi
 """
 #: The reader: every READ_PERIOD_S it empties the buffer without blocking (a reader blocked on trace_pipe is
 #: woken by every event, preempting the traced thread each time: the trace would disturb what it measures).
@@ -152,7 +156,7 @@ class VcpuTrace:
                 "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
                 "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
                 "capped": self.capped, "lost_events": self.lost_events,
-                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in ("wakeup", "bound")},
+                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in ("idle-exit", "wakeup", "bound")},
                 "reader_cpu_s": self.reader_cpu_s,
                 "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
                                                round(1000 * self.reader_cpu_s / self.traced_s, 4)),

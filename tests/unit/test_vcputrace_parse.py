@@ -95,7 +95,7 @@ def test_sleeper_gaps_start_asleep_and_carry_their_wakeup():
 def test_missing_switch_ins_are_inferred_from_wakeups_and_then_agree_with_schedstat():
     trace = _trace("testbed-sender-vcpu-other.txt.gz", 9726)
     inferred = [iv for iv in trace.intervals if iv.inferred]
-    assert trace.summary()["inferred_switch_ins"] == {"wakeup": 113, "bound": 6}
+    assert trace.summary()["inferred_switch_ins"] == {"idle-exit": 0, "wakeup": 113, "bound": 6}
     assert all(iv.on for iv in inferred)
     # an interval inferred from a wakeup starts at that wakeup, which ended the gap before it
     for iv in (iv for iv in inferred if iv.inferred == "wakeup"):
@@ -218,3 +218,16 @@ def test_an_exchange_measurement_becomes_a_guest_to_host_offset_with_its_drift()
     assert offset.to_host_ns(1_002_500_000_000) == 1_000_000_000_000
     # 10 s later (guest time) the guest is 1 ms further ahead
     assert offset.to_host_ns(1_012_500_000_000) == pytest.approx(1_010_000_000_000 - 1_000_000, abs=2)
+
+
+def test_an_idle_exit_of_the_cpu_starts_an_inferred_interval():
+    out1 = vcpuparse.parse_line("       CPU 0/TCG-9726    [001] d..2. 100.000100: sched_switch: prev_comm=CPU 0/TCG "
+                                "prev_pid=9726 prev_prio=120 prev_state=R ==> next_comm=swapper/1 next_pid=0 next_prio=120")
+    exit_ = vcpuparse.parse_line("          <idle>-0       [001] dN.1. 100.003000: cpu_idle: state=4294967295 cpu_id=1")
+    out2 = vcpuparse.parse_line("       CPU 0/TCG-9726    [001] d..2. 100.004000: sched_switch: prev_comm=CPU 0/TCG "
+                                "prev_pid=9726 prev_prio=120 prev_state=R ==> next_comm=swapper/1 next_pid=0 next_prio=120")
+    assert (exit_.kind, exit_.cpu) == ("idle_exit", 1)
+    assert vcpuparse.parse_line("          <idle>-0       [001] d..1. 100.002000: cpu_idle: state=1 cpu_id=1") is None
+    line = vcpuparse.timelines([out1, exit_, out2], {9726: (100_000_000_000, 100_005_000_000)}, {})[9726]
+    on = [iv for iv in line.intervals if iv.on]
+    assert [(iv.start_ns, iv.end_ns, iv.inferred) for iv in on][1] == (100_003_000_000, 100_004_000_000, "idle-exit")

@@ -12,6 +12,7 @@ contribute to ``intervals`` and ``ss`` (a failed attempt may share its run id wi
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Mapping
@@ -195,7 +196,24 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
             ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log)
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
-    return RunRows(row, intervals, ss, notes)
+    return RunRows(row, intervals, ss, notes, vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel))
+
+
+def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]:
+    """The ``vcpu`` table's rows of one run from its ``vcpu.csv`` (none when the run was not traced)."""
+    if not path.exists():
+        return []
+    try:
+        with open(path, newline="") as f:
+            return [{"run_id": run_id, "tid": int(r["tid"]), "on_cpu": r["state"] == "on",
+                     "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]), "length_ms": int(r["length_ns"]) / 1e6,
+                     "cpu": int(r["cpu"]) if r["cpu"] else None, "left_state": r["left_state"] or None,
+                     "woken_ns": int(r["woken_ns"]) if r["woken_ns"] else None, "clipped": r["clipped"] == "1",
+                     "inferred": r.get("inferred") or None}
+                    for r in csv.DictReader(f)]
+    except (OSError, ValueError, KeyError) as e:
+        notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
+        return []
 
 
 # -- the layout, as the table cache sees it ----------------------------------------------------------

@@ -107,6 +107,11 @@ def check_scalars(d: dict) -> dict:
                 Flow("cubic", workload="rsync", **{key: out[key]})
             except ValidationError as e:
                 raise rename_field(e, key) from None
+    if "vcpu_trace" in d:
+        try:
+            out["vcpu_trace"] = Flow("cubic", vcpu_trace=d["vcpu_trace"]).vcpu_trace
+        except ValidationError as e:
+            raise rename_field(e, "vcpu_trace") from None
     if "order" in d:
         if d["order"] not in ORDERS:
             raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")

@@ -326,6 +326,8 @@ class Contention:
         return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
 
 
+#: Whether a flow's run traces the sender's vCPU threads on the host (auto: when it is sampled).
+VCPU_TRACE = ("auto", "on", "off")
 #: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
 #: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
 SAMPLERS = ("bpf", "netlink", "ss")
@@ -378,10 +380,9 @@ class Flow:
     after ``transfer_timeout_s`` if it has not finished (see :mod:`bbrlab.run.transfer`). The fields of the
     other workload keep their defaults and are left out of :meth:`to_dict`.
 
-    ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled). Records
-    written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict` reads them,
-    and :meth:`to_dict` writes unsampled and ss-sampled flows in that same form, so their run ids do not change.
-    """
+    ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled); older records
+    say ``sample_ss_ms`` (the ss loop), read by :meth:`from_dict` and written so by :meth:`to_dict` (same run ids).
+    ``vcpu_trace``: trace the vCPU threads on the host (:mod:`bbrlab.sampling.vcputrace`); auto = when sampled."""
 
     cca: str
     duration_s: float = 20.0
@@ -391,6 +392,7 @@ class Flow:
     workload: str = "iperf3"
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+    vcpu_trace: str = "auto"
 
     def __post_init__(self):
         self.validate()
@@ -415,6 +417,8 @@ class Flow:
             raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
         if self.workload not in WORKLOADS:
             raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+        if self.vcpu_trace not in VCPU_TRACE:
+            raise ValidationError("flow.vcpu_trace", self.vcpu_trace, f"one of {', '.join(VCPU_TRACE)}")
         _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
         _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
         self._check_workload_fields()
@@ -445,11 +449,11 @@ class Flow:
         return int(round(self.file_mb * 1e6))
 
     def to_dict(self) -> dict:
-        """The flow as recorded: an iperf3 flow exactly as before workloads existed (so its run id is
-        unchanged), an rsync flow without ``duration_s``; an unsampled or ss-sampled flow with
-        ``sample_ss_ms`` as before the samplers had a choice, a flow sampled otherwise with ``sample_ms``
-        and ``sampler``."""
+        """The flow as recorded, its run id as before later options existed: iperf3 without the workload keys, rsync
+        without ``duration_s``, unsampled or ss-sampled with ``sample_ss_ms``, ``vcpu_trace`` only when not auto."""
         d = asdict(self)
+        if self.vcpu_trace == "auto":
+            del d["vcpu_trace"]
         if self.workload == "iperf3":
             for name in ("workload", "file_mb", "transfer_timeout_s"):
                 del d[name]

@@ -16,7 +16,8 @@ records it once, with where that error was raised.
 from __future__ import annotations
 
 import hashlib
-from contextlib import ExitStack
+import sys
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 from bbrlab.contention import hostcpu
@@ -25,6 +26,7 @@ from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
+from bbrlab.sampling import alignment, vcputrace
 from bbrlab.sampling import sampler as sampling
 
 from . import checks, sender, workloads
@@ -37,6 +39,13 @@ from .session import TestbedSession
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
 #: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
 SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
+#: The run directory's file of the vCPU threads' on/off-CPU intervals (docs/run-record.md).
+VCPU_FILE = "vcpu.csv"
+
+
+def traces_vcpu(flow) -> bool:
+    """Whether a run of ``flow`` traces the sender's vCPU threads on the host: ``vcpu_trace`` on, or auto and sampled."""
+    return flow.vcpu_trace == "on" or (flow.vcpu_trace == "auto" and flow.sample_ms is not None)
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -61,6 +70,8 @@ class Runner:
                  calibration_source: str | None = None):
         self.ready_timeout_s = ready_timeout_s
         self.calibration, self.calibration_source = calibration, calibration_source
+        #: ``testbed -> ClockOffset``: measures the sender guest's clock against the hypervisor's (None: unmeasured).
+        self.clock_offset = None
         self.session = TestbedSession(testbed)
 
     @property
@@ -119,13 +130,38 @@ class Runner:
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
                                              expected=tb.sender.vcpu_pins(),
-                                             accelerator=getattr(tb, "accelerator", None)) as held:
+                                             accelerator=getattr(tb, "accelerator", None)) as held, \
+                        (vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext()) as trace:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
+                vcpu = self._record_trace(trace, out, meta)
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+                if vcpu is not None and sampled is not None:
+                    meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow)
+
+    @staticmethod
+    def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:
+        """The vCPU trace's intervals into ``vcpu.csv`` and its summary into the metadata."""
+        if trace is None:
+            return None
+        result = trace.result
+        result.write_csv(out / VCPU_FILE)
+        meta.vcpu_trace = {"file": VCPU_FILE, **result.summary()}
+        if result.schedstat_agrees() is False:
+            print(f"bbrlab: WARNING: the vCPU trace's on-CPU time is not within 2 % of schedstat's: "
+                  f"{meta.vcpu_trace['schedstat']} (inferred switch-ins: {meta.vcpu_trace['inferred_switch_ins']})",
+                  file=sys.stderr, flush=True)
+        return result
+
+    def _alignment(self, vcpu: vcputrace.VcpuTrace, log: Path, flow) -> dict:
+        """The alignment check of the guest's samples against the vCPU trace. The guest-to-host clock offset
+        is not measured yet (no timestamp exchange with the guest): the check is recorded as not aligned."""
+        times = alignment.guest_sample_times_ns(log.read_text(errors="replace"), flow.sampler)
+        offset = self.clock_offset(self.testbed) if self.clock_offset is not None else None
+        return alignment.check(times, vcpu.on_intervals_realtime(), offset, flow.sample_ms).to_dict()
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
         """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR

@@ -25,9 +25,10 @@ from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
+from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, sender, workloads
+from . import checks, clocks, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -37,6 +38,12 @@ from .session import TestbedSession
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
 #: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
 SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
+
+
+def timed_remotely(flow) -> bool:
+    """Whether a run of ``flow`` records timestamps of the guests' clocks (socket or bottleneck samples), and so
+    measures those clocks' offsets against this machine's (``metadata.clocks``)."""
+    return bool(flow.sample_ms or flow.bottleneck_interval_ms)
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -110,10 +117,15 @@ class Runner:
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                                  ready_timeout_s=self.ready_timeout_s))
                     meta.flow["server_port"] = endpoint.port
+                    watch = traffic.enter_context(clocks.ClockWatch(
+                        {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
                         kind=flow.sampler)) if flow.sample_ms else None
+                    queue = traffic.enter_context(queue_sampling.queue_sampler(
+                        tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
+                        log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
                     vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
@@ -124,6 +136,10 @@ class Runner:
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
+                if watch is not None:
+                    meta.clocks = watch.record()
+                if queue is not None:
+                    meta.bottleneck = checks.bottleneck_samples(queue)
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
 

@@ -38,10 +38,10 @@ _FOOTER = re.compile(r"^# end samples=(\d+) ticks=(\d+) missed=(\d+) cpu_user_us
 
 @dataclass(frozen=True)
 class QdiscSample:
-    """One qdisc of the data port at one instant. ``t_s``: the emulator's CLOCK_REALTIME (Unix seconds);
+    """One qdisc of the data port at one instant. ``t_ns``: the emulator's CLOCK_REALTIME (Unix nanoseconds);
     ``handle``/``parent`` as tc prints them (``1:``, ``root``); counters cumulative since the qdisc was made."""
 
-    t_s: float
+    t_ns: int
     handle: str
     parent: str
     kind: str
@@ -53,8 +53,14 @@ class QdiscSample:
     backlog_bytes: int
     qlen_packets: int
 
+    @property
+    def t_s(self) -> float:
+        """``t_ns`` in Unix seconds (a double: to about 0.2 us at today's dates)."""
+        seconds, ns = divmod(self.t_ns, 1_000_000_000)
+        return seconds + ns / 1e9
+
     def to_dict(self) -> dict:
-        """As a row of the ``bottleneck`` table (before alignment)."""
+        """Every field by name (before alignment)."""
         return asdict(self)
 
 
@@ -76,7 +82,7 @@ def parse_log(text: str) -> list[QdiscSample]:
             raise ValueError(f"bottleneck log line {number}: {len(words) - 1} fields, not {len(COLUMNS)}: {line!r}")
         try:
             counts = [int(w) for w in words[5:]]
-            rows.append(QdiscSample(int(words[1]) / 1e9, _tc_handle(words[2]), _tc_handle(words[3]), words[4],
+            rows.append(QdiscSample(int(words[1]), _tc_handle(words[2]), _tc_handle(words[3]), words[4],
                                     *counts))
         except ValueError as e:
             raise ValueError(f"bottleneck log line {number}: {e}: {line!r}") from None
@@ -131,3 +137,18 @@ def queue_sampler(host: Host, ifname: str, interval_ms: float, stop_after_s: flo
             ended_normally = True
         finally:
             _stop(handle, stream, drain=ended_normally)
+
+
+def bottleneck_handle(rows: list[QdiscSample]) -> str | None:
+    """The handle of the qdisc that holds the bottleneck queue, from the tree the samples show (as
+    :func:`bbrlab.link.bottleneck.queue_mode_of` reads a read-back): netem below a root tbf (the authors' tree),
+    else the tbf (bbrlab's tree, or a tbf alone); None without a tbf."""
+    first_t = rows[0].t_ns if rows else None
+    tree = {r.handle: r for r in rows if r.t_ns == first_t}
+    tbf = next((r for r in tree.values() if r.kind == "tbf"), None)
+    if tbf is None:
+        return None
+    netem = next((r for r in tree.values() if r.kind == "netem"), None)
+    if tbf.parent == "root" and netem is not None and netem.parent != "root":
+        return netem.handle
+    return tbf.handle

@@ -108,3 +108,14 @@ def test_the_c_sampler_dumps_this_machines_loopback_qdisc(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 3 and "no interface nosuchif0" in bad.stdout
     json.dumps(summary)  # the record's JSON
+
+
+def test_a_campaign_spec_passes_bottleneck_ms_to_its_flows_and_checks_it():
+    from bbrlab.campaign.spec import CampaignSpec
+
+    base = {"name": "q", "ccas": ["cubic"], "timeslices_ms": [10], "cpu_shares_pct": [100], "rtts_ms": [20],
+            "rates_mbit": [100], "repetitions": 1, "sample_ms": 10}
+    assert {s.flow.bottleneck_interval_ms for s in CampaignSpec.from_dict(base).plan()} == {5}
+    assert {s.flow.bottleneck_ms for s in CampaignSpec.from_dict({**base, "bottleneck_ms": 0}).plan()} == {0}
+    with pytest.raises(ValidationError, match="bottleneck_ms"):
+        CampaignSpec.from_dict({**base, "bottleneck_ms": "sometimes"})

@@ -138,6 +138,7 @@ class Runner:
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
                 if watch is not None:
                     meta.clocks = watch.record()
+                    checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
                 if queue is not None:
                     meta.bottleneck = checks.bottleneck_samples(queue)
             with meta.timed("verify"):

@@ -67,3 +67,16 @@ def test_exchanges_out_of_range_are_refused_naming_the_field(bad):
             clock.measure(bad)
     finally:
         clock.close()
+
+
+def test_a_run_fails_when_a_clock_is_known_worse_than_one_sample_interval():
+    from bbrlab.core.errors import BbrlabError
+    from bbrlab.run import checks
+
+    good = {"offset_s": 0.1, "uncertainty_s": 0.0004, "round_trip_s": 0.0008, "exchanges": 20, "measured_at": 1.0}
+    bad = {**good, "uncertainty_s": 0.006, "round_trip_s": 0.012}
+    checks.clocks_known({"sender": {"start": good, "end": good}}, 5)
+    with pytest.raises(BbrlabError, match=r"emulator's clock offset at the run's end is uncertain by 6\.000 ms"):
+        checks.clocks_known({"emulator": {"start": good, "end": bad}}, 5)
+    with pytest.raises(BbrlabError, match="not measured at the run's end"):
+        checks.clocks_known({"emulator": {"start": good}}, 5)

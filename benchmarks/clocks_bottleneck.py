@@ -4,7 +4,7 @@ queue sampler costs, and what it would cost with a ``tc`` fork per sample instea
 On the local testbed (holds its lock), link 20 ms / 100 Mbit/s, 1 BDP. Printed:
 
 1. the sender's and the emulator's clock offsets (``bbrlab.run.clocks``), ``BBRLAB_BENCH_CLOCK_REPS``
-   measurements of 20 exchanges each (default 10): median and worst uncertainty (target < 1 ms), round trip,
+   measurements of 20 exchanges each, a second apart (default 10): median and worst uncertainty (target < 1 ms), round trip,
    and the drift between the first and the last;
 2. the bottleneck sampler's cost in the emulator during a sampled Cubic run (``run_once``, 10 s, sampled
    every 10 ms by the netlink sampler, the queue every 5 ms): CPU per sample, CPU share, samples per second,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
+import time
 
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.run import clocks
@@ -42,7 +43,10 @@ def clock_offsets(tb, reps: int) -> None:
     for name, host in (("sender", tb.sender.host), ("emulator", tb.emulator.host)):
         clock = clocks.RemoteClock(host)
         try:
-            got = [clock.measure(20) for _ in range(reps)]
+            got = []
+            for _ in range(reps):  # a second apart: the drift between the first and the last means something
+                got.append(clock.measure(20))
+                time.sleep(1)
         finally:
             clock.close()
         unc_ms = [g.uncertainty_s * 1e3 for g in got]

@@ -1,4 +1,4 @@
-"""The tidy tables (runs, intervals, ss, vcpu), their columns, units and dtypes.
+"""The tidy tables (runs, intervals, ss, vcpu, bottleneck), their columns, units and dtypes.
 
 Every reader (bbrlab's run directories, the paper authors' layout) produces rows as plain dicts or
 tuples; :func:`build_tables` turns them into DataFrames in one go and :func:`normalise` gives each
@@ -316,7 +316,28 @@ SS_SCHEMA: tuple[Column, ...] = (
     Column("inflight_bdp", "float64", "inflight_bytes / bdp_bytes [BBR BDP]"),
 )
 
+BOTTLENECK_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("t_host_s", "float64", "when the emulator sampled the queue, on the clock of the machine that ran the "
+           "campaign (Unix seconds; the emulator's clock shifted by its measured offset, interpolated between the "
+           "run's start and end; missing when the record has no clock offsets) [s]"),
+    Column("t_s", "float64", "time since the run's first bottleneck sample [s]"),
+    Column("align_uncertainty_ms", "float64", "the bound on t_host_s's error: the larger of the emulator clock "
+           "offset's two uncertainties [ms]"),
+    Column("kind", "string", "the qdisc (tbf, netem, ...) on the emulator's data port"),
+    Column("handle", "string", "its handle as tc prints it"),
+    Column("bottleneck", "bool", "this qdisc holds the bottleneck queue (tbf in bbrlab's tree, netem in the "
+           "authors')"),
+    Column("backlog_bytes", "Int64", "bytes queued in it [bytes]"),
+    Column("qlen_packets", "Int64", "packets queued in it [packets]"),
+    Column("drops", "Int64", "packets it dropped since it was set (cumulative) [packets]"),
+    Column("bytes", "Int64", "bytes it sent since it was set (cumulative) [bytes]"),
+    Column("packets", "Int64", "packets it sent since it was set (cumulative) [packets]"),
+    Column("overlimits", "Int64", "times it held a packet back for lack of tokens (cumulative)"),
+)
+
 RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
+BOTTLENECK_COLUMNS = tuple(c.name for c in BOTTLENECK_SCHEMA)
 INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
 SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
 VCPU_COLUMNS = tuple(c.name for c in VCPU_SCHEMA)
@@ -345,6 +366,9 @@ class Tables:
         What the step that made these tables left out or could not read, for a person.
     sources : list of dict
         Per data source read: ``kind``, ``path``, ``read`` (units read now), ``reused`` (from the cache).
+    bottleneck : pandas.DataFrame
+        One row per sample of the emulator's bottleneck queue and qdisc; columns :data:`BOTTLENECK_COLUMNS`
+        (empty when not given).
     """
 
     runs: pd.DataFrame
@@ -353,6 +377,11 @@ class Tables:
     notes: list[str] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
     vcpu: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(VCPU_COLUMNS)))
+    bottleneck: pd.DataFrame | None = None
+
+    def __post_init__(self):
+        if self.bottleneck is None:
+            self.bottleneck = _normalise_frame(pd.DataFrame(columns=list(BOTTLENECK_COLUMNS)), BOTTLENECK_SCHEMA)
 
     @classmethod
     def empty(cls) -> Tables:
@@ -361,31 +390,35 @@ class Tables:
                              pd.DataFrame(columns=list(SS_COLUMNS))))
 
     def counts(self) -> dict[str, int]:
-        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``, ``vcpu``."""
+        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``, ``vcpu``, ``bottleneck``."""
         return {"runs": len(self.runs), "ok": int((self.runs["status"] == "ok").sum()) if len(self.runs) else 0,
-                "intervals": len(self.intervals), "ss": len(self.ss), "vcpu": len(self.vcpu)}
+                "intervals": len(self.intervals), "ss": len(self.ss), "vcpu": len(self.vcpu),
+                "bottleneck": len(self.bottleneck)}
 
     def with_runs(self, runs: pd.DataFrame, notes: list[str]) -> Tables:
         """These tables restricted to ``runs`` (the other tables follow by run id), with ``notes``."""
         ids = set(runs["run_id"])
         return Tables(runs, self.intervals[self.intervals["run_id"].isin(ids)], self.ss[self.ss["run_id"].isin(ids)],
-                      notes, self.sources, self.vcpu[self.vcpu["run_id"].isin(ids)])
+                      notes, self.sources, self.vcpu[self.vcpu["run_id"].isin(ids)],
+                      self.bottleneck[self.bottleneck["run_id"].isin(ids)])
 
 
 @dataclass
 class RunRows:
-    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals."""
+    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals
+    and its bottleneck samples."""
 
     run: dict
     intervals: list[tuple]
     ss: list[dict]
     notes: list[str] = field(default_factory=list)
     vcpu: list[dict] = field(default_factory=list)
+    bottleneck: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
     """Turn per-run rows into the three DataFrames in one go (no row-by-row appends)."""
-    runs, intervals, ss, notes, vcpu = [], [], [], [], []
+    runs, intervals, ss, notes, vcpu, queue = [], [], [], [], [], []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
@@ -394,10 +427,12 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
         intervals.extend(r.intervals)
         ss.extend(r.ss)
         vcpu.extend(r.vcpu)
+        queue.extend(r.bottleneck)
     t = Tables(pd.DataFrame.from_records(runs, columns=list(RUN_COLUMNS)),
                pd.DataFrame.from_records(intervals, columns=list(INTERVAL_COLUMNS)),
                pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes,
-               vcpu=pd.DataFrame.from_records(vcpu, columns=list(VCPU_COLUMNS)))
+               vcpu=pd.DataFrame.from_records(vcpu, columns=list(VCPU_COLUMNS)),
+               bottleneck=pd.DataFrame.from_records(queue, columns=list(BOTTLENECK_COLUMNS)))
     return normalise(t)
 
 
@@ -425,7 +460,8 @@ def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFra
 def normalise(t: Tables) -> Tables:
     """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
     return Tables(_normalise_frame(t.runs, RUN_SCHEMA), _normalise_frame(t.intervals, INTERVAL_SCHEMA),
-                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources, _normalise_frame(t.vcpu, VCPU_SCHEMA))
+                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources, _normalise_frame(t.vcpu, VCPU_SCHEMA),
+                  _normalise_frame(t.bottleneck, BOTTLENECK_SCHEMA))
 
 
 def concat(parts: list[Tables]) -> Tables:
@@ -438,14 +474,14 @@ def concat(parts: list[Tables]) -> Tables:
         return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
 
     return normalise(Tables(cat("runs"), cat("intervals"), cat("ss"), [n for p in parts for n in p.notes],
-                            [s for p in parts for s in p.sources], cat("vcpu")))
+                            [s for p in parts for s in p.sources], cat("vcpu"), cat("bottleneck")))
 
 
 def schema_markdown() -> str:
     """The tables' columns as a Markdown list (used to check the docs stay in step)."""
     lines = []
     for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA),
-                          ("vcpu", VCPU_SCHEMA)):
+                          ("vcpu", VCPU_SCHEMA), ("bottleneck", BOTTLENECK_SCHEMA)):
         lines.append(f"### `{title}`\n")
         lines += [f"- `{c.name}` ({c.dtype}): {c.doc}" for c in schema]
         lines.append("")

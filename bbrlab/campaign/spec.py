@@ -31,6 +31,7 @@ Spec keys (see specs/*.yaml)::
     sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
     sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
     vcpu_trace: auto            # trace the sender's vCPU threads on the host: on, off, auto (= when sampled)
+    bottleneck_ms: auto         # the emulator's queue every 5 ms in sampled runs; 0 off, 1-1000 ms
     order: blocked-random       # or sequential, random
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
@@ -107,6 +108,7 @@ class CampaignSpec:
     sample_ms: int | None = None
     sampler: str = DEFAULT_SAMPLER
     vcpu_trace: str = "auto"
+    bottleneck_ms: int | str = "auto"
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
@@ -178,9 +180,10 @@ class CampaignSpec:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
         if workload == "rsync":
             return Flow(cca=cca, streams=streams, sample_ms=self.sample_ms, sampler=self.sampler, workload="rsync",
-                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s, vcpu_trace=self.vcpu_trace)
+                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s, vcpu_trace=self.vcpu_trace,
+                        bottleneck_ms=self.bottleneck_ms)
         return Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
-                    sampler=self.sampler, vcpu_trace=self.vcpu_trace)
+                    sampler=self.sampler, vcpu_trace=self.vcpu_trace, bottleneck_ms=self.bottleneck_ms)
 
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``.

@@ -9,7 +9,15 @@ import os
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import DEFAULT_SAMPLER, EMULATOR_OFFLOADS, Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import (
+    DEFAULT_SAMPLER,
+    EMULATOR_OFFLOADS,
+    Contention,
+    Flow,
+    Link,
+    Scenario,
+    check_bottleneck_ms,
+)
 
 ORDERS = ("blocked-random", "sequential", "random")
 
@@ -112,6 +120,9 @@ def check_scalars(d: dict) -> dict:
             out["vcpu_trace"] = Flow("cubic", vcpu_trace=d["vcpu_trace"]).vcpu_trace
         except ValidationError as e:
             raise rename_field(e, "vcpu_trace") from None
+    if "bottleneck_ms" in d:
+        check_bottleneck_ms(d["bottleneck_ms"], "bottleneck_ms")
+        out["bottleneck_ms"] = d["bottleneck_ms"]
     if "order" in d:
         if d["order"] not in ORDERS:
             raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")

@@ -39,7 +39,8 @@ def recover(testbed) -> dict:
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
               "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
-    samplers = sampling.stop_strays(testbed.sender.host)
+    # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
+    samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
     return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}

@@ -27,9 +27,10 @@ from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import alignment, vcputrace
+from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, sender, workloads
+from . import checks, clocks, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -46,6 +47,12 @@ VCPU_FILE = "vcpu.csv"
 def traces_vcpu(flow) -> bool:
     """Whether a run of ``flow`` traces the sender's vCPU threads on the host: ``vcpu_trace`` on, or auto and sampled."""
     return flow.vcpu_trace == "on" or (flow.vcpu_trace == "auto" and flow.sample_ms is not None)
+
+
+def timed_remotely(flow) -> bool:
+    """Whether a run of ``flow`` records timestamps of the guests' clocks (socket or bottleneck samples), and so
+    measures those clocks' offsets against this machine's (``metadata.clocks``)."""
+    return bool(flow.sample_ms or flow.bottleneck_interval_ms)
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -70,8 +77,6 @@ class Runner:
                  calibration_source: str | None = None):
         self.ready_timeout_s = ready_timeout_s
         self.calibration, self.calibration_source = calibration, calibration_source
-        #: ``testbed -> ClockOffset``: measures the sender guest's clock against the hypervisor's (None: unmeasured).
-        self.clock_offset = None
         self.session = TestbedSession(testbed)
 
     @property
@@ -121,10 +126,15 @@ class Runner:
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                                  ready_timeout_s=self.ready_timeout_s))
                     meta.flow["server_port"] = endpoint.port
+                    watch = traffic.enter_context(clocks.ClockWatch(
+                        {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
                         kind=flow.sampler)) if flow.sample_ms else None
+                    queue = traffic.enter_context(queue_sampling.queue_sampler(
+                        tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
+                        log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
                     vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
@@ -137,10 +147,16 @@ class Runner:
                 vcpu = self._record_trace(trace, out, meta)
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
+                if watch is not None:
+                    meta.clocks = watch.record()
+                    checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
+                if queue is not None:
+                    meta.bottleneck = checks.bottleneck_samples(queue)
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
                 if vcpu is not None and sampled is not None:
-                    meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow)
+                    meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow,
+                                                     (meta.clocks or {}).get("sender"))
 
     @staticmethod
     def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:
@@ -156,11 +172,19 @@ class Runner:
                   file=sys.stderr, flush=True)
         return result
 
-    def _alignment(self, vcpu: vcputrace.VcpuTrace, log: Path, flow) -> dict:
-        """The alignment check of the guest's samples against the vCPU trace. The guest-to-host clock offset
-        is not measured yet (no timestamp exchange with the guest): the check is recorded as not aligned."""
+    @staticmethod
+    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> dict:
+        """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
+        machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
+        its end); recorded as not aligned when the offset was not measured."""
         times = alignment.guest_sample_times_ns(log.read_text(errors="replace"), flow.sampler)
-        offset = self.clock_offset(self.testbed) if self.clock_offset is not None else None
+        offset = None
+        if sender_clock and "end" in sender_clock:
+            drift = clocks.ClockDrift.from_dict(sender_clock)
+            start, end = drift.start, drift.end
+            offset = alignment.ClockOffset.of_remote_minus_local(
+                start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
+                measured_at_s=start.measured_at)
         return alignment.check(times, vcpu.on_intervals_realtime(), offset, flow.sample_ms).to_dict()
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):

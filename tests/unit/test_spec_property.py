@@ -51,6 +51,7 @@ plausible = {
     "sample_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
     "sampler": st.sampled_from(["bpf", "netlink", "ss", "tcpdump", None]),
     "vcpu_trace": st.sampled_from(["auto", "on", "off", "yes", 1, None]),
+    "bottleneck_ms": st.sampled_from(["auto", 0, 5, 1000, 1001, -1, "often", True, None]),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync", "scp", ""]), max_size=3),
     "kernels": st.lists(st.sampled_from(["debian-6.1", "debian-5.10", "debian-6.12", "linux-9", "k/bzdir",
                                          "x.deb", "/abs/kernel", ""]), max_size=3),

@@ -118,7 +118,7 @@ def _qualify_run_ids(t: Tables, prefix: str) -> Tables:
         return df.assign(run_id=prefix + "/" + df["run_id"].astype("string")) if len(df) else df
 
     return Tables(q(t.runs), q(t.intervals), q(t.ss), [*t.notes, f"run ids prefixed with {prefix}/ (shared ids)"],
-                  t.sources)
+                  t.sources, q(t.vcpu), q(t.bottleneck))
 
 
 # -- selections and summaries ------------------------------------------------------------------

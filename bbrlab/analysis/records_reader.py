@@ -12,20 +12,22 @@ contribute to ``intervals`` and ``ss`` (a failed attempt may share its run id wi
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
-from bbrlab.sampling import sockdiag
+from bbrlab.run import clocks
+from bbrlab.sampling import bottleneck, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
 from . import identity
 from .table_cache import Layout
 from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
 
-RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json")
+RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 
 
 def _get(d: Mapping | None, *keys, default=None):
@@ -195,7 +197,47 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
             ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log)
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
-    return RunRows(row, intervals, ss, notes)
+    queue: list[dict] = []
+    if (run_dir / bottleneck.LOG_FILE).exists():
+        try:
+            queue = bottleneck_rows(row["run_id"], (run_dir / bottleneck.LOG_FILE).read_text(),
+                                    _get(record, "metadata", "clocks", "emulator"))
+        except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
+            notes.append(f"{rel}/{bottleneck.LOG_FILE} not parsed: {type(e).__name__}: {e}")
+    return RunRows(row, intervals, ss, notes, vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel), queue)
+
+
+def bottleneck_rows(run_id: str, text: str, emulator_clock: Mapping | None) -> list[dict]:
+    """The emulator's bottleneck samples of one run as ``bottleneck`` rows, their times put on this machine's
+    clock with the emulator's measured offset (``metadata.clocks.emulator``; ``t_host_s`` missing without it)."""
+    samples = bottleneck.parse_log(text)
+    if not samples:
+        return []
+    queue_handle = bottleneck.bottleneck_handle(samples)
+    drift = clocks.ClockDrift.from_dict(emulator_clock) if emulator_clock and "end" in emulator_clock else None
+    uncertainty_ms = max(drift.start.uncertainty_s, drift.end.uncertainty_s) * 1e3 if drift else None
+    t0_ns = samples[0].t_ns
+    return [{"run_id": run_id, "t_host_s": drift.to_local(s.t_s) if drift else None, "t_s": (s.t_ns - t0_ns) / 1e9,
+             "align_uncertainty_ms": uncertainty_ms, "kind": s.kind, "handle": s.handle,
+             "bottleneck": s.handle == queue_handle, "backlog_bytes": s.backlog_bytes, "qlen_packets": s.qlen_packets,
+             "drops": s.drops, "bytes": s.bytes, "packets": s.packets, "overlimits": s.overlimits} for s in samples]
+
+
+def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]:
+    """The ``vcpu`` table's rows of one run from its ``vcpu.csv`` (none when the run was not traced)."""
+    if not path.exists():
+        return []
+    try:
+        with open(path, newline="") as f:
+            return [{"run_id": run_id, "tid": int(r["tid"]), "on_cpu": r["state"] == "on",
+                     "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]), "length_ms": int(r["length_ns"]) / 1e6,
+                     "cpu": int(r["cpu"]) if r["cpu"] else None, "left_state": r["left_state"] or None,
+                     "woken_ns": int(r["woken_ns"]) if r["woken_ns"] else None, "clipped": r["clipped"] == "1",
+                     "inferred": r.get("inferred") or None}
+                    for r in csv.DictReader(f)]
+    except (OSError, ValueError, KeyError) as e:
+        notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
+        return []
 
 
 # -- the layout, as the table cache sees it ----------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A source is a folder in one :class:`Layout` (a bbrlab campaign, or an authors' dataset). Its *units*
 are what is read as a whole: a bbrlab run directory, an authors' measurement point or socket log. The
-tables are written to ``SOURCE/tables/{runs,intervals,ss}.parquet`` with ``manifest.json``, which lists
+tables are written to ``SOURCE/tables/{runs,intervals,ss,vcpu,bottleneck}.parquet`` with ``manifest.json``, which lists
 each unit's files (size, mtime) and notes. The next read reuses the parquet files when nothing changed
 and re-reads only the units that did; many units are read by a process pool.
 """
@@ -23,7 +23,9 @@ from bbrlab.core.errors import BbrlabError
 from .tables import RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/10"
+TABLES_SCHEMA = "bbrlab.tables/12"
+#: The tables, each a parquet file of its name (the fields of :class:`Tables` that hold a frame).
+TABLE_NAMES = ("runs", "intervals", "ss", "vcpu", "bottleneck")
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 
@@ -112,9 +114,12 @@ def _merge(old: Tables, keep: set[str], fresh: Tables, layout: Layout) -> Tables
     runs_kept = old.runs[old.runs["path"].map(layout.unit_of_path).isin(keep)]
     ok_ids = set(runs_kept.loc[runs_kept["status"] == "ok", "run_id"])
     parts = [(runs_kept, fresh.runs), (old.intervals[old.intervals["run_id"].isin(ok_ids)], fresh.intervals),
-             (old.ss[old.ss["run_id"].isin(ok_ids)], fresh.ss)]
+             (old.ss[old.ss["run_id"].isin(ok_ids)], fresh.ss),
+             (old.vcpu[old.vcpu["run_id"].isin(ok_ids)], fresh.vcpu),
+             (old.bottleneck[old.bottleneck["run_id"].isin(ok_ids)], fresh.bottleneck)]
     merged = [pd.concat([a, b], ignore_index=True) if len(a) and len(b) else (a if len(a) else b) for a, b in parts]
-    return normalise(Tables(*merged))
+    runs, intervals, ss, vcpu, queue = merged
+    return normalise(Tables(runs, intervals, ss, vcpu=vcpu, bottleneck=queue))
 
 
 def _tables_dir(source_dir: Path) -> Path:
@@ -127,7 +132,8 @@ def _read_cache(source_dir: Path, kind: str) -> tuple[dict, Tables] | None:
         manifest = json.loads((tdir / "manifest.json").read_text())
         if manifest.get("schema") != TABLES_SCHEMA or manifest.get("layout") != kind:
             return None
-        t = normalise(Tables(*(pd.read_parquet(tdir / f"{name}.parquet") for name in ("runs", "intervals", "ss"))))
+        runs, intervals, ss, vcpu, queue = (pd.read_parquet(tdir / f"{name}.parquet") for name in TABLE_NAMES)
+        t = normalise(Tables(runs, intervals, ss, vcpu=vcpu, bottleneck=queue))
         t.notes = [n for u in sorted(manifest.get("notes", {})) for n in manifest["notes"][u]]
         return manifest, t
     except (OSError, ValueError, KeyError, TypeError):
@@ -140,7 +146,7 @@ def _write_cache(source_dir: Path, manifest: dict, t: Tables) -> None:
     tdir = _tables_dir(source_dir)
     tdir.mkdir(exist_ok=True)
     (tdir / "manifest.json").unlink(missing_ok=True)
-    for name in ("runs", "intervals", "ss"):
+    for name in TABLE_NAMES:
         getattr(t, name).to_parquet(tdir / f"{name}.parquet.tmp", index=False)
         os.replace(tdir / f"{name}.parquet.tmp", tdir / f"{name}.parquet")
     (tdir / "manifest.json.tmp").write_text(json.dumps(manifest))

@@ -1,4 +1,4 @@
-"""The three tidy tables (runs, intervals, ss), their columns, units and dtypes.
+"""The tidy tables (runs, intervals, ss, vcpu, bottleneck), their columns, units and dtypes.
 
 Every reader (bbrlab's run directories, the paper authors' layout) produces rows as plain dicts or
 tuples; :func:`build_tables` turns them into DataFrames in one go and :func:`normalise` gives each
@@ -247,6 +247,20 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
            lambda v: sampler_of(v.flow)),
     Column("started_at", "string", "start time, UTC ISO 8601", lambda v: v.record.get("started_at")),
+    # the host trace of the vCPU threads (docs/vcpu-trace.md); <NA> for a run not traced
+    Column("vcpu_on_cpu_share", "float64", "share of the transfer the vCPU threads were on a host CPU, from the "
+           "trace (mean over threads)", lambda v: _get(v.meta, "vcpu_trace", "on_cpu_share")),
+    Column("vcpu_gaps", "Int64", "number of complete off-CPU gaps of the vCPU threads",
+           lambda v: _get(v.meta, "vcpu_trace", "gaps", "count")),
+    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _get(v.meta, "vcpu_trace", "gaps", "p50_ms")),
+    Column("vcpu_gap_p99_ms", "float64", "99th percentile off-CPU gap [ms]",
+           lambda v: _get(v.meta, "vcpu_trace", "gaps", "p99_ms")),
+    Column("vcpu_longest_gap_ms", "float64", "longest off-CPU gap [ms]",
+           lambda v: _get(v.meta, "vcpu_trace", "longest_gap_ms")),
+    Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
+           lambda v: _get(v.meta, "vcpu_trace", "schedstat_agrees")),
+    Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
+           "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta, "alignment", "fraction_inside")),
     # the workload (docs/transfer.md); the authors' runs are iperf3's
     Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
            lambda v: v.workload),
@@ -272,6 +286,20 @@ INTERVAL_SCHEMA: tuple[Column, ...] = (
            "file's bytes that arrived in it) [Mbit/s]"),
     Column("retransmits", "float64", "retransmissions in the interval"),
 )
+VCPU_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("tid", "Int64", "the vCPU thread's id on the hypervisor host"),
+    Column("on_cpu", "bool", "the thread was on a host CPU (else off it)"),
+    Column("start_ns", "Int64", "interval start, the host's CLOCK_REALTIME [ns] (1 us resolution)"),
+    Column("end_ns", "Int64", "interval end [ns]"),
+    Column("length_ms", "float64", "end - start [ms]"),
+    Column("cpu", "Int64", "the host CPU it ran on (on-CPU intervals)"),
+    Column("left_state", "string", "off-CPU: the thread's state when it left (R preempted or throttled, S asleep)"),
+    Column("woken_ns", "Int64", "off-CPU: when a sleeping thread was woken [ns]"),
+    Column("clipped", "bool", "one end is the trace window's edge, not a scheduler event"),
+    Column("inferred", "string", "on-CPU, its switch-in missing from the trace: start from its CPU's idle exit "
+           "(idle-exit), the wakeup (wakeup) or an upper bound (bound); <NA> when both ends are events"),
+)
 SS_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
     Column("t_s", "float64", "time since the run's first sample [s]"),
@@ -296,9 +324,31 @@ SS_SCHEMA: tuple[Column, ...] = (
     Column("inflight_bdp", "float64", "inflight_bytes / bdp_bytes [BBR BDP]"),
 )
 
+BOTTLENECK_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("t_host_s", "float64", "when the emulator sampled the queue, on the clock of the machine that ran the "
+           "campaign (Unix seconds; the emulator's clock shifted by its measured offset, interpolated between the "
+           "run's start and end; missing when the record has no clock offsets) [s]"),
+    Column("t_s", "float64", "time since the run's first bottleneck sample [s]"),
+    Column("align_uncertainty_ms", "float64", "the bound on t_host_s's error: the larger of the emulator clock "
+           "offset's two uncertainties [ms]"),
+    Column("kind", "string", "the qdisc (tbf, netem, ...) on the emulator's data port"),
+    Column("handle", "string", "its handle as tc prints it"),
+    Column("bottleneck", "bool", "this qdisc holds the bottleneck queue (tbf in bbrlab's tree, netem in the "
+           "authors')"),
+    Column("backlog_bytes", "Int64", "bytes queued in it [bytes]"),
+    Column("qlen_packets", "Int64", "packets queued in it [packets]"),
+    Column("drops", "Int64", "packets it dropped since it was set (cumulative) [packets]"),
+    Column("bytes", "Int64", "bytes it sent since it was set (cumulative) [bytes]"),
+    Column("packets", "Int64", "packets it sent since it was set (cumulative) [packets]"),
+    Column("overlimits", "Int64", "times it held a packet back for lack of tokens (cumulative)"),
+)
+
 RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
+BOTTLENECK_COLUMNS = tuple(c.name for c in BOTTLENECK_SCHEMA)
 INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
 SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
+VCPU_COLUMNS = tuple(c.name for c in VCPU_SCHEMA)
 #: Columns that identify one experimental point (everything but the repetition).
 POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
                  "cfs_period_ms", "cfs_burst_ms", "credit_s", "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
@@ -307,7 +357,7 @@ POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched
 
 @dataclass
 class Tables:
-    """The three tidy tables of one or more data sources, and notes on what was left out and why.
+    """The tidy tables of one or more data sources, and notes on what was left out and why.
 
     Attributes
     ----------
@@ -318,10 +368,15 @@ class Tables:
         :data:`INTERVAL_COLUMNS`.
     ss : pandas.DataFrame
         One row per socket-state sample and connection; columns :data:`SS_COLUMNS`.
+    vcpu : pandas.DataFrame
+        One row per on-CPU or off-CPU interval of a vCPU thread of a traced run; columns :data:`VCPU_COLUMNS`.
     notes : list of str
         What the step that made these tables left out or could not read, for a person.
     sources : list of dict
         Per data source read: ``kind``, ``path``, ``read`` (units read now), ``reused`` (from the cache).
+    bottleneck : pandas.DataFrame
+        One row per sample of the emulator's bottleneck queue and qdisc; columns :data:`BOTTLENECK_COLUMNS`
+        (empty when not given).
     """
 
     runs: pd.DataFrame
@@ -329,6 +384,12 @@ class Tables:
     ss: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
+    vcpu: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(VCPU_COLUMNS)))
+    bottleneck: pd.DataFrame | None = None
+
+    def __post_init__(self):
+        if self.bottleneck is None:
+            self.bottleneck = _normalise_frame(pd.DataFrame(columns=list(BOTTLENECK_COLUMNS)), BOTTLENECK_SCHEMA)
 
     @classmethod
     def empty(cls) -> Tables:
@@ -337,30 +398,35 @@ class Tables:
                              pd.DataFrame(columns=list(SS_COLUMNS))))
 
     def counts(self) -> dict[str, int]:
-        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``."""
+        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``, ``vcpu``, ``bottleneck``."""
         return {"runs": len(self.runs), "ok": int((self.runs["status"] == "ok").sum()) if len(self.runs) else 0,
-                "intervals": len(self.intervals), "ss": len(self.ss)}
+                "intervals": len(self.intervals), "ss": len(self.ss), "vcpu": len(self.vcpu),
+                "bottleneck": len(self.bottleneck)}
 
     def with_runs(self, runs: pd.DataFrame, notes: list[str]) -> Tables:
-        """These tables restricted to ``runs`` (intervals and ss follow by run id), with ``notes``."""
+        """These tables restricted to ``runs`` (the other tables follow by run id), with ``notes``."""
         ids = set(runs["run_id"])
         return Tables(runs, self.intervals[self.intervals["run_id"].isin(ids)], self.ss[self.ss["run_id"].isin(ids)],
-                      notes, self.sources)
+                      notes, self.sources, self.vcpu[self.vcpu["run_id"].isin(ids)],
+                      self.bottleneck[self.bottleneck["run_id"].isin(ids)])
 
 
 @dataclass
 class RunRows:
-    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, and notes."""
+    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals
+    and its bottleneck samples."""
 
     run: dict
     intervals: list[tuple]
     ss: list[dict]
     notes: list[str] = field(default_factory=list)
+    vcpu: list[dict] = field(default_factory=list)
+    bottleneck: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
     """Turn per-run rows into the three DataFrames in one go (no row-by-row appends)."""
-    runs, intervals, ss, notes = [], [], [], []
+    runs, intervals, ss, notes, vcpu, queue = [], [], [], [], [], []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
@@ -368,9 +434,13 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
         runs.append(r.run)
         intervals.extend(r.intervals)
         ss.extend(r.ss)
+        vcpu.extend(r.vcpu)
+        queue.extend(r.bottleneck)
     t = Tables(pd.DataFrame.from_records(runs, columns=list(RUN_COLUMNS)),
                pd.DataFrame.from_records(intervals, columns=list(INTERVAL_COLUMNS)),
-               pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes)
+               pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes,
+               vcpu=pd.DataFrame.from_records(vcpu, columns=list(VCPU_COLUMNS)),
+               bottleneck=pd.DataFrame.from_records(queue, columns=list(BOTTLENECK_COLUMNS)))
     return normalise(t)
 
 
@@ -398,7 +468,8 @@ def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFra
 def normalise(t: Tables) -> Tables:
     """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
     return Tables(_normalise_frame(t.runs, RUN_SCHEMA), _normalise_frame(t.intervals, INTERVAL_SCHEMA),
-                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources)
+                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources, _normalise_frame(t.vcpu, VCPU_SCHEMA),
+                  _normalise_frame(t.bottleneck, BOTTLENECK_SCHEMA))
 
 
 def concat(parts: list[Tables]) -> Tables:
@@ -411,13 +482,14 @@ def concat(parts: list[Tables]) -> Tables:
         return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
 
     return normalise(Tables(cat("runs"), cat("intervals"), cat("ss"), [n for p in parts for n in p.notes],
-                            [s for p in parts for s in p.sources]))
+                            [s for p in parts for s in p.sources], cat("vcpu"), cat("bottleneck")))
 
 
 def schema_markdown() -> str:
-    """The three tables' columns as a Markdown list (used to check the docs stay in step)."""
+    """The tables' columns as a Markdown list (used to check the docs stay in step)."""
     lines = []
-    for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA)):
+    for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA),
+                          ("vcpu", VCPU_SCHEMA), ("bottleneck", BOTTLENECK_SCHEMA)):
         lines.append(f"### `{title}`\n")
         lines += [f"- `{c.name}` ({c.dtype}): {c.doc}" for c in schema]
         lines.append("")

@@ -32,6 +32,9 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 
+from .repetitions import rule_of
+from .search import make_gate, search_of
+
 PLAN_SCHEMA = "bbrlab.plan/1"
 SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
@@ -305,19 +308,21 @@ def load_plan(out_dir: str | Path) -> Plan:
         raise BbrlabError(f"{path} is not a campaign plan ({e})") from None
 
 
-def _max_attempts(out_dir: Path) -> int:
+def _spec_dict(out_dir: Path) -> dict:
     import yaml
 
     spec_path = out_dir / "spec.yaml"
     data = yaml.safe_load(spec_path.read_text()) if spec_path.exists() else {}
-    return int((data or {}).get("max_attempts", 3))
+    return data if isinstance(data, dict) else {}
 
 
 @dataclass(frozen=True)
 class CampaignStatus:
     """How far a campaign directory is: ``planned`` runs, ``done`` (in ``runs/``), ``failed`` (attempts used up),
     ``failed_attempts`` (all of them, retried ones too), ``running`` (being written by a live process) and
-    ``remaining`` (still to run). ``bbrlab campaign status --json`` prints :meth:`to_dict`."""
+    ``remaining`` (still to run). With adaptive repetitions, ``skipped`` counts the planned runs the stopping
+    rule dropped (not remaining) and ``points`` the grid points by ``state: reason``
+    (:mod:`bbrlab.campaign.repetitions`). ``bbrlab campaign status --json`` prints :meth:`to_dict`."""
 
     campaign: str
     planned: int
@@ -326,6 +331,8 @@ class CampaignStatus:
     failed_attempts: int
     running: int
     remaining: int
+    skipped: int = 0
+    points: dict | None = None
 
     @property
     def complete(self) -> bool:
@@ -333,20 +340,30 @@ class CampaignStatus:
         return self.failed == 0 and self.remaining == 0
 
     def to_dict(self) -> dict:
-        """The counts as a JSON object (the keys are the field names)."""
-        return asdict(self)
+        """The counts as a JSON object (the keys are the field names; ``skipped`` and ``points`` only for a
+        campaign with adaptive repetitions)."""
+        d = asdict(self)
+        if self.points is None:
+            del d["skipped"], d["points"]
+        return d
 
 
 def status(out_dir: str | Path) -> CampaignStatus:
     """The counts of the campaign directory ``out_dir`` (:class:`CampaignStatus`)."""
     out = Path(out_dir)
     plan = load_plan(out)
-    max_attempts = _max_attempts(out)
+    spec = _spec_dict(out)
+    max_attempts = int(spec.get("max_attempts", 3))
     run_ids = plan.run_ids
-    done = sum(rec.is_complete(out, r) for r in run_ids)
+    complete = {r for r in run_ids if rec.is_complete(out, r)}
     attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
-    given_up = sum(1 for r in run_ids if not rec.is_complete(out, r) and len(attempts[r]) >= max_attempts)
+    given_up = {r for r in run_ids if r not in complete and len(attempts[r]) >= max_attempts}
     running = [r for r in rec.in_progress(out) if r in set(run_ids)]
-    return CampaignStatus(campaign=plan.campaign, planned=len(run_ids), done=done, failed=given_up,
+    gate = make_gate(rule_of(spec), search_of(spec), [(r.run_id, r.scenario) for r in plan.runs], out,
+                     settled=lambda r: r in complete or r in given_up)
+    skipped = sum(1 for r in run_ids if r not in complete and r not in given_up and gate.is_skipped(r))
+    points = gate.to_dict()["reasons"] if gate.rule is not None else None
+    return CampaignStatus(campaign=plan.campaign, planned=len(run_ids), done=len(complete), failed=len(given_up),
                           failed_attempts=sum(len(a) for a in attempts.values()), running=len(running),
-                          remaining=len(run_ids) - done - given_up)
+                          remaining=len(run_ids) - len(complete) - len(given_up) - skipped, skipped=skipped,
+                          points=points)

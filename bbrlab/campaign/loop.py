@@ -46,6 +46,7 @@ from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
+from .search import make_gate
 from .spec import CampaignSpec
 
 
@@ -250,6 +251,11 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
     differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded).
 
+    With adaptive repetitions (``spec.adaptive``) or a threshold search (``spec.search``) a run is submitted only
+    once the stopping rule or the search wants it (:class:`bbrlab.campaign.repetitions.Gate`,
+    :class:`bbrlab.campaign.search.SearchGate`): each settled run may open more runs or drop the rest, and
+    ``decisions.json`` is rewritten; the decisions follow from the committed runs alone.
+
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
     resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
@@ -266,21 +272,40 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
         runs = [(r.run_id, r.scenario) for r in plan.runs]
         used = {run_id: len(rec.failed_attempts(out, run_id)) for run_id, _ in runs if not rec.is_complete(out, run_id)}
         last = {run_id: n + spec.max_attempts if retry_failed else spec.max_attempts for run_id, n in used.items()}
-        todo = [(i, run_id, sc) for i, (run_id, sc) in enumerate(runs) if run_id in used and used[run_id] < last[run_id]]
-        bar = _progress_bar(len(runs), len(runs) - len(todo), spec.name, enabled=progress)
+        done: set[str] = set()  # committed ok in this process (``used`` holds the runs not complete at the start)
+        gate = make_gate(getattr(spec, "adaptive", None), getattr(spec, "search", None), runs, out,
+                         settled=lambda run_id: run_id not in used or run_id in done or used[run_id] >= last[run_id])
+        gate.write(out)
+        order_of = {run_id: i for i, (run_id, _) in enumerate(runs)}
+        submitted: set[str] = set()
+
+        def submit_open(run_ids) -> None:
+            for run_id in sorted(run_ids, key=order_of.__getitem__):
+                if run_id in used and used[run_id] < last[run_id] and run_id not in submitted and gate.is_open(run_id):
+                    submitted.add(run_id)
+                    executor.submit(Attempt(run_id, used[run_id] + 1, plan.runs[order_of[run_id]].scenario,
+                                            order_of[run_id]))
+
+        open_todo = [run_id for run_id, _ in runs if run_id in used and used[run_id] < last[run_id]]
+        bar = _progress_bar(len(runs) - gate.skipped(), len(runs) - len(open_todo), spec.name, enabled=progress)
         streak, seen = FailureStreak(max_consecutive_failures), {}
         try:
-            for order, run_id, scenario in todo:
-                executor.submit(Attempt(run_id, used[run_id] + 1, scenario, order))
+            submit_open(open_todo)
             for finished in executor.finished():
                 a = finished.attempt
                 if finished.status == "ok":
                     _check_kernel(out, finished, mixed, seen)
                 record = commit_finished(out, spec.name, finished, mixed)
                 used[a.run_id] = a.attempt
+                if record["status"] == "ok":
+                    done.add(a.run_id)
                 if record["status"] != "ok" and a.attempt < last[a.run_id]:
                     executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order))
                     continue
+                if gate.rule is not None:  # the run is settled: its point's decision may open or drop runs
+                    submit_open(gate.settle(a.run_id))
+                    gate.write(out)
+                    bar.total = len(runs) - gate.skipped()
                 bar.set_postfix_str(_postfix(finished))
                 bar.update(1)
                 if on_run:

@@ -29,10 +29,15 @@ Spec keys (see specs/*.yaml)::
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
-    repetitions: 30
+    repetitions: 30             # or adaptive: {min: 5, max: 30, precision: 0.025} (a point stops once its
+                                # median's 95 % interval is within +-2.5 % of the rate; bbrlab.campaign.repetitions)
+    search: {target: 0.8}       # instead of cpu_shares_pct and repetitions: a threshold search per curve
+                                # (bbrlab.campaign.search; docs/statistics.md)
     duration_s: 20              # iperf3's test duration
     sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
     sampler: bpf                # bpf (default), netlink or ss; 'sample_ss_ms: N' = sample_ms N with ss
+    vcpu_trace: auto            # trace the sender's vCPU threads on the host: on, off, auto (= when sampled)
+    bottleneck_ms: auto         # the emulator's queue every 5 ms in sampled runs; 0 off, 1-1000 ms
     order: blocked-random       # or sequential, random
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
@@ -56,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S, MODELS
+from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
@@ -71,6 +76,9 @@ from bbrlab.core.scenario import (
     check_sampling_load,
 )
 
+from .repetitions import RepetitionRule
+from .search import SearchRule
+from .spec_models import UNUSED_TIMESLICE_MS, check_contentions, check_model_name, contention_of
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -109,11 +117,15 @@ class CampaignSpec:
     duration_s: float = 20.0
     sample_ms: int | None = None
     sampler: str = DEFAULT_SAMPLER
+    vcpu_trace: str = "auto"
+    bottleneck_ms: int | str = "auto"
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
     delay_split: str = "symmetric"
     description: str = ""
+    adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
+    search: SearchRule | None = None  # a threshold search: cpu_shares_pct is its lattice, repetitions its max
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -123,7 +135,14 @@ class CampaignSpec:
     def to_dict(self) -> dict:
         """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
         their defaults, so the directory of a campaign made before they existed still matches its spec."""
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "adaptive"}
+        if self.adaptive is not None:
+            d["repetitions"] = self.adaptive.to_dict()
+        if self.search is not None:
+            d["search"] = self.search.to_dict()
+            del d["cpu_shares_pct"], d["repetitions"]
+        else:
+            del d["search"]
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
@@ -150,7 +169,7 @@ class CampaignSpec:
                 out.append(Contention(UNUSED_TIMESLICE_MS, 100, model))
                 continue
             values = [v for _, v in self.model_lists(model)]
-            out += [_contention(model, share, list(combo)) for combo in itertools.product(*values)
+            out += [contention_of(model, share, list(combo)) for combo in itertools.product(*values)
                     for share in self.shares_of(model)]
         return out
 
@@ -180,9 +199,10 @@ class CampaignSpec:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
         if workload == "rsync":
             return Flow(cca=cca, streams=streams, sample_ms=self.sample_ms, sampler=self.sampler, workload="rsync",
-                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s)
+                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s, vcpu_trace=self.vcpu_trace,
+                        bottleneck_ms=self.bottleneck_ms)
         return Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
-                    sampler=self.sampler)
+                    sampler=self.sampler, vcpu_trace=self.vcpu_trace, bottleneck_ms=self.bottleneck_ms)
 
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``.
@@ -222,6 +242,13 @@ class CampaignSpec:
         """How many contentions :meth:`contentions` makes, without building them."""
         return sum(1 if m == "none" else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.shares_of(m))
                    for m in self.contention_models)
+
+    def expected_runs(self, spread: float) -> int:
+        """The runs the plan is expected to take: all of them with a fixed number of repetitions; with adaptive
+        ones, each point's :meth:`RepetitionRule.expected_reps` for runs spread by ``spread`` x the rate."""
+        if self.adaptive is None:
+            return self.runs
+        return self.runs // self.repetitions * self.adaptive.expected_reps(spread)
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
@@ -266,8 +293,6 @@ _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "b
           "losses_pct", "streams")
 #: Lists of names, not numbers.
 _NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models")
-#: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
-UNUSED_TIMESLICE_MS = 1.0
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
@@ -306,12 +331,6 @@ def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tu
     return tuple(out)
 
 
-def _model_alone(value: object) -> None:
-    """A model's name (its values are checked with the shares)."""
-    if value not in MODELS:
-        raise ValidationError("contention.model", value, "one of " + ", ".join(MODELS))
-
-
 def _share_in_range(value: object) -> None:
     """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
     if not 0 < value <= 100:
@@ -321,14 +340,15 @@ def _share_in_range(value: object) -> None:
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)} | {"sample_ss_ms"}  # the older form of sample_ms + sampler: ss
+    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # adaptive: from repetitions  # the older form of sample_ms + sampler: ss
     for key in data:
         if key not in known:
             raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
-    for key in _REQUIRED:
-        if key not in data:
-            raise ValidationError(key, None, "required")
     d = dict(data)
+    search = _search_shares(d)
+    for key in _REQUIRED:
+        if key not in d:
+            raise ValidationError(key, None, "required")
     name = d["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
@@ -348,7 +368,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
     if "contention_models" in d:
         checked["contention_models"] = _check_each("contention_models", _list(d, "contention_models"),
-                                                   _model_alone)
+                                                   check_model_name)
     if "cfs_periods_ms" in d:
         checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
                                                 lambda v: Contention(1, 100, "cfs-quota", v))
@@ -372,9 +392,27 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
-    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars)
+    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec
+
+
+def _search_shares(d: dict) -> SearchRule | None:
+    """A threshold search (``search``): its lattice becomes ``cpu_shares_pct`` and its ``max`` the repetitions;
+    the spec then gives neither, nor adaptive repetitions, and contends by deadline alone."""
+    if "search" not in d:
+        return None
+    rule = SearchRule.from_value(d["search"])
+    for key in ("cpu_shares_pct", "repetitions"):
+        if key in d:
+            raise ValidationError(key, d[key], "absent in a threshold search (search: sets the shares it probes "
+                                  "and their repetitions)")
+    models = d.get("contention_models", ["deadline"])
+    if models != ["deadline"]:
+        raise ValidationError("contention_models", models, "[deadline] in a threshold search (the share searched "
+                              "is a deadline reservation's)")
+    d["cpu_shares_pct"], d["repetitions"] = rule.shares(), rule.max_reps
+    return rule
 
 
 def _buffer_alone(value: object) -> None:
@@ -410,42 +448,9 @@ def _check_combinations(spec: CampaignSpec) -> None:
                 raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
                                       "1 for the rsync workload (one SSH connection); run other stream counts "
                                       "in an iperf3-only campaign")
-    _check_contentions(spec)
+    check_contentions(spec)
     _check_links(spec)
     _check_sampling(spec)
-
-
-def _check_contentions(spec: CampaignSpec) -> None:
-    """Each model's values with each share (deadline's period, a quota of at least 1 ms, a burst within the
-    quota, enough competing threads); an error names the keys and indexes, e.g. ``cpu_shares_pct[1] with
-    cfs_periods_ms[0] and cfs_bursts_ms[0]``."""
-    for model in spec.contention_models:
-        if model == "none":
-            continue
-        lists = spec.model_lists(model)
-        keyed = [list(enumerate(values)) for _, values in lists]
-        shares_key = "credit_shares_pct" if spec.shares_of(model) is spec.credit_shares_pct else "cpu_shares_pct"
-        for j, share in enumerate(spec.shares_of(model)):
-            for combo in itertools.product(*keyed):
-                try:
-                    _contention(model, share, [v for _, v in combo])
-                except ValidationError as e:
-                    where = " and ".join(f"{key}[{i}]" for (key, _), (i, _) in zip(lists, combo, strict=True))
-                    value = (share, *(v for _, v in combo)) if combo else share
-                    raise ValidationError(f"{shares_key}[{j}] with {where or model}", value, e.allowed) from None
-
-
-def _contention(model: str, share: float, values: list) -> Contention:
-    """The contention of ``model`` at ``share`` with its own values (as :meth:`CampaignSpec.contentions` orders them)."""
-    if model == "deadline":
-        return Contention(values[0], share)
-    if model == "cfs-quota":
-        return Contention(values[0] * share / 100, share, model, values[0])
-    if model == "cfs-burst":
-        return Contention(values[0] * share / 100, share, model, values[0], burst_ms=values[1])
-    if model == "credit":
-        return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
-    return Contention(UNUSED_TIMESLICE_MS, share, model)
 
 
 def _check_sampling(spec: CampaignSpec) -> None:

@@ -9,7 +9,15 @@ import os
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import DEFAULT_SAMPLER, EMULATOR_OFFLOADS, Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import (
+    DEFAULT_SAMPLER,
+    EMULATOR_OFFLOADS,
+    Contention,
+    Flow,
+    Link,
+    Scenario,
+    check_bottleneck_ms,
+)
 
 ORDERS = ("blocked-random", "sequential", "random")
 
@@ -84,7 +92,12 @@ def kernel_name(value: object) -> str:
 def check_scalars(d: dict) -> dict:
     """The spec's scalar keys present in ``d`` (a loaded spec), each checked and named in its error."""
     out: dict = {}
-    if "repetitions" in d:
+    if isinstance(d.get("repetitions"), dict):
+        from .repetitions import RepetitionRule
+
+        out["adaptive"] = RepetitionRule.from_value(d["repetitions"])
+        out["repetitions"] = out["adaptive"].max_reps
+    elif "repetitions" in d:
         out["repetitions"] = number("repetitions", d["repetitions"], integer=True)
         if not 1 <= out["repetitions"] <= 1000:
             raise ValidationError("repetitions", out["repetitions"], "1 <= repetitions <= 1000")
@@ -102,6 +115,14 @@ def check_scalars(d: dict) -> dict:
                 Flow("cubic", workload="rsync", **{key: out[key]})
             except ValidationError as e:
                 raise rename_field(e, key) from None
+    if "vcpu_trace" in d:
+        try:
+            out["vcpu_trace"] = Flow("cubic", vcpu_trace=d["vcpu_trace"]).vcpu_trace
+        except ValidationError as e:
+            raise rename_field(e, "vcpu_trace") from None
+    if "bottleneck_ms" in d:
+        check_bottleneck_ms(d["bottleneck_ms"], "bottleneck_ms")
+        out["bottleneck_ms"] = d["bottleneck_ms"]
     if "order" in d:
         if d["order"] not in ORDERS:
             raise ValidationError("order", d["order"], f"one of {', '.join(ORDERS)}")

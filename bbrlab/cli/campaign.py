@@ -5,6 +5,7 @@
     bbrlab campaign run SPEC --out DIR --testbed a --testbed b   over two testbeds at once (docs/scaling.md)
     bbrlab campaign run SPEC --out DIR --scheduler tls://HOST:8786 --tls-ca-file ...   over a lab's bbrlab workers
     bbrlab campaign status runs/demo [--json]         planned / done / failed / running / remaining
+    bbrlab campaign thresholds DIR [--figure F]       a threshold search's results beside the paper's
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import sys
 from pathlib import Path
 
 from bbrlab.campaign.single import run_campaign_on
+from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import Interrupted
 
 from .worker import add_tls_options, lab_tls
@@ -42,7 +45,7 @@ every testbed and leaves the campaign resumable with the same command.
 
 
 def register(sub) -> None:
-    """Add ``bbrlab campaign`` (verbs run, status, plan) to the subparsers ``sub``."""
+    """Add ``bbrlab campaign`` (verbs run, status, plan, thresholds) to the subparsers ``sub``."""
     p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
                        description="Campaigns: a grid of scenarios x repetitions, run in a seeded order. A killed "
                                    "campaign resumes where it stopped when run again with the same --out.")
@@ -92,7 +95,21 @@ def register(sub) -> None:
     plan = verbs.add_parser("plan", help="validate SPEC and show the number of runs and the expected duration")
     plan.add_argument("spec", help="campaign spec (YAML), or the name of a shipped spec (e.g. demo)")
     plan.add_argument("--json", action="store_true", help="machine-readable output, with every run id in order")
+    plan.add_argument("--spread", type=float, default=DEFAULT_SPREAD, metavar="FRACTION",
+                      help="adaptive repetitions: the expected count assumes runs spread with this standard "
+                           f"deviation, as a fraction of the link rate (default {DEFAULT_SPREAD})")
     plan.set_defaults(func=run_plan)
+
+    th = verbs.add_parser("thresholds", help="the thresholds a threshold search found, beside the paper's")
+    th.add_argument("dir", help="the campaign directory of a spec with 'search:'")
+    th.add_argument("--figure", type=Path, metavar="PATH", help="also draw them into this image (png, svg, pdf)")
+    th.add_argument("--json", action="store_true", help="machine-readable output")
+    th.set_defaults(func=run_thresholds)
+
+
+#: The spread assumed for ``campaign plan``'s expected count, a cautious one: about 90 % of data/'s points (2 runs
+#: each; 2026-11) spread less (standard deviation over the rate: median 0.1 %, mean 1.5 %, largest 10 %).
+DEFAULT_SPREAD = 0.05
 
 
 def _hms(seconds: float) -> str:
@@ -110,6 +127,17 @@ def run_plan(args) -> int:
     info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
             "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
             "expected_duration_s": spec.expected_duration_s(), "order": spec.order, "seed": spec.seed}
+    if spec.adaptive is not None:
+        if not 0 < args.spread <= 1:
+            raise ValidationError("--spread", args.spread, "0 < spread <= 1 (a fraction of the link rate)")
+        points = info["grid_points"] * max(1, len(spec.kernels))
+        expected = spec.expected_runs(args.spread)
+        info.update(adaptive=spec.adaptive.to_dict(), min_runs=points * spec.adaptive.min_reps, max_runs=len(runs),
+                    expected_runs=expected, expected_spread=args.spread,
+                    expected_duration_s=spec.expected_duration_s() * expected / len(runs))
+    if spec.search is not None:
+        info.update(_search_counts(spec))
+        info["expected_duration_s"] = spec.expected_duration_s() * info["expected_runs"] / len(runs)
     if args.json:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
@@ -119,6 +147,18 @@ def run_plan(args) -> int:
                 if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
           f"{what}, order {spec.order} (seed {spec.seed})")
+    if spec.adaptive is not None:
+        a = spec.adaptive
+        print(f"adaptive repetitions: {a.min_reps} to {a.max_reps} per point, stopping once the median's 95 % "
+              f"interval is within +-{a.precision:.3g} x the rate: at least {info['min_runs']} runs, at most "
+              f"{info['max_runs']}, expected {info['expected_runs']} (if runs spread by {args.spread:g} x the rate; "
+              "--spread; points near a threshold spread more)")
+    if spec.search is not None:
+        r = spec.search
+        print(f"threshold search: {info['curves']} curve(s), median >= {r.target:g} x the rate, shares {r.low:g} to "
+              f"{r.high:g} % every {r.step:g}, +-{r.resolution:g} points at {r.confidence:g}: the plan lists the whole "
+              f"lattice ({info['max_runs']} runs, the most it could take); clear curves take about "
+              f"{info['expected_runs']} (a bisection's probes x min {r.min_reps}), shares near a threshold more")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
           "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
                        spec.workloads else "") + ")")
@@ -127,6 +167,36 @@ def run_plan(args) -> int:
     if len(runs) > 5:
         print(f"  ... {len(runs) - 5} more")
     return 0
+
+
+def run_thresholds(args) -> int:
+    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval and the paper's value
+    (:mod:`bbrlab.analysis.thresholds`); with ``--figure`` draw them. Returns 0."""
+    from bbrlab.analysis.thresholds import format_table, threshold_figure, threshold_table
+    from bbrlab.core.errors import BbrlabError
+
+    try:
+        table = threshold_table(args.dir)
+    except ValueError as e:
+        raise BbrlabError(str(e)) from None
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(format_table(table))
+    if args.figure:
+        threshold_figure(table).savefig(args.figure)
+        print(f"figure: {args.figure}")
+    return 0
+
+
+def _search_counts(spec) -> dict:
+    """A search plan's counts: each curve's bisection takes about log2(lattice) probes of ``min`` to ``max``
+    runs; at most it runs the whole lattice."""
+    rule = spec.search
+    curves = spec.runs // spec.repetitions // len(spec.cpu_shares_pct)
+    probes = math.ceil(math.log2(len(spec.cpu_shares_pct) + 1))
+    return {"search": rule.to_dict(), "curves": curves, "expected_runs": curves * probes * rule.min_reps,
+            "max_runs": spec.runs}
 
 
 def run_status(args) -> int:
@@ -139,7 +209,10 @@ def run_status(args) -> int:
         print(json.dumps(st.to_dict()))
     else:
         print(f"{st.campaign}: {st.done}/{st.planned} done, {st.failed} failed "
-              f"({st.failed_attempts} failed attempts), {st.running} running, {st.remaining} remaining")
+              f"({st.failed_attempts} failed attempts), {st.running} running, {st.remaining} remaining"
+              + (f", {st.skipped} skipped by the stopping rule" if st.points is not None else ""))
+        for reason, n in sorted((st.points or {}).items()):
+            print(f"  {n} {reason}")
     return 0
 
 

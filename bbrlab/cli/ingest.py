@@ -37,7 +37,8 @@ def run(args) -> int:
         statuses = tables.runs["status"].value_counts().to_dict()
         detail = ", ".join(f"{statuses[s]} {s}" for s in sorted(statuses, key=lambda s: (s != "ok", s)))
         c = tables.counts()
-        print(f"{path}: {c['runs']} runs ({detail or 'none'}), {c['intervals']} intervals, {c['ss']} ss samples; "
+        print(f"{path}: {c['runs']} runs ({detail or 'none'}), {c['intervals']} intervals, {c['ss']} ss samples, "
+              f"{c['vcpu']} vCPU intervals; "
               f"{how}")
         for note in tables.notes:
             print(f"  note: {note}")

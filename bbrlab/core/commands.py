@@ -63,6 +63,10 @@ class HeldCommand:
         """The next line the command prints ('' once it has exited without one)."""
         raise NotImplementedError
 
+    def send(self, text: str) -> None:
+        """Write ``text`` to the command's stdin at once (no buffering on our side)."""
+        raise NotImplementedError
+
     def close(self, wait_s: float = 10.0) -> int | None:
         """End of file on the command's stdin; wait up to ``wait_s`` for it to exit; its exit code."""
         raise NotImplementedError
@@ -82,6 +86,10 @@ class _LocalHeld(HeldCommand):
         if not ready:
             raise TimeoutError(f"no line from {self._proc.args[0]} within {timeout_s} s")
         return self._proc.stdout.readline()
+
+    def send(self, text: str) -> None:
+        self._proc.stdin.write(text)
+        self._proc.stdin.flush()
 
     def close(self, wait_s: float = 10.0) -> int | None:
         import subprocess
@@ -121,6 +129,9 @@ class _SSHHeld(HeldCommand):
             self._buffer += chunk
         line, sep, self._buffer = self._buffer.partition(b"\n")
         return (line + sep).decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        self._chan.sendall(text.encode())
 
     def close(self, wait_s: float = 10.0) -> int | None:
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -329,47 +328,19 @@ class Contention:
         return 0.0 if self.unlimited else self.runtime_ns / self.period_ns
 
 
-#: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
-#: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.
-SAMPLERS = ("bpf", "netlink", "ss")
-DEFAULT_SAMPLER = "bpf"
-#: The netlink and BPF samplers watch at most this many data sockets (MAX_PORTS in bbrlab/sampling/native/sampler_common.h).
-SAMPLER_MAX_PORTS = 64
-#: At most this many socket samples (samples x streams) in one sampled run. A sample takes at most about
-#: :data:`SAMPLE_RECORD_BYTES` in the log and about 4 KB of memory while the run's checks parse it, so a run's
-#: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
-MAX_SAMPLE_RECORDS = 500_000
-SAMPLE_RECORD_BYTES = 700
-
-
-def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:
-    """Socket samples a run takes at most: one per stream every ``sample_ms`` for ``duration_s``."""
-    return streams * math.ceil(duration_s * 1000 / sample_ms)
-
-
-def check_sampling_load(sample_ms: int, streams: int, duration_s: float, sampler: str, *,
-                        fields: tuple[str, str, str] = ("flow.sample_ms", "flow.streams", "flow.duration_s")) -> None:
-    """Refuse a sampled flow the samplers cannot watch (more than :data:`SAMPLER_MAX_PORTS` streams for
-    ``netlink``/``bpf``) or whose samples x streams over ``duration_s`` exceed :data:`MAX_SAMPLE_RECORDS`;
-    ``fields`` names sample_ms, streams and duration_s in the error (a spec's keys, a flag)."""
-    ms_field, streams_field, duration_field = fields
-    if sampler != "ss" and streams > SAMPLER_MAX_PORTS:
-        raise ValidationError(streams_field, streams,
-                              f"1 <= streams <= {SAMPLER_MAX_PORTS} with sampler {sampler} (it watches at most "
-                              f"{SAMPLER_MAX_PORTS} sockets); sample more streams with sampler ss, or fewer")
-    records = sampled_records(sample_ms, streams, duration_s)
-    if records <= MAX_SAMPLE_RECORDS:
-        return
-    min_ms = math.ceil(streams * duration_s * 1000 / MAX_SAMPLE_RECORDS)
-    max_s = MAX_SAMPLE_RECORDS * sample_ms // (1000 * streams)
-    max_streams = int(MAX_SAMPLE_RECORDS * sample_ms // (1000 * duration_s))
-    ways = [f"{ms_field.rsplit('.', 1)[-1]} >= {min_ms} ms for these", f"{duration_field.rsplit('.', 1)[-1]} <= {max_s} s"]
-    if max_streams >= 1:
-        ways.append(f"{streams_field.rsplit('.', 1)[-1]} <= {max_streams}")
-    raise ValidationError(
-        f"{ms_field} with {streams_field} and {duration_field}", (sample_ms, streams, duration_s),
-        f"samples x streams <= {MAX_SAMPLE_RECORDS} per run ({streams} stream(s) x {duration_s:g} s every "
-        f"{sample_ms} ms is {records}): {', or '.join(ways)} (the log's size on the host: docs/sampling.md)")
+#: Whether a flow's run traces the sender's vCPU threads on the host (auto: when it is sampled).
+VCPU_TRACE = ("auto", "on", "off")
+from .sampling_limits import (  # noqa: E402,F401 - re-exported: the limits belong with the Flow they check
+    DEFAULT_SAMPLER,
+    MAX_SAMPLE_RECORDS,
+    SAMPLE_RECORD_BYTES,
+    SAMPLER_MAX_PORTS,
+    SAMPLERS,
+    bottleneck_interval_ms,
+    check_bottleneck_ms,
+    check_sampling_load,
+    sampled_records,
+)
 
 
 @dataclass(frozen=True)
@@ -384,6 +355,9 @@ class Flow:
     ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled). Records
     written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict` reads them,
     and :meth:`to_dict` writes unsampled and ss-sampled flows in that same form, so their run ids do not change.
+    ``bottleneck_ms``: sample the emulator's bottleneck queue every that many ms (0: never; "auto", left out
+    of :meth:`to_dict`: every 5 ms in a sampled run, never in an unsampled one).
+    ``vcpu_trace``: trace the vCPU threads on the host (:mod:`bbrlab.sampling.vcputrace`); auto = when sampled.
     """
 
     cca: str
@@ -394,6 +368,8 @@ class Flow:
     workload: str = "iperf3"
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+    vcpu_trace: str = "auto"
+    bottleneck_ms: int | str = "auto"
 
     def __post_init__(self):
         self.validate()
@@ -418,9 +394,12 @@ class Flow:
             raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
         if self.workload not in WORKLOADS:
             raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+        if self.vcpu_trace not in VCPU_TRACE:
+            raise ValidationError("flow.vcpu_trace", self.vcpu_trace, f"one of {', '.join(VCPU_TRACE)}")
         _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
         _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
         self._check_workload_fields()
+        check_bottleneck_ms(self.bottleneck_ms)
         if self.sample_ms is not None:
             duration = ("flow.transfer_timeout_s", self.transfer_timeout_s) if self.workload == "rsync" else \
                 ("flow.duration_s", self.duration_s)
@@ -443,16 +422,23 @@ class Flow:
                                       f"left at {getattr(Flow, name):g} for {self.workload} (it applies to rsync only)")
 
     @property
+    def bottleneck_interval_ms(self) -> int | None:
+        """Every how many ms the run samples the emulator's bottleneck queue (None: it does not)."""
+        return bottleneck_interval_ms(self.bottleneck_ms, self.sample_ms)
+
+    @property
     def file_bytes(self) -> int:
         """The size of rsync's file in bytes (``file_mb`` x 10^6)."""
         return int(round(self.file_mb * 1e6))
 
     def to_dict(self) -> dict:
-        """The flow as recorded: an iperf3 flow exactly as before workloads existed (so its run id is
-        unchanged), an rsync flow without ``duration_s``; an unsampled or ss-sampled flow with
-        ``sample_ss_ms`` as before the samplers had a choice, a flow sampled otherwise with ``sample_ms``
-        and ``sampler``."""
+        """The flow as recorded, its run id as before later options existed: iperf3 without the workload keys, rsync
+        without ``duration_s``, unsampled or ss-sampled with ``sample_ss_ms``, ``vcpu_trace`` only when not auto."""
         d = asdict(self)
+        if self.vcpu_trace == "auto":
+            del d["vcpu_trace"]
+        if self.bottleneck_ms == "auto":
+            del d["bottleneck_ms"]
         if self.workload == "iperf3":
             for name in ("workload", "file_mb", "transfer_timeout_s"):
                 del d[name]

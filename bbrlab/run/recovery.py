@@ -9,6 +9,9 @@ first run of the next one. Nothing that belongs to another process is touched:
 - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
   (found with ``ss -p``, so nothing else on a shared host is seen);
 - samplers still running on the sender (asked to stop through the stop file in their private directory);
+- tracefs instances of the vCPU trace (``bbrlab-<machine>-<pid>-<ticks>-<n>``) on the sender's hypervisor
+  host whose owner process is gone: turned off, their reader stopped, removed
+  (:func:`bbrlab.sampling.vcputrace.clear_leftovers`);
 - an rsync run's sshd on the receiver and ssh clients on the sender (:func:`bbrlab.run.transfer.recover`);
 - a CPU partition (cpuset) a killed multi-testbed campaign left on this machine, its QEMU threads
   confined to a few CPUs (:func:`bbrlab.testbed.isolation.clear_leftovers`): removed, after the deadline
@@ -22,6 +25,7 @@ from __future__ import annotations
 from bbrlab.contention import cgroups, load
 from bbrlab.contention import deadline as contention
 from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling import vcputrace
 from bbrlab.testbed import isolation
 
 from . import iperf, transfer
@@ -38,8 +42,10 @@ def recover(testbed) -> dict:
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
               "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
-    samplers = sampling.stop_strays(testbed.sender.host)
-    return {"deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
+    # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
+    samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
+    traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
+    return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
             "load_loops_killed": load_loops, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}
 

@@ -77,11 +77,15 @@ class RunMetadata:
     iperf: dict | None = None
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
+    vcpu_trace: dict | None = None  # the host trace of the vCPU threads' on/off-CPU intervals (bbrlab.sampling.vcputrace)
+    alignment: dict | None = None  # guest samples inside on-CPU intervals once aligned (bbrlab.sampling.alignment)
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
+    clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
+    bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
     deadline_after_failure: dict | None = None

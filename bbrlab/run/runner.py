@@ -16,7 +16,8 @@ records it once, with where that error was raised.
 from __future__ import annotations
 
 import hashlib
-from contextlib import ExitStack
+import sys
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 from bbrlab.contention import hostcpu
@@ -25,9 +26,11 @@ from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
+from bbrlab.sampling import alignment, vcputrace
+from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, sender, workloads
+from . import checks, clocks, sender, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -37,6 +40,19 @@ from .session import TestbedSession
 SAMPLER_MARGIN_S, SERVER_MARGIN_S = 30.0, 60.0
 #: The run directory's file for each sampler's log (``ss.log``: what the ss loop printed, as before).
 SAMPLE_FILES = {"ss": "ss.log", "netlink": "samples.log", "bpf": "samples.log"}
+#: The run directory's file of the vCPU threads' on/off-CPU intervals (docs/run-record.md).
+VCPU_FILE = "vcpu.csv"
+
+
+def traces_vcpu(flow) -> bool:
+    """Whether a run of ``flow`` traces the sender's vCPU threads on the host: ``vcpu_trace`` on, or auto and sampled."""
+    return flow.vcpu_trace == "on" or (flow.vcpu_trace == "auto" and flow.sample_ms is not None)
+
+
+def timed_remotely(flow) -> bool:
+    """Whether a run of ``flow`` records timestamps of the guests' clocks (socket or bottleneck samples), and so
+    measures those clocks' offsets against this machine's (``metadata.clocks``)."""
+    return bool(flow.sample_ms or flow.bottleneck_interval_ms)
 
 
 def client_ports(run_id: str, attempt: int, streams: int) -> list[int]:
@@ -110,22 +126,66 @@ class Runner:
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                                  ready_timeout_s=self.ready_timeout_s))
                     meta.flow["server_port"] = endpoint.port
+                    watch = traffic.enter_context(clocks.ClockWatch(
+                        {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
                         kind=flow.sampler)) if flow.sample_ms else None
+                    queue = traffic.enter_context(queue_sampling.queue_sampler(
+                        tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
+                        log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
                     vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                     meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
                 with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
                         contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
                                              expected=tb.sender.vcpu_pins(),
-                                             accelerator=getattr(tb, "accelerator", None)) as held:
+                                             accelerator=getattr(tb, "accelerator", None)) as held, \
+                        (vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext()) as trace:
                     result = work.run_client(tb, flow, endpoint, ports)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
+                vcpu = self._record_trace(trace, out, meta)
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
+                if watch is not None:
+                    meta.clocks = watch.record()
+                    checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
+                if queue is not None:
+                    meta.bottleneck = checks.bottleneck_samples(queue)
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+                if vcpu is not None and sampled is not None:
+                    meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow,
+                                                     (meta.clocks or {}).get("sender"))
+
+    @staticmethod
+    def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:
+        """The vCPU trace's intervals into ``vcpu.csv`` and its summary into the metadata."""
+        if trace is None:
+            return None
+        result = trace.result
+        result.write_csv(out / VCPU_FILE)
+        meta.vcpu_trace = {"file": VCPU_FILE, **result.summary()}
+        if result.schedstat_agrees() is False:
+            print(f"bbrlab: WARNING: the vCPU trace's on-CPU time is not within 2 % of schedstat's: "
+                  f"{meta.vcpu_trace['schedstat']} (inferred switch-ins: {meta.vcpu_trace['inferred_switch_ins']})",
+                  file=sys.stderr, flush=True)
+        return result
+
+    @staticmethod
+    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> dict:
+        """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
+        machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
+        its end); recorded as not aligned when the offset was not measured."""
+        times = alignment.guest_sample_times_ns(log.read_text(errors="replace"), flow.sampler)
+        offset = None
+        if sender_clock and "end" in sender_clock:
+            drift = clocks.ClockDrift.from_dict(sender_clock)
+            start, end = drift.start, drift.end
+            offset = alignment.ClockOffset.of_remote_minus_local(
+                start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
+                measured_at_s=start.measured_at)
+        return alignment.check(times, vcpu.on_intervals_realtime(), offset, flow.sample_ms).to_dict()
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
         """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR

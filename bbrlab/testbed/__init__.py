@@ -122,6 +122,13 @@ def _install_samplers(tb: Testbed, progress: bool) -> None:
             continue
         if progress and deployed.copied:
             print(f"{kind} sampler copied to the sender ({deployed.path}, sha256 {deployed.sha256[:12]})", flush=True)
+    try:  # the bottleneck queue's sampler (bbrlab.sampling.bottleneck); a run copies it too when missing
+        deployed = sockdiag.ensure_on_host(tb.emulator.host, kind="qdisc")
+    except BbrlabError as e:
+        print(f"bbrlab: warning: the qdisc sampler is not in the emulator: {e}", file=sys.stderr)
+        return
+    if progress and deployed.copied:
+        print(f"qdisc sampler copied to the emulator ({deployed.path}, sha256 {deployed.sha256[:12]})", flush=True)
 
 
 def _load_bbr2b(tb: Testbed, resolved: ResolvedKernel, progress: bool) -> None:

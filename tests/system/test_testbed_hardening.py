@@ -187,6 +187,7 @@ README_COMMANDS = [
     "bbrlab kernel ccas",
     "bbrlab campaign run specs/demo.yaml --out runs/demo",
     "bbrlab campaign status runs/demo",
+    "bbrlab campaign plan specs/threshold-search-local.yaml",
     "bbrlab ingest runs/demo",
 ]
 #: Shown in the README but not run here, and why.
@@ -211,6 +212,8 @@ README_NOT_RUN = {
     "bbrlab tls": "the command's name in the text; test_dask_security runs bbrlab tls ca and cert",
     "bbrlab worker": "the command's name in the text; test_campaign_two_testbeds starts a TLS scheduler and a "
                      "worker per testbed",
+    "bbrlab campaign thresholds DIR [--figure PATH]": "placeholders; test_search_campaign runs it on a search of "
+                                                      "its own",
     "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
                                                    "real (this machine's shared image must stay)",
 }

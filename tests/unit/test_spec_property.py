@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from bbrlab.campaign.spec import MAX_RUNS, CampaignSpec, spec_from_yaml
 from bbrlab.core.errors import ValidationError, key_name
 
-KEYS = [f.name for f in dataclasses.fields(CampaignSpec)] + ["sample_ss_ms"]  # + the older form of sample_ms
+#: The spec's keys: its fields (``adaptive`` comes from ``repetitions: {min, max, precision}``) + the older form of
+#: sample_ms.
+KEYS = [f.name for f in dataclasses.fields(CampaignSpec) if f.name != "adaptive"] + ["sample_ss_ms"]
 #: Field names a ValidationError may give besides a key (or "key[i]", "key[i] with ...").
 OTHER_FIELDS = {"spec", "grid x repetitions", "plan"}
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,11 +40,18 @@ plausible = {
     "buffers_bdp": st.lists(numbers, max_size=3),
     "losses_pct": st.lists(numbers, max_size=3),
     "streams": st.lists(st.integers(min_value=-1, max_value=200), max_size=3),
-    "repetitions": st.integers(min_value=-1, max_value=2000),
+    "repetitions": st.one_of(st.integers(min_value=-1, max_value=2000), st.fixed_dictionaries(
+        {"min": st.integers(min_value=-1, max_value=40), "max": st.integers(min_value=-1, max_value=2000)},
+        optional={"precision": numbers, "block": st.integers()})),
+    "search": st.one_of(anything, st.fixed_dictionaries({"target": numbers}, optional={
+        k: numbers for k in ("low", "high", "step", "resolution", "confidence")} | {
+        k: st.integers(min_value=-1, max_value=2000) for k in ("min", "block", "max")})),
     "duration_s": numbers,
     "sample_ss_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
     "sample_ms": st.one_of(st.none(), st.integers(min_value=-1, max_value=20_000)),
     "sampler": st.sampled_from(["bpf", "netlink", "ss", "tcpdump", None]),
+    "vcpu_trace": st.sampled_from(["auto", "on", "off", "yes", 1, None]),
+    "bottleneck_ms": st.sampled_from(["auto", 0, 5, 1000, 1001, -1, "often", True, None]),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync", "scp", ""]), max_size=3),
     "kernels": st.lists(st.sampled_from(["debian-6.1", "debian-5.10", "debian-6.12", "linux-9", "k/bzdir",
                                          "x.deb", "/abs/kernel", ""]), max_size=3),
@@ -72,7 +81,9 @@ valid = st.fixed_dictionaries({
 }, optional={
     "buffers_bdp": st.lists(st.floats(min_value=0.01, max_value=20), min_size=1, max_size=2, unique=True),
     "losses_pct": st.lists(st.floats(min_value=0, max_value=60), min_size=1, max_size=2, unique=True),
-    "repetitions": st.integers(min_value=1, max_value=3),
+    "repetitions": st.one_of(st.integers(min_value=1, max_value=3), st.fixed_dictionaries(
+        {"min": st.just(5), "max": st.integers(min_value=5, max_value=6),
+         "precision": st.floats(min_value=0.001, max_value=0.5)})),
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync"]), min_size=1, max_size=2, unique=True),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors"]), min_size=1, max_size=2, unique=True),
     "emulator_offloads": st.sampled_from(["off", "on"]),
@@ -103,7 +114,7 @@ def _check(text: str) -> None:
         spec = spec_from_yaml(text, "<hypothesis>")
     except ValidationError as e:
         assert isinstance(e.field, str) and e.field, e
-        head = e.field.split("[", 1)[0].split(" with ", 1)[0]
+        head = e.field.split("[", 1)[0].split(" with ", 1)[0].split(".", 1)[0]
         doc_keys = set()
         try:
             loaded = yaml.safe_load(text)

@@ -62,8 +62,10 @@ PROGRAMS = {
     "netlink": Program("netlink", "sockdiag_sampler", ("native/sockdiag_sampler.c", COMMON_HEADER)),
     "bpf": Program("bpf", "sockbpf_sampler", ("native/sockbpf_sampler.bpf.c", "native/sockbpf_sampler.c",
                                               "native/sockbpf_record.h", COMMON_HEADER)),
+    "qdisc": Program("qdisc", "qdisc_sampler", ("native/qdisc_sampler.c", COMMON_HEADER)),
 }
-KINDS = tuple(PROGRAMS)
+#: The socket samplers a flow can name (``flow.sampler``); ``qdisc`` is the emulator's bottleneck sampler.
+KINDS = ("netlink", "bpf")
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,10 @@ class SamplerBinary:
 
 
 def program(kind: str) -> Program:
-    """The :class:`Program` of sampler ``kind`` (one of :data:`KINDS`); :class:`ValidationError` for any
+    """The :class:`Program` of sampler ``kind`` (one of :data:`PROGRAMS`); :class:`ValidationError` for any
     other kind."""
     if kind not in PROGRAMS:
-        raise ValidationError("sampler", kind, f"one of {', '.join(KINDS)}")
+        raise ValidationError("sampler", kind, f"one of {', '.join(PROGRAMS)}")
     return PROGRAMS[kind]
 
 
@@ -112,7 +114,7 @@ def source_sha256(kind: str = "netlink") -> str:
 
 
 def _commands(kind: str) -> str:
-    if kind == "netlink":
+    if kind in ("netlink", "qdisc"):
         return " ".join((CC, *CFLAGS))
     return " ".join(("clang", *BPF_CFLAGS, "|", "bpftool gen skeleton", SKELETON_NAME, "|", CC, *CFLAGS, *BPF_LIBS))
 
@@ -142,8 +144,9 @@ def _compile(kind: str, srcs: dict[str, bytes], out: Path) -> None:
         work = Path(tmp)
         for name, data in srcs.items():
             (work / name).write_bytes(data)
-        if kind == "netlink":
-            _run([CC, *CFLAGS, "-o", str(out), "sockdiag_sampler.c"], "compiling the sockdiag sampler", work)
+        if kind in ("netlink", "qdisc"):
+            source = "sockdiag_sampler.c" if kind == "netlink" else "qdisc_sampler.c"
+            _run([CC, *CFLAGS, "-o", str(out), source], f"compiling the {kind} sampler", work)
             return
         _run(["clang", *BPF_CFLAGS, "-I.", "-c", "sockbpf_sampler.bpf.c", "-o", "sockbpf_sampler.bpf.o"],
              "compiling the BPF program", work)
@@ -188,6 +191,6 @@ def build(kind: str = "netlink", out_dir: str | Path | None = None) -> SamplerBi
 
 def main() -> None:
     """Build (or find) both samplers, print their paths and SHA-256 (``python -m bbrlab.sampling.sockdiag``)."""
-    for kind in KINDS:
+    for kind in PROGRAMS:
         built = build(kind)
         print(f"{kind}: {built.path}\n  sha256 {built.sha256}\n  source sha256 {built.source_sha256}")

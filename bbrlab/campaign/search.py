@@ -1,0 +1,216 @@
+"""The threshold search as a campaign (issue #30): for each curve (CCA x timeslice x RTT x rate ...) find the
+CPU share at which the median throughput reaches ``target`` x the rate, with the noisy bisection of
+:mod:`bbrlab.campaign.adaptive`.
+
+A spec with ``search: {target: 0.8, low: 10, high: 100, step: 2.5, resolution: 2.5, min: 10, block: 5,
+max: 40, confidence: 0.95}`` (every key but ``target`` optional) and no ``cpu_shares_pct`` plans the whole
+lattice of shares ``low, low + step, ... high`` at ``max`` repetitions per curve, a plan no search ever
+runs in full: :class:`SearchGate` opens only the runs :func:`bbrlab.campaign.adaptive.search_step` asks
+for, in the plan's order, and drops the rest once a curve's search is done. As for adaptive repetitions
+(:mod:`bbrlab.campaign.repetitions`), every decision is replayed from the committed runs alone (a share's
+settled repetitions 0 .. n-1, in order; a run whose attempts are used up settles without a value), so a
+SIGKILLed search resumes to the same probes; ``decisions.json`` holds each curve's probes, verdicts and
+interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bbrlab.core.confidence import LEVEL
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Scenario
+
+from .adaptive import SearchPlan, search_step
+from .repetitions import DECISIONS_FILE, Gate, RepetitionRule, measured_mbit
+
+SEARCH_SCHEMA = "bbrlab.search/1"
+_KEYS = {"target": None, "low": 10.0, "high": 100.0, "step": 2.5, "resolution": 2.5, "min": 10, "block": 5,
+         "max": 40, "confidence": LEVEL}
+
+
+@dataclass(frozen=True)
+class SearchRule:
+    """A spec's ``search``: the target fraction of the rate, the range and lattice of shares (percent), the
+    resolution (points), a probe's looks (``min_reps``, then every ``block``, up to ``max_reps``) and the
+    search's confidence."""
+
+    target: float
+    low: float = 10.0
+    high: float = 100.0
+    step: float = 2.5
+    resolution: float = 2.5
+    min_reps: int = 10
+    block: int = 5
+    max_reps: int = 40
+    confidence: float = LEVEL
+
+    def to_dict(self) -> dict:
+        """The rule as the spec's ``search`` mapping."""
+        return {"target": self.target, "low": self.low, "high": self.high, "step": self.step,
+                "resolution": self.resolution, "min": self.min_reps, "block": self.block, "max": self.max_reps,
+                "confidence": self.confidence}
+
+    def shares(self) -> list[float]:
+        """The lattice of shares (percent) a search may probe."""
+        return self.plan(1.0).shares()
+
+    def plan(self, rate_mbit: float) -> SearchPlan:
+        """The :class:`SearchPlan` of one curve of link rate ``rate_mbit``."""
+        return SearchPlan(target=self.target * rate_mbit, low=self.low, high=self.high, step=self.step,
+                          resolution=self.resolution, min_reps=self.min_reps, block=self.block,
+                          max_reps=self.max_reps, alpha=1 - self.confidence)
+
+    @classmethod
+    def from_value(cls, value: object) -> SearchRule:
+        """Validate a spec's ``search`` mapping; an error names ``search.<key>`` and its range."""
+        if not isinstance(value, Mapping):
+            raise ValidationError("search", value, "a mapping {target, low, high, step, resolution, min, block, "
+                                  "max, confidence} (target required)")
+        for key in value:
+            if key not in _KEYS:
+                raise ValidationError(f"search.{key}", value[key], f"one of the keys {', '.join(_KEYS)}")
+        d = {k: value.get(k, v) for k, v in _KEYS.items()}
+        for key in ("target", "low", "high", "step", "resolution", "confidence"):
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValidationError(f"search.{key}", v, "a number" + (" (required)" if key == "target" else ""))
+        for key in ("min", "block", "max"):
+            if isinstance(d[key], bool) or not isinstance(d[key], int):
+                raise ValidationError(f"search.{key}", d[key], "a whole number")
+        _check(0 < d["target"] < 1, "target", d["target"], "0 < target < 1 (a fraction of the rate; the paper: 0.8)")
+        _check(0 < d["low"] < 100, "low", d["low"], "0 < low < 100 (percent CPU share)")
+        _check(d["low"] < d["high"] <= 100, "high", d["high"], f"low ({d['low']:g}) < high <= 100")
+        span = d["high"] - d["low"]
+        _check(0 < d["step"] <= span and abs(span / d["step"] - round(span / d["step"])) < 1e-9
+               and span / d["step"] <= 400, "step", d["step"],
+               f"a divisor of high - low ({span:g}) giving at most 400 steps")
+        _check(d["step"] / 2 <= d["resolution"] <= span, "resolution", d["resolution"],
+               f"step / 2 ({d['step'] / 2:g}) <= resolution <= high - low ({span:g})")
+        _check(0.5 <= d["confidence"] < 1, "confidence", d["confidence"], "0.5 <= confidence < 1")
+        _check(1 <= d["min"] <= 1000, "min", d["min"], "1 <= min <= 1000")
+        _check(1 <= d["block"] <= 1000, "block", d["block"], "1 <= block <= 1000")
+        _check(d["min"] <= d["max"] <= 1000, "max", d["max"], f"min ({d['min']}) <= max <= 1000")
+        rule = cls(float(d["target"]), float(d["low"]), float(d["high"]), float(d["step"]), float(d["resolution"]),
+                   d["min"], d["block"], d["max"], float(d["confidence"]))
+        alpha = rule.plan(1.0).alpha_per_look()
+        _check(0.5 ** rule.max_reps <= alpha, "max", rule.max_reps,
+               f"enough runs for a sign test at {alpha:.2g} per look: max >= {math.ceil(-math.log2(alpha))}")
+        return rule
+
+
+def _check(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValidationError(f"search.{key}", value, allowed)
+
+
+def curve_id(scenario: Scenario) -> str:
+    """A search curve's key: the scenario without its share and repetition."""
+    d = scenario.to_dict()
+    d.pop("repetition", None)
+    d["contention"] = {k: v for k, v in d["contention"].items() if k != "cpu_share_pct"}
+    return json.dumps(d, sort_keys=True)
+
+
+class SearchGate(Gate):
+    """Which runs of a search campaign are open now: those :func:`search_step` asks for, per curve.
+
+    ``runs``, ``settled`` and ``value`` as for :class:`~bbrlab.campaign.repetitions.Gate`."""
+
+    def __init__(self, search: SearchRule, runs: Sequence[tuple[str, Scenario]],
+                 settled: Callable[[str], bool], value: Callable[[str], float | None]):
+        self.search = search
+        self.curves: dict[str, dict[float, list[str]]] = {}
+        self.where: dict[str, tuple[str, float, int]] = {}
+        self.first: dict[str, Scenario] = {}
+        for run_id, sc in runs:
+            cid = curve_id(sc)
+            share = float(sc.contention.cpu_share_pct)
+            self.curves.setdefault(cid, {}).setdefault(share, []).append(run_id)
+            self.where[run_id] = (cid, share, sc.repetition)
+            self.first.setdefault(cid, sc)
+        self.states: dict[str, dict] = {}
+        super().__init__(None, runs, settled, value)
+        self.rule = search  # the loop asks for decisions whenever a gate has a rule
+        for cid in self.curves:
+            self._search(cid)
+
+    def _search(self, cid: str) -> None:
+        sc = self.first[cid]
+        plan = self.search.plan(sc.link.rate_mbit)
+        values, prefix = {}, {}
+        for share, run_ids in self.curves[cid].items():
+            got, n = [], 0
+            for run_id in run_ids:  # in repetition order (the plan's order within a share)
+                if not self.settled(run_id):
+                    break
+                if run_id not in self._values:
+                    self._values[run_id] = self.value(run_id)
+                n += 1
+                if self._values[run_id] is not None:
+                    got.append(self._values[run_id])
+            values[share], prefix[share] = got, n
+        state = search_step(values, plan)
+        opened = set()
+        if not state.done:
+            first = prefix[state.next_share]
+            opened = set(range(first, first + state.runs_needed))
+        low, high = state.interval()
+        self.states[cid] = {"curve": {**sc.to_dict(), "repetition": None}, "rate_mbit": sc.link.rate_mbit,
+                            "target_mbit": plan.target, "done": state.done, "next_share": state.next_share,
+                            "open_reps": sorted(opened), "threshold_low_pct": low, "threshold_high_pct": high,
+                            "undecided": state.undecided, "probes": state.decisions,
+                            "runs": sum(prefix.values())}
+
+    def is_open(self, run_id: str) -> bool:
+        """Whether the search asks for this run now (or ran it already)."""
+        cid, share, rep = self.where[run_id]
+        st = self.states[cid]
+        return (share == st["next_share"] and rep in st["open_reps"]) or self.settled(run_id)
+
+    def is_skipped(self, run_id: str) -> bool:
+        """Whether the search has not asked for this run (it never will once the curve is done)."""
+        return not self.is_open(run_id)
+
+    def settle(self, run_id: str) -> list[str]:
+        """Replay the run's curve; return the runs open now."""
+        cid = self.where[run_id][0]
+        self._search(cid)
+        st = self.states[cid]
+        return list(self.curves[cid].get(st["next_share"], [])) if not st["done"] else []
+
+    def to_dict(self) -> dict:
+        """``decisions.json`` of a search: the rule and each curve's probes, verdicts and interval."""
+        states = list(self.states.values())
+        return {"schema": SEARCH_SCHEMA, "search": self.search.to_dict(), "curves": len(states),
+                "done": sum(s["done"] for s in states), "reasons": {"curve(s) searching": sum(not s["done"] for s in states),
+                                                                    "curve(s) done": sum(s["done"] for s in states)},
+                "planned_runs": len(self.where), "runs": sum(s["runs"] for s in states), "decisions": states}
+
+
+def make_gate(adaptive: RepetitionRule | None, search: SearchRule | None, runs: Sequence[tuple[str, Scenario]],
+              out: Path, settled: Callable[[str], bool]) -> Gate:
+    """The gate of a campaign directory's plan: a search's, adaptive repetitions', or one that opens every run;
+    run values read from the committed runs in ``out``."""
+    def value(run_id: str) -> float | None:
+        return measured_mbit(out, run_id)
+
+    if search is not None:
+        return SearchGate(search, list(runs), settled, value)
+    return Gate(adaptive, list(runs), settled, value)
+
+
+def search_of(spec_dict: object) -> SearchRule | None:
+    """The search rule of a spec's dict (``spec.yaml``), or None."""
+    value = spec_dict.get("search") if isinstance(spec_dict, Mapping) else None
+    return SearchRule.from_value(value) if value is not None else None
+
+
+def read_decisions(out: Path) -> dict:
+    """A campaign directory's ``decisions.json``."""
+    return json.loads((Path(out) / DECISIONS_FILE).read_text())
+

@@ -1,0 +1,139 @@
+"""Do the guest's socket samples and the host's vCPU trace share one time axis? A check that needs no trust.
+
+The guest samples its sockets from a program running on a vCPU, so a sample can only be taken while some
+vCPU thread of the sender is on a host CPU. Put the samples' guest CLOCK_REALTIME onto the host's
+CLOCK_REALTIME with a measured offset (:class:`ClockOffset`: ``host = guest + offset_ns``, give or take
+``uncertainty_ns``) and (nearly) every sample must fall inside an on-CPU interval of the trace
+(:meth:`bbrlab.sampling.vcputrace.VcpuTrace.on_intervals_realtime`). :func:`check` counts them; a low fraction
+means the offset is wrong (or the clocks drift), whatever its stated uncertainty says.
+
+The offset is measured elsewhere (timestamp exchanges with the guest); without one the run records the
+check as not done (``aligned: false``), never with an assumed offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from bbrlab.core.errors import ValidationError
+
+from . import sockdiag
+
+#: Fraction of samples that must fall inside an on-CPU interval for the alignment to be believed.
+MIN_INSIDE = 0.99
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """The guest's CLOCK_REALTIME against the host's: ``host_ns = guest_ns + offset_ns`` at guest time
+    ``reference_ns``, changing by ``drift_ppm`` (ns per ms of guest time) away from it, within ``uncertainty_ns``
+    (half-width), as measured by ``method``."""
+
+    offset_ns: int
+    uncertainty_ns: int
+    method: str = "given"
+    drift_ppm: float = 0.0
+    reference_ns: int = 0
+
+    @classmethod
+    def of_remote_minus_local(cls, offset_s: float, uncertainty_s: float, *, drift_ppm: float = 0.0,
+                              measured_at_s: float = 0.0, method: str = "exchange") -> ClockOffset:
+        """From a measurement of the guest's clock minus the host's in seconds (as timestamp exchanges give it),
+        taken at host time ``measured_at_s``; the drift is the guest's against the host's."""
+        offset_ns = -round(offset_s * 1e9)
+        return cls(offset_ns, math.ceil(uncertainty_s * 1e9), method, -drift_ppm,
+                   round(measured_at_s * 1e9) - offset_ns)
+
+    def to_host_ns(self, guest_ns: int) -> int:
+        """A guest CLOCK_REALTIME reading on the host's clock."""
+        return guest_ns + self.offset_ns + round((guest_ns - self.reference_ns) * self.drift_ppm * 1e-6)
+
+    def __post_init__(self):
+        for name in ("offset_ns", "uncertainty_ns"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValidationError(f"clock offset {name}", value, "a whole number of ns")
+        if self.uncertainty_ns < 0:
+            raise ValidationError("clock offset uncertainty_ns", self.uncertainty_ns, ">= 0 ns")
+
+
+@dataclass(frozen=True)
+class AlignmentCheck:
+    """How many guest samples fall inside an on-CPU interval once shifted by the offset: exactly
+    (``inside``) and allowing the offset's uncertainty (``inside_within_uncertainty``)."""
+
+    aligned: bool
+    samples: int
+    inside: int | None = None
+    inside_within_uncertainty: int | None = None
+    offset_ns: int | None = None
+    uncertainty_ns: int | None = None
+    sample_interval_ms: float | None = None
+    warning: str | None = None
+
+    @property
+    def fraction_inside(self) -> float | None:
+        """``inside`` / ``samples`` (None when not aligned or without samples)."""
+        return None if self.inside is None or not self.samples else self.inside / self.samples
+
+    def to_dict(self) -> dict:
+        """``metadata.alignment`` of a run record."""
+        d = asdict(self)
+        d["fraction_inside"] = None if self.fraction_inside is None else round(self.fraction_inside, 5)
+        return d
+
+
+def _inside(t_ns: int, starts: list[int], ends: list[int], slack_ns: int) -> bool:
+    """Whether ``t_ns`` lies in some interval widened by ``slack_ns`` (intervals sorted by start)."""
+    i = bisect.bisect_right(starts, t_ns + slack_ns)
+    # Intervals of several threads overlap: look back while an earlier one could still reach t_ns.
+    for j in range(i - 1, max(-1, i - 64), -1):
+        if ends[j] + slack_ns >= t_ns:
+            return True
+    return False
+
+
+def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[int, int]],
+          offset: ClockOffset | None, sample_interval_ms: float | None = None) -> AlignmentCheck:
+    """The alignment check of one run. Without an ``offset`` the run is recorded as not aligned. With one,
+    when fewer than :data:`MIN_INSIDE` of the samples fall inside an on-CPU interval (allowing the offset's
+    uncertainty), or the uncertainty exceeds one sample interval, the check carries a ``warning`` (also
+    printed on stderr): the alignment is worse than the samples' own spacing."""
+    if offset is None:
+        return AlignmentCheck(False, len(guest_sample_ns), sample_interval_ms=sample_interval_ms,
+                              warning=None)
+    spans = sorted(on_intervals_host_ns)
+    starts, ends = [s for s, _ in spans], [e for _, e in spans]
+    shifted = [offset.to_host_ns(t) for t in guest_sample_ns]
+    exact = sum(_inside(t, starts, ends, 0) for t in shifted)
+    loose = sum(_inside(t, starts, ends, offset.uncertainty_ns) for t in shifted)
+    problems = []
+    if shifted and loose / len(shifted) < MIN_INSIDE:
+        problems.append(f"only {loose} of {len(shifted)} guest samples ({100 * loose / len(shifted):.1f} %) fall "
+                        f"inside an on-CPU interval of the vCPU trace (expected >= {100 * MIN_INSIDE:.0f} %)")
+    if sample_interval_ms is not None and offset.uncertainty_ns > sample_interval_ms * 1e6:
+        problems.append(f"the clock offset's uncertainty ({offset.uncertainty_ns / 1e6:.3f} ms) exceeds one sample "
+                        f"interval ({sample_interval_ms} ms)")
+    warning = "alignment worse than one sample interval: " + "; ".join(problems) if problems else None
+    if warning:
+        print(f"bbrlab: WARNING: {warning}", file=sys.stderr, flush=True)
+    return AlignmentCheck(True, len(shifted), exact, loose, offset.offset_ns, offset.uncertainty_ns,
+                          sample_interval_ms, warning)
+
+
+def guest_sample_times_ns(log_text: str, kind: str) -> list[int]:
+    """The guest CLOCK_REALTIME (ns) of each sample in a sampler's log: the netlink sampler writes it per tick;
+    the BPF sampler's records carry CLOCK_MONOTONIC, and its header realtime minus monotonic; the ss loop writes
+    ``# t=<unix seconds>`` (bash's ``$EPOCHREALTIME``, microseconds)."""
+    if kind == "ss":
+        return [int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+                for sec, frac in re.findall(r"^# t=(\d+)[.,](\d+)\s*$", log_text, re.M)]
+    if kind == "bpf":
+        log = sockdiag.bpf.parse_log(log_text)
+        return sorted({r["mono_ns"] + log.realtime_offset_ns for r in log.records})
+    return [s.realtime_ns for s in sockdiag.parse_log(log_text).samples]

@@ -1,0 +1,249 @@
+"""The text of a tracefs instance's ``trace_pipe`` turned into on-CPU / off-CPU intervals per thread.
+
+Each line is one event: ``<comm>-<pid> [<cpu>] <flags> <sec>.<usec>: <event>: <fields>``. The trace clock is
+``mono`` (CLOCK_MONOTONIC), printed by the kernel with microsecond resolution; times here are integer ns
+(the microseconds x 1000). A thread's comm may hold spaces (QEMU's ``CPU 0/TCG``), so only the bracketed CPU
+and the timestamp anchor a line.
+
+Three kinds of events matter:
+
+- ``sched_switch``: ``prev_pid`` leaves the CPU (``prev_state``: ``R``/``R+`` still runnable, i.e. preempted or
+  throttled; ``S``, ``D``... asleep), ``next_pid`` gets it;
+- ``sched_wakeup``: ``pid`` becomes runnable (splits an off-CPU gap into asleep and waiting);
+- ``tracing_mark_write``: the tracer's own markers (:mod:`bbrlab.sampling.vcputrace`): ``bbrlab-b K`` and
+  ``bbrlab-e K`` bracket exchange ``K``, ``bbrlab-rt K <sec.usec>`` carries CLOCK_REALTIME read between them,
+  ``bbrlab-st K <tid> <run_ns> <wait_ns> <slices>`` a thread's ``/proc/<tid>/schedstat`` read just before, and
+  ``bbrlab-steal K <ticks>`` the host's own steal time (``/proc/stat``, when the host is itself a VM).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+_LINE = re.compile(r"\[(\d{3,})\]\s+(?:\S+\s+)?(\d+)\.(\d{6}):\s+(\w+):\s?(.*)$")
+_SWITCH = re.compile(r"prev_pid=(-?\d+) prev_prio=-?\d+ prev_state=(\S+) ==> next_comm=.* next_pid=(-?\d+) ")
+_WAKEUP = re.compile(r"pid=(\d+) ")
+_CPU_ID = re.compile(r"cpu_id=(\d+)")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One trace event: ``kind`` switch, wakeup, idle_exit (``cpu`` leaves its idle state) or marker, at ``mono_ns``
+    on ``cpu``. A switch has ``prev_tid``, ``prev_state`` and ``next_tid``; a wakeup ``tid``; a marker its ``text``."""
+
+    kind: str
+    mono_ns: int
+    cpu: int
+    prev_tid: int = -1
+    prev_state: str = ""
+    next_tid: int = -1
+    tid: int = -1
+    text: str = ""
+
+
+def parse_line(line: str) -> Event | None:
+    """The event on one line of trace text; None for anything else (comments, other events, the reader's
+    CPU report)."""
+    m = _LINE.search(line)
+    if m is None:
+        return None
+    cpu, ns = int(m.group(1)), int(m.group(2)) * 1_000_000_000 + int(m.group(3)) * 1000
+    name, rest = m.group(4), m.group(5)
+    if name == "sched_switch":
+        s = _SWITCH.search(rest + " ")
+        return Event("switch", ns, cpu, prev_tid=int(s.group(1)), prev_state=s.group(2),
+                     next_tid=int(s.group(3))) if s else None
+    if name in ("sched_wakeup", "sched_wakeup_new"):
+        w = _WAKEUP.search(rest + " ")
+        return Event("wakeup", ns, cpu, tid=int(w.group(1))) if w else None
+    if name == "tracing_mark_write":
+        return Event("marker", ns, cpu, text=rest.strip())
+    if name == "cpu_idle" and "state=4294967295 " in rest + " ":  # the CPU leaves idle (state -1)
+        c = _CPU_ID.search(rest)
+        return Event("idle_exit", ns, int(c.group(1)) if c else cpu)
+    return None
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One marker exchange: its bracket in trace time, CLOCK_REALTIME read inside it, the schedstat run time
+    of each thread (``schedstat[tid] = (marker mono_ns, run_ns)``)."""
+
+    key: str
+    begin_ns: int
+    end_ns: int
+    realtime_ns: int | None
+    realtime_mark_ns: int | None
+    schedstat: dict[int, tuple[int, int]]
+    steal_ticks: int | None = None
+
+    @property
+    def realtime_offset_ns(self) -> tuple[int, int] | None:
+        """CLOCK_REALTIME minus the trace clock, and its uncertainty (half the bracket it was read in), in ns."""
+        if self.realtime_ns is None or self.realtime_mark_ns is None:
+            return None
+        low, high = self.realtime_ns - self.realtime_mark_ns, self.realtime_ns - self.begin_ns
+        return (low + high) // 2, (high - low + 1) // 2
+
+
+def exchanges(events: Iterable[Event]) -> dict[str, Exchange]:
+    """The complete marker exchanges among ``events``, by key."""
+    parts: dict[str, dict] = {}
+    for e in events:
+        if e.kind != "marker" or not e.text.startswith("bbrlab-"):
+            continue
+        word, *args = e.text.split()
+        if not args:
+            continue
+        p = parts.setdefault(args[0], {"st": {}})
+        if word == "bbrlab-b":
+            p["b"] = e.mono_ns
+        elif word == "bbrlab-e":
+            p["e"] = e.mono_ns
+        elif word == "bbrlab-rt" and len(args) == 2:
+            sec, _, usec = args[1].partition(".")
+            p["rt"], p["rt_mark"] = int(sec) * 1_000_000_000 + int(usec.ljust(6, "0")[:6]) * 1000, e.mono_ns
+        elif word == "bbrlab-steal" and len(args) == 2:
+            p["steal"] = int(args[1])
+        elif word == "bbrlab-st" and len(args) >= 3:
+            p["st"][int(args[1])] = (e.mono_ns, int(args[2]))
+    return {k: Exchange(k, p["b"], p["e"], p.get("rt"), p.get("rt_mark"), p["st"], p.get("steal"))
+            for k, p in parts.items() if "b" in p and "e" in p}
+
+
+@dataclass
+class Interval:
+    """One stretch of a thread's time in trace clock ns: on a CPU (``on``) or off it. An off interval says how it
+    began (``left_state``, the thread's state when it left the CPU) and when the thread was woken in it (if it
+    slept). ``clipped``: one end is the window's edge, not an event. ``inferred``: an on-CPU interval whose
+    switch-in was missing from the trace, its start taken from its CPU's idle exit (``idle-exit``), a wakeup
+    (``wakeup``) or an upper bound (``bound``)."""
+
+    tid: int
+    on: bool
+    start_ns: int
+    end_ns: int
+    cpu: int | None = None
+    left_state: str = ""
+    woken_ns: int | None = None
+    clipped: bool = False
+    inferred: str = ""
+
+    @property
+    def length_ns(self) -> int:
+        """How long it lasted."""
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class ThreadTimeline:
+    """The intervals of one thread between ``window`` ends (trace clock ns), built event by event."""
+
+    tid: int
+    window: tuple[int, int]
+    intervals: list[Interval] = field(default_factory=list)
+    events: int = 0
+    _state: bool | None = None
+    _since: int = 0
+    _cpu: int | None = None
+    _left: str = ""
+    _woken: int | None = None
+
+    def feed(self, e: Event, idle_exit_ns: int | None = None) -> None:
+        """Take one event of this thread (events in time order); ``idle_exit_ns``: when ``e``'s CPU last left idle."""
+        lo, hi = self.window
+        if not lo <= e.mono_ns <= hi:
+            return
+        self.events += 1
+        if e.kind == "wakeup":
+            if self._state is not True and self._woken is None:
+                self._woken = e.mono_ns
+            return
+        going_on = e.next_tid == self.tid
+        if self._state is None:  # first switch: before it the thread was in the other state since the window began
+            self._state, self._since = not going_on, lo
+        if going_on and self._state is False:
+            self._close(e.mono_ns)
+            self._state, self._since, self._cpu = True, e.mono_ns, e.cpu
+        elif not going_on and self._state is True:
+            self._close(e.mono_ns)
+            self._state, self._since, self._left, self._woken = False, e.mono_ns, e.prev_state, None
+        elif not going_on:  # it left a CPU it was never seen getting: its switch-in was not recorded
+            self._infer_on(e, idle_exit_ns)
+
+    def _infer_on(self, out: Event, idle_exit_ns: int | None) -> None:
+        """An on-CPU interval whose switch-in the kernel did not record (on this project's host, switches out of
+        the idle task are sometimes missing from the trace). A running thread stays on its CPU, so it began when
+        that CPU last left idle (``idle-exit``), if that was after the previous interval began; else when the
+        thread was woken, if it slept (``wakeup``); else at the end of the previous interval (``bound``, an upper
+        bound). It is marked ``inferred`` with how."""
+        if idle_exit_ns is not None and self._since < idle_exit_ns <= out.mono_ns:
+            start, how = idle_exit_ns, "idle-exit"
+        elif self._woken is not None:
+            start, how = self._woken, "wakeup"
+        else:
+            start, how = self._since, "bound"
+        if start > self._since:
+            self._close(start)
+        self._state, self._since, self._cpu = True, start, out.cpu
+        self._close(out.mono_ns, inferred=how)
+        self._state, self._since, self._left, self._woken = False, out.mono_ns, out.prev_state, None
+
+    def _close(self, at_ns: int, clipped: bool = False, inferred: str = "") -> None:
+        first = not self.intervals
+        iv = Interval(self.tid, bool(self._state), self._since, at_ns, self._cpu if self._state else None,
+                      "" if self._state else self._left, None if self._state else self._woken,
+                      clipped or (first and self._since == self.window[0]), inferred)
+        if iv.length_ns > 0:
+            self.intervals.append(iv)
+
+    def finish(self, on_when_silent: bool) -> list[Interval]:
+        """Close the last interval at the window's end. A thread without a switch in the window was in one
+        state throughout: on the CPU if ``on_when_silent`` (its schedstat says it ran)."""
+        if self._state is None:
+            self._state, self._since = on_when_silent, self.window[0]
+        self._close(self.window[1], clipped=True)
+        return self.intervals
+
+
+def timelines(events: Iterable[Event], windows: dict[int, tuple[int, int]],
+              on_when_silent: dict[int, bool]) -> dict[int, ThreadTimeline]:
+    """Each thread's timeline from time-ordered ``events``, within its window."""
+    lines = {tid: ThreadTimeline(tid, w) for tid, w in windows.items()}
+    idle_exits: dict[int, int] = {}
+    for e in events:
+        if e.kind == "idle_exit":
+            idle_exits[e.cpu] = e.mono_ns
+            continue
+        for tid in {e.prev_tid, e.next_tid, e.tid} & lines.keys():
+            lines[tid].feed(e, idle_exits.get(e.cpu))
+    for tid, line in lines.items():
+        line.finish(on_when_silent.get(tid, False))
+    return lines
+
+
+def percentile(sorted_values: list[int], q: float) -> int:
+    """The ``q`` quantile (0..1) of ascending values, nearest rank."""
+    if not sorted_values:
+        raise ValueError("no values")
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
+def gap_stats_ms(intervals: Iterable[Interval]) -> dict:
+    """Count and length distribution (ms) of the complete off-CPU gaps (not clipped by the window)."""
+    gaps = sorted(iv.length_ns for iv in intervals if not iv.on and not iv.clipped)
+    if not gaps:
+        return {"count": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None}
+    return {"count": len(gaps), **{f"{name}_ms": round(percentile(gaps, q) / 1e6, 4)
+                                   for name, q in (("p50", .5), ("p90", .9), ("p99", .99), ("max", 1.0))}}
+
+
+def parse_times(text: str) -> float | None:
+    """Seconds of CPU (user + system) of a bash script and its children, from the two lines of ``times``."""
+    lines = re.findall(r"^(\d+)m([\d.]+)s (\d+)m([\d.]+)s$", text, re.MULTILINE)
+    if len(lines) < 2:
+        return None
+    return round(sum(int(um) * 60 + float(us) + int(sm) * 60 + float(ss) for um, us, sm, ss in lines[-2:]), 6)

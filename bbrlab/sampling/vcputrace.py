@@ -1,0 +1,358 @@
+"""When the sender's vCPU threads ran: a trace of their scheduler events on the hypervisor host, per run.
+
+Usage::
+
+    with traced(hypervisor_host, vcpu_tids) as trace:
+        run_the_transfer()
+    result = trace.result          # a VcpuTrace: intervals, summary, schedstat check, cost
+
+How: a tracefs instance of its own (``/sys/kernel/tracing/instances/bbrlab-<machine>-<pid>-<ticks>-<n>``, never
+the global buffer) with ``sched_switch`` and ``sched_wakeup`` filtered in the kernel to the thread ids, on the
+``mono`` trace clock. A reader on the host (``dd`` on ``trace_pipe``, under bash so its CPU time is reported by
+``times`` when it ends) streams the events here into a scratch file; at most ``max_bytes`` (then the trace says
+it is capped). At the start and at the end one bash script writes markers into the instance
+(:mod:`bbrlab.sampling.vcpuparse`): CLOCK_REALTIME (``$EPOCHREALTIME``) between two markers, which gives
+realtime minus the trace clock with its uncertainty, and each thread's ``/proc/<tid>/schedstat``, which the
+trace's on-CPU time over the same window is compared with. The instance is removed on every exit (signals
+included, as :func:`bbrlab.contention.deadline.restore_on_signals` restores); a killed owner's instance is
+removed by :func:`clear_leftovers` (run recovery).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bbrlab.contention.deadline import restore_on_signals
+from bbrlab.core import owners
+from bbrlab.core.errors import BbrlabError, ValidationError
+from bbrlab.core.hosts import CommandError, Host
+
+from . import vcpuparse as vp
+
+TRACEFS = "/sys/kernel/tracing"
+INSTANCES = f"{TRACEFS}/instances"
+#: Ring buffer per CPU of the instance; the reader empties it as it goes.
+BUFFER_KB = 4096
+#: Bytes of trace text read at most (about 1.3 M events): beyond it the trace is capped.
+MAX_BYTES = 256 << 20
+#: Relative difference allowed between the trace's on-CPU time and schedstat's run time.
+SCHEDSTAT_TOLERANCE = 0.02
+#: The unit of /proc/stat's counters (USER_HZ, 100 on every Linux architecture bbrlab runs on).
+USER_HZ = 100
+_NAME = re.compile(r"^bbrlab-([0-9A-Za-z]{1,8})-(\d+)-(\d+)-(\d+)$")
+_counter = itertools.count()
+
+_SETUP = r"""set -e
+d=$1; sw=$2; wk=$3; kb=$4
+mkdir "$d"
+echo mono > "$d/trace_clock"
+echo "$kb" > "$d/buffer_size_kb"
+echo "$sw" > "$d/events/sched/sched_switch/filter"
+echo "$wk" > "$d/events/sched/sched_wakeup/filter"
+echo 1 > "$d/events/sched/sched_switch/enable"
+echo 1 > "$d/events/sched/sched_wakeup/enable"
+if [ -d "$d/events/power/cpu_idle" ]; then  # idle exits: where a switch out of idle goes unrecorded
+  echo "state == 4294967295" > "$d/events/power/cpu_idle/filter"
+  echo 1 > "$d/events/power/cpu_idle/enable"
+fi
+"""
+#: The reader: every READ_PERIOD_S it empties the buffer without blocking (a reader blocked on trace_pipe is
+#: woken by every event, preempting the traced thread each time: the trace would disturb what it measures).
+#: SIGTERM makes it read once more and end; it reports its own and its children's CPU with ``times``.
+READ_PERIOD_S = 0.2
+_READER = r"""p=$1; max=$3; err=$4; period=$5; echo $$ > "$2"
+stop=0; total=0; trap 'stop=1' TERM
+mkfifo "$err.wait"; exec 9<>"$err.wait"  # read -t on a fifo nobody writes: a sleep without a fork
+while [ -e "$p" ]; do
+  dd if="$p" iflag=nonblock bs=65536 2> "$err"
+  mapfile -t L < "$err"; w=(${L[-1]}); total=$((total + ${w[0]:-0}))
+  [ "$stop" = 1 ] && break
+  [ "$total" -ge "$max" ] && { echo "bbrlab-capped $total"; break; }
+  read -r -t "$period" -u 9 _
+done
+times
+"""
+_EXCHANGE = r"""m=$1/trace_marker; k=$2; shift 2
+echo "bbrlab-b $k" > "$m"
+echo "bbrlab-rt $k $EPOCHREALTIME" > "$m"
+for t; do read -r s < "/proc/$t/schedstat" && echo "bbrlab-st $k $t $s" > "$m"; done
+read -r _ _ _ _ _ _ _ _ st _ < /proc/stat; echo "bbrlab-steal $k $st" > "$m"
+echo "bbrlab-e $k" > "$m"
+"""
+_FIND_READERS = (r'find /proc/[0-9]*/fd -maxdepth 1 -lname "$1/trace_pipe" 2>/dev/null | '
+                 r"cut -d/ -f3 | sort -u; true")
+
+
+class VcpuTraceError(BbrlabError):
+    """The trace could not be set up or read (the message says what the host answered)."""
+
+
+def instance_name() -> str:
+    """A new instance name for this process: ``bbrlab-<machine id, 8>-<pid>-<start ticks>-<n>``."""
+    me = owners.Owner.current()
+    return f"bbrlab-{me.machine[:8]}-{me.pid}-{me.ticks}-{next(_counter)}"
+
+
+def _filters(tids: Sequence[int]) -> tuple[str, str]:
+    switch = " || ".join(f"prev_pid == {t} || next_pid == {t}" for t in tids)
+    return switch, " || ".join(f"pid == {t}" for t in tids)
+
+
+@dataclass
+class VcpuTrace:
+    """One run's trace: ``intervals`` (trace clock ns; ``realtime_offset_ns`` converts to CLOCK_REALTIME),
+    the per-thread and overall ``summary``, the schedstat comparison and what the tracer cost."""
+
+    instance: str
+    tids: list[int]
+    intervals: list[vp.Interval]
+    realtime_offset_ns: int
+    offset_uncertainty_ns: int
+    realtime_drift_ns: int
+    window_ns: tuple[int, int]
+    events: int
+    bytes_read: int
+    capped: bool
+    lost_events: int
+    reader_cpu_s: float | None
+    schedstat: list[dict] = field(default_factory=list)
+    host_steal_s: float | None = None
+
+    @property
+    def traced_s(self) -> float:
+        """Seconds between the start and end exchanges."""
+        return (self.window_ns[1] - self.window_ns[0]) / 1e9
+
+    def on_intervals_realtime(self) -> list[tuple[int, int]]:
+        """The on-CPU intervals of all threads as CLOCK_REALTIME ns (start, end), sorted by start."""
+        off = self.realtime_offset_ns
+        return sorted((iv.start_ns + off, iv.end_ns + off) for iv in self.intervals if iv.on)
+
+    def schedstat_agrees(self) -> bool | None:
+        """True when every thread's on-CPU time from the trace is within 2 % of schedstat's (None: not compared)."""
+        usable = [c for c in self.schedstat if c.get("relative_diff") is not None]
+        return None if not usable else all(abs(c["relative_diff"]) <= SCHEDSTAT_TOLERANCE for c in usable)
+
+    def summary(self) -> dict:
+        """``metadata.vcpu_trace`` of the run record (docs/run-record.md)."""
+        per_thread = []
+        for tid in self.tids:
+            mine = [iv for iv in self.intervals if iv.tid == tid]
+            on_ns = sum(iv.length_ns for iv in mine if iv.on)
+            per_thread.append({"tid": tid, "on_cpu_share": round(on_ns / max(1, self.window_ns[1] - self.window_ns[0]), 5),
+                               "on_cpu_s": round(on_ns / 1e9, 6), "gaps": vp.gap_stats_ms(mine)})
+        gaps = vp.gap_stats_ms(self.intervals)
+        return {"instance": self.instance, "clock": "mono", "resolution_us": 1, "traced_s": round(self.traced_s, 6),
+                "realtime_offset_ns": self.realtime_offset_ns, "offset_uncertainty_ns": self.offset_uncertainty_ns,
+                "realtime_drift_ns": self.realtime_drift_ns,
+                "on_cpu_share": round(sum(t["on_cpu_share"] for t in per_thread) / max(1, len(per_thread)), 5),
+                "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
+                "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
+                "capped": self.capped, "lost_events": self.lost_events,
+                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in ("idle-exit", "wakeup", "bound")},
+                "reader_cpu_s": self.reader_cpu_s,
+                "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
+                                               round(1000 * self.reader_cpu_s / self.traced_s, 4)),
+                "schedstat": self.schedstat, "schedstat_agrees": self.schedstat_agrees(),
+                "host_steal_s": self.host_steal_s}
+
+    def write_csv(self, path: str | Path) -> int:
+        """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written."""
+        off = self.realtime_offset_ns
+        with open(path, "w") as f:
+            f.write("tid,state,start_ns,end_ns,length_ns,cpu,left_state,woken_ns,clipped,inferred\n")
+            for iv in self.intervals:
+                woken = "" if iv.woken_ns is None else iv.woken_ns + off
+                f.write(f"{iv.tid},{'on' if iv.on else 'off'},{iv.start_ns + off},{iv.end_ns + off},{iv.length_ns},"
+                        f"{'' if iv.cpu is None else iv.cpu},{iv.left_state},{woken},{int(iv.clipped)},{iv.inferred}\n")
+        return len(self.intervals)
+
+
+def _running_for(line: vp.ThreadTimeline, at_ns: int) -> int:
+    """How long the thread had been on a CPU at ``at_ns`` (0 when it was off): schedstat's run time is only
+    brought up to date when the scheduler accounts the running thread (a tick, a switch), so it may lag by that."""
+    return next((at_ns - iv.start_ns for iv in line.intervals if iv.on and iv.start_ns <= at_ns < iv.end_ns), 0)
+
+
+def _compare(tid: int, first: vp.Exchange, last: vp.Exchange, line: vp.ThreadTimeline) -> dict:
+    """The trace's on-CPU ns of ``tid`` over the schedstat window against schedstat's run time. Where a read
+    fell while the thread ran, schedstat may lag by up to how long it had run: the difference counts from the
+    range of run times that allows (``relative_diff``), the plain one is ``relative_diff_raw``."""
+    if tid not in first.schedstat or tid not in last.schedstat:
+        return {"tid": tid, "relative_diff": None, "why": "schedstat not read at both ends (thread gone?)"}
+    (t0, run0), (t1, run1) = first.schedstat[tid], last.schedstat[tid]
+    traced = sum(min(iv.end_ns, t1) - max(iv.start_ns, t0) for iv in line.intervals
+                 if iv.on and iv.end_ns > t0 and iv.start_ns < t1)
+    sched, lag0, lag1 = run1 - run0, _running_for(line, t0), _running_for(line, t1)
+    if sched <= 0:
+        return {"tid": tid, "relative_diff": None, "why": "schedstat counted no run time"}
+    outside = max(0, (sched - lag0) - traced, traced - (sched + lag1))
+    return {"tid": tid, "trace_on_cpu_ns": traced, "schedstat_run_ns": sched, "stale_allowance_ns": [lag0, lag1],
+            "relative_diff_raw": round((traced - sched) / sched, 5),
+            "relative_diff": round(outside / sched * (1 if traced >= sched else -1), 5)}
+
+
+def build(instance: str, tids: Sequence[int], text_lines: Iterator[str], *, bytes_read: int, capped: bool,
+          lost_events: int, reader_cpu_s: float | None) -> VcpuTrace:
+    """A :class:`VcpuTrace` from the reader's output lines: the exchanges ``start`` and ``end`` set the window."""
+    events = [e for e in map(vp.parse_line, text_lines) if e is not None]
+    found = vp.exchanges(events)
+    if "start" not in found or ("end" not in found and not capped):
+        raise VcpuTraceError(f"{instance}: the trace lacks its {'start' if 'start' not in found else 'end'} "
+                             f"markers ({len(events)} events read)")
+    first, last = found["start"], found.get("end")  # a capped trace ends at its last event, unchecked
+    offsets = [x.realtime_offset_ns for x in (first, last) if x is not None]
+    if None in offsets:
+        raise VcpuTraceError(f"{instance}: a clock exchange lacks its CLOCK_REALTIME marker")
+    window = (first.end_ns, last.begin_ns if last else events[-1].mono_ns)
+    last = last or vp.Exchange("end", window[1], window[1], None, None, {})
+    if len(offsets) == 1:
+        offsets.append(offsets[0])
+    silent_on = {}
+    for tid in tids:
+        if tid in first.schedstat and tid in last.schedstat:
+            ran = last.schedstat[tid][1] - first.schedstat[tid][1]
+            silent_on[tid] = ran > (last.schedstat[tid][0] - first.schedstat[tid][0]) / 2
+    sched_events = [e for e in events if e.kind != "marker"]
+    lines = vp.timelines(sched_events, {t: window for t in tids}, silent_on)
+    intervals = sorted((iv for line in lines.values() for iv in line.intervals), key=lambda iv: (iv.start_ns, iv.tid))
+    (off0, unc0), (off1, unc1) = offsets
+    return VcpuTrace(instance, list(tids), intervals, (off0 + off1) // 2, max(unc0, unc1) + abs(off1 - off0) // 2,
+                     off1 - off0, window, len(sched_events), bytes_read, capped, lost_events, reader_cpu_s,
+                     [_compare(t, first, last, lines[t]) for t in tids],
+                     None if first.steal_ticks is None or last.steal_ticks is None else
+                     (last.steal_ticks - first.steal_ticks) / USER_HZ)
+
+
+@dataclass
+class TraceSession:
+    """A running trace on ``host`` (made by :func:`traced`); ``result`` once it has stopped."""
+
+    host: Host
+    tids: list[int]
+    name: str
+    raw_path: Path
+    pidfile: str
+    max_bytes: int = MAX_BYTES
+    stream: object = None
+    result: VcpuTrace | None = None
+    removed: bool = False
+
+    @property
+    def path(self) -> str:
+        """The instance's directory on the host."""
+        return f"{INSTANCES}/{self.name}"
+
+    def _root(self, argv: list[str], **kw):
+        return self.host.run(argv, sudo=True, **kw)
+
+    def start(self) -> None:
+        """Make the instance, start the reader, write the start exchange."""
+        if not self.host.exists(INSTANCES):
+            raise VcpuTraceError(f"{self.host.name}: no tracefs instances at {INSTANCES} (tracefs not mounted?)")
+        try:
+            self._root(["bash", "-c", _SETUP, "bash", self.path, *_filters(self.tids), str(BUFFER_KB)])
+        except CommandError as e:
+            raise VcpuTraceError(f"{self.host.name}: could not set up trace instance {self.path}: {e}") from e
+        argv = ["bash", "-c", _READER, "bash", f"{self.path}/trace_pipe", self.pidfile, str(self.max_bytes),
+                f"{Path(self.pidfile).parent}/dd.err", str(READ_PERIOD_S)]
+        self.stream = self.host.stream(argv if self.host._is_root() else ["sudo", "-n", *argv], self.raw_path)
+        self.exchange("start")
+
+    def exchange(self, key: str) -> None:
+        """Write exchange ``key``'s markers (clock, schedstat of every thread) into the instance."""
+        self._root(["bash", "-c", _EXCHANGE, "bash", self.path, key, *map(str, self.tids)])
+
+    def _stats(self) -> dict[str, int]:
+        out = self._root(["sh", "-c", f'cat {self.path}/per_cpu/cpu*/stats'], check=False).stdout
+        sums: dict[str, int] = {}
+        for key, value in re.findall(r"^(entries|overrun|dropped events|commit overrun): (\d+)", out, re.MULTILINE):
+            sums[key] = sums.get(key, 0) + int(value)
+        return sums
+
+    def stop(self) -> VcpuTrace:
+        """Write the end exchange, let the reader empty the buffer, stop it and build the result."""
+        self.exchange("end")
+        self._root(["sh", "-c", f"echo 0 > {self.path}/tracing_on"])
+        stats = self._stats()
+        self._root(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; true', "sh", self.pidfile])
+        if self.stream.wait(10) is None:
+            raise VcpuTraceError(f"{self.host.name}: the trace reader of {self.path} did not stop")
+        text = self.raw_path.read_text(errors="replace")
+        capped = "\nbbrlab-capped " in text
+        lost = stats.get("overrun", 0) + stats.get("dropped events", 0) + stats.get("commit overrun", 0)
+        self.result = build(self.name, self.tids, iter(text.splitlines()), bytes_read=len(text), capped=capped,
+                            lost_events=lost, reader_cpu_s=vp.parse_times(text))
+        return self.result
+
+    def remove(self) -> None:
+        """Stop any reader and remove the instance (safe to call more than once)."""
+        if self.removed:
+            return
+        remove_instance(self.host, self.name)
+        if self.stream is not None:
+            self.stream.close()
+        self.removed = True
+
+
+def remove_instance(host: Host, name: str) -> None:
+    """Turn instance ``name`` off, stop whatever reads its ``trace_pipe``, and remove it."""
+    path = f"{INSTANCES}/{name}"
+    host.run(["sh", "-c", f'[ -d {path} ] && echo 0 > {path}/tracing_on; true'], sudo=True)
+    for _ in range(50):
+        gone = host.run(["sh", "-c", f'[ ! -d {path} ] || rmdir {path}'], sudo=True, check=False)
+        if gone.ok:
+            return
+        readers = host.run(["bash", "-c", _FIND_READERS, "bash", path], sudo=True).stdout.split()
+        if readers:  # a reader holds trace_pipe open (a killed owner's): the kernel refuses the rmdir
+            host.run(["kill", *readers], sudo=True, check=False)
+        time.sleep(0.1)
+    raise VcpuTraceError(f"{host.name}: could not remove trace instance {path}: {gone.stderr.strip()}")
+
+
+def clear_leftovers(host: Host) -> list[str]:
+    """Remove the bbrlab trace instances on ``host`` whose owner (a process on this machine) is gone."""
+    listing = host.run(["sh", "-c", f"ls {INSTANCES} 2>/dev/null; true"], sudo=True).stdout.split()
+    me = owners.machine_id()[:8]
+    removed = []
+    for name in listing:
+        m = _NAME.match(name)
+        if m and m.group(1) == me and not owners.alive(int(m.group(2)), int(m.group(3))):
+            remove_instance(host, name)
+            removed.append(name)
+    return removed
+
+
+def check_tids(tids: Sequence[object]) -> list[int]:
+    """The thread ids to trace: distinct positive whole numbers, at least one."""
+    if not tids or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tids):
+        raise ValidationError("vcpu_trace thread ids", list(tids), "one or more positive thread ids")
+    if len(set(tids)) != len(tids):
+        raise ValidationError("vcpu_trace thread ids", list(tids), "distinct thread ids")
+    return list(tids)  # type: ignore[arg-type]
+
+
+@contextmanager
+def traced(host: Host, tids: Sequence[int], *, max_bytes: int = MAX_BYTES,
+           handle_signals: bool = True) -> Iterator[TraceSession]:
+    """Trace ``tids`` on ``host`` while the ``with`` body runs; ``session.result`` after a normal exit. The
+    instance is removed on every exit; SIGTERM, SIGINT and SIGHUP remove it first and then act as before."""
+    tids = check_tids(list(tids))
+    with tempfile.TemporaryDirectory(prefix="bbrlab-vcputrace-") as scratch, \
+            host.private_dir("vcputrace") as private:
+        session = TraceSession(host, tids, instance_name(), Path(scratch) / "trace.txt", f"{private}/reader.pid",
+                               max_bytes)
+        with restore_on_signals(session.remove) if handle_signals else nullcontext():
+            try:
+                session.start()
+                yield session
+                session.stop()
+            finally:
+                session.remove()

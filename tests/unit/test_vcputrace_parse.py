@@ -1,0 +1,233 @@
+"""The vCPU trace's parsing, intervals, schedstat comparison and alignment check, from real trace text.
+
+Both fixtures were captured on this project's host (kernel 6.18, trace clock mono) by
+:func:`bbrlab.sampling.vcputrace.traced`, the reader's raw output kept as it came:
+
+- ``deadline-1ms-4ms.txt``: a busy Python process under SCHED_DEADLINE runtime 1 ms / period 4 ms, traced 1 s;
+- ``sleeper-2ms-on-5ms-off.txt``: a process that spins 2 ms and sleeps 5 ms in a loop, traced 0.1 s;
+- ``testbed-sender-vcpu-other.txt.gz``: the shared testbed's sender vCPU thread (TCG, SCHED_OTHER, tid 9726) while
+  the test suite used it, observed for 3 s: 119 of its switch-ins are missing from the kernel's trace (switches
+  out of the idle task, on this host), which the timeline infers.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bbrlab.core.errors import ValidationError
+from bbrlab.sampling import alignment, vcpuparse, vcputrace
+
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "vcputrace"
+DEADLINE_TID, SLEEPER_TID = 24769, 24855
+
+
+def _trace(name: str, tid: int) -> vcputrace.VcpuTrace:
+    text = gzip.open(DATA / name, "rt").read() if name.endswith(".gz") else (DATA / name).read_text()
+    return vcputrace.build("fixture", [tid], iter(text.splitlines()), bytes_read=len(text), capped=False,
+                           lost_events=0, reader_cpu_s=vcpuparse.parse_times(text))
+
+
+def test_a_switch_line_with_a_comm_holding_spaces_parses():
+    line = ("       CPU 0/TCG-18830   [000] d..2. 13608.834649: sched_switch: prev_comm=CPU 0/TCG prev_pid=18830 "
+            "prev_prio=120 prev_state=R+ ==> next_comm=python next_pid=22518 next_prio=-1")
+    e = vcpuparse.parse_line(line)
+    assert (e.kind, e.cpu, e.mono_ns, e.prev_tid, e.prev_state, e.next_tid) == \
+        ("switch", 0, 13608_834649_000, 18830, "R+", 22518)
+
+
+def test_wakeups_markers_and_other_lines():
+    wake = vcpuparse.parse_line("       CPU 0/TCG-18830   [001] dNh3. 13616.142686: sched_wakeup: comm=python "
+                                "pid=22735 prio=120 target_cpu=001")
+    assert (wake.kind, wake.tid, wake.mono_ns) == ("wakeup", 22735, 13616_142686_000)
+    mark = vcpuparse.parse_line("            bash-24798   [000] ...1. 13698.781454: tracing_mark_write: "
+                                "bbrlab-rt start 1795686955.867897")
+    assert (mark.kind, mark.text) == ("marker", "bbrlab-rt start 1795686955.867897")
+    for other in ("# tracer: nop", "0m0.003s 0m0.000s", "", "bbrlab-capped 123"):
+        assert vcpuparse.parse_line(other) is None
+
+
+def test_the_exchanges_give_the_clock_offset_within_its_bracket():
+    text = (DATA / "deadline-1ms-4ms.txt").read_text()
+    found = vcpuparse.exchanges(vcpuparse.parse_line(s) for s in text.splitlines() if vcpuparse.parse_line(s))
+    start = found["start"]
+    # realtime 1795686955.867897 read between the b marker (13698.781430) and its own (13698.781454)
+    low, high = 1795686955_867897_000 - 13698_781454_000, 1795686955_867897_000 - 13698_781430_000
+    offset, unc = start.realtime_offset_ns
+    assert low <= offset <= high and unc == 12_000
+    assert start.schedstat[DEADLINE_TID] == (13698_781516_000, 325737719)
+    assert (start.steal_ticks, found["end"].steal_ticks) == (2113, 2118)
+
+
+def test_deadline_trace_intervals_alternate_and_tile_the_window():
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    ivs = trace.intervals
+    assert ivs[0].start_ns == trace.window_ns[0] and ivs[-1].end_ns == trace.window_ns[1]
+    assert all(a.end_ns == b.start_ns and a.on != b.on for a, b in zip(ivs, ivs[1:], strict=False))
+    assert not any(iv.inferred for iv in ivs)
+    assert all(iv.left_state.startswith("R") for iv in ivs if not iv.on and not iv.clipped)  # throttled
+    s = trace.summary()
+    assert 0.22 < s["on_cpu_share"] < 0.28  # runtime 1 ms of every 4 ms
+    assert s["gaps"]["count"] > 100 and s["gaps"]["p50_ms"] >= 2.5  # period - runtime = 3 ms, or longer
+    assert s["reader_cpu_s"] == pytest.approx(0.006 + 0.016 + 0.001)  # bash's times: shell, children
+
+
+def test_deadline_trace_agrees_with_schedstat_within_two_percent():
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    [cmp] = trace.schedstat
+    assert cmp["schedstat_run_ns"] == 584399255 - 325737719
+    assert abs(cmp["relative_diff"]) <= 0.02 and trace.schedstat_agrees() is True
+    assert trace.host_steal_s == pytest.approx(0.05)
+
+
+def test_sleeper_gaps_start_asleep_and_carry_their_wakeup():
+    trace = _trace("sleeper-2ms-on-5ms-off.txt", SLEEPER_TID)
+    slept = [iv for iv in trace.intervals if not iv.on and iv.left_state == "S" and not iv.clipped]
+    assert len(slept) >= 10
+    assert all(iv.woken_ns is not None and iv.start_ns < iv.woken_ns <= iv.end_ns for iv in slept)
+    assert all(4.5e6 < iv.woken_ns - iv.start_ns < 12e6 for iv in slept)  # time.sleep(0.005)
+    assert trace.schedstat_agrees() is True
+
+
+def test_missing_switch_ins_are_inferred_from_wakeups_and_then_agree_with_schedstat():
+    trace = _trace("testbed-sender-vcpu-other.txt.gz", 9726)
+    inferred = [iv for iv in trace.intervals if iv.inferred]
+    assert trace.summary()["inferred_switch_ins"] == {"idle-exit": 0, "wakeup": 113, "bound": 6}
+    assert all(iv.on for iv in inferred)
+    # an interval inferred from a wakeup starts at that wakeup, which ended the gap before it
+    for iv in (iv for iv in inferred if iv.inferred == "wakeup"):
+        before = trace.intervals[trace.intervals.index(iv) - 1]
+        assert not before.on and before.end_ns == iv.start_ns == before.woken_ns
+    [cmp] = trace.schedstat  # without the inference the trace's on-CPU time was 20 % short of schedstat's
+    assert abs(cmp["relative_diff"]) <= 0.02 and cmp["schedstat_run_ns"] == 1700439498
+
+
+def test_csv_rows_are_realtime(tmp_path):
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    rows = trace.write_csv(tmp_path / "vcpu.csv")
+    lines = (tmp_path / "vcpu.csv").read_text().splitlines()
+    assert rows == len(lines) - 1 == len(trace.intervals)
+    first = lines[1].split(",")
+    assert int(first[2]) == trace.intervals[0].start_ns + trace.realtime_offset_ns
+    assert 1795686955 < int(first[2]) / 1e9 < 1795686957
+
+
+def test_a_trace_without_its_end_markers_is_refused_unless_capped():
+    lines = [s for s in (DATA / "deadline-1ms-4ms.txt").read_text().splitlines() if "bbrlab-b end" not in s]
+    with pytest.raises(vcputrace.VcpuTraceError, match="end"):
+        vcputrace.build("x", [DEADLINE_TID], iter(lines), bytes_read=0, capped=False, lost_events=0, reader_cpu_s=None)
+    capped = vcputrace.build("x", [DEADLINE_TID], iter(lines), bytes_read=0, capped=True, lost_events=0,
+                             reader_cpu_s=None)
+    assert capped.capped and capped.schedstat_agrees() is None
+
+
+def test_gap_percentiles_nearest_rank():
+    ivs = [vcpuparse.Interval(1, False, 0, n * 1_000_000) for n in range(1, 101)]
+    assert vcpuparse.gap_stats_ms(ivs) == {"count": 100, "p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0,
+                                           "max_ms": 100.0}
+    assert vcpuparse.gap_stats_ms([])["count"] == 0
+
+
+def test_alignment_counts_samples_inside_on_intervals(capsys):
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    on = trace.on_intervals_realtime()
+    guest_offset = 7_000_000_000  # the guest's clock runs 7 s behind the host's
+    inside = [(s + e) // 2 - guest_offset for s, e in on[:50]]
+    result = alignment.check(inside, on, alignment.ClockOffset(guest_offset, 10_000), sample_interval_ms=10)
+    assert (result.inside, result.fraction_inside, result.warning) == (50, 1.0, None)
+    # a wrong offset puts many samples in the gaps (75 % of the time is off-CPU): loud
+    wrong = alignment.check(inside, on, alignment.ClockOffset(guest_offset + 2_500_000, 10_000), sample_interval_ms=10)
+    assert wrong.fraction_inside < 0.99 and "worse than one sample interval" in wrong.warning
+    assert "WARNING" in capsys.readouterr().err
+
+
+def test_alignment_without_an_offset_is_recorded_as_not_aligned():
+    result = alignment.check([1, 2, 3], [(0, 10)], None, sample_interval_ms=10)
+    assert result.to_dict()["aligned"] is False and result.inside is None and result.warning is None
+
+
+def test_alignment_uncertainty_beyond_one_sample_interval_warns():
+    result = alignment.check([5], [(0, 10)], alignment.ClockOffset(0, 20_000_000), sample_interval_ms=10)
+    assert result.fraction_inside == 1.0 and "exceeds one sample interval" in result.warning
+    with pytest.raises(ValidationError, match="uncertainty"):
+        alignment.ClockOffset(0, -1)
+
+
+def test_guest_sample_times_from_an_ss_log():
+    log = "# t=1795686955.867897\nESTAB ...\n# t=1795686955,877901\n"
+    assert alignment.guest_sample_times_ns(log, "ss") == [1795686955_867897_000, 1795686955_877901_000]
+
+
+def test_thread_ids_are_checked_before_anything_runs():
+    for bad in ([], [0], [1, 1], ["12"], [True]):
+        with pytest.raises(ValidationError, match="thread ids"):
+            vcputrace.check_tids(bad)
+
+
+def test_leftover_instance_names_carry_their_owner():
+    name = vcputrace.instance_name()
+    m = vcputrace._NAME.match(name)
+    assert m and int(m.group(2)) > 0
+
+
+def test_a_traced_run_fills_the_vcpu_table_and_its_summary_columns_through_the_cache(tmp_path):
+    import json
+    import shutil
+
+    from bbrlab.analysis import data
+
+    shutil.copytree(DATA.parent / "campaign", tmp_path / "c")
+    run = sorted((tmp_path / "c" / "runs").iterdir())[0]
+    trace = _trace("deadline-1ms-4ms.txt", DEADLINE_TID)
+    trace.write_csv(run / "vcpu.csv")
+    record = json.loads((run / "record.json").read_text())
+    record["metadata"]["vcpu_trace"] = {"file": "vcpu.csv", **trace.summary()}
+    (run / "record.json").write_text(json.dumps(record))
+    for force in (True, False):  # read, then from the cache (its parquet files)
+        t = data.load(tmp_path / "c", force=force)
+        traced = t.runs[t.runs["path"].str.contains(run.name)].iloc[0]
+        assert traced["vcpu_gaps"] == trace.summary()["gaps"]["count"]
+        assert traced["vcpu_on_cpu_share"] == pytest.approx(trace.summary()["on_cpu_share"])
+        assert bool(traced["vcpu_schedstat_agrees"]) and pd.isna(traced["samples_inside_on_cpu"])
+        assert len(t.vcpu) == len(trace.intervals) and set(t.vcpu["run_id"]) == {traced["run_id"]}
+        assert t.vcpu["start_ns"].dtype == "Int64" and t.vcpu["on_cpu"].sum() == sum(iv.on for iv in trace.intervals)
+        assert t.counts()["vcpu"] == len(trace.intervals)
+
+
+@pytest.mark.parametrize("name, kind", [("live-bbr-both.bpf.log.gz", "bpf"), ("live-bbr.sockdiag.log.gz", "netlink")])
+def test_guest_sample_times_from_the_native_samplers_logs(name, kind):
+    import gzip
+
+    from bbrlab.sampling import sockdiag
+
+    text = gzip.open(DATA.parent / "sockdiag" / name, "rt").read()
+    times = alignment.guest_sample_times_ns(text, kind)
+    assert len(times) > 100 and times == sorted(times)
+    rows = sockdiag.rows(text, check=False)  # the socket rows: taken at those times (a tick may find no socket)
+    assert times[0] <= min(r["t_unix_s"] for r in rows) * 1e9 + 1e3
+    assert max(r["t_unix_s"] for r in rows) * 1e9 <= times[-1] + 1e3
+
+
+def test_an_exchange_measurement_becomes_a_guest_to_host_offset_with_its_drift():
+    # the guest's clock reads 2.5 s ahead of the host's at host time 1000 s and gains 100 us per s (100 ppm)
+    offset = alignment.ClockOffset.of_remote_minus_local(2.5, 0.0002, drift_ppm=100.0, measured_at_s=1000.0)
+    assert offset.uncertainty_ns == 200_000
+    assert offset.to_host_ns(1_002_500_000_000) == 1_000_000_000_000
+    # 10 s later (guest time) the guest is 1 ms further ahead
+    assert offset.to_host_ns(1_012_500_000_000) == pytest.approx(1_010_000_000_000 - 1_000_000, abs=2)
+
+
+def test_an_idle_exit_of_the_cpu_starts_an_inferred_interval():
+    out1 = vcpuparse.parse_line("       CPU 0/TCG-9726    [001] d..2. 100.000100: sched_switch: prev_comm=CPU 0/TCG "
+                                "prev_pid=9726 prev_prio=120 prev_state=R ==> next_comm=swapper/1 next_pid=0 next_prio=120")
+    exit_ = vcpuparse.parse_line("          <idle>-0       [001] dN.1. 100.003000: cpu_idle: state=4294967295 cpu_id=1")
+    out2 = vcpuparse.parse_line("       CPU 0/TCG-9726    [001] d..2. 100.004000: sched_switch: prev_comm=CPU 0/TCG "
+                                "prev_pid=9726 prev_prio=120 prev_state=R ==> next_comm=swapper/1 next_pid=0 next_prio=120")
+    assert (exit_.kind, exit_.cpu) == ("idle_exit", 1)
+    assert vcpuparse.parse_line("          <idle>-0       [001] d..1. 100.002000: cpu_idle: state=1 cpu_id=1") is None
+    line = vcpuparse.timelines([out1, exit_, out2], {9726: (100_000_000_000, 100_005_000_000)}, {})[9726]
+    on = [iv for iv in line.intervals if iv.on]
+    assert [(iv.start_ns, iv.end_ns, iv.inferred) for iv in on][1] == (100_003_000_000, 100_004_000_000, "idle-exit")

@@ -1,4 +1,4 @@
-"""The three tidy tables (runs, intervals, ss), their columns, units and dtypes.
+"""The tidy tables (runs, intervals, ss, streams, flows), their columns, units and dtypes.
 
 Every reader (bbrlab's run directories, the paper authors' layout) produces rows as plain dicts or
 tuples; :func:`build_tables` turns them into DataFrames in one go and :func:`normalise` gives each
@@ -254,6 +254,15 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("timed_out", "boolean", "rsync: transfer_timeout_s ended the copy (<NA> for iperf3)",
            lambda v: v.transfer.get("timed_out")),
     Column("ssh_cipher", "string", "rsync: the SSH cipher, client to server", lambda v: _get(v.transfer, "ssh", "cipher")),
+    # several flows (bbrlab.analysis.fairness); a single-flow run has flows 1 and the rest <NA>
+    Column("flows", "Int64", "iperf3 flows in the run (each with its own CCA, streams, start and origin)",
+           lambda v: v.fair.get("flows")),
+    Column("overlap_s", "float64", "how long every flow was sending at once (the window the fairness columns "
+           "cover) [s]", lambda v: v.fair.get("overlap_s")),
+    Column("jain_index", "float64", "Jain's fairness index of the flows' throughputs over the overlap window "
+           "(1/flows .. 1); <NA> for one flow", lambda v: v.fair.get("jain_index")),
+    Column("convergence_s", "float64", "from the overlap's start to the first 1 s bin from which Jain's index "
+           "stays >= 0.9 [s]; <NA> when it never does or for one flow", lambda v: v.fair.get("convergence_s")),
 )
 INTERVAL_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
@@ -263,6 +272,39 @@ INTERVAL_SCHEMA: tuple[Column, ...] = (
     Column("throughput_mbit", "float64", "receiver throughput over the streams in the interval (rsync: the "
            "file's bytes that arrived in it) [Mbit/s]"),
     Column("retransmits", "float64", "retransmissions in the interval"),
+)
+STREAM_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("flow", "Int64", "the flow within the run, from 0 (a single-flow run: 0)"),
+    Column("stream", "Int64", "the stream within the flow, from 0 (iperf3 -P)"),
+    Column("port", "Int64", "the stream's local port on the sender"),
+    Column("t_start_s", "float64", "interval start since the run's first flow started (the flow's start "
+           "offset plus iperf3's interval start) [s]"),
+    Column("t_end_s", "float64", "interval end, same clock [s]"),
+    Column("throughput_mbit", "float64", "the receiver's bytes of this stream in the interval of the same "
+           "index (iperf3's server output) [Mbit/s]"),
+    Column("sender_throughput_mbit", "float64", "bytes the sender wrote to this stream in the interval [Mbit/s]"),
+    Column("retransmits", "float64", "the stream's retransmissions in the interval"),
+    Column("rtt_ms", "float64", "the stream's smoothed RTT at the interval's end (iperf3's rtt) [ms]"),
+    Column("rttvar_ms", "float64", "the stream's RTT variance at the interval's end [ms]"),
+    Column("cwnd_bytes", "float64", "the stream's congestion window at the interval's end (snd_cwnd) [bytes]"),
+)
+FLOW_SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "string", "the run"),
+    Column("flow", "Int64", "the flow within the run, from 0"),
+    Column("origin", "string", "sender (the contended sender VM) or competitor (an uncontended sender on the "
+           "sender's side of the bottleneck)"),
+    Column("cca", "string", "the flow's congestion control"),
+    Column("streams", "Int64", "the flow's parallel streams"),
+    Column("start_s", "float64", "when the flow started, after the run's first flow [s]"),
+    Column("duration_s", "float64", "the flow's asked transfer time [s]"),
+    Column("throughput_mbit", "float64", "iperf3's receiver sum over the flow's whole transfer [Mbit/s]"),
+    Column("sender_throughput_mbit", "float64", "iperf3's sender sum over the flow's transfer [Mbit/s]"),
+    Column("retransmits", "float64", "the flow's retransmissions (iperf3 sender sum)"),
+    Column("mean_rtt_ms", "float64", "iperf3's mean_rtt averaged over the flow's streams [ms]"),
+    Column("overlap_throughput_mbit", "float64", "the flow's mean throughput in the window when every flow "
+           "sent (bbrlab.analysis.fairness); <NA> for one flow [Mbit/s]"),
+    Column("share", "float64", "overlap_throughput_mbit over the sum of the flows' (0..1); <NA> for one flow"),
 )
 SS_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
@@ -291,6 +333,11 @@ SS_SCHEMA: tuple[Column, ...] = (
 RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
 INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
 SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
+STREAM_COLUMNS = tuple(c.name for c in STREAM_SCHEMA)
+FLOW_COLUMNS = tuple(c.name for c in FLOW_SCHEMA)
+#: The tables, in the order the cache writes them, with their schemas.
+SCHEMAS = {"runs": RUN_SCHEMA, "intervals": INTERVAL_SCHEMA, "ss": SS_SCHEMA, "streams": STREAM_SCHEMA,
+           "flows": FLOW_SCHEMA}
 #: Columns that identify one experimental point (everything but the repetition).
 POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
                  "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
@@ -299,7 +346,7 @@ POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched
 
 @dataclass
 class Tables:
-    """The three tidy tables of one or more data sources, and notes on what was left out and why.
+    """The tidy tables of one or more data sources, and notes on what was left out and why.
 
     Attributes
     ----------
@@ -314,6 +361,10 @@ class Tables:
         What the step that made these tables left out or could not read, for a person.
     sources : list of dict
         Per data source read: ``kind``, ``path``, ``read`` (units read now), ``reused`` (from the cache).
+    streams : pandas.DataFrame
+        One row per iperf3 interval, flow and stream of a successful run; columns :data:`STREAM_COLUMNS`.
+    flows : pandas.DataFrame
+        One row per flow of a successful run (single-flow runs too); columns :data:`FLOW_COLUMNS`.
     """
 
     runs: pd.DataFrame
@@ -321,6 +372,8 @@ class Tables:
     ss: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
+    streams: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(STREAM_COLUMNS)))
+    flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(FLOW_COLUMNS)))
 
     @classmethod
     def empty(cls) -> Tables:
@@ -328,42 +381,56 @@ class Tables:
         return normalise(cls(pd.DataFrame(columns=list(RUN_COLUMNS)), pd.DataFrame(columns=list(INTERVAL_COLUMNS)),
                              pd.DataFrame(columns=list(SS_COLUMNS))))
 
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """Every table by name (:data:`SCHEMAS`' order)."""
+        return {name: getattr(self, name) for name in SCHEMAS}
+
+    @classmethod
+    def of_frames(cls, frames: dict[str, pd.DataFrame], notes: list[str], sources: list[dict]) -> Tables:
+        """Tables from :meth:`frames`' form (a table missing from ``frames`` is empty)."""
+        empty = {name: pd.DataFrame(columns=[c.name for c in schema]) for name, schema in SCHEMAS.items()}
+        return cls(**{**empty, **frames}, notes=notes, sources=sources)
+
     def counts(self) -> dict[str, int]:
-        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``."""
+        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``, ``streams``, ``flows``."""
         return {"runs": len(self.runs), "ok": int((self.runs["status"] == "ok").sum()) if len(self.runs) else 0,
-                "intervals": len(self.intervals), "ss": len(self.ss)}
+                "intervals": len(self.intervals), "ss": len(self.ss), "streams": len(self.streams),
+                "flows": len(self.flows)}
 
     def with_runs(self, runs: pd.DataFrame, notes: list[str]) -> Tables:
-        """These tables restricted to ``runs`` (intervals and ss follow by run id), with ``notes``."""
+        """These tables restricted to ``runs`` (the other tables follow by run id), with ``notes``."""
         ids = set(runs["run_id"])
-        return Tables(runs, self.intervals[self.intervals["run_id"].isin(ids)], self.ss[self.ss["run_id"].isin(ids)],
-                      notes, self.sources)
+        frames = {name: df[df["run_id"].isin(ids)] for name, df in self.frames().items()}
+        return Tables.of_frames({**frames, "runs": runs}, notes, self.sources)
 
 
 @dataclass
 class RunRows:
-    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, and notes."""
+    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its per-stream
+    interval tuples and per-flow rows."""
 
     run: dict
     intervals: list[tuple]
     ss: list[dict]
     notes: list[str] = field(default_factory=list)
+    streams: list[tuple] = field(default_factory=list)
+    flows: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
-    """Turn per-run rows into the three DataFrames in one go (no row-by-row appends)."""
-    runs, intervals, ss, notes = [], [], [], []
+    """Turn per-run rows into the DataFrames in one go (no row-by-row appends)."""
+    lists: dict[str, list] = {name: [] for name in SCHEMAS}
+    notes: list[str] = []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
             continue
-        runs.append(r.run)
-        intervals.extend(r.intervals)
-        ss.extend(r.ss)
-    t = Tables(pd.DataFrame.from_records(runs, columns=list(RUN_COLUMNS)),
-               pd.DataFrame.from_records(intervals, columns=list(INTERVAL_COLUMNS)),
-               pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes)
-    return normalise(t)
+        lists["runs"].append(r.run)
+        for name in ("intervals", "ss", "streams", "flows"):
+            lists[name].extend(getattr(r, name))
+    frames = {name: pd.DataFrame.from_records(lists[name], columns=[c.name for c in schema])
+              for name, schema in SCHEMAS.items()}
+    return normalise(Tables.of_frames(frames, notes, []))
 
 
 def _as(series: pd.Series, dtype: str) -> pd.Series:
@@ -389,8 +456,8 @@ def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFra
 
 def normalise(t: Tables) -> Tables:
     """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
-    return Tables(_normalise_frame(t.runs, RUN_SCHEMA), _normalise_frame(t.intervals, INTERVAL_SCHEMA),
-                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources)
+    return Tables.of_frames({name: _normalise_frame(df, SCHEMAS[name]) for name, df in t.frames().items()},
+                            t.notes, t.sources)
 
 
 def concat(parts: list[Tables]) -> Tables:
@@ -402,14 +469,14 @@ def concat(parts: list[Tables]) -> Tables:
         frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
         return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
 
-    return normalise(Tables(cat("runs"), cat("intervals"), cat("ss"), [n for p in parts for n in p.notes],
-                            [s for p in parts for s in p.sources]))
+    return normalise(Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
+                                      [s for p in parts for s in p.sources]))
 
 
 def schema_markdown() -> str:
-    """The three tables' columns as a Markdown list (used to check the docs stay in step)."""
+    """The tables' columns as a Markdown list (used to check the docs stay in step)."""
     lines = []
-    for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA)):
+    for title, schema in SCHEMAS.items():
         lines.append(f"### `{title}`\n")
         lines += [f"- `{c.name}` ({c.dtype}): {c.doc}" for c in schema]
         lines.append("")

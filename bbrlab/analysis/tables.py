@@ -232,8 +232,12 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
            lambda v: v.testbed.get("accelerator")),
     Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.get("kind")),
-    Column("sender_qdisc", "string", "the sender's qdisc (bbrlab: its net.core.default_qdisc; authors: qdisc)",
-           lambda v: v.sender_sysctl("net.core.default_qdisc")),
+    Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
+           "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
+           lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
+    Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
+           "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
+           lambda v: _get(v.meta, "sender_qdisc", "root")),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",

@@ -20,6 +20,9 @@ Spec keys (see specs/*.yaml)::
     emulator_offloads: off      # TSO/GSO/GRO on the emulator's ports: off, or on as the authors had them
     losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
+    sender_qdiscs: [default]    # and/or fq: the root qdisc of the sender's experiment interface (pacing)
+    flows: []                   # flows beside each run's own, e.g. [{cca: cubic, origin: competitor,
+                                # start_s: 3, duration_s: 27, streams: 1}] (docs/competition.md)
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
@@ -41,6 +44,7 @@ that runs the sender's vCPUs (:func:`check_admission`). A key given twice is ref
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -50,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
 from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
@@ -93,6 +98,8 @@ class CampaignSpec:
     emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
+    sender_qdiscs: tuple[str, ...] = ("default",)
+    flows: tuple[ExtraFlow, ...] = ()
     workloads: tuple[str, ...] = ("iperf3",)
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
@@ -126,7 +133,7 @@ class CampaignSpec:
         kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
         points = itertools.product(kernels, self.workloads, self.ccas, self.contentions(),
                                    self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
-                                   self.streams)
+                                   self.streams, self.sender_qdiscs)
         return [self._scenario(*p, repetition=0) for p in points]
 
     def contentions(self) -> list[Contention]:
@@ -153,10 +160,11 @@ class CampaignSpec:
                     loss_pct=loss, delay_split=self.delay_split, queue=queue,
                     emulator_offloads=self.emulator_offloads)
 
-    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, *,
+    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, qdisc, *,
                   repetition: int) -> Scenario:
         link = self.link(rate, rtt, buf, loss, queue)
-        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel)
+        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel,
+                        sender_qdisc=qdisc, flows=self.flows)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
@@ -211,12 +219,12 @@ class CampaignSpec:
                     copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
-                total += self.duration_s + overhead_s
+                total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
         return total * self.repetitions
 
 
 def _with_repetition(s: Scenario, r: int) -> Scenario:
-    return Scenario(s.link, s.contention, s.flow, r, s.kernel)
+    return dataclasses.replace(s, repetition=r)
 
 
 def check_unique_ids(runs: list[Scenario]) -> None:
@@ -239,9 +247,9 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
-          "losses_pct", "streams")
+          "losses_pct", "streams", "sender_qdiscs")
 #: Lists of names, not numbers.
-_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models")
+_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models", "sender_qdiscs")
 #: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
 UNUSED_TIMESLICE_MS = 1.0
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
@@ -253,7 +261,8 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
-                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS]}
+                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
+                     "sender_qdiscs": ["default"], "flows": []}
 
 
 def _list(data: dict, key: str) -> list:
@@ -327,6 +336,10 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
             lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    if "sender_qdiscs" in lists:
+        checked["sender_qdiscs"] = _check_each("sender_qdiscs", lists["sender_qdiscs"], check_sender_qdisc)
+    if "flows" in d:
+        checked["flows"] = extra_flows(d["flows"])
     if "kernels" in d:
         checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
     if "workloads" in d:
@@ -389,6 +402,20 @@ def _check_combinations(spec: CampaignSpec) -> None:
                 raise ValidationError(f"cpu_shares_pct[{j}] with competing-load", share, e.allowed) from None
     _check_links(spec)
     _check_sampling(spec)
+    _check_flows(spec)
+
+
+def _check_flows(spec: CampaignSpec) -> None:
+    """The extra flows beside each workload's flow 0 (iperf3 only; each starting before flow 0 ends)."""
+    if not spec.flows:
+        return
+    for i, workload in enumerate(spec.workloads):
+        try:
+            Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), spec.flow(workload, spec.ccas[0], 1),
+                     flows=spec.flows)
+        except ValidationError as e:
+            raise ValidationError(f"{e.field} with duration_s" if workload == "iperf3" else
+                                  f"flows with workloads[{i}]", e.value, e.allowed) from None
 
 
 def _check_sampling(spec: CampaignSpec) -> None:

@@ -73,6 +73,7 @@ class RunMetadata:
     flow: dict = field(default_factory=dict)
     contention: ContentionRecord | None = None
     qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
+    sender_qdisc: dict | None = None  # the sender's root qdisc asked and read back (bbrlab.run.senderqdisc)
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher

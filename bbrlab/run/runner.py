@@ -1,7 +1,7 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
 Read :meth:`Runner.run` top to bottom: boot the sender into the scenario's kernel if it runs another,
-prepare the sender, hold the link on the emulator, start the workload's server on the receiver (iperf3's
+prepare the sender, set its root qdisc (``sender_qdisc``), hold the link on the emulator, start the workload's server on the receiver (iperf3's
 server, or rsync's sshd: :mod:`bbrlab.run.workloads`) and the sampler, put the sender's vCPUs under the
 deadline policy for the client's transfer, then read back and check what held. Each step is a context
 manager owned by its tool, composed in one ``ExitStack``: whatever fails or interrupts the run (an
@@ -27,7 +27,7 @@ from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, sender, workloads
+from . import checks, sender, senderqdisc, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -102,7 +102,9 @@ class Runner:
         tb, flow = self.testbed, scenario.flow
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = work.client_limit_s(flow)
-        with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
+        with senderqdisc.held(tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc) as qdisc, \
+                self.link.holding(scenario.link) as changed:  # a failure inside clears the link and the qdisc
+            meta.sender_qdisc = qdisc.to_dict()
             meta.timing["link_set"] = changed
             before = linkcount.counters(self.link.readback(), tb.emulator.ports)
             with ExitStack() as traffic:

@@ -5,7 +5,8 @@ first run of the next one. Nothing that belongs to another process is touched:
 - a cfs-quota cgroup (``bbrlab-cfs-<pid>-<n>``) whose maker is gone, on this machine: its threads moved back
   to the parent cgroup, the cgroup removed (:func:`bbrlab.contention.cgroups.clear_leftovers`);
 - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
-  (found with ``ss -p``, so nothing else on a shared host is seen);
+  (found with ``ss -p``, so nothing else on a shared host is seen), and on the receiver the servers of
+  extra flows (the ports after it, :mod:`bbrlab.run.flows`);
 - samplers still running on the sender (asked to stop through the stop file in their private directory);
 - an rsync run's sshd on the receiver and ssh clients on the sender (:func:`bbrlab.run.transfer.recover`);
 - a CPU partition (cpuset) a killed multi-testbed campaign left on this machine, its QEMU threads
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from bbrlab.contention import cgroups
 from bbrlab.contention import deadline as contention
+from bbrlab.core.competition import MAX_EXTRA_FLOWS
 from bbrlab.sampling import sampler as sampling
 from bbrlab.testbed import isolation
 
@@ -34,7 +36,8 @@ def recover(testbed) -> dict:
     cfs_cgroups = cgroups.clear_leftovers() if testbed.kind == "local" else []
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
-              "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
+              "receiver": [pid for port in range(iperf.DEFAULT_PORT, iperf.DEFAULT_PORT + MAX_EXTRA_FLOWS + 1)
+                           for pid in iperf.kill_port_users(testbed.receiver.host, port, listening=True)]}
     samplers = sampling.stop_strays(testbed.sender.host)
     return {"deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}

@@ -16,6 +16,7 @@ records it once, with where that error was raised.
 from __future__ import annotations
 
 import hashlib
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, sender, senderqdisc, workloads
+from . import checks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -93,7 +94,16 @@ class Runner:
         self.link.close()
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
-        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails."""
+        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails.
+        Flows beside flow 0 (``scenario.flows``) run alongside it (:mod:`bbrlab.run.flows`)."""
+        flows.check_origins(self.testbed, scenario.flows)
+        extra = flows.prepare(self.testbed, scenario.flows, ports) if scenario.flows else []
+        try:
+            self._run(scenario, out, meta, ports, extra)
+        finally:
+            flows.close(extra)
+
+    def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list) -> None:
         work = workloads.for_flow(scenario.flow)
         self.session.boot(scenario.kernel, meta)
         self.session.describe(meta)
@@ -101,7 +111,8 @@ class Runner:
             prepared = self._prepare(scenario, work, meta)
         tb, flow = self.testbed, scenario.flow
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
-        limit_s = work.client_limit_s(flow)
+        limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
+                                                     for f in scenario.flows])
         with senderqdisc.held(tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc) as qdisc, \
                 self.link.holding(scenario.link) as changed:  # a failure inside clears the link and the qdisc
             meta.sender_qdisc = qdisc.to_dict()
@@ -112,6 +123,8 @@ class Runner:
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                                  ready_timeout_s=self.ready_timeout_s))
                     meta.flow["server_port"] = endpoint.port
+                    flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
+                                  ready_timeout_s=self.ready_timeout_s)
                     sampled = traffic.enter_context(sampling.sampler(
                         tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
                         log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
@@ -122,12 +135,14 @@ class Runner:
                         contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
                                              expected=tb.sender.vcpu_pins(),
                                              accelerator=getattr(tb, "accelerator", None)) as held:
+                    threads = flows.start(extra, tb.receiver.experiment_ip, time.monotonic())
                     result = work.run_client(tb, flow, endpoint, ports)
+                    flows.wait(threads, extra)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 with meta.timed("stop"):
                     traffic.close()  # now, not at the block's end: the sampler's log is completed here
             with meta.timed("verify"):
-                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports, extra)
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
         """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR
@@ -148,10 +163,12 @@ class Runner:
         return work.prepare(tb, flow)
 
     def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,
-                sampled, before, ports) -> None:
+                sampled, before, ports, extra: list) -> None:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
+        if scenario.flows:
+            meta.flows = flows.verify(extra, out)
         if sampled is not None:  # its log is in out/ already: streamed there while it ran
             meta.sampling, meta.cca.ss_seen = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
         checks.contention_held(meta.contention, scenario)

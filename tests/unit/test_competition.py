@@ -81,3 +81,24 @@ def test_spec_refuses_bad_qdiscs_and_flows_naming_the_key(extra, field):
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**BASE, **extra})
     assert e.value.field == field
+
+
+def test_each_extra_flow_binds_a_block_of_ports_of_its_own():
+    from bbrlab.run import flows
+
+    base = list(range(31_392, 31_396))  # the last block of flow 0's range
+    blocks = [flows.flow_ports(base, i, 128) for i in range(1, 9)]
+    everything = [p for b in [base, *blocks] for p in b]
+    assert len(set(everything)) == len(everything) and min(everything) >= 20_000 and max(everything) < 32_768
+
+
+def test_a_competitor_flow_on_a_labs_testbed_is_refused_naming_the_flow():
+    from types import SimpleNamespace
+
+    from bbrlab.run import flows
+
+    s = _scenario(flows=[{**CUBIC, "origin": "sender"}, CUBIC])
+    flows.check_origins(SimpleNamespace(kind="local"), s.flows)
+    with pytest.raises(ValidationError) as e:
+        flows.check_origins(SimpleNamespace(kind="lab"), s.flows)
+    assert e.value.field == "flows[2].origin"

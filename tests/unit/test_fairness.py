@@ -139,3 +139,25 @@ def test_a_table_cache_of_the_previous_schema_is_rebuilt_with_the_streams_and_fl
     again = data.load(campaign)
     assert again.sources[0]["read"] == 1 and len(again.streams) == 44
     assert json.loads(manifest.read_text())["schema"] == table_cache.TABLES_SCHEMA
+
+
+def test_fairness_figures_draw_each_flow_and_the_index_and_say_what_is_missing(tmp_path):
+    from bbrlab.analysis import fairness_plots, plots
+
+    campaign = _campaign(tmp_path, FOUR_STREAMS, ONE_CUBIC)
+    run_dir = campaign / "runs" / FOUR_STREAMS.name
+    shutil.copy(ONE_CUBIC / "iperf.json", run_dir / "iperf-flow1.json")
+    record = json.loads((run_dir / "record.json").read_text())
+    record["metadata"]["flows"] = [{"index": 1, "origin": "competitor", "cca": "cubic", "streams": 1,
+                                    "start_s": OFFSET_S, "duration_s": 10, "file": "iperf-flow1.json"}]
+    (run_dir / "record.json").write_text(json.dumps(record))
+    t = data.load(campaign)
+    fig, table = fairness_plots.flows_over_time(t)
+    lines = fig.axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["flow 0: bbr (sender)", "flow 1: cubic (competitor)"]
+    assert list(lines[1].get_xdata()) == list(table[table["flow"] == 1]["t_end_s"])
+    plots.save(fig, tmp_path / "out", "flows")
+    fig, table = fairness_plots.fairness_vs_share(t)
+    assert table[table["measure"] == "jain_index"]["value"].tolist() == [t.runs["jain_index"].dropna().iloc[0]]
+    fig, table = fairness_plots.qdisc_vs_share(t)
+    assert "one sender qdisc" in fig.axes[0].texts[0].get_text()

@@ -72,6 +72,9 @@ def prepare(testbed, flows: tuple[ExtraFlow, ...], base_ports: list[int]) -> lis
     for i, f in enumerate(flows, start=1):
         if f.origin == "competitor":
             host: Host = NetnsHost(name="competitor", netns=plumbing.ensure_competitor(testbed.name, SUBNET_PREFIX))
+            offered = host.output(["cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"], timeout=10).split()
+            if f.cca not in offered:
+                raise RunFailed(f"flow {i}: the competitor (this machine's kernel) offers {offered}, not {f.cca!r}")
         else:
             host = dataclasses.replace(testbed.sender.host)
         out.append(ExtraRun(i, f, host, flow_ports(base_ports, i, f.streams)))

@@ -153,6 +153,9 @@ class Runner:
         meta.sysctls = {"sender": state.sysctls}
         meta.cca = CcaUse(flow.cca, list(state.available))
         checks.cca_offered(flow.cca, state.available)
+        for f in scenario.flows:  # the competitor's are checked where it runs (bbrlab.run.flows.prepare)
+            if f.origin == "sender":
+                checks.cca_offered(f.cca, state.available)
         identity = self.session.identities.get(tb.sender.host, flow.cca, state.boot_id)
         meta.cca.bbr_version, meta.cca.patched = identity.bbr_version, identity.patched
         meta.module = sender.module_identity(tb.sender.host, flow.cca)

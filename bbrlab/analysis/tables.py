@@ -212,7 +212,8 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),
     Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
     Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
-    Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams [Mbit/s]",
+    Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
+           "other flows of a run of several: table flows) [Mbit/s]",
            lambda v: v.summary.get("throughput_mbit")),
     Column("sender_throughput_mbit", "float64", "iperf3 sender sum [Mbit/s]",
            lambda v: v.summary.get("sender_throughput_mbit")),

@@ -295,6 +295,9 @@ VCPU_SCHEMA: tuple[Column, ...] = (
 SS_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
     Column("t_s", "float64", "time since the run's first sample [s]"),
+    Column("t_host_s", "float64", "when the guest took the sample, on the clock of the machine that ran the campaign "
+           "(Unix seconds; the guest's clock shifted by the sender's measured offset, interpolated between the run's "
+           "start and end; missing when the record has no clock offsets) [s]"),
     Column("port", "float64", "the connection's local port (missing when the log does not print it)"),
     Column("cca", "string", "congestion control as ss printed it"),
     Column("bw_mbit", "float64", "BBR's bandwidth estimate [Mbit/s]"),

@@ -157,6 +157,19 @@ def gap_effect(timeline: Timeline, column: str = "delivery_rate_mbit", min_gap_m
     return pd.DataFrame(rows, columns=["gap_start_s", "gap_ms", "before", "after", "ratio", "after_delay_ms"])
 
 
+def gap_summary(timelines: Sequence[Timeline], column: str = "delivery_rate_mbit", min_gap_ms: float = 2.0) -> pd.DataFrame:
+    """Per run, :func:`gap_effect` summed up: gaps, median gap [ms], median ``column`` of the sample before and
+    after a gap, the median ratio after / before, and the share of gaps after which the value fell."""
+    rows = []
+    for tl in timelines:
+        e = gap_effect(tl, column, min_gap_ms)
+        rows.append({"run": tl.label, "gaps": len(e), "gap_p50_ms": e["gap_ms"].median(), "before_p50": e["before"].median(),
+                     "after_p50": e["after"].median(), "ratio_p50": e["ratio"].median(),
+                     "fell_share": float((e["after"] < e["before"]).mean()) if len(e) else np.nan,
+                     "after_delay_p50_ms": e["after_delay_ms"].median()})
+    return pd.DataFrame(rows)
+
+
 def window(frame: pd.DataFrame, start_s: float, length_s: float, t: str = "t_s") -> pd.DataFrame:
     """The rows of ``frame`` whose ``t`` lies in [start_s, start_s + length_s]."""
     return frame[(frame[t] >= start_s) & (frame[t] <= start_s + length_s)]
@@ -225,3 +238,45 @@ def figure(timelines: Sequence[Timeline], start_s: float, length_s: float):
     fig.suptitle("vCPU on-CPU (bars; grey: no vCPU ran), socket state and bottleneck on the host's clock", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+#: CSS classes of the zoom widget's parts: the handles by which the browser test finds them in JupyterLab's page.
+ZOOM_CSS = {"box": "bbrlab-timeline-zoom", "start": "bbrlab-timeline-start", "length": "bbrlab-timeline-length",
+            "earlier": "bbrlab-timeline-earlier", "later": "bbrlab-timeline-later", "figure": "bbrlab-timeline-figure"}
+
+
+def zoom_widget(timelines: Sequence[Timeline], start_s: float, length_s: float):
+    """Interactive zoom in JupyterLab: sliders for the window's start [s] and length [ms], buttons that move it
+    by one length, and the aligned panels redrawn for each window (only the window's points are drawn, so the
+    figure never hides data outside its axes). Returns an ``ipywidgets.VBox``."""
+    import ipywidgets as widgets
+
+    from .facets import show
+
+    check_window(start_s, length_s)
+    end = max(tl.duration_s for tl in timelines)
+    start = widgets.FloatSlider(value=start_s, min=0.0, max=max(end, start_s), step=0.01, readout_format=".2f",
+                                description="start [s]", continuous_update=False, layout=widgets.Layout(width="60%"))
+    length = widgets.FloatSlider(value=length_s * 1e3, min=10.0, max=2000.0, step=10.0, readout_format=".0f",
+                                 description="length [ms]", continuous_update=False, layout=widgets.Layout(width="60%"))
+    earlier, later = widgets.Button(description="< earlier"), widgets.Button(description="later >")
+    out = widgets.Output()
+
+    def redraw(change=None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            show(figure(timelines, start.value, length.value / 1e3))
+
+    def move(sign: int) -> None:
+        start.value = min(start.max, max(0.0, start.value + sign * length.value / 1e3))
+
+    start.observe(redraw, names="value")
+    length.observe(redraw, names="value")
+    earlier.on_click(lambda _: move(-1))
+    later.on_click(lambda _: move(+1))
+    redraw()
+    box = widgets.VBox([start, length, widgets.HBox([earlier, later]), out])
+    for part, widget in (("box", box), ("start", start), ("length", length), ("earlier", earlier),
+                         ("later", later), ("figure", out)):
+        widget.add_class(ZOOM_CSS[part])
+    return box

@@ -23,7 +23,7 @@ from bbrlab.core.errors import BbrlabError
 from .tables import RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/12"
+TABLES_SCHEMA = "bbrlab.tables/13"
 #: The tables, each a parquet file of its name (the fields of :class:`Tables` that hold a frame).
 TABLE_NAMES = ("runs", "intervals", "ss", "vcpu", "bottleneck")
 #: Below this many units a process pool costs more than it saves.

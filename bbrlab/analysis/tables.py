@@ -172,13 +172,21 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
-           "competing-load (busy threads on their CPU), hypervisor_load or none",
+           "cfs-burst (a quota and a burst), credit (full CPU while a credit balance lasts, then the share as "
+           "baseline quota), competing-load (busy threads on their CPU), hypervisor_load or none",
            lambda v: v.cont.get("model", "deadline") if (_share(v) or 100) < 100 else "none"),
-    Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota: the quota per "
-           "period; <NA> for competing-load [ms]",
+    Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota, cfs-burst, credit: "
+           "the quota per period (credit: the baseline's); <NA> for competing-load [ms]",
            lambda v: None if v.cont.get("model") in ("competing-load", "none") else v.cont.get("timeslice_ms")),
-    Column("cfs_period_ms", "float64", "cfs-quota's period (quota = share x period); <NA> for the other models [ms]",
-           lambda v: v.cont.get("period_ms")),
+    Column("cfs_period_ms", "float64", "the CFS period of cfs-quota, cfs-burst and credit (quota = share x period); "
+           "<NA> for the other models [ms]", lambda v: v.cont.get("period_ms")),
+    Column("cfs_burst_ms", "float64", "cfs-burst's burst per vCPU thread (cpu.max.burst / cpu.cfs_burst_us); <NA> "
+           "for the other models [ms]", lambda v: v.cont.get("burst_ms")),
+    Column("credit_s", "float64", "credit's balance at the start (and its cap); <NA> for the other models "
+           "[CPU-seconds]", lambda v: v.cont.get("credit_s")),
+    Column("credit_ran_out_s", "float64", "credit: when the balance was spent and the quota dropped to the "
+           "baseline, after the contention was applied (just before the transfer); <NA> when it lasted or for "
+           "the other models [s]", lambda v: (_get(v.meta, "contention", "evidence", "credit") or {}).get("ran_out_after_s")),
     Column("cpu_share_pct", "float64", "CPU share = runtime / period [%]; 100 without a policy", _share),
     Column("achieved_share_pct", "float64", "share of a CPU the sender's vCPU threads really got over the "
            "transfer, run time / wall time from the host's /proc/<tid>/schedstat, mean over the threads [%]; <NA> "
@@ -346,7 +354,7 @@ SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
 VCPU_COLUMNS = tuple(c.name for c in VCPU_SCHEMA)
 #: Columns that identify one experimental point (everything but the repetition).
 POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
-                 "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
+                 "cfs_period_ms", "cfs_burst_ms", "credit_s", "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
                  "loss_pct", "streams", "hypervisor", "sender_qdisc")
 
 

@@ -11,6 +11,10 @@ crash and every number in ``DIR/calibration.json`` can be traced to its runs. Ho
 the runs become ceilings (the highest throughput of any run, an upper bound) and which limit each point
 measured is :mod:`bbrlab.campaign.ceilings`.
 
+Another contention model than deadline (cfs-quota, cfs-burst, credit, competing-load) is calibrated at its own
+points (``model_contentions``, keyed by the model and its parameters: ``cfs100ms-sh25-rtt20ms``), applied as the
+campaign applies it, so each model's runs are checked against the ceiling of their own contention.
+
 At 100 % share there is no policy and the timeslice does not matter: that point is run once per RTT
 (key ``sh100-rtt20ms``) and stands for every timeslice. A *bridge reference* is run there too: the same
 transfer with no qdisc at all on the emulator (RTT 0), to tell what netem itself costs.
@@ -73,8 +77,10 @@ ESTIMATED_OVERHEAD_S = 5.0
 class CalibrationSpec:
     """The calibration's plan, run by :func:`bbrlab.campaign.loop.run_campaign` like a campaign spec.
 
-    ``points()`` are the timeslice x share x RTT points (100 % once per RTT); ``plan()`` is every
-    point x stream count x repetition, each repetition block in a seeded random order.
+    ``points()`` are the timeslice x share x RTT points (100 % once per RTT) and each of ``model_contentions``
+    (other models' contentions, as their ``to_dict``) x RTT; ``plan()`` is every point x stream count x
+    repetition, each repetition block in a seeded random order. ``timeslices_ms`` may be empty when only other
+    models are calibrated.
     """
 
     name: str
@@ -88,6 +94,7 @@ class CalibrationSpec:
     bridge_reference: bool = True
     seed: int = 1
     max_attempts: int = 2
+    model_contentions: tuple[dict, ...] = ()
 
     def __post_init__(self):
         self.validate()
@@ -97,10 +104,11 @@ class CalibrationSpec:
         makes; raises :class:`~bbrlab.core.errors.ValidationError` naming the first bad field."""
         for key in ("timeslices_ms", "cpu_shares_pct", "rtts_ms", "streams"):
             values = getattr(self, key)
-            if not isinstance(values, tuple) or not values:
+            if not isinstance(values, tuple) or not (values or key == "timeslices_ms" and self.model_contentions):
                 raise ValidationError(key, values, "a non-empty list")
             if len(set(values)) != len(values):
                 raise ValidationError(key, list(values), "distinct values")
+        self._check_model_contentions()
         for i, ts in enumerate(self.timeslices_ms):
             for j, share in enumerate(self.cpu_shares_pct):
                 try:
@@ -126,6 +134,20 @@ class CalibrationSpec:
         except ValidationError as e:
             raise ValidationError("duration_s", self.duration_s, e.allowed) from None
 
+    def _check_model_contentions(self) -> None:
+        for i, d in enumerate(self.model_contentions):
+            try:
+                c = Contention(**d) if isinstance(d, dict) else None
+            except (TypeError, ValidationError) as e:
+                raise ValidationError(f"model_contentions[{i}]", d, getattr(e, "allowed", "a contention's fields")) from None
+            if c is None or c.model == "deadline" or c.unlimited:
+                raise ValidationError(f"model_contentions[{i}]", d, "a contention of another model than deadline, "
+                                      "below 100 % (deadline is calibrated by timeslices_ms)")
+
+    def contentions(self) -> list[Contention]:
+        """The other models' contentions to calibrate."""
+        return [Contention(**d) for d in self.model_contentions]
+
     @classmethod
     def for_campaign(cls, spec, **overrides) -> CalibrationSpec:
         """The calibration of a :class:`~bbrlab.campaign.spec.CampaignSpec`'s timeslices, shares and RTTs."""
@@ -142,26 +164,39 @@ class CalibrationSpec:
         if len(splits) != 1:
             raise ValidationError("delay_split", sorted(splits), "the same in every spec calibrated together")
 
-        def union(key: str) -> tuple:
-            return tuple(sorted({v for s in specs for v in getattr(s, key)}))
+        def union(key: str, of=specs) -> tuple:
+            return tuple(sorted({v for s in of for v in getattr(s, key)}))
 
-        fields = {"name": name, "timeslices_ms": union("timeslices_ms"), "cpu_shares_pct": union("cpu_shares_pct"),
-                  "rtts_ms": union("rtts_ms"), "delay_split": splits.pop(),
-                  "duration_s": max(s.duration_s for s in specs)}
+        models = {json.dumps(c.to_dict(), sort_keys=True) for s in specs for c in s.contentions()
+                  if c.model != "deadline" and not c.unlimited}
+        deadline = [s for s in specs if "deadline" in s.contention_models]
+        fields = {"name": name, "timeslices_ms": union("timeslices_ms", deadline) if deadline or not models else (),
+                  "cpu_shares_pct": union("cpu_shares_pct"), "rtts_ms": union("rtts_ms"), "delay_split": splits.pop(),
+                  "duration_s": max(s.duration_s for s in specs),
+                  "model_contentions": tuple(json.loads(m) for m in sorted(models))}
         return cls(**{**fields, **overrides})
 
     # -- the points and the plan ------------------------------------------------------------------
     def points(self) -> list[PointKey]:
-        """Contended points for every timeslice, the 100 % point once per RTT; sorted."""
+        """Contended points for every timeslice and every other model's contention, the 100 % point once per
+        RTT; sorted."""
         keys = {PointKey.of(ts, share, rtt) for ts, share, rtt in
                 itertools.product(self.timeslices_ms, self.cpu_shares_pct, self.rtts_ms)}
-        return sorted(keys, key=lambda k: (k.rtt_ms, k.timeslice_ms or 0.0, k.cpu_share_pct))
+        keys |= {PointKey.of_contention(c, rtt) for c in self.contentions() for rtt in self.rtts_ms}
+        keys |= {PointKey.of(0, 100, rtt) for rtt in self.rtts_ms if max(self.cpu_shares_pct) >= 100}
+        return sorted(keys, key=lambda k: (k.rtt_ms, k.model_tag or "", k.timeslice_ms or 0.0, k.cpu_share_pct))
+
+    def _contention(self, key: PointKey) -> Contention:
+        """The contention of a point: its model's (found by tag and share), or deadline's timeslice x share."""
+        if key.model_tag is not None:
+            return next(c for c in self.contentions()
+                        if PointKey.of_contention(c, key.rtt_ms) == key)
+        ts = key.timeslice_ms if key.timeslice_ms is not None else min(self.timeslices_ms, default=1.0)
+        return Contention(ts, key.cpu_share_pct)
 
     def _scenario(self, key: PointKey, streams: int, repetition: int, *, rtt_ms: float | None = None) -> Scenario:
-        ts = key.timeslice_ms if key.timeslice_ms is not None else min(self.timeslices_ms)
         link = Link.unshaped(key.rtt_ms if rtt_ms is None else rtt_ms, delay_split=self.delay_split)
-        return Scenario(link, Contention(ts, key.cpu_share_pct),
-                        Flow(CCA, duration_s=self.duration_s, streams=streams), repetition)
+        return Scenario(link, self._contention(key), Flow(CCA, duration_s=self.duration_s, streams=streams), repetition)
 
     def reference_point(self) -> PointKey | None:
         """The bridge reference (no qdisc, 100 %), when asked for and some RTT is not already 0."""
@@ -193,6 +228,8 @@ class CalibrationSpec:
     def to_dict(self) -> dict:
         """The fields as plain YAML/JSON types (tuples as lists): the campaign directory's ``spec.yaml``."""
         d = asdict(self)
+        if not self.model_contentions:
+            del d["model_contentions"]  # a deadline calibration keeps its digest (and its runs' folder)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
@@ -308,7 +345,7 @@ def grid_table(cal: Calibration) -> list[list[str]]:
     emulator, host]``."""
     rows = []
     for p in cal.points:
-        ts = "any" if p.timeslice_ms is None else f"{p.timeslice_ms:g} ms"
+        ts = p.model_tag or ("any" if p.timeslice_ms is None else f"{p.timeslice_ms:g} ms")
         rows.append([p.key, f"{p.rtt_ms:g} ms", ts, f"{p.cpu_share_pct:g} %",
                      "-" if p.ceiling_mbit is None else f"{p.ceiling_mbit:.1f}", str(p.streams or "-"), p.limit,
                      _pct_pair(p.sender_cpu_pct, p.sender_demand_pct), _pct(p.emulator_busy_pct),

@@ -140,7 +140,8 @@ def summarise_point(key: PointKey, records: list[dict], failed: dict[int, int], 
     host = _median([b for r in chosen if (b := host_busy(r)) is not None])
     times = sorted(r["started_at"] for r in records)
     return CeilingPoint(
-        key=text or key.text, timeslice_ms=key.timeslice_ms, cpu_share_pct=key.cpu_share_pct, rtt_ms=key.rtt_ms,
+        key=text or key.text, timeslice_ms=key.timeslice_ms, model_tag=key.model_tag, cpu_share_pct=key.cpu_share_pct,
+        rtt_ms=key.rtt_ms,
         ceiling_mbit=measured[best]["max_mbit"] if best else None, streams=int(best) if best else None,
         limit=classify_limit(demand, emu, host)[0] if best else "undetermined", sender_cpu_pct=cpu,
         sender_demand_pct=demand, emulator_busy_pct=emu, host_busy_pct=host, by_streams=by_streams,

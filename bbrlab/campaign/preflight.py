@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bbrlab import testbed as testbed_mod
+from bbrlab.contention import cgroups
 from bbrlab.contention.limits import read_kernel_limits
-from bbrlab.core.errors import ValidationError
+from bbrlab.core.contention_models import CFS_MODELS
+from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 
 from .spec import check_admission
@@ -48,9 +50,31 @@ def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
     where = f"testbed {tb.name}" + (f" in its partition of {len(cpus)} CPU(s)" if cpus else "")
     try:
         check_admission(spec, limits, len(tb.sender.vcpu_threads()))
+        check_models(spec, tb.sender.hypervisor)
     except ValidationError as e:
         raise ValidationError(e.field, e.value, e.allowed, where) from None
     return TestbedCheck(tb.name, tb.kind, socket.gethostname(), tb.describe(), tuple(cpus) if cpus else None)
+
+
+def check_models(spec, hypervisor) -> None:
+    """The spec's contention models against the host that runs the sender's vCPUs: the models other than
+    deadline and none act on this machine only (cgroups, busy loops), the cgroup models need the cpu controller,
+    cfs-burst its burst file. Raises :class:`ValidationError` naming ``contention_models``; changes nothing."""
+    others = [m for m in spec.contention_models if m not in ("deadline", "none")]
+    if not others:
+        return
+    if not hypervisor.is_local:
+        raise ValidationError("contention_models", others, "deadline or none for a sender whose vCPUs run on "
+                              f"another host ({hypervisor.name}): the other models act on this machine only, for now")
+    if not set(others) & set(CFS_MODELS):
+        return
+    try:
+        hierarchy = cgroups.detect()
+    except TestbedError as e:
+        raise ValidationError("contention_models", others, f"models this machine can apply: {e}") from None
+    if "cfs-burst" in others and hierarchy.version == 1 and not hierarchy.burst_file(hierarchy.root).exists():
+        raise ValidationError("contention_models", others, "models without cfs-burst on this machine: its kernel "
+                              "has no cpu.cfs_burst_us (CFS burst came with Linux 5.14)")
 
 
 def calibrations_for(checks: list[TestbedCheck], out_dir: str | Path, scenarios, paths: list[Path] | None

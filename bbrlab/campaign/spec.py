@@ -8,9 +8,15 @@ Spec keys (see specs/*.yaml)::
     ccas: [cubic, bbr, bbr2b]
     timeslices_ms: [1, 10, 20]
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
-    contention_models: [deadline]  # and/or cfs-quota, competing-load, none (docs/contention.md); the
-                                # timeslices cross with deadline only, the periods with cfs-quota only
-    cfs_periods_ms: [100]       # cfs-quota: quota = share x period, 1 to 1000 ms
+    contention_models: [deadline]  # and/or cfs-quota, cfs-burst, credit, competing-load, none
+                                # (docs/contention.md); the timeslices cross with deadline only, the periods
+                                # with cfs-quota and cfs-burst, the bursts with cfs-burst, the credits with credit
+    cfs_periods_ms: [100]       # cfs-quota, cfs-burst: quota = share x period, 1 to 1000 ms
+    cfs_bursts_ms: [1]          # cfs-burst: the burst per vCPU, 0 < burst <= quota (share x period)
+    credits_s: [10]             # credit: the balance at the start, CPU-seconds (0 to 3600); the share is the
+                                # baseline, its quota in 100 ms periods
+    credit_shares_pct: []       # credit: its baselines instead of cpu_shares_pct, e.g. [5] (a vCPU that uses
+                                # less than its baseline never spends its credit)
     rtts_ms: [10, 20, 40]
     rates_mbit: [100]
     buffers_bdp: [1]            # the buffer asked, in BDP (up to 1000, or to the authors' queue where more)
@@ -55,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS
+from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
@@ -72,6 +78,7 @@ from bbrlab.core.scenario import (
 
 from .repetitions import RepetitionRule
 from .search import SearchRule
+from .spec_models import UNUSED_TIMESLICE_MS, check_contentions, check_model_name, contention_of
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -97,6 +104,9 @@ class CampaignSpec:
     queues: tuple[str, ...] = ("bbrlab",)
     contention_models: tuple[str, ...] = ("deadline",)
     cfs_periods_ms: tuple[float, ...] = (CFS_DEFAULT_PERIOD_MS,)
+    cfs_bursts_ms: tuple[float, ...] = (CFS_QUOTA_MIN_MS,)
+    credits_s: tuple[float, ...] = (DEFAULT_CREDIT_S,)
+    credit_shares_pct: tuple[float, ...] = ()  # empty: the credit model crosses with cpu_shares_pct
     emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
@@ -150,20 +160,29 @@ class CampaignSpec:
     def contentions(self) -> list[Contention]:
         """The contention of every grid point, model by model: deadline's timeslice x share (first, in the
         order specs have always had), cfs-quota's period x share (its ``timeslice_ms`` is the quota, share x
-        period), competing-load's and none's share alone (their ``timeslice_ms`` is not used:
-        :data:`UNUSED_TIMESLICE_MS`; none only at 100 %)."""
+        period), cfs-burst's period x burst x share, credit's credit x share (its quota in the default period),
+        competing-load's and none's share alone (their ``timeslice_ms`` is not used: :data:`UNUSED_TIMESLICE_MS`;
+        none only at 100 %)."""
         out = []
         for model in self.contention_models:
-            if model == "deadline":
-                out += [Contention(ts, share) for ts in self.timeslices_ms for share in self.cpu_shares_pct]
-            elif model == "cfs-quota":
-                out += [Contention(period * share / 100.0, share, model, period)
-                        for period in self.cfs_periods_ms for share in self.cpu_shares_pct]
-            elif model == "competing-load":
-                out += [Contention(UNUSED_TIMESLICE_MS, share, model) for share in self.cpu_shares_pct]
-            else:
+            if model == "none":
                 out.append(Contention(UNUSED_TIMESLICE_MS, 100, model))
+                continue
+            values = [v for _, v in self.model_lists(model)]
+            out += [contention_of(model, share, list(combo)) for combo in itertools.product(*values)
+                    for share in self.shares_of(model)]
         return out
+
+    def shares_of(self, model: str) -> tuple[float, ...]:
+        """The shares ``model`` crosses with: ``credit_shares_pct`` for credit when given, else ``cpu_shares_pct``."""
+        return self.credit_shares_pct if model == "credit" and self.credit_shares_pct else self.cpu_shares_pct
+
+    def model_lists(self, model: str) -> list[tuple[str, tuple]]:
+        """The spec's own lists of ``model`` (its key and values), crossed with the shares: deadline's timeslices,
+        cfs-quota's periods, cfs-burst's periods and bursts, credit's credits; none for competing-load."""
+        return {"deadline": [("timeslices_ms", self.timeslices_ms)], "cfs-quota": [("cfs_periods_ms", self.cfs_periods_ms)],
+                "cfs-burst": [("cfs_periods_ms", self.cfs_periods_ms), ("cfs_bursts_ms", self.cfs_bursts_ms)],
+                "credit": [("credits_s", self.credits_s)]}.get(model, [])
 
     def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
         """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
@@ -215,8 +234,14 @@ class CampaignSpec:
     @property
     def runs(self) -> int:
         """Number of runs: grid points x repetitions (without building them)."""
-        lists = math.prod(len(getattr(self, key)) for key in (*_LISTS, "workloads"))
-        return lists * max(1, len(self.kernels)) * self.repetitions
+        lists = math.prod(len(getattr(self, key)) for key in _LISTS if key not in ("timeslices_ms", "cpu_shares_pct"))
+        return lists * self.contention_count * len(self.workloads) * max(1, len(self.kernels)) * self.repetitions
+
+    @property
+    def contention_count(self) -> int:
+        """How many contentions :meth:`contentions` makes, without building them."""
+        return sum(1 if m == "none" else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.shares_of(m))
+                   for m in self.contention_models)
 
     def expected_runs(self, spread: float) -> int:
         """The runs the plan is expected to take: all of them with a fixed number of repetitions; with adaptive
@@ -268,8 +293,6 @@ _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "b
           "losses_pct", "streams")
 #: Lists of names, not numbers.
 _NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models")
-#: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
-UNUSED_TIMESLICE_MS = 1.0
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
@@ -279,7 +302,8 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
-                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS]}
+                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
+                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": []}
 
 
 def _list(data: dict, key: str) -> list:
@@ -344,10 +368,18 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
     if "contention_models" in d:
         checked["contention_models"] = _check_each("contention_models", _list(d, "contention_models"),
-                                                   lambda v: Contention(UNUSED_TIMESLICE_MS, 100, v))
+                                                   check_model_name)
     if "cfs_periods_ms" in d:
         checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
                                                 lambda v: Contention(1, 100, "cfs-quota", v))
+    if "cfs_bursts_ms" in d:
+        checked["cfs_bursts_ms"] = _check_each("cfs_bursts_ms", _list(d, "cfs_bursts_ms"),
+                                               lambda v: Contention(1, 100, "cfs-burst", burst_ms=v))
+    if "credits_s" in d:
+        checked["credits_s"] = _check_each("credits_s", _list(d, "credits_s"),
+                                           lambda v: Contention(1, 100, "credit", credit_s=v))
+    if "credit_shares_pct" in d:
+        checked["credit_shares_pct"] = _check_each("credit_shares_pct", _list(d, "credit_shares_pct"), _share_in_range)
     if "losses_pct" in lists:
         checked["losses_pct"] = _check_each(
             "losses_pct", lists["losses_pct"],
@@ -416,22 +448,7 @@ def _check_combinations(spec: CampaignSpec) -> None:
                 raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
                                       "1 for the rsync workload (one SSH connection); run other stream counts "
                                       "in an iperf3-only campaign")
-    for key, values, model in (("timeslices_ms", spec.timeslices_ms, "deadline"),
-                               ("cfs_periods_ms", spec.cfs_periods_ms, "cfs-quota")):
-        if model not in spec.contention_models:
-            continue
-        for i, v in enumerate(values):
-            for j, share in enumerate(spec.cpu_shares_pct):
-                try:
-                    Contention(v, share) if model == "deadline" else Contention(v * share / 100, share, model, v)
-                except ValidationError as e:
-                    raise ValidationError(f"cpu_shares_pct[{j}] with {key}[{i}]", (share, v), e.allowed) from None
-    if "competing-load" in spec.contention_models:
-        for j, share in enumerate(spec.cpu_shares_pct):
-            try:
-                Contention(UNUSED_TIMESLICE_MS, share, "competing-load")
-            except ValidationError as e:
-                raise ValidationError(f"cpu_shares_pct[{j}] with competing-load", share, e.allowed) from None
+    check_contentions(spec)
     _check_links(spec)
     _check_sampling(spec)
 

@@ -67,13 +67,25 @@ class Hierarchy:
         quota_s, period_s = (cgroup / "cpu.max").read_text().split()
         return (None if quota_s == "max" else int(quota_s)), int(period_s)
 
-    def set_limit(self, cgroup: Path, quota_us: int, period_us: int) -> None:
-        """Give ``cgroup`` a quota of ``quota_us`` in every ``period_us``."""
+    def set_limit(self, cgroup: Path, quota_us: int | None, period_us: int) -> None:
+        """Give ``cgroup`` a quota of ``quota_us`` in every ``period_us`` (None: no limit)."""
         if self.version == 1:
             _write(cgroup / "cpu.cfs_period_us", str(period_us))
-            _write(cgroup / "cpu.cfs_quota_us", str(quota_us))
+            _write(cgroup / "cpu.cfs_quota_us", "-1" if quota_us is None else str(quota_us))
         else:
-            _write(cgroup / "cpu.max", f"{quota_us} {period_us}")
+            _write(cgroup / "cpu.max", f"{'max' if quota_us is None else quota_us} {period_us}")
+
+    def burst_file(self, cgroup: Path) -> Path:
+        """Where ``cgroup``'s burst is: v1 ``cpu.cfs_burst_us``, v2 ``cpu.max.burst`` (kernels >= 5.14)."""
+        return cgroup / ("cpu.cfs_burst_us" if self.version == 1 else "cpu.max.burst")
+
+    def burst(self, cgroup: Path) -> int:
+        """``cgroup``'s burst as the kernel reads it back [us]."""
+        return int(self.burst_file(cgroup).read_text())
+
+    def set_burst(self, cgroup: Path, burst_us: int) -> None:
+        """Let ``cgroup`` keep up to ``burst_us`` of unused quota for later periods (at most the quota)."""
+        _write(self.burst_file(cgroup), str(burst_us))
 
     def members(self, cgroup: Path) -> list[int]:
         """The thread ids in ``cgroup``."""

@@ -172,10 +172,85 @@ class AchievedShare:
 
 
 @dataclass(frozen=True)
+class CreditSwitch:
+    """The credit controller switched the quota ``to`` ``burst`` (no quota) or ``baseline`` (the share's quota),
+    ``after_s`` seconds after the contention was applied (``at_unix_s``: the host's wall clock, to line it up
+    with a transfer's intervals), the balance then being ``balance_s``; ``error`` when the kernel refused it."""
+
+    to: str
+    after_s: float
+    at_unix_s: float
+    balance_s: float
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        """The record's JSON of this switch (``error`` only when it failed)."""
+        return {k: v for k, v in asdict(self).items() if k != "error" or v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CreditSwitch:
+        """A switch read from a record."""
+        return cls(d["to"], d["after_s"], d["at_unix_s"], d["balance_s"], d.get("error"))
+
+
+@dataclass(frozen=True)
+class CreditPhase:
+    """One stretch of a credit run in one ``state`` (``burst`` or ``baseline``), from ``from_s`` to ``to_s``
+    after the contention was applied: the CPU the vCPU threads used in it (``cpu_s``, summed) and the share of a
+    CPU per thread that is (``achieved_share_pct``)."""
+
+    state: str
+    from_s: float
+    to_s: float
+    cpu_s: float
+    achieved_share_pct: float
+
+    def to_dict(self) -> dict:
+        """The record's JSON of this phase."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CreditPhase:
+        """A phase read from a record."""
+        return cls(d["state"], d["from_s"], d["to_s"], d["cpu_s"], d["achieved_share_pct"])
+
+
+@dataclass(frozen=True)
+class CreditReport:
+    """What the credit controller did over the body: ``ticks`` settlements of the balance, the balance at the
+    end (``balance_end_s``, CPU-seconds; below 0 when the last tick overdrew it), each ``switch`` and each
+    ``phase`` between them (``switches_dropped``: switches beyond the record's cap, counted only)."""
+
+    ticks: int
+    balance_end_s: float
+    switches: list[CreditSwitch] = field(default_factory=list)
+    phases: list[CreditPhase] = field(default_factory=list)
+    switches_dropped: int = 0
+
+    @property
+    def ran_out_after_s(self) -> float | None:
+        """When the balance was first spent (the first switch to baseline), None when it lasted."""
+        return next((s.after_s for s in self.switches if s.to == "baseline" and s.error is None), None)
+
+    def to_dict(self) -> dict:
+        """The record's JSON (``evidence.credit``)."""
+        return {"ticks": self.ticks, "balance_end_s": self.balance_end_s, "ran_out_after_s": self.ran_out_after_s,
+                "switches": [s.to_dict() for s in self.switches], "phases": [p.to_dict() for p in self.phases],
+                "switches_dropped": self.switches_dropped}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CreditReport:
+        """A credit report read from a record."""
+        return cls(d["ticks"], d["balance_end_s"], [CreditSwitch.from_dict(x) for x in d["switches"]],
+                   [CreditPhase.from_dict(x) for x in d["phases"]], d.get("switches_dropped", 0))
+
+
+@dataclass(frozen=True)
 class ContentionEvidence:
     """Whether the policy held over the body (``policy_held``), thread by thread, what the watch saw
     (``watch``: None when nothing was watched, as for a 100 % share) and what the vCPU threads got
-    (``achieved``: None in records made before it was recorded; their threads still have ``cpu_share_pct``)."""
+    (``achieved``: None in records made before it was recorded; their threads still have ``cpu_share_pct``) and,
+    for the credit model, what its controller did (``credit``)."""
 
     method: str
     policy_held: bool
@@ -183,6 +258,7 @@ class ContentionEvidence:
     threads: list[ThreadEvidence] = field(default_factory=list)
     watch: WatchReport | None = None
     achieved: AchievedShare | None = None
+    credit: CreditReport | None = None
 
     @property
     def stalls(self) -> list[Stall]:
@@ -196,16 +272,19 @@ class ContentionEvidence:
              "watch": self.watch.to_dict() if self.watch is not None else None}
         if self.achieved is not None:
             d["achieved"] = self.achieved.to_dict()
+        if self.credit is not None:
+            d["credit"] = self.credit.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ContentionEvidence:
         """Evidence read from a record (see :func:`evidence_from_dict` for one that may be missing)."""
-        watch, achieved = d.get("watch"), d.get("achieved")
+        watch, achieved, credit = d.get("watch"), d.get("achieved"), d.get("credit")
         return cls(d["method"], d["policy_held"], d["configured_share_pct"],
                    [ThreadEvidence.from_dict(t) for t in d["threads"]],
                    WatchReport.from_dict(watch) if watch is not None else None,
-                   AchievedShare.from_dict(achieved) if achieved is not None else None)
+                   AchievedShare.from_dict(achieved) if achieved is not None else None,
+                   CreditReport.from_dict(credit) if credit is not None else None)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,11 @@ and pinned there with it. With equal weights the vCPU thread gets 1 / (n + 1) of
 -> 3 loops (25 %), 40 % -> 2 loops (33 %); the record says the n used and the share it gives. Each loop is a
 ``sh`` in a session of its own, so with autogroup scheduling each is one group of the same weight as the vCPU's.
 The loops are killed and the vCPU threads' CPU masks given back on every exit; this works on this machine only.
+
+A loop's ``$0`` is a marker, ``bbrlab-load:<owner pid>:<vCPU tid>:<its CPU mask before>`` (:func:`marker`), so
+after a SIGKILL of its owner :func:`clear_leftovers` finds the loops (their owner gone), kills them and gives
+the vCPU thread its CPU mask back, with nothing kept on disk. While the body runs, the state watch checks that
+every loop still runs and each vCPU thread and its loops are still pinned to their CPU (:meth:`LoadSession.deviations`).
 """
 
 from __future__ import annotations
@@ -13,22 +18,116 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bbrlab.core.contention_models import load_share_pct
-from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
+from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 
+from .deadline import ContentionRestoreError
 from .evidence import AchievedShare, ContentionEvidence, ContentionRecord, ThreadEvidence, steal_note
 from .sched import SchedPolicy
 from .schedulers import scheduler_for
 from .threadstat import ThreadSample, sample_threads, usage_between
+from .watch import StateWatch
 
 BUSY_LOOP = ["sh", "-c", "while :; do :; done"]
+MARKER_PREFIX = "bbrlab-load:"
 
 
-class LoadRestoreError(BbrlabError):
+def marker(owner_pid: int, tid: int, mask: set[int]) -> str:
+    """A loop's ``$0``: who started it, for which vCPU thread, and that thread's CPU mask before."""
+    return f"{MARKER_PREFIX}{owner_pid}:{tid}:{','.join(map(str, sorted(mask)))}"
+
+
+@dataclass(frozen=True)
+class LeftoverLoop:
+    """A busy loop of a competing-load whose owner is gone: its ``pid``, the vCPU thread ``tid`` it competed
+    with and that thread's CPU ``mask`` before."""
+
+    pid: int
+    owner_pid: int
+    tid: int
+    mask: frozenset[int]
+
+
+def leftovers(proc: Path = Path("/proc"), *, include_live_owners: bool = False) -> list[LeftoverLoop]:
+    """bbrlab's busy loops on this machine whose owner is gone (or all of them, ``include_live_owners``)."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) < 4 or [a.decode(errors="replace") for a in argv[:3]] != BUSY_LOOP:
+            continue
+        mark = argv[3].decode(errors="replace")
+        if not mark.startswith(MARKER_PREFIX):
+            continue
+        try:
+            owner, tid, mask = mark[len(MARKER_PREFIX):].split(":")
+            loop = LeftoverLoop(int(entry.name), int(owner), int(tid), frozenset(int(c) for c in mask.split(",")))
+        except ValueError:
+            continue
+        if include_live_owners or not (proc / str(loop.owner_pid)).exists():
+            found.append(loop)
+    return found
+
+
+#: How long :func:`clear_leftovers` waits for the loops it killed to be gone (SIGKILL acts at once; their
+#: new parent, init, reaps them when it gets to it) [s].
+KILL_WAIT_S = 5.0
+
+
+def _dead(pid: int) -> bool:
+    """No process ``pid`` any more, or only its zombie (it runs no more)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _wait_dead(loops: list[LeftoverLoop]) -> list[int]:
+    """Wait until every loop is dead (at most :data:`KILL_WAIT_S`); the pids of those still running."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    running = [lp.pid for lp in loops]
+    while running:
+        running = [pid for pid in running if not _dead(pid)]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    return running
+
+
+def clear_leftovers() -> list[int]:
+    """Kill the busy loops a killed bbrlab process left and give each vCPU thread they competed with its CPU mask
+    back (when it still exists and is still pinned to one CPU, as the loop left it); the loops' pids."""
+    loops = leftovers()
+    for loop in loops:
+        try:
+            os.killpg(loop.pid, signal.SIGKILL)  # each loop leads a session (and group) of its own
+        except ProcessLookupError:
+            pass
+    problems = [f"busy loop {pid} still runs {KILL_WAIT_S:g} s after SIGKILL" for pid in _wait_dead(loops)]
+    for tid, mask in {(lp.tid, lp.mask) for lp in loops}:
+        try:
+            if len(os.sched_getaffinity(tid)) == 1:
+                os.sched_setaffinity(tid, mask)
+        except ProcessLookupError:
+            pass
+        except OSError as e:
+            problems.append(f"thread {tid}: could not give back CPUs {sorted(mask)}: {e}")
+    if problems:
+        raise TestbedError("leftover competing-load: " + "; ".join(problems))
+    return sorted(lp.pid for lp in loops)
+
+
+class LoadRestoreError(ContentionRestoreError):
     """A busy loop could not be stopped or a CPU mask not given back (the message says which)."""
 
 
@@ -47,6 +146,8 @@ class LoadSession:
     evidence: ContentionEvidence | None = None
     _pinned: list[int] = field(default_factory=list)
     _start: dict[int, ThreadSample] = field(default_factory=dict)
+    _watch: StateWatch | None = None
+    _loop_cpus: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.contention, Contention) or self.contention.model != "competing-load":
@@ -80,9 +181,11 @@ class LoadSession:
                 self._pinned.append(tid)
                 os.sched_setaffinity(tid, {cpu})
                 for _ in range(self.contention.load_threads):
-                    loop = subprocess.Popen(BUSY_LOOP, start_new_session=True, stdin=subprocess.DEVNULL)
+                    loop = subprocess.Popen([*BUSY_LOOP, marker(os.getpid(), tid, self.masks[tid])],
+                                            start_new_session=True, stdin=subprocess.DEVNULL)
                     self.loops.append(loop)
                     os.sched_setaffinity(loop.pid, {cpu})
+                    self._loop_cpus[loop.pid] = cpu
         except BaseException as e:
             try:
                 self.restore()
@@ -91,9 +194,48 @@ class LoadSession:
             raise
         self._start = sample_threads(self.host, self.thread_ids)
 
+    def deviations(self) -> list[tuple[int, str]]:
+        """``(tid, what is seen)`` for a vCPU thread no longer pinned to its CPU, and (tid 0) a loop that stopped
+        or left its CPU: the watch's check. Empty: the load holds."""
+        seen = []
+        for tid, cpu in self.cpus.items():
+            try:
+                mask = os.sched_getaffinity(tid)
+            except OSError as e:
+                seen.append((tid, f"cannot read its CPU mask: {e.strerror or e}"))
+                continue
+            if mask != {cpu}:
+                seen.append((tid, f"may run on CPUs {sorted(mask)}, pinned to {cpu}"))
+        for loop in self.loops:
+            if loop.poll() is not None:
+                seen.append((0, f"busy loop {loop.pid} ended (exit status {loop.returncode})"))
+                continue
+            try:
+                mask = os.sched_getaffinity(loop.pid)
+            except OSError:
+                continue  # ended between the two looks: the next round says so
+            if mask != {self._loop_cpus[loop.pid]}:
+                seen.append((0, f"busy loop {loop.pid} may run on CPUs {sorted(mask)}, pinned to "
+                                f"{self._loop_cpus[loop.pid]}"))
+        return seen
+
+    def start_watch(self, interval_s: float | None) -> None:
+        """Run :meth:`deviations` every ``interval_s`` until :meth:`finish` (None, or no loops: don't)."""
+        if interval_s is None or not self.loops:
+            return
+        self._watch = StateWatch(self.deviations, interval_s)
+        self._watch.start()
+
+    def stop_watch(self):
+        """Stop the watch (if one runs) and return its report."""
+        watch, self._watch = self._watch, None
+        return watch.stop() if watch is not None else None
+
     def finish(self) -> ContentionEvidence:
-        """Whether the loops still ran and the pins held, and the CPU each vCPU thread used since :meth:`apply`."""
-        loops_alive = all(p.poll() is None for p in self.loops)
+        """Whether the loops still ran and the pins held (now and as the watch saw it), and the CPU each vCPU
+        thread used since :meth:`apply`."""
+        watch = self.stop_watch()
+        loops_alive = all(p.poll() is None for p in self.loops) and not (watch and watch.deviations)
         end = sample_threads(self.host, self.thread_ids)
         threads = []
         for tid in self.thread_ids:
@@ -107,12 +249,13 @@ class LoadSession:
             threads.append(ThreadEvidence(tid, self.scheduler.get(tid), pinned and loops_alive and same, False, usage,
                                           got_cpu=same and usage.cpu_s > 0))
         self.evidence = ContentionEvidence("competing-load", all(t.held for t in threads),
-                                           load_share_pct(self.contention.load_threads), threads, None,
+                                           load_share_pct(self.contention.load_threads), threads, watch,
                                            AchievedShare.of(threads, steal_note(self.accelerator)))
         return self.evidence
 
     def restore(self) -> None:
         """Kill every loop and give every pinned thread its CPU mask back. Safe to call more than once."""
+        self.stop_watch()
         problems = []
         for loop in list(self.loops):
             try:

@@ -2,9 +2,11 @@
 ``contention.model`` (:mod:`bbrlab.core.contention_models`) and gives every model the same discipline:
 check, apply and read back, run the body, collect the evidence, restore on every exit (signals included).
 
-``deadline`` is :func:`bbrlab.contention.deadline.contended` itself (its watch included); ``cfs-quota`` is
-:class:`~bbrlab.contention.cfs.CfsSession`; ``competing-load`` is :class:`~bbrlab.contention.load.LoadSession`;
-``none`` applies nothing and measures what the threads got.
+``deadline`` is :func:`bbrlab.contention.deadline.contended` itself (its watch included); ``cfs-quota`` and
+``cfs-burst`` are :class:`~bbrlab.contention.cfs.CfsSession`; ``credit`` is
+:class:`~bbrlab.contention.credit.CreditSession`; ``competing-load`` is :class:`~bbrlab.contention.load.LoadSession`;
+``none`` applies nothing and measures what the threads got. Each of the others runs its state watch
+(:class:`~bbrlab.contention.watch.StateWatch`) every ``watch_interval_s`` while the body runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from bbrlab.core.scenario import Contention
 
 from . import deadline
 from .cfs import CfsSession
+from .credit import CreditSession
 from .load import LoadSession
 from .threadstat import ThreadIdentity
 
@@ -32,8 +35,11 @@ def contended(host: Host, thread_ids: Sequence[int], contention: Contention, *, 
                                 expected=expected, accelerator=accelerator, **kwargs) as session:
             yield session
         return
-    kind = CfsSession if contention.model == "cfs-quota" else LoadSession
-    session = kind(host, list(thread_ids), contention, accelerator=accelerator)
+    session = SESSIONS[contention.model](host, list(thread_ids), contention, accelerator=accelerator)
     session.prepare()
-    with deadline.held(session, handle_signals=handle_signals):
+    with deadline.held(session, handle_signals=handle_signals, start=lambda: session.start_watch(watch_interval_s)):
         yield session
+
+
+#: The session of each model that is not deadline's.
+SESSIONS = {"cfs-quota": CfsSession, "cfs-burst": CfsSession, "credit": CreditSession, "competing-load": LoadSession}

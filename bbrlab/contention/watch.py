@@ -1,5 +1,6 @@
-"""The policy watch: a background check, while a run's body runs, that each thread keeps the deadline policy
-applied to it, and the guard that restarts a reservation the host kernel lost (a stalled thread)."""
+"""The watches: background checks, while a run's body runs, that the contention asked still holds. The policy
+watch checks that each thread keeps the deadline policy applied to it and guards against a reservation the host
+kernel lost (a stalled thread); the state watch runs the check of another model's session."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from .threadstat import ThreadIdentity, read_proc_files, thread_state
 #: for lost. Under a working scheduler a runnable SCHED_DEADLINE thread runs once per period (at most
 #: 1 s: bbrlab's periods are timeslice / share), so this can only mean a replenishment the kernel lost.
 STALL_AFTER_S = 2.0
+#: A watch notes at most this many deviations (a thread moved out for good would otherwise fill the record).
+MAX_DEVIATIONS = 20
 
 
 class PolicyWatch(threading.Thread):
@@ -54,7 +57,7 @@ class PolicyWatch(threading.Thread):
                 seen = got.describe() if not got.same_policy_as(want) else None
             except BbrlabError as e:
                 seen = f"error: {e}"
-            if seen and len(self.deviations) < 20:
+            if seen and len(self.deviations) < MAX_DEVIATIONS:
                 self.deviations.append(Deviation(tid, round(time.monotonic(), 3), seen))
         if self.host is not None:
             self.guard_stalls()
@@ -94,3 +97,42 @@ class PolicyWatch(threading.Thread):
         self.join()
         self.check_once()
         return WatchReport(self.interval_s, self.checks, list(self.deviations), list(self.stalls))
+
+
+class StateWatch(threading.Thread):
+    """The watch of the models other than deadline (cfs-quota, cfs-burst, credit, competing-load): every
+    ``interval_s`` it calls ``check`` (the session's own: the cgroup still holds the threads under the limit
+    asked; the busy loops still run, pinned with the vCPU threads), which returns ``(tid, what was seen)`` for
+    each deviation, and notes them (at most :data:`MAX_DEVIATIONS`). Its report has the deadline watch's shape."""
+
+    def __init__(self, check, interval_s: float):
+        super().__init__(name="bbrlab-state-watch", daemon=True)
+        self.check, self.interval_s = check, interval_s
+        self.checks = 0
+        self.deviations: list[Deviation] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        """Check every ``interval_s`` until :meth:`stop`."""
+        while not self._stop_event.wait(self.interval_s):
+            self.check_once()
+
+    def check_once(self) -> None:
+        """One round of the session's check; what it saw noted with this machine's monotonic time."""
+        self.checks += 1
+        try:
+            seen = self.check()
+        except (BbrlabError, OSError) as e:
+            seen = [(0, f"error: {e}")]
+        at = round(time.monotonic(), 3)
+        for tid, what in seen:
+            if len(self.deviations) < MAX_DEVIATIONS:
+                self.deviations.append(Deviation(tid, at, what))
+
+    def stop(self) -> WatchReport:
+        """Stop watching, check once more, and report what was seen."""
+        self._stop_event.set()
+        if self.is_alive():
+            self.join()
+        self.check_once()
+        return WatchReport(self.interval_s, self.checks, list(self.deviations))

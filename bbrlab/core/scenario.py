@@ -12,7 +12,14 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from .contention_models import CFS_DEFAULT_PERIOD_MS, DEFAULT_MODEL, check_model, load_threads
+from .contention_models import (
+    CFS_DEFAULT_PERIOD_MS,
+    CFS_MODELS,
+    DEFAULT_MODEL,
+    check_model,
+    load_threads,
+    model_id_tag,
+)
 from .errors import ValidationError
 from .linksizing import (  # noqa: F401 - the queue's sizes and checks, re-exported where Link is
     ETHERNET_HEADER_BYTES,
@@ -236,18 +243,22 @@ class Contention:
     """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.core.contention_models`).
 
     ``deadline`` (default): SCHED_DEADLINE, runtime = deadline = timeslice, period = timeslice / share.
-    ``cfs-quota``: a CFS quota of share x ``period_ms`` (default 100 ms) per period. ``competing-load``:
-    :attr:`load_threads` equal-weight busy threads on the vCPU's CPU. ``none``: nothing (share 100).
-    ``timeslice_ms`` is used by ``deadline`` only. A share of 100 % means no policy (the thread runs as usual).
-    ``model`` and ``period_ms`` are left out of :meth:`to_dict` at their defaults, so deadline run ids are as before."""
+    ``cfs-quota``: a CFS quota of share x ``period_ms`` (default 100 ms) per period; ``cfs-burst``: the same and
+    a burst of ``burst_ms``; ``credit``: full CPU while a balance of ``credit_s`` CPU-seconds lasts, then the
+    share as baseline quota. ``competing-load``: :attr:`load_threads` equal-weight busy threads on the vCPU's
+    CPU. ``none``: nothing (share 100). ``timeslice_ms`` is used by ``deadline`` only. A share of 100 % means no
+    policy. ``model`` and the models' own fields are left out of :meth:`to_dict` at their defaults, so deadline
+    run ids are as before."""
 
     timeslice_ms: float
     cpu_share_pct: float
     model: str = DEFAULT_MODEL
     period_ms: float | None = None
+    burst_ms: float | None = None
+    credit_s: float | None = None
 
     def __post_init__(self):
-        if self.model == "cfs-quota" and self.period_ms is None:
+        if self.model in CFS_MODELS and self.period_ms is None:
             object.__setattr__(self, "period_ms", CFS_DEFAULT_PERIOD_MS)
         self.validate()
 
@@ -256,7 +267,7 @@ class Contention:
         period they give is one the kernel takes."""
         _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
         _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
-        check_model(self.model, self.cpu_share_pct, self.timeslice_ms, self.period_ms)
+        check_model(self.model, self.cpu_share_pct, self.timeslice_ms, self.period_ms, self.burst_ms, self.credit_s)
         if self.unlimited or self.model != "deadline":
             return
         if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
@@ -272,14 +283,12 @@ class Contention:
             )
 
     def to_dict(self) -> dict:
-        """The contention as recorded (and hashed into run ids): ``model`` and ``period_ms`` only when not
-        at their defaults (deadline, None)."""
+        """The contention as recorded (and hashed into run ids): ``model`` and the models' own fields only
+        when not at their defaults (deadline, None)."""
         d = asdict(self)
         if self.model == DEFAULT_MODEL:
             del d["model"]
-        if self.period_ms is None:
-            del d["period_ms"]
-        return d
+        return {k: v for k, v in d.items() if v is not None}
 
     @property
     def unlimited(self) -> bool:
@@ -293,16 +302,10 @@ class Contention:
 
     @property
     def id_tag(self) -> str:
-        """The contention in a run id: ``ts1ms-sh25`` (deadline, as always), ``cfs100ms-sh25``, ``load-sh25``,
-        ``none-sh100``."""
-        share = "100" if self.cpu_share_pct >= 100 else f"{self.cpu_share_pct:g}"
-        if self.model == "deadline":
-            head = f"ts{self.timeslice_ms:g}ms"
-        elif self.model == "cfs-quota":
-            head = f"cfs{self.period_ms:g}ms"
-        else:
-            head = "load" if self.model == "competing-load" else "none"
-        return f"{head}-sh{share}"
+        """The contention in a run id (:func:`~bbrlab.core.contention_models.model_id_tag`): ``ts1ms-sh25``
+        (deadline, as always), ``cfs100ms-sh25``, ``load-sh25`` ..."""
+        return model_id_tag(self.model, self.timeslice_ms, self.cpu_share_pct, self.period_ms, self.burst_ms,
+                            self.credit_s)
 
     @property
     def runtime_ns(self) -> int:

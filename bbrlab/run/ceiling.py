@@ -1,4 +1,8 @@
-"""The calibration file (``calibration.json``): the sender's CPU ceiling per timeslice, CPU share and RTT.
+"""The calibration file (``calibration.json``): the sender's CPU ceiling per contention, CPU share and RTT.
+
+A point is keyed by its deadline timeslice, or (another contention model) by the model and its parameters as in a
+run id (``model_tag``: ``cfs100ms``, ``cfs100ms-burst5ms``, ``credit10s-cfs100ms``, ``load``), so a cfs-quota
+run never takes a deadline ceiling; at 100 % share every model is the same uncontended point.
 
 A ceiling is what the contended sender can carry at all: the median throughput of the least CPU-limited
 configuration (Cubic, the better of one and several streams, an unshaped link with the point's RTT),
@@ -15,7 +19,8 @@ Schema ``bbrlab.calibration/1`` (docs/calibration.md)::
     {"schema": "bbrlab.calibration/1", "created_at": ISO, "testbed": {name, kind, accelerator,
      sender_kernel, sender_vcpus, hypervisor, ...}, "configuration": {cca, streams, repetitions,
      duration_s, link, delay_split}, "runs_dir": "calibration/<key>", "host_load": {...},
-     "points": [{"key", "timeslice_ms" (null at 100 %), "cpu_share_pct", "rtt_ms", "ceiling_mbit",
+     "points": [{"key", "timeslice_ms" (null at 100 %), "model_tag" (other models than deadline only),
+                 "cpu_share_pct", "rtt_ms", "ceiling_mbit",
                  "streams", "limit", "evidence", "sender_cpu_pct", "sender_demand_pct",
                  "emulator_busy_pct", "host_busy_pct", "by_streams": {"1": {"median_mbit", "repetitions_mbit", "run_ids", "failed"}, ...},
                  "testbed": {...as the runs recorded it}, "measured_from", "measured_to"}],
@@ -31,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.scenario import Scenario
+from bbrlab.core.scenario import Contention, Scenario
 
 from .record import write_json_atomic
 
@@ -50,31 +55,51 @@ class CalibrationMismatch(BbrlabError):
 
 @dataclass(frozen=True)
 class PointKey:
-    """A calibration point: timeslice (None when the share is 100 %: no policy, any timeslice), share, RTT."""
+    """A calibration point: timeslice (None when the share is 100 %: no policy, any timeslice), share, RTT, and
+    for a contention model other than deadline ``model_tag`` (the model and its parameters, :func:`model_tag`;
+    None for deadline and at 100 %)."""
 
     timeslice_ms: float | None
     cpu_share_pct: float
     rtt_ms: float
+    model_tag: str | None = None
 
     @classmethod
-    def of(cls, timeslice_ms: float, cpu_share_pct: float, rtt_ms: float) -> PointKey:
-        """The key of a point; at 100 % share (no policy) the timeslice is dropped (None), so any timeslice
-        matches.
+    def of(cls, timeslice_ms: float, cpu_share_pct: float, rtt_ms: float, model_tag: str | None = None) -> PointKey:
+        """The key of a point; at 100 % share (no policy) the timeslice and the model are dropped (None), so
+        any timeslice or model matches.
         """
         full = cpu_share_pct >= 100
-        return cls(None if full else float(timeslice_ms), 100.0 if full else float(cpu_share_pct), float(rtt_ms))
+        return cls(None if full else float(timeslice_ms), 100.0 if full else float(cpu_share_pct), float(rtt_ms),
+                   None if full else model_tag)
+
+    @classmethod
+    def of_contention(cls, contention: Contention, rtt_ms: float) -> PointKey:
+        """The key of a contention at an RTT (ms)."""
+        c = contention
+        return cls.of(c.timeslice_ms, 100.0 if c.unlimited else c.cpu_share_pct, rtt_ms, model_tag(c))
 
     @classmethod
     def of_scenario(cls, scenario: Scenario) -> PointKey:
-        """The key of a scenario's timeslice (ms), CPU share (%) and RTT (ms)."""
-        c = scenario.contention
-        return cls.of(c.timeslice_ms, c.cpu_share_pct, scenario.link.rtt_ms)
+        """The key of a scenario's contention (timeslice or model, CPU share) and RTT (ms)."""
+        return cls.of_contention(scenario.contention, scenario.link.rtt_ms)
 
     @property
     def text(self) -> str:
-        """``ts10ms-sh25-rtt20ms``; ``sh100-rtt20ms`` at full share."""
-        ts = "" if self.timeslice_ms is None else f"ts{self.timeslice_ms:g}ms-"
-        return f"{ts}sh{self.cpu_share_pct:g}-rtt{self.rtt_ms:g}ms"
+        """``ts10ms-sh25-rtt20ms``; ``cfs100ms-sh25-rtt20ms`` for another model; ``sh100-rtt20ms`` at full share."""
+        if self.model_tag is not None:
+            head = f"{self.model_tag}-"
+        else:
+            head = "" if self.timeslice_ms is None else f"ts{self.timeslice_ms:g}ms-"
+        return f"{head}sh{self.cpu_share_pct:g}-rtt{self.rtt_ms:g}ms"
+
+
+def model_tag(contention: Contention) -> str | None:
+    """A contention's model and parameters as a calibration key holds them: its run-id tag without the share
+    (``cfs100ms``, ``load``); None for deadline (its timeslice is the key) and without contention."""
+    if contention.model == "deadline" or contention.unlimited:
+        return None
+    return contention.id_tag.rsplit("-sh", 1)[0]
 
 
 @dataclass
@@ -88,6 +113,7 @@ class CeilingPoint:
     ceiling_mbit: float | None
     streams: int | None
     limit: str
+    model_tag: str | None = None
     sender_cpu_pct: float | None = None
     sender_demand_pct: float | None = None
     emulator_busy_pct: float | None = None
@@ -104,7 +130,7 @@ class CeilingPoint:
         share).
         """
         return PointKey.of(self.timeslice_ms if self.timeslice_ms is not None else 0.0, self.cpu_share_pct,
-                           self.rtt_ms)
+                           self.rtt_ms, self.model_tag)
 
 
 @dataclass
@@ -126,6 +152,9 @@ class Calibration:
         """The file's JSON content: ``schema`` first, then every field but ``path``."""
         d = asdict(self)
         d.pop("path")
+        for point in d["points"]:  # a deadline point keeps the keys it always had (and its file the same digest)
+            if point["model_tag"] is None:
+                del point["model_tag"]
         return {"schema": d.pop("schema"), **d}
 
     @classmethod

@@ -2,8 +2,10 @@
 first run of the next one. Nothing that belongs to another process is touched:
 
 - SCHED_DEADLINE still on the sender's vCPU threads (its context manager never got to restore it);
-- a cfs-quota cgroup (``bbrlab-cfs-<pid>-<n>``) whose maker is gone, on this machine: its threads moved back
-  to the parent cgroup, the cgroup removed (:func:`bbrlab.contention.cgroups.clear_leftovers`);
+- a cfs-quota, cfs-burst or credit cgroup (``bbrlab-cfs-<pid>-<n>``) whose maker is gone, on this machine: its
+  threads moved back to the parent cgroup, the cgroup removed (:func:`bbrlab.contention.cgroups.clear_leftovers`);
+- competing-load's busy loops whose maker is gone, on this machine: killed, and the vCPU threads they competed
+  with given their CPU mask back (:func:`bbrlab.contention.load.clear_leftovers`);
 - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
   (found with ``ss -p``, so nothing else on a shared host is seen);
 - samplers still running on the sender (asked to stop through the stop file in their private directory);
@@ -20,7 +22,7 @@ The emulator's qdiscs need no recovery: the next run sets the link it needs befo
 
 from __future__ import annotations
 
-from bbrlab.contention import cgroups
+from bbrlab.contention import cgroups, load
 from bbrlab.contention import deadline as contention
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import vcputrace
@@ -36,13 +38,15 @@ def recover(testbed) -> dict:
     still runs."""
     cleared = contention.clear_deadline(testbed.sender.hypervisor, testbed.sender.vcpu_threads())
     cfs_cgroups = cgroups.clear_leftovers() if testbed.kind == "local" else []
+    load_loops = load.clear_leftovers() if testbed.kind == "local" else []
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
               "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
     # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
     samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
-    return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups, "partitions_removed": partitions, "iperf3_killed": killed,
+    return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
+            "load_loops_killed": load_loops, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}
 
 

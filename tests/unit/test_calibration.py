@@ -215,3 +215,46 @@ def test_grid_text_names_every_point_and_the_reference(saved):
     text = calibrate.format_grid(saved)
     assert "47.0" in text and "207.0" in text and "bridge reference" in text and "sender kernel 6.1.0-56" in text
     assert isinstance(Calibration.from_dict(saved.to_dict()).points[0].evidence, list)
+
+
+# -- a ceiling per contention model (#28) ----------------------------------------------------------
+
+def test_each_model_has_points_of_its_own_and_a_run_finds_its_models_ceiling(tmp_path):
+    """A cfs-quota run at 25 % of 100 ms has timeslice_ms 25 (its quota), as a deadline run at 25 ms would: the
+    key holds the model, so neither takes the other's ceiling; competing-load (timeslice 1) is not deadline at 1 ms."""
+    from bbrlab.campaign.spec import CampaignSpec
+
+    camp = CampaignSpec.from_dict({"name": "m", "ccas": ["cubic"], "timeslices_ms": [1, 25], "cpu_shares_pct": [25, 100],
+                                   "rtts_ms": [20], "rates_mbit": [10], "repetitions": 1,
+                                   "contention_models": ["deadline", "cfs-quota", "credit", "competing-load"],
+                                   "credits_s": [4]})
+    spec = CalibrationSpec.for_campaign(camp, repetitions=1, streams=(1,))
+    texts = [k.text for k in spec.points()]
+    assert texts == ["sh100-rtt20ms", "ts1ms-sh25-rtt20ms", "ts25ms-sh25-rtt20ms", "cfs100ms-sh25-rtt20ms",
+                     "credit4s-cfs100ms-sh25-rtt20ms", "load-sh25-rtt20ms"]
+    assert CalibrationSpec.from_dict(spec.to_dict()) == spec
+    mbit = {"ts25ms": 30.0, "cfs100ms": 12.0, "credit4s-cfs100ms": 50.0, "load": 20.0, "ts1ms": 8.0}
+
+    def throughput(s: Scenario) -> float:
+        return 200.0 if s.contention.unlimited else mbit[PointKey.of_scenario(s).model_tag or
+                                                         f"ts{s.contention.timeslice_ms:g}ms"]
+    _write_runs(tmp_path, spec, throughput)
+    cal = calibrate.summarise(spec, tmp_path, TESTBED)
+    for s in camp.plan():
+        point = cal.find(PointKey.of_scenario(s))
+        assert point is not None and point.ceiling_mbit == throughput(s), s.run_id
+    back = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.find(PointKey.of_scenario(camp.plan()[0])) is not None
+    assert "model_tag" not in cal.to_dict()["points"][0] and cal.to_dict()["points"][3]["model_tag"] == "cfs100ms"
+    assert "cfs100ms" in calibrate.format_grid(cal)
+
+
+def test_a_deadline_calibration_keeps_its_digest_and_needs_timeslices():
+    spec = CalibrationSpec("c", (10,), (25,), (20,))
+    assert "model_contentions" not in spec.to_dict()
+    with pytest.raises(ValidationError) as e:
+        CalibrationSpec("c", (), (25,), (20,))
+    assert e.value.field == "timeslices_ms"
+    with pytest.raises(ValidationError) as e:
+        CalibrationSpec("c", (), (25,), (20,), model_contentions=({"timeslice_ms": 1, "cpu_share_pct": 25},))
+    assert e.value.field == "model_contentions[0]" and "another model than deadline" in e.value.allowed

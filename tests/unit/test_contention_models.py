@@ -37,8 +37,8 @@ def test_cfs_quota_defaults_to_a_100_ms_period_and_says_so_in_its_id():
 
 
 @pytest.mark.parametrize("kwargs, field, words", [
-    ({"model": "credit"}, "contention.model", "one of deadline, cfs-quota, competing-load, none"),
-    ({"model": "deadline", "period_ms": 10}, "contention.period_ms", "none except for model cfs-quota"),
+    ({"model": "steal"}, "contention.model", "one of deadline, cfs-quota, cfs-burst, credit, competing-load, none"),
+    ({"model": "deadline", "period_ms": 10}, "contention.period_ms", "none except for models cfs-quota, cfs-burst"),
     ({"model": "cfs-quota", "period_ms": 0.5}, "contention.period_ms", "1 <= period_ms <= 1000 ms"),
     ({"model": "cfs-quota", "period_ms": 2000}, "contention.period_ms", "1 <= period_ms <= 1000 ms"),
     ({"model": "cfs-quota", "period_ms": 2, "cpu_share_pct": 25}, "contention.cpu_share_pct", "at least 1 ms"),
@@ -85,3 +85,84 @@ def test_a_spec_names_the_bad_model_key(extra, field):
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**SPEC, **extra})
     assert e.value.field == field
+
+
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"model": "cfs-burst", "cpu_share_pct": 25}, "contention.burst_ms", "a number with model cfs-burst"),
+    ({"model": "cfs-quota", "burst_ms": 5}, "contention.burst_ms", "none with the others"),
+    ({"model": "cfs-burst", "cpu_share_pct": 25, "burst_ms": 30}, "contention.burst_ms",
+     "0 < burst_ms <= the quota (share x period_ms = 25 ms"),
+    ({"model": "cfs-burst", "cpu_share_pct": 25, "burst_ms": 0}, "contention.burst_ms", "0 < burst_ms"),
+    ({"model": "cfs-burst", "cpu_share_pct": 25, "burst_ms": "5"}, "contention.burst_ms", "a number"),
+    ({"model": "credit", "cpu_share_pct": 25}, "contention.credit_s", "a number with model credit"),
+    ({"model": "deadline", "credit_s": 5}, "contention.credit_s", "none with the others"),
+    ({"model": "credit", "cpu_share_pct": 25, "credit_s": 0}, "contention.credit_s", "0 < credit_s <= 3600"),
+    ({"model": "credit", "cpu_share_pct": 25, "credit_s": 4000}, "contention.credit_s", "CPU-seconds"),
+    ({"model": "credit", "cpu_share_pct": 0.5, "credit_s": 5}, "contention.cpu_share_pct", "at least 1 ms"),
+])
+def test_burst_and_credit_check_their_parameters_and_name_the_field(kwargs, field, words):
+    with pytest.raises(ValidationError) as e:
+        Contention(**{"timeslice_ms": 1, "cpu_share_pct": 10, **kwargs})
+    assert e.value.field == field and words in str(e.value)
+
+
+def test_burst_and_credit_say_their_parameters_in_json_and_run_id():
+    b = Contention(25, 25, "cfs-burst", burst_ms=5)
+    assert b.period_ms == 100 and b.to_dict() == {"timeslice_ms": 25, "cpu_share_pct": 25, "model": "cfs-burst",
+                                                   "period_ms": 100, "burst_ms": 5}
+    c = Contention(25, 25, "credit", credit_s=8)
+    assert c.to_dict()["credit_s"] == 8 and "burst_ms" not in c.to_dict()
+    for contention, tag in ((b, "-cfs100ms-burst5ms-sh25-"), (c, "-credit8s-cfs100ms-sh25-")):
+        s = _scenario(contention)
+        assert tag in s.run_id and Scenario.from_dict(s.to_dict()) == s
+
+
+def test_a_spec_crosses_burst_and_credit_with_shares_and_counts_its_runs():
+    spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["cfs-burst", "credit", "none"], "cfs_periods_ms": [100],
+                                   "cfs_bursts_ms": [5, 10], "credits_s": [4]})
+    got = [s.contention for s in spec.grid()]
+    assert got == [Contention(25, 25, "cfs-burst", 100, burst_ms=5), Contention(50, 50, "cfs-burst", 100, burst_ms=5),
+                   Contention(25, 25, "cfs-burst", 100, burst_ms=10), Contention(50, 50, "cfs-burst", 100, burst_ms=10),
+                   Contention(25, 25, "credit", credit_s=4), Contention(50, 50, "credit", credit_s=4),
+                   Contention(1, 100, "none")]
+    assert spec.runs == len(spec.plan()) == 7
+    assert CampaignSpec.from_dict(spec.to_dict()) == spec
+    default = CampaignSpec.from_dict(SPEC)
+    assert "cfs_bursts_ms" not in default.to_dict() and "credits_s" not in default.to_dict()
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"contention_models": ["cfs-burst"], "cfs_periods_ms": [10], "cfs_bursts_ms": [3]},
+     "cpu_shares_pct[0] with cfs_periods_ms[0] and cfs_bursts_ms[0]"),
+    ({"contention_models": ["credit"], "credits_s": [0]}, "credits_s[0]"),
+    ({"cfs_bursts_ms": [-1]}, "cfs_bursts_ms[0]"),
+])
+def test_a_spec_names_the_bad_burst_or_credit_key(extra, field):
+    with pytest.raises(ValidationError) as e:
+        CampaignSpec.from_dict({**SPEC, **extra})
+    assert e.value.field == field
+
+
+def test_credit_may_cross_with_baselines_of_its_own():
+    spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["cfs-quota", "credit"], "credits_s": [1],
+                                   "credit_shares_pct": [5, 25]})
+    got = [s.contention for s in spec.grid()]
+    assert got[2:] == [Contention(5, 5, "credit", credit_s=1), Contention(25, 25, "credit", credit_s=1)]
+    assert spec.runs == len(spec.plan()) == 4 and CampaignSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValidationError) as e:
+        CampaignSpec.from_dict({**SPEC, "contention_models": ["credit"], "credit_shares_pct": [0.5]})
+    assert e.value.field == "credit_shares_pct[0] with credits_s[0]" and "at least 1 ms" in e.value.allowed
+
+
+def test_a_campaign_refuses_other_models_for_a_sender_on_another_host_before_it_starts():
+    """preflight.check_models, against this machine (the cgroup models apply here) and a lab hypervisor (an
+    SSHHost object: nothing connects, it only says it is not this machine)."""
+    from bbrlab.campaign.preflight import check_models
+    from bbrlab.core.hosts import LocalHost, SSHHost
+
+    spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["deadline", "cfs-burst", "credit"]})
+    check_models(spec, LocalHost())  # this host: cgroup v1 cpu with cpu.cfs_burst_us
+    with pytest.raises(ValidationError) as e:
+        check_models(spec, SSHHost(name="hv", address="192.0.2.1"))
+    assert e.value.field == "contention_models" and "another host (hv)" in e.value.allowed
+    check_models(CampaignSpec.from_dict(SPEC), SSHHost(name="hv", address="192.0.2.1"))  # deadline only: fine

@@ -63,9 +63,12 @@ plausible = {
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
     "description": st.one_of(st.text(max_size=20), st.integers()),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
-    "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "competing-load", "none", "credit"]),
-                                  max_size=3),
+    "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "cfs-burst", "credit", "competing-load",
+                                                   "none", "steal"]), max_size=3),
     "cfs_periods_ms": st.lists(st.sampled_from([0.5, 1, 10, 100, 1000, 5000]), max_size=3),
+    "cfs_bursts_ms": st.lists(st.sampled_from([0, 0.5, 1, 5, 50, 2000, "x"]), max_size=3),
+    "credit_shares_pct": st.lists(st.sampled_from([0, 0.5, 5, 25, 100, 150]), max_size=3),
+    "credits_s": st.lists(st.sampled_from([-1, 0, 0.1, 10, 3600, 4000, None]), max_size=3),
     "emulator_offloads": st.sampled_from(["off", "on", True, False, "maybe", None, 1]),
 }
 valid = st.fixed_dictionaries({

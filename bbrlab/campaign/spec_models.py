@@ -1,0 +1,66 @@
+"""A campaign spec's contention models (#28): the contention of one model at one share, and the check of every
+model's values with every share. :class:`~bbrlab.campaign.spec.CampaignSpec` builds its grid with
+:func:`contention_of` and checks it with :func:`check_contentions`."""
+
+from __future__ import annotations
+
+import itertools
+
+from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, MODELS
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Contention
+
+#: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
+UNUSED_TIMESLICE_MS = 1.0
+
+
+def check_model_name(value: object) -> None:
+    """A model's name (its values are checked with the shares)."""
+    if value not in MODELS:
+        raise ValidationError("contention.model", value, "one of " + ", ".join(MODELS))
+
+
+def contention_of(model: str, share: float, values: list) -> Contention:
+    """The contention of ``model`` at ``share`` with its own values (``CampaignSpec.model_lists``' order)."""
+    if model == "deadline":
+        return Contention(values[0], share)
+    if model == "cfs-quota":
+        return Contention(values[0] * share / 100, share, model, values[0])
+    if model == "cfs-burst":
+        return Contention(values[0] * share / 100, share, model, values[0], burst_ms=values[1])
+    if model == "credit":
+        return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
+    return Contention(UNUSED_TIMESLICE_MS, share, model)
+
+
+def check_contentions(spec) -> None:
+    """Each model's values with each share (deadline's period, a quota of at least 1 ms, a burst within the
+    quota, enough competing threads); an error names the keys and indexes, e.g. ``cpu_shares_pct[1] with
+    cfs_periods_ms[0] and cfs_bursts_ms[0]``."""
+    for model in spec.contention_models:
+        if model == "none":
+            continue
+        lists = spec.model_lists(model)
+        keyed = [list(enumerate(values)) for _, values in lists]
+        shares_key = "credit_shares_pct" if spec.shares_of(model) is spec.credit_shares_pct else "cpu_shares_pct"
+        for j, share in enumerate(spec.shares_of(model)):
+            for combo in itertools.product(*keyed):
+                try:
+                    contention_of(model, share, [v for _, v in combo])
+                except ValidationError as e:
+                    where = " and ".join(f"{key}[{i}]" for (key, _), (i, _) in zip(lists, combo, strict=True))
+                    value = (share, *(v for _, v in combo)) if combo else share
+                    raise ValidationError(f"{shares_key}[{j}] with {where or model}", value, e.allowed) from None
+
+
+def _contention(model: str, share: float, values: list) -> Contention:
+    """The contention of ``model`` at ``share`` with its own values (as :meth:`CampaignSpec.contentions` orders them)."""
+    if model == "deadline":
+        return Contention(values[0], share)
+    if model == "cfs-quota":
+        return Contention(values[0] * share / 100, share, model, values[0])
+    if model == "cfs-burst":
+        return Contention(values[0] * share / 100, share, model, values[0], burst_ms=values[1])
+    if model == "credit":
+        return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
+    return Contention(UNUSED_TIMESLICE_MS, share, model)

@@ -35,7 +35,8 @@ class TimelineError(BbrlabError):
 class Timeline:
     """One run's aligned series; every ``t_s``/``start_s``/``end_s`` is seconds since ``t0_host_s``.
 
-    ``vcpu``: the sender's vCPU intervals (``tid``, ``on_cpu``, ``start_s``, ``end_s``); ``on``: the union of
+    ``vcpu``: the sender's vCPU intervals (``tid``, ``on_cpu``, ``inferred``: an on-CPU interval whose switch-in
+    the trace missed, its start inferred, docs/vcpu-trace.md; ``start_s``, ``end_s``); ``on``: the union of
     their on-CPU intervals (``start_s``, ``end_s``: some vCPU ran); ``socket``: the data connection's samples
     (``t_s`` and the ``ss`` columns, ``inflight_link_bdp`` added); ``backlog``: the bottleneck qdisc's samples
     (``t_s``, ``backlog_bytes``, ``backlog_link_bdp``, ``drops``). ``link_bdp_bytes`` is the link's rate x
@@ -112,6 +113,7 @@ def of_run(tables: Tables, run_id: str) -> Timeline:
     link_bdp = float(run["rate_mbit"]) * 1e6 / 8 * float(run["rtt_ms"]) / 1e3
     socket = ss.assign(t_s=ss["t_host_s"] - t0, inflight_link_bdp=ss["inflight_bytes"] / link_bdp).reset_index(drop=True)
     intervals = pd.DataFrame({"tid": vcpu["tid"].to_numpy(), "on_cpu": vcpu["on_cpu"].to_numpy(dtype=bool),
+                              "inferred": vcpu["inferred"].notna().to_numpy(dtype=bool),
                               "start_s": vcpu["start_ns"].to_numpy(dtype=float) / 1e9 - t0,
                               "end_s": vcpu["end_ns"].to_numpy(dtype=float) / 1e9 - t0}).sort_values("start_s")
     ons = intervals[intervals["on_cpu"]]
@@ -159,12 +161,13 @@ def gap_effect(timeline: Timeline, column: str = "delivery_rate_mbit", min_gap_m
 
 def gap_summary(timelines: Sequence[Timeline], column: str = "delivery_rate_mbit", min_gap_ms: float = 2.0) -> pd.DataFrame:
     """Per run, :func:`gap_effect` summed up: gaps, median gap [ms], median ``column`` of the sample before and
-    after a gap, the median ratio after / before, and the share of gaps after which the value fell."""
+    after a gap, the ratio after / before (10th, 50th, 90th percentile), and the share of gaps after which the value fell."""
     rows = []
     for tl in timelines:
         e = gap_effect(tl, column, min_gap_ms)
         rows.append({"run": tl.label, "gaps": len(e), "gap_p50_ms": e["gap_ms"].median(), "before_p50": e["before"].median(),
-                     "after_p50": e["after"].median(), "ratio_p50": e["ratio"].median(),
+                     "after_p50": e["after"].median(), "ratio_p10": e["ratio"].quantile(0.1),
+                     "ratio_p50": e["ratio"].median(), "ratio_p90": e["ratio"].quantile(0.9),
                      "fell_share": float((e["after"] < e["before"]).mean()) if len(e) else np.nan,
                      "after_delay_p50_ms": e["after_delay_ms"].median()})
     return pd.DataFrame(rows)
@@ -208,9 +211,13 @@ def figure(timelines: Sequence[Timeline], start_s: float, length_s: float):
         tids = sorted(tl.vcpu["tid"].unique())
         on = clip_intervals(tl.vcpu[tl.vcpu["on_cpu"]], start_s, length_s)
         for y, tid in enumerate(tids):
-            part = on[on["tid"] == tid]
-            segs = [[[(s - start_s) * ms, y], [(e - start_s) * ms, y]] for s, e in zip(part["start_s"], part["end_s"], strict=True)]
-            bars.add_collection(LineCollection(segs, linewidths=9, colors="tab:green", label=f"vCPU {tid} on-CPU"))
+            for inferred, color, note in ((False, "tab:green", ""), (True, "tab:olive", " (switch-in inferred)")):
+                part = on[(on["tid"] == tid) & (on["inferred"] == inferred)]
+                segs = [[[(s - start_s) * ms, y], [(e - start_s) * ms, y]]
+                        for s, e in zip(part["start_s"], part["end_s"], strict=True)]
+                if segs or not inferred:
+                    bars.add_collection(LineCollection(segs, linewidths=9, colors=color,
+                                                       label=f"vCPU {tid} on-CPU{note}"))
         bars.set_ylim(-0.6, len(tids) - 0.4)
         bars.set_yticks(range(len(tids)), [f"tid {t}" for t in tids])
         bars.set_title(f"{tl.label}\n{tl.run_id}", fontsize=9)
@@ -235,7 +242,8 @@ def figure(timelines: Sequence[Timeline], start_s: float, length_s: float):
             ax.set_ylim(bottom=0)
         for ax in (bars, rates, inflight, queue):
             ax.set_xlim(0, length_s * ms)
-    fig.suptitle("vCPU on-CPU (bars; grey: no vCPU ran), socket state and bottleneck on the host's clock", fontsize=10)
+    fig.suptitle("On the host's clock: the sender's vCPU on a CPU (bars; olive: switch-in inferred; grey bands: no "
+                 "vCPU ran), its socket's samples, the bottleneck queue", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -74,6 +74,7 @@ from bbrlab.sampling.ss import parse_ss_line
 
 from . import identity
 from .records_reader import iperf_intervals, iperf_summary
+from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
 from .tables import SS_COLUMNS, RunRows
 
@@ -344,7 +345,13 @@ def _repetition_rows(report: Mapping, run_id: str, rel: str, number: int, datase
         "link_utilisation": thr / params["rate_mbit"] if params["rate_mbit"] else float("nan"),
         "started_at": _iso(secs),
     }
-    return RunRows(row, iperf_intervals(run_id, report) if status == "ok" else [], [])
+    if status != "ok":
+        return RunRows(row, [], [])
+    flow = FlowReport(0, "sender", params.get("cca"), _number((start.get("test_start") or {}).get("num_streams")),
+                      0.0, row["duration_s"], report)
+    row["flows"] = 1
+    return RunRows(row, iperf_intervals(run_id, report), [], [], streams=stream_rows(run_id, flow),
+                   flows=[flow_summary(run_id, flow)])
 
 
 def _iso(secs) -> str | None:

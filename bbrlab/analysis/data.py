@@ -117,8 +117,8 @@ def _qualify_run_ids(t: Tables, prefix: str) -> Tables:
     def q(df: pd.DataFrame) -> pd.DataFrame:
         return df.assign(run_id=prefix + "/" + df["run_id"].astype("string")) if len(df) else df
 
-    return Tables(q(t.runs), q(t.intervals), q(t.ss), [*t.notes, f"run ids prefixed with {prefix}/ (shared ids)"],
-                  t.sources, q(t.vcpu), q(t.bottleneck))
+    return Tables.of_frames({name: q(df) for name, df in t.frames().items()},
+                            [*t.notes, f"run ids prefixed with {prefix}/ (shared ids)"], t.sources)
 
 
 # -- selections and summaries ------------------------------------------------------------------

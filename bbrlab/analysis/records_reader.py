@@ -23,7 +23,8 @@ from bbrlab.run import clocks
 from bbrlab.sampling import bottleneck, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
-from . import identity
+from . import fairness, identity
+from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
 from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
 
@@ -83,8 +84,9 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 class RunView:
     """One bbrlab record and its iperf3 summary, with the parts the column readers use."""
 
-    def __init__(self, record: Mapping, summary: Mapping, path: str):
+    def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None):
         self.record, self.summary, self.path = record, summary, path
+        self.fair = fair or {}  # bbrlab.analysis.fairness.run_fairness's run part
         self.scenario = record.get("scenario") or {}
         self.link = self.scenario.get("link") or {}
         self.cont = self.scenario.get("contention") or {}
@@ -129,9 +131,9 @@ class RunView:
         return _get(self.meta, "sysctls", "sender", name)
 
 
-def run_row(record: Mapping, summary: Mapping, path: str) -> dict:
-    """The ``runs`` row of one bbrlab record (scenario + metadata) and its iperf3 summary."""
-    view = RunView(record, summary, path)
+def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None) -> dict:
+    """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary and its flows' fairness."""
+    view = RunView(record, summary, path, fair)
     return {col.name: col.of_record(view) for col in RUN_SCHEMA}
 
 
@@ -181,9 +183,14 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
                 report = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             notes.append(f"{rel}/iperf.json unreadable: {e}")
-    row = run_row(record, iperf_summary(report), rel)
-    if row["status"] != "ok":
-        return RunRows(row, [], [], notes)
+    if record.get("status") != "ok":
+        return RunRows(run_row(record, iperf_summary(report), rel), [], [], notes)
+    flows = flow_reports(run_dir, record, report, notes) if report else []
+    streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
+    fair, shares = fairness.run_fairness(streams)
+    fair["flows"] = len(flows)
+    row = run_row(record, iperf_summary(report), rel, fair if flows else None)
+    flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
     intervals = iperf_intervals(row["run_id"], report)
     if row["workload"] == "rsync":
         try:
@@ -209,7 +216,8 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
                                     _get(record, "metadata", "clocks", "emulator"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{bottleneck.LOG_FILE} not parsed: {type(e).__name__}: {e}")
-    return RunRows(row, intervals, ss, notes, vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel), queue)
+    return RunRows(row, intervals, ss, notes, vcpu=vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel),
+                   bottleneck=queue, streams=streams, flows=flow_rows)
 
 
 def bottleneck_rows(run_id: str, text: str, emulator_clock: Mapping | None) -> list[dict]:
@@ -245,6 +253,25 @@ def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]
         return []
 
 
+def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str]) -> list[FlowReport]:
+    """The run's flows and their iperf3 JSON: flow 0 is the scenario's flow (``iperf.json``, from the
+    sender, at 0 s); a run of several flows lists the others in ``metadata.flows`` (each with its
+    ``index``, ``origin``, ``cca``, ``streams``, measured ``start_s``, ``duration_s`` and ``file``:
+    docs/run-record.md). A flow file that cannot be read is a note, and the flow is left out."""
+    flow = _get(record, "scenario", "flow", default={})
+    out = [FlowReport(0, "sender", flow.get("cca"), flow.get("streams"), 0.0, flow.get("duration_s"), report)]
+    for f in _get(record, "metadata", "flows", default=[]):
+        try:
+            with open(run_dir / f["file"], "rb") as fh:
+                other = json.load(fh)
+        except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            notes.append(f"{run_dir.name}: flow {f.get('index') if isinstance(f, Mapping) else f!r} unreadable: {e}")
+            continue
+        out.append(FlowReport(int(f["index"]), f.get("origin", "sender"), f.get("cca"), f.get("streams"),
+                              float(f.get("start_s") or 0.0), f.get("duration_s"), other))
+    return out
+
+
 # -- the layout, as the table cache sees it ----------------------------------------------------------
 
 def is_campaign(path: Path) -> bool:
@@ -267,7 +294,9 @@ def discover(campaign_dir: Path) -> list[str]:
 def signature(campaign_dir: Path, rel: str) -> list:
     """(name, size, mtime_ns) of each run file present: changes whenever a file does."""
     sig = []
-    for name in RUN_FILES:
+    extra = sorted(e.name for e in os.scandir(campaign_dir / rel) if e.name.startswith("iperf-flow")) \
+        if (campaign_dir / rel).is_dir() else []
+    for name in (*RUN_FILES, *extra):
         try:
             st = os.stat(campaign_dir / rel / name)
         except FileNotFoundError:

@@ -2,7 +2,7 @@
 
 A source is a folder in one :class:`Layout` (a bbrlab campaign, or an authors' dataset). Its *units*
 are what is read as a whole: a bbrlab run directory, an authors' measurement point or socket log. The
-tables are written to ``SOURCE/tables/{runs,intervals,ss,vcpu,bottleneck}.parquet`` with ``manifest.json``, which lists
+tables are written to ``SOURCE/tables/{runs,intervals,ss,vcpu,bottleneck,streams,flows}.parquet`` with ``manifest.json``, which lists
 each unit's files (size, mtime) and notes. The next read reuses the parquet files when nothing changed
 and re-reads only the units that did; many units are read by a process pool.
 """
@@ -20,12 +20,10 @@ import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
 
-from .tables import RunRows, Tables, build_tables, normalise
+from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/13"
-#: The tables, each a parquet file of its name (the fields of :class:`Tables` that hold a frame).
-TABLE_NAMES = ("runs", "intervals", "ss", "vcpu", "bottleneck")
+TABLES_SCHEMA = "bbrlab.tables/14"
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 
@@ -113,13 +111,11 @@ def read_units(layout: Layout, source_dir: Path, units: list[str],
 def _merge(old: Tables, keep: set[str], fresh: Tables, layout: Layout) -> Tables:
     runs_kept = old.runs[old.runs["path"].map(layout.unit_of_path).isin(keep)]
     ok_ids = set(runs_kept.loc[runs_kept["status"] == "ok", "run_id"])
-    parts = [(runs_kept, fresh.runs), (old.intervals[old.intervals["run_id"].isin(ok_ids)], fresh.intervals),
-             (old.ss[old.ss["run_id"].isin(ok_ids)], fresh.ss),
-             (old.vcpu[old.vcpu["run_id"].isin(ok_ids)], fresh.vcpu),
-             (old.bottleneck[old.bottleneck["run_id"].isin(ok_ids)], fresh.bottleneck)]
-    merged = [pd.concat([a, b], ignore_index=True) if len(a) and len(b) else (a if len(a) else b) for a, b in parts]
-    runs, intervals, ss, vcpu, queue = merged
-    return normalise(Tables(runs, intervals, ss, vcpu=vcpu, bottleneck=queue))
+    parts = {name: (runs_kept if name == "runs" else old_df[old_df["run_id"].isin(ok_ids)], getattr(fresh, name))
+             for name, old_df in old.frames().items()}
+    merged = {name: pd.concat([a, b], ignore_index=True) if len(a) and len(b) else (a if len(a) else b)
+              for name, (a, b) in parts.items()}
+    return normalise(Tables.of_frames(merged, [], []))
 
 
 def _tables_dir(source_dir: Path) -> Path:
@@ -132,8 +128,7 @@ def _read_cache(source_dir: Path, kind: str) -> tuple[dict, Tables] | None:
         manifest = json.loads((tdir / "manifest.json").read_text())
         if manifest.get("schema") != TABLES_SCHEMA or manifest.get("layout") != kind:
             return None
-        runs, intervals, ss, vcpu, queue = (pd.read_parquet(tdir / f"{name}.parquet") for name in TABLE_NAMES)
-        t = normalise(Tables(runs, intervals, ss, vcpu=vcpu, bottleneck=queue))
+        t = normalise(Tables.of_frames({name: pd.read_parquet(tdir / f"{name}.parquet") for name in SCHEMAS}, [], []))
         t.notes = [n for u in sorted(manifest.get("notes", {})) for n in manifest["notes"][u]]
         return manifest, t
     except (OSError, ValueError, KeyError, TypeError):
@@ -146,7 +141,7 @@ def _write_cache(source_dir: Path, manifest: dict, t: Tables) -> None:
     tdir = _tables_dir(source_dir)
     tdir.mkdir(exist_ok=True)
     (tdir / "manifest.json").unlink(missing_ok=True)
-    for name in TABLE_NAMES:
+    for name in SCHEMAS:
         getattr(t, name).to_parquet(tdir / f"{name}.parquet.tmp", index=False)
         os.replace(tdir / f"{name}.parquet.tmp", tdir / f"{name}.parquet")
     (tdir / "manifest.json.tmp").write_text(json.dumps(manifest))

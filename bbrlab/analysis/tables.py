@@ -1,4 +1,4 @@
-"""The tidy tables (runs, intervals, ss, vcpu, bottleneck), their columns, units and dtypes.
+"""The tidy tables (runs, intervals, ss, vcpu, bottleneck, streams, flows), their columns, units and dtypes.
 
 Every reader (bbrlab's run directories, the paper authors' layout) produces rows as plain dicts or
 tuples; :func:`build_tables` turns them into DataFrames in one go and :func:`normalise` gives each
@@ -11,37 +11,15 @@ is read from a bbrlab run record (readers of other layouts fill the keys they kn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
 from .ceiling_check import above_ceiling
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a table.
-
-    Parameters
-    ----------
-    name : str
-        Column name; a unit suffix (``_ms``, ``_mbit``, ``_pct``) states the unit.
-    dtype : str
-        pandas dtype: ``"string"``, ``"float64"``, ``"Int64"`` (integer or missing), ``"bool"``.
-    doc : str
-        What the column holds, with its unit.
-    of_record : callable, optional
-        For ``runs`` columns: how to read the value from a bbrlab run (a :class:`bbrlab.analysis.records_reader.RunView`).
-    """
-
-    name: str
-    dtype: str
-    doc: str
-    of_record: Callable[[Any], Any] | None = None
+from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 
 
 def _share(v) -> float | None:
@@ -220,7 +198,8 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),
     Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
     Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
-    Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams [Mbit/s]",
+    Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
+           "other flows of a run of several: table flows) [Mbit/s]",
            lambda v: v.summary.get("throughput_mbit")),
     Column("sender_throughput_mbit", "float64", "iperf3 sender sum [Mbit/s]",
            lambda v: v.summary.get("sender_throughput_mbit")),
@@ -240,8 +219,12 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
            lambda v: v.testbed.get("accelerator")),
     Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.get("kind")),
-    Column("sender_qdisc", "string", "the sender's qdisc (bbrlab: its net.core.default_qdisc; authors: qdisc)",
-           lambda v: v.sender_sysctl("net.core.default_qdisc")),
+    Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
+           "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
+           lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
+    Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
+           "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
+           lambda v: _get(v.meta, "sender_qdisc", "root")),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
@@ -276,6 +259,15 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("timed_out", "boolean", "rsync: transfer_timeout_s ended the copy (<NA> for iperf3)",
            lambda v: v.transfer.get("timed_out")),
     Column("ssh_cipher", "string", "rsync: the SSH cipher, client to server", lambda v: _get(v.transfer, "ssh", "cipher")),
+    # several flows (bbrlab.analysis.fairness); a single-flow run has flows 1 and the rest <NA>
+    Column("flows", "Int64", "iperf3 flows in the run (each with its own CCA, streams, start and origin)",
+           lambda v: v.fair.get("flows")),
+    Column("overlap_s", "float64", "how long every flow was sending at once (the window the fairness columns "
+           "cover) [s]", lambda v: v.fair.get("overlap_s")),
+    Column("jain_index", "float64", "Jain's fairness index of the flows' throughputs over the overlap window "
+           "(1/flows .. 1); <NA> for one flow", lambda v: v.fair.get("jain_index")),
+    Column("convergence_s", "float64", "from the overlap's start to the first 1 s bin from which Jain's index "
+           "stays >= 0.9 [s]; <NA> when it never does or for one flow", lambda v: v.fair.get("convergence_s")),
 )
 INTERVAL_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
@@ -285,20 +277,6 @@ INTERVAL_SCHEMA: tuple[Column, ...] = (
     Column("throughput_mbit", "float64", "receiver throughput over the streams in the interval (rsync: the "
            "file's bytes that arrived in it) [Mbit/s]"),
     Column("retransmits", "float64", "retransmissions in the interval"),
-)
-VCPU_SCHEMA: tuple[Column, ...] = (
-    Column("run_id", "string", "the run"),
-    Column("tid", "Int64", "the vCPU thread's id on the hypervisor host"),
-    Column("on_cpu", "bool", "the thread was on a host CPU (else off it)"),
-    Column("start_ns", "Int64", "interval start, the host's CLOCK_REALTIME [ns] (1 us resolution)"),
-    Column("end_ns", "Int64", "interval end [ns]"),
-    Column("length_ms", "float64", "end - start [ms]"),
-    Column("cpu", "Int64", "the host CPU it ran on (on-CPU intervals)"),
-    Column("left_state", "string", "off-CPU: the thread's state when it left (R preempted or throttled, S asleep)"),
-    Column("woken_ns", "Int64", "off-CPU: when a sleeping thread was woken [ns]"),
-    Column("clipped", "bool", "one end is the trace window's edge, not a scheduler event"),
-    Column("inferred", "string", "on-CPU, its switch-in missing from the trace: start from its CPU's idle exit "
-           "(idle-exit), the wakeup (wakeup) or an upper bound (bound); <NA> when both ends are events"),
 )
 SS_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
@@ -327,31 +305,17 @@ SS_SCHEMA: tuple[Column, ...] = (
     Column("inflight_bdp", "float64", "inflight_bytes / bdp_bytes [BBR BDP]"),
 )
 
-BOTTLENECK_SCHEMA: tuple[Column, ...] = (
-    Column("run_id", "string", "the run"),
-    Column("t_host_s", "float64", "when the emulator sampled the queue, on the clock of the machine that ran the "
-           "campaign (Unix seconds; the emulator's clock shifted by its measured offset, interpolated between the "
-           "run's start and end; missing when the record has no clock offsets) [s]"),
-    Column("t_s", "float64", "time since the run's first bottleneck sample [s]"),
-    Column("align_uncertainty_ms", "float64", "the bound on t_host_s's error: the larger of the emulator clock "
-           "offset's two uncertainties [ms]"),
-    Column("kind", "string", "the qdisc (tbf, netem, ...) on the emulator's data port"),
-    Column("handle", "string", "its handle as tc prints it"),
-    Column("bottleneck", "bool", "this qdisc holds the bottleneck queue (tbf in bbrlab's tree, netem in the "
-           "authors')"),
-    Column("backlog_bytes", "Int64", "bytes queued in it [bytes]"),
-    Column("qlen_packets", "Int64", "packets queued in it [packets]"),
-    Column("drops", "Int64", "packets it dropped since it was set (cumulative) [packets]"),
-    Column("bytes", "Int64", "bytes it sent since it was set (cumulative) [bytes]"),
-    Column("packets", "Int64", "packets it sent since it was set (cumulative) [packets]"),
-    Column("overlimits", "Int64", "times it held a packet back for lack of tokens (cumulative)"),
-)
 
 RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
 BOTTLENECK_COLUMNS = tuple(c.name for c in BOTTLENECK_SCHEMA)
 INTERVAL_COLUMNS = tuple(c.name for c in INTERVAL_SCHEMA)
 SS_COLUMNS = tuple(c.name for c in SS_SCHEMA)
 VCPU_COLUMNS = tuple(c.name for c in VCPU_SCHEMA)
+STREAM_COLUMNS = tuple(c.name for c in STREAM_SCHEMA)
+FLOW_COLUMNS = tuple(c.name for c in FLOW_SCHEMA)
+#: The tables, in the order the cache writes them, with their schemas.
+SCHEMAS = {"runs": RUN_SCHEMA, "intervals": INTERVAL_SCHEMA, "ss": SS_SCHEMA, "vcpu": VCPU_SCHEMA,
+           "bottleneck": BOTTLENECK_SCHEMA, "streams": STREAM_SCHEMA, "flows": FLOW_SCHEMA}
 #: Columns that identify one experimental point (everything but the repetition).
 POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
                  "cfs_period_ms", "cfs_burst_ms", "credit_s", "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
@@ -380,6 +344,10 @@ class Tables:
     bottleneck : pandas.DataFrame
         One row per sample of the emulator's bottleneck queue and qdisc; columns :data:`BOTTLENECK_COLUMNS`
         (empty when not given).
+    streams : pandas.DataFrame
+        One row per iperf3 interval, flow and stream of a successful run; columns :data:`STREAM_COLUMNS`.
+    flows : pandas.DataFrame
+        One row per flow of a successful run (single-flow runs too); columns :data:`FLOW_COLUMNS`.
     """
 
     runs: pd.DataFrame
@@ -388,11 +356,9 @@ class Tables:
     notes: list[str] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
     vcpu: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(VCPU_COLUMNS)))
-    bottleneck: pd.DataFrame | None = None
-
-    def __post_init__(self):
-        if self.bottleneck is None:
-            self.bottleneck = _normalise_frame(pd.DataFrame(columns=list(BOTTLENECK_COLUMNS)), BOTTLENECK_SCHEMA)
+    bottleneck: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(BOTTLENECK_COLUMNS)))
+    streams: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(STREAM_COLUMNS)))
+    flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(FLOW_COLUMNS)))
 
     @classmethod
     def empty(cls) -> Tables:
@@ -400,24 +366,32 @@ class Tables:
         return normalise(cls(pd.DataFrame(columns=list(RUN_COLUMNS)), pd.DataFrame(columns=list(INTERVAL_COLUMNS)),
                              pd.DataFrame(columns=list(SS_COLUMNS))))
 
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """Every table by name (:data:`SCHEMAS`' order)."""
+        return {name: getattr(self, name) for name in SCHEMAS}
+
+    @classmethod
+    def of_frames(cls, frames: dict[str, pd.DataFrame], notes: list[str], sources: list[dict]) -> Tables:
+        """Tables from :meth:`frames`' form (a table missing from ``frames`` is empty)."""
+        empty = {name: pd.DataFrame(columns=[c.name for c in schema]) for name, schema in SCHEMAS.items()}
+        return cls(**{**empty, **frames}, notes=notes, sources=sources)
+
     def counts(self) -> dict[str, int]:
-        """Row counts: ``runs``, ``ok`` (runs with status ok), ``intervals``, ``ss``, ``vcpu``, ``bottleneck``."""
+        """Row counts: ``runs``, ``ok`` (runs with status ok), and every other table's rows by its name."""
         return {"runs": len(self.runs), "ok": int((self.runs["status"] == "ok").sum()) if len(self.runs) else 0,
-                "intervals": len(self.intervals), "ss": len(self.ss), "vcpu": len(self.vcpu),
-                "bottleneck": len(self.bottleneck)}
+                **{name: len(df) for name, df in self.frames().items() if name != "runs"}}
 
     def with_runs(self, runs: pd.DataFrame, notes: list[str]) -> Tables:
         """These tables restricted to ``runs`` (the other tables follow by run id), with ``notes``."""
         ids = set(runs["run_id"])
-        return Tables(runs, self.intervals[self.intervals["run_id"].isin(ids)], self.ss[self.ss["run_id"].isin(ids)],
-                      notes, self.sources, self.vcpu[self.vcpu["run_id"].isin(ids)],
-                      self.bottleneck[self.bottleneck["run_id"].isin(ids)])
+        frames = {name: df[df["run_id"].isin(ids)] for name, df in self.frames().items()}
+        return Tables.of_frames({**frames, "runs": runs}, notes, self.sources)
 
 
 @dataclass
 class RunRows:
-    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals
-    and its bottleneck samples."""
+    """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals,
+    its bottleneck samples, its per-stream interval tuples and per-flow rows."""
 
     run: dict
     intervals: list[tuple]
@@ -425,26 +399,24 @@ class RunRows:
     notes: list[str] = field(default_factory=list)
     vcpu: list[dict] = field(default_factory=list)
     bottleneck: list[dict] = field(default_factory=list)
+    streams: list[tuple] = field(default_factory=list)
+    flows: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
-    """Turn per-run rows into the three DataFrames in one go (no row-by-row appends)."""
-    runs, intervals, ss, notes, vcpu, queue = [], [], [], [], [], []
+    """Turn per-run rows into the DataFrames in one go (no row-by-row appends)."""
+    lists: dict[str, list] = {name: [] for name in SCHEMAS}
+    notes: list[str] = []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
             continue
-        runs.append(r.run)
-        intervals.extend(r.intervals)
-        ss.extend(r.ss)
-        vcpu.extend(r.vcpu)
-        queue.extend(r.bottleneck)
-    t = Tables(pd.DataFrame.from_records(runs, columns=list(RUN_COLUMNS)),
-               pd.DataFrame.from_records(intervals, columns=list(INTERVAL_COLUMNS)),
-               pd.DataFrame.from_records(ss, columns=list(SS_COLUMNS)), notes,
-               vcpu=pd.DataFrame.from_records(vcpu, columns=list(VCPU_COLUMNS)),
-               bottleneck=pd.DataFrame.from_records(queue, columns=list(BOTTLENECK_COLUMNS)))
-    return normalise(t)
+        lists["runs"].append(r.run)
+        for name in ("intervals", "ss", "vcpu", "bottleneck", "streams", "flows"):
+            lists[name].extend(getattr(r, name))
+    frames = {name: pd.DataFrame.from_records(lists[name], columns=[c.name for c in schema])
+              for name, schema in SCHEMAS.items()}
+    return normalise(Tables.of_frames(frames, notes, []))
 
 
 def _as(series: pd.Series, dtype: str) -> pd.Series:
@@ -470,9 +442,8 @@ def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFra
 
 def normalise(t: Tables) -> Tables:
     """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
-    return Tables(_normalise_frame(t.runs, RUN_SCHEMA), _normalise_frame(t.intervals, INTERVAL_SCHEMA),
-                  _normalise_frame(t.ss, SS_SCHEMA), t.notes, t.sources, _normalise_frame(t.vcpu, VCPU_SCHEMA),
-                  _normalise_frame(t.bottleneck, BOTTLENECK_SCHEMA))
+    return Tables.of_frames({name: _normalise_frame(df, SCHEMAS[name]) for name, df in t.frames().items()},
+                            t.notes, t.sources)
 
 
 def concat(parts: list[Tables]) -> Tables:
@@ -484,15 +455,14 @@ def concat(parts: list[Tables]) -> Tables:
         frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
         return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
 
-    return normalise(Tables(cat("runs"), cat("intervals"), cat("ss"), [n for p in parts for n in p.notes],
-                            [s for p in parts for s in p.sources], cat("vcpu"), cat("bottleneck")))
+    return normalise(Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
+                                      [s for p in parts for s in p.sources]))
 
 
 def schema_markdown() -> str:
     """The tables' columns as a Markdown list (used to check the docs stay in step)."""
     lines = []
-    for title, schema in (("runs", RUN_SCHEMA), ("intervals", INTERVAL_SCHEMA), ("ss", SS_SCHEMA),
-                          ("vcpu", VCPU_SCHEMA), ("bottleneck", BOTTLENECK_SCHEMA)):
+    for title, schema in SCHEMAS.items():
         lines.append(f"### `{title}`\n")
         lines += [f"- `{c.name}` ({c.dtype}): {c.doc}" for c in schema]
         lines.append("")

@@ -26,6 +26,9 @@ Spec keys (see specs/*.yaml)::
     emulator_offloads: off      # TSO/GSO/GRO on the emulator's ports: off, or on as the authors had them
     losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
+    sender_qdiscs: [default]    # and/or fq: the root qdisc of the sender's experiment interface (pacing)
+    flows: []                   # flows beside each run's own, e.g. [{cca: cubic, origin: competitor,
+                                # start_s: 3, duration_s: 27, streams: 1}] (docs/competition.md)
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
@@ -52,6 +55,7 @@ that runs the sender's vCPUs (:func:`check_admission`). A key given twice is ref
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -61,6 +65,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
 from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
@@ -78,7 +83,13 @@ from bbrlab.core.scenario import (
 
 from .repetitions import RepetitionRule
 from .search import SearchRule
-from .spec_models import UNUSED_TIMESLICE_MS, check_contentions, check_model_name, contention_of
+from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
+    UNUSED_TIMESLICE_MS,
+    check_admission,
+    check_contentions,
+    check_model_name,
+    contention_of,
+)
 from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -110,6 +121,8 @@ class CampaignSpec:
     emulator_offloads: str = "off"
     losses_pct: tuple[float, ...] = (0.0,)
     streams: tuple[int, ...] = (1,)
+    sender_qdiscs: tuple[str, ...] = ("default",)
+    flows: tuple[ExtraFlow, ...] = ()
     workloads: tuple[str, ...] = ("iperf3",)
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
@@ -154,7 +167,7 @@ class CampaignSpec:
         kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
         points = itertools.product(kernels, self.workloads, self.ccas, self.contentions(),
                                    self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
-                                   self.streams)
+                                   self.streams, self.sender_qdiscs)
         return [self._scenario(*p, repetition=0) for p in points]
 
     def contentions(self) -> list[Contention]:
@@ -190,10 +203,11 @@ class CampaignSpec:
                     loss_pct=loss, delay_split=self.delay_split, queue=queue,
                     emulator_offloads=self.emulator_offloads)
 
-    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, *,
+    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, qdisc, *,
                   repetition: int) -> Scenario:
         link = self.link(rate, rtt, buf, loss, queue)
-        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel)
+        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel,
+                        sender_qdisc=qdisc, flows=self.flows)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
@@ -262,12 +276,12 @@ class CampaignSpec:
                     copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
-                total += self.duration_s + overhead_s
+                total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
         return total * self.repetitions
 
 
 def _with_repetition(s: Scenario, r: int) -> Scenario:
-    return Scenario(s.link, s.contention, s.flow, r, s.kernel)
+    return dataclasses.replace(s, repetition=r)
 
 
 def check_unique_ids(runs: list[Scenario]) -> None:
@@ -290,9 +304,9 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
-          "losses_pct", "streams")
+          "losses_pct", "streams", "sender_qdiscs")
 #: Lists of names, not numbers.
-_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models")
+_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models", "sender_qdiscs")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
@@ -303,7 +317,8 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
-                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": []}
+                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
+                     "sender_qdiscs": ["default"], "flows": []}
 
 
 def _list(data: dict, key: str) -> list:
@@ -386,6 +401,10 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
             lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
     if "streams" in lists:
         checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+    if "sender_qdiscs" in lists:
+        checked["sender_qdiscs"] = _check_each("sender_qdiscs", lists["sender_qdiscs"], check_sender_qdisc)
+    if "flows" in d:
+        checked["flows"] = extra_flows(d["flows"])
     if "kernels" in d:
         checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
     if "workloads" in d:
@@ -451,6 +470,20 @@ def _check_combinations(spec: CampaignSpec) -> None:
     check_contentions(spec)
     _check_links(spec)
     _check_sampling(spec)
+    _check_flows(spec)
+
+
+def _check_flows(spec: CampaignSpec) -> None:
+    """The extra flows beside each workload's flow 0 (iperf3 only; each starting before flow 0 ends)."""
+    if not spec.flows:
+        return
+    for i, workload in enumerate(spec.workloads):
+        try:
+            Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), spec.flow(workload, spec.ccas[0], 1),
+                     flows=spec.flows)
+        except ValidationError as e:
+            raise ValidationError(f"{e.field} with duration_s" if workload == "iperf3" else
+                                  f"flows with workloads[{i}]", e.value, e.allowed) from None
 
 
 def _check_sampling(spec: CampaignSpec) -> None:
@@ -483,23 +516,6 @@ def _check_links(spec: CampaignSpec) -> None:
             others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
             values = (rate, rtt, buf) if "queues" not in index else (rate, rtt, buf, queue)
             raise ValidationError(f"{lead}[{index[lead]}] with {others}", values, e.allowed) from None
-
-
-def check_admission(spec: CampaignSpec, limits, n_threads: int) -> None:
-    """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
-    timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its
-    :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
-    from bbrlab.contention.limits import check_fits
-
-    if "deadline" not in spec.contention_models:
-        return  # the other models ask nothing of SCHED_DEADLINE's admission control
-    for i, ts in enumerate(spec.timeslices_ms):
-        for j, share in enumerate(spec.cpu_shares_pct):
-            try:
-                check_fits(Contention(ts, share), limits, n_threads)
-            except ValidationError as e:
-                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts),
-                                      f"{e.allowed} (the sender's hypervisor host, {n_threads} vCPU thread(s))") from None
 
 
 def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:

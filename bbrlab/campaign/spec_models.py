@@ -1,6 +1,7 @@
-"""A campaign spec's contention models (#28): the contention of one model at one share, and the check of every
-model's values with every share. :class:`~bbrlab.campaign.spec.CampaignSpec` builds its grid with
-:func:`contention_of` and checks it with :func:`check_contentions`."""
+"""A campaign spec's contention models (#28): the contention of one model at one share, the check of every
+model's values with every share, and of the deadline pairs against the live admission limits.
+:class:`~bbrlab.campaign.spec.CampaignSpec` builds its grid with :func:`contention_of` and checks it with
+:func:`check_contentions`; the pre-flight calls :func:`check_admission`."""
 
 from __future__ import annotations
 
@@ -64,3 +65,20 @@ def _contention(model: str, share: float, values: list) -> Contention:
     if model == "credit":
         return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
     return Contention(UNUSED_TIMESLICE_MS, share, model)
+
+
+def check_admission(spec, limits, n_threads: int) -> None:
+    """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
+    timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its
+    :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
+    from bbrlab.contention.limits import check_fits
+
+    if "deadline" not in spec.contention_models:
+        return  # the other models ask nothing of SCHED_DEADLINE's admission control
+    for i, ts in enumerate(spec.timeslices_ms):
+        for j, share in enumerate(spec.cpu_shares_pct):
+            try:
+                check_fits(Contention(ts, share), limits, n_threads)
+            except ValidationError as e:
+                raise ValidationError(f"cpu_shares_pct[{j}] with timeslices_ms[{i}]", (share, ts),
+                                      f"{e.allowed} (the sender's hypervisor host, {n_threads} vCPU thread(s))") from None

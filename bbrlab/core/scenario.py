@@ -12,6 +12,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from . import competition
+from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
 from .contention_models import (
     CFS_DEFAULT_PERIOD_MS,
     CFS_MODELS,
@@ -33,9 +35,6 @@ from .linksizing import (  # noqa: F401 - the queue's sizes and checks, re-expor
     check_kernel_limits,
     check_queue_floor,
 )
-
-#: Linux's TCP_CA_NAME_MAX is 16 including the NUL; names are lowercase identifiers.
-CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
 
 # Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).
 DEADLINE_PERIOD_MIN_US = 100
@@ -466,7 +465,8 @@ SCENARIO_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Scenario:
-    """One run: link x contention x flow x repetition index."""
+    """One run: link x contention x flow x repetition index; the sender's qdisc and flows beside the flow
+    (:mod:`bbrlab.core.competition`)."""
 
     link: Link
     contention: Contention
@@ -476,8 +476,12 @@ class Scenario:
     #: :mod:`bbrlab.kernel.sender`); None: whatever the testbed's sender runs.
     kernel: str | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    sender_qdisc: str = DEFAULT_SENDER_QDISC
+    flows: tuple[ExtraFlow, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "flows", competition.extra_flows(self.flows))
+        competition.scenario_extras(self.sender_qdisc, self.flows, self.flow)
         k = self.kernel
         if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
                               or any(c in k for c in "\n\r\0")):
@@ -490,7 +494,7 @@ class Scenario:
             "link": self.link.to_dict(),
             "contention": self.contention.to_dict(),
             "flow": self.flow.to_dict(),
-            "repetition": self.repetition,
+            "repetition": self.repetition, **competition.scenario_dict(self.sender_qdisc, self.flows),
         }
         if self.kernel is not None:  # absent otherwise, so runs planned before kernels keep their ids
             d["kernel"] = self.kernel
@@ -500,7 +504,7 @@ class Scenario:
     def from_dict(cls, d: dict) -> Scenario:
         """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run)."""
         return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
-                   d.get("kernel"))
+                   d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or ())
 
     @property
     def kernel_tag(self) -> str:
@@ -512,8 +516,8 @@ class Scenario:
     @property
     def run_id(self) -> str:
         """Stable id: readable prefix + hash of every parameter and the repetition. The authors' queue tree and
-        the emulator's offloads on add ``-qauthors`` and ``-offloads`` after the rate (bbrlab's tree with offloads
-        off, the defaults, adds nothing: those ids are as before)."""
+        the emulator's offloads on add ``-qauthors`` and ``-offloads`` after the rate, then ``-fq`` and the extra
+        flows (``-and-cubic-comp3s``); the defaults add nothing, so those ids are as before."""
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
@@ -522,4 +526,4 @@ class Scenario:
         tree = "".join(tag for tag, on in (("-qauthors", li.queue == "authors"),
                                            ("-offloads", li.emulator_offloads == "on")) if on)
         return (f"{self.kernel_tag}{workload}{f.cca}-{c.id_tag}-rtt{li.rtt_ms:g}ms-"
-                f"{rate}{tree}-r{self.repetition:02d}-{digest}")
+                f"{rate}{tree}{competition.id_tags(self.sender_qdisc, self.flows)}-r{self.repetition:02d}-{digest}")

@@ -7,7 +7,8 @@ first run of the next one. Nothing that belongs to another process is touched:
 - competing-load's busy loops whose maker is gone, on this machine: killed, and the vCPU threads they competed
   with given their CPU mask back (:func:`bbrlab.contention.load.clear_leftovers`);
 - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
-  (found with ``ss -p``, so nothing else on a shared host is seen);
+  (found with ``ss -p``, so nothing else on a shared host is seen), and on the receiver the servers of
+  extra flows (the ports after it, :mod:`bbrlab.run.flows`);
 - samplers still running on the sender (asked to stop through the stop file in their private directory);
 - tracefs instances of the vCPU trace (``bbrlab-<machine>-<pid>-<ticks>-<n>``) on the sender's hypervisor
   host whose owner process is gone: turned off, their reader stopped, removed
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from bbrlab.contention import cgroups, load
 from bbrlab.contention import deadline as contention
+from bbrlab.core.competition import MAX_EXTRA_FLOWS
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import vcputrace
 from bbrlab.testbed import isolation
@@ -41,7 +43,8 @@ def recover(testbed) -> dict:
     load_loops = load.clear_leftovers() if testbed.kind == "local" else []
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
-              "receiver": iperf.kill_port_users(testbed.receiver.host, iperf.DEFAULT_PORT, listening=True)}
+              "receiver": [pid for port in range(iperf.DEFAULT_PORT, iperf.DEFAULT_PORT + MAX_EXTRA_FLOWS + 1)
+                           for pid in iperf.kill_port_users(testbed.receiver.host, port, listening=True)]}
     # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
     samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)

@@ -1,7 +1,7 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
 Read :meth:`Runner.run` top to bottom: boot the sender into the scenario's kernel if it runs another,
-prepare the sender, hold the link on the emulator, start the workload's server on the receiver (iperf3's
+prepare the sender, set its root qdisc (``sender_qdisc``), hold the link on the emulator, start the workload's server on the receiver (iperf3's
 server, or rsync's sshd: :mod:`bbrlab.run.workloads`) and the sampler, put the sender's vCPUs under the
 deadline policy for the client's transfer, then read back and check what held. Each step is a context
 manager owned by its tool, composed in one ``ExitStack``: whatever fails or interrupts the run (an
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from bbrlab.sampling import alignment, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 
-from . import checks, clocks, sender, workloads
+from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
@@ -109,7 +110,16 @@ class Runner:
         self.link.close()
 
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
-        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails."""
+        """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails.
+        Flows beside flow 0 (``scenario.flows``) run alongside it (:mod:`bbrlab.run.flows`)."""
+        flows.check_origins(self.testbed, scenario.flows)
+        extra = flows.prepare(self.testbed, scenario.flows, ports) if scenario.flows else []
+        try:
+            self._run(scenario, out, meta, ports, extra)
+        finally:
+            flows.close(extra)
+
+    def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list) -> None:
         work = workloads.for_flow(scenario.flow)
         self.session.boot(scenario.kernel, meta)
         self.session.describe(meta)
@@ -117,8 +127,11 @@ class Runner:
             prepared = self._prepare(scenario, work, meta)
         tb, flow = self.testbed, scenario.flow
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
-        limit_s = work.client_limit_s(flow)
-        with self.link.holding(scenario.link) as changed:  # a failure inside clears the link
+        limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
+                                                     for f in scenario.flows])
+        with senderqdisc.held(tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc) as qdisc, \
+                self.link.holding(scenario.link) as changed:  # a failure inside clears the link and the qdisc
+            meta.sender_qdisc = qdisc.to_dict()
             meta.timing["link_set"] = changed
             before = linkcount.counters(self.link.readback(), tb.emulator.ports)
             with ExitStack() as traffic:
@@ -126,6 +139,8 @@ class Runner:
                     endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                                  ready_timeout_s=self.ready_timeout_s))
                     meta.flow["server_port"] = endpoint.port
+                    flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
+                                  ready_timeout_s=self.ready_timeout_s)
                     watch = traffic.enter_context(clocks.ClockWatch(
                         {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
                     sampled = traffic.enter_context(sampling.sampler(
@@ -142,7 +157,9 @@ class Runner:
                                              expected=tb.sender.vcpu_pins(),
                                              accelerator=getattr(tb, "accelerator", None)) as held, \
                         (vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext()) as trace:
+                    threads = flows.start(extra, tb.receiver.experiment_ip, time.monotonic())
                     result = work.run_client(tb, flow, endpoint, ports)
+                    flows.wait(threads, extra)
                 meta.contention, meta.cpu_load = held.record(), cpu_load
                 vcpu = self._record_trace(trace, out, meta)
                 with meta.timed("stop"):
@@ -153,7 +170,7 @@ class Runner:
                 if queue is not None:
                     meta.bottleneck = checks.bottleneck_samples(queue)
             with meta.timed("verify"):
-                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports)
+                self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports, extra)
                 if vcpu is not None and sampled is not None:
                     meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow,
                                                      (meta.clocks or {}).get("sender"))
@@ -196,6 +213,9 @@ class Runner:
         meta.sysctls = {"sender": state.sysctls}
         meta.cca = CcaUse(flow.cca, list(state.available))
         checks.cca_offered(flow.cca, state.available)
+        for f in scenario.flows:  # the competitor's are checked where it runs (bbrlab.run.flows.prepare)
+            if f.origin == "sender":
+                checks.cca_offered(f.cca, state.available)
         identity = self.session.identities.get(tb.sender.host, flow.cca, state.boot_id)
         meta.cca.bbr_version, meta.cca.patched = identity.bbr_version, identity.patched
         meta.module = sender.module_identity(tb.sender.host, flow.cca)
@@ -206,10 +226,12 @@ class Runner:
         return work.prepare(tb, flow)
 
     def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,
-                sampled, before, ports) -> None:
+                sampled, before, ports, extra: list) -> None:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
         data_ports = work.verify(flow, endpoint, result, ports, out, meta)
+        if scenario.flows:
+            meta.flows = flows.verify(extra, out)
         if sampled is not None:  # its log is in out/ already: streamed there while it ran
             meta.sampling, meta.cca.ss_seen = checks.samples(sampled, data_ports, flow.cca, flow.sample_ms)
         checks.contention_held(meta.contention, scenario)

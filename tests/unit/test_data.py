@@ -27,7 +27,7 @@ def iperf(run_dir):
 
 def test_runs_table_matches_each_record_and_iperf_report(campaign):
     t = data.load(campaign)
-    assert t.counts() == {"runs": 8, "ok": 8, "intervals": 32, "ss": 75, "vcpu": 0, "bottleneck": 0}
+    assert t.counts() == {"runs": 8, "ok": 8, "intervals": 32, "ss": 75, "vcpu": 0, "bottleneck": 0, "streams": 32, "flows": 8}
     assert list(t.runs.columns) == list(data.RUN_COLUMNS)
     for run_dir in (campaign / "runs").iterdir():
         record, report = json.loads((run_dir / "record.json").read_text()), iperf(run_dir)
@@ -73,7 +73,8 @@ def test_cache_is_reused_when_unchanged_and_only_changed_runs_are_reread(campaig
     first = data.load(campaign)
     assert read_reused(first) == (8, 0)
     assert {p.name for p in (campaign / "tables").iterdir()} == {
-        "runs.parquet", "intervals.parquet", "ss.parquet", "vcpu.parquet", "bottleneck.parquet", "manifest.json"}
+        "runs.parquet", "intervals.parquet", "ss.parquet", "vcpu.parquet", "bottleneck.parquet", "streams.parquet",
+        "flows.parquet", "manifest.json"}
     again = data.load(campaign)
     assert read_reused(again) == (0, 8)
     pd.testing.assert_frame_equal(again.runs, first.runs)
@@ -168,8 +169,9 @@ def test_sampled_runs_are_kept_out_of_throughput_selections(campaign):
 
 
 def test_missing_directory_and_empty_data_dir(tmp_path):
-    assert data.load(tmp_path / "nope").counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0, "vcpu": 0, "bottleneck": 0}
-    assert data.load(tmp_path).counts() == {"runs": 0, "ok": 0, "intervals": 0, "ss": 0, "vcpu": 0, "bottleneck": 0}
+    empty = {"runs": 0, "ok": 0, "intervals": 0, "ss": 0, "vcpu": 0, "bottleneck": 0, "streams": 0, "flows": 0}
+    assert data.load(tmp_path / "nope").counts() == empty
+    assert data.load(tmp_path).counts() == empty
 
 
 def run_cli(*argv):

@@ -44,9 +44,9 @@ def _notebooks():
 
 def test_notebooks_are_the_source_run_by_the_bbrlab_kernel_with_a_parameters_cell():
     notebooks = _notebooks()
-    assert set(notebooks) == {"buffer_queue", "contention_models", "fidelity", "link_utilisation", "loss_sweep",
-                              "patched_vs_original", "socket_state",
-                              "throughput_vs_share", "timeline", "timeseries"}
+    assert set(notebooks) == {"buffer_queue", "contention_models", "fairness", "fidelity", "link_utilisation",
+                              "loss_sweep", "patched_vs_original", "socket_state", "throughput_vs_share", "timeline",
+                              "timeseries"}
     assert not list((ROOT / "notebooks").glob("_generate*")), "nothing generates the notebooks"
     for name, nb in notebooks.items():
         assert nb["metadata"]["kernelspec"]["name"] == "bbrlab", name

@@ -70,6 +70,10 @@ plausible = {
     "credit_shares_pct": st.lists(st.sampled_from([0, 0.5, 5, 25, 100, 150]), max_size=3),
     "credits_s": st.lists(st.sampled_from([-1, 0, 0.1, 10, 3600, 4000, None]), max_size=3),
     "emulator_offloads": st.sampled_from(["off", "on", True, False, "maybe", None, 1]),
+    "sender_qdiscs": st.lists(st.sampled_from(["default", "fq", "fq_codel", "", None, 3]), max_size=3),
+    "flows": st.one_of(anything, st.lists(st.fixed_dictionaries({"cca": st.sampled_from(["cubic", "bbr", "X"])}, optional={
+        "origin": st.sampled_from(["sender", "competitor", "receiver", None]), "start_s": numbers,
+        "duration_s": numbers, "streams": st.integers(min_value=-1, max_value=200), "x": scalars}), max_size=3)),
 }
 valid = st.fixed_dictionaries({
     "name": st.just("p"),
@@ -87,6 +91,7 @@ valid = st.fixed_dictionaries({
     "workloads": st.lists(st.sampled_from(["iperf3", "rsync"]), min_size=1, max_size=2, unique=True),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors"]), min_size=1, max_size=2, unique=True),
     "emulator_offloads": st.sampled_from(["off", "on"]),
+    "sender_qdiscs": st.lists(st.sampled_from(["default", "fq"]), min_size=1, max_size=2, unique=True),
 })
 
 

@@ -470,7 +470,8 @@ def down(name: str = "local", progress: bool = True) -> dict:
             qemu.stop_vm(pid, vm_name(name, role))
             removed["qemu_pids"].append(pid)
             say(f"{role}: stopped unrecorded QEMU pid {pid}")
-    names = (state.netns if state else []) + [plumbing.link_netns(name), plumbing.receiver_netns(name)]
+    names = (state.netns if state else []) + [plumbing.link_netns(name), plumbing.receiver_netns(name),
+                                              plumbing.competitor_netns(name)]
     for ns in dict.fromkeys(names):
         if plumbing.remove_netns(ns):
             removed["netns"].append(ns)

@@ -9,6 +9,7 @@ Layout (``<tb>`` is the testbed name)::
 
     sender eth1 == tap-s --[br-a in bbrlab-<tb>-link]-- tap-ea == emulator eth1
     emulator eth2 == rx0 (in bbrlab-<tb>-rx, carries the receiver's address)
+    competitor comp0 == vcomp --[br-a]   (bbrlab-<tb>-comp, made for runs with competitor flows)
 """
 
 from __future__ import annotations
@@ -105,3 +106,30 @@ def interface_names(ns: str) -> list[str]:
     """The names of the interfaces in network namespace ``ns``, sorted."""
     with IPRoute(netns=ns) as ipr:
         return sorted(link.get("ifname") for link in ipr.get_links())
+
+
+#: The competitor's end of its veth pair (in its namespace), the bridge's end (in the link namespace), and
+#: its address on the experiment subnet (the sender is .1, the receiver .2).
+COMPETITOR_IFNAME, COMPETITOR_PEER, COMPETITOR_IP = "comp0", "vcomp", "10.77.0.3"
+
+
+def competitor_netns(testbed: str) -> str:
+    """The namespace of the local testbed's uncontended competitor sender (docs/competition.md)."""
+    return f"bbrlab-{testbed}-comp"
+
+
+def ensure_competitor(testbed: str, prefix_len: int, bridge: str = "br-a") -> str:
+    """Make (idempotently) the competitor: a namespace whose veth ``comp0`` (:data:`COMPETITOR_IP`) is
+    bridged, through its peer ``vcomp``, to the sender's side of the emulator (``bridge`` in the link
+    namespace); the namespace's name. Deleting the link namespace or this one removes the pair."""
+    ns, link_ns = competitor_netns(testbed), link_netns(testbed)
+    create_netns(ns)
+    with IPRoute(netns=link_ns) as ipr:
+        if not ipr.link_lookup(ifname=COMPETITOR_PEER):
+            ipr.link("add", ifname=COMPETITOR_PEER, kind="veth", peer=COMPETITOR_IFNAME)
+        stray = ipr.link_lookup(ifname=COMPETITOR_IFNAME)
+        if stray:  # a fresh pair's other end starts here: move it into the competitor's namespace
+            ipr.link("set", index=stray[0], net_ns_fd=ns)
+    make_bridge(link_ns, bridge, [COMPETITOR_PEER])
+    set_address(ns, COMPETITOR_IFNAME, COMPETITOR_IP, prefix_len)
+    return ns

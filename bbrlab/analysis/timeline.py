@@ -125,6 +125,8 @@ def of_run(tables: Tables, run_id: str) -> Timeline:
                             "backlog_link_bdp": queue["backlog_bytes"].to_numpy(dtype=float) / link_bdp,
                             "drops": queue["drops"].to_numpy(dtype=float)})
     uncertainties = [float(queue["align_uncertainty_ms"].max())] if len(queue) else []
+    if pd.notna(run.get("sender_clock_uncertainty_ms")):
+        uncertainties.append(float(run["sender_clock_uncertainty_ms"]))
     return Timeline(run_id, _label(run), t0, link_bdp, intervals.reset_index(drop=True), on, socket, backlog,
                     max(uncertainties) if uncertainties else None)
 

@@ -8,7 +8,6 @@ import csv
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from bbrlab.analysis import facets, tables, timeline
@@ -23,7 +22,7 @@ def hand_tables() -> tables.Tables:
     """One bbr run: a vCPU on 10 ms, off 30 ms, four times; a socket sample every 5 ms while on; a queue sample
     every 10 ms. Link 100 Mbit/s x 20 ms = 250,000 bytes BDP."""
     run = {"run_id": "r", "status": "ok", "cca": "bbr", "timeslice_ms": 10.0, "cpu_share_pct": 25.0,
-           "rate_mbit": 100.0, "rtt_ms": 20.0}
+           "rate_mbit": 100.0, "rtt_ms": 20.0, "sender_clock_uncertainty_ms": 0.6}
     vcpu, ss = [], []
     for k in range(4):
         on_ns = int((T0 + 0.040 * k) * 1e9)
@@ -47,7 +46,7 @@ def test_the_axis_starts_at_the_first_socket_sample_on_the_host_clock():
     assert tl.link_bdp_bytes == pytest.approx(250_000)
     assert tl.socket["inflight_link_bdp"].tolist() == pytest.approx([0.5] * 8)
     assert tl.backlog["backlog_link_bdp"].iloc[2] == pytest.approx(0.2)
-    assert tl.align_uncertainty_ms == 0.4
+    assert tl.align_uncertainty_ms == 0.6  # the larger of the sender's (0.6) and the emulator's (0.4)
 
 
 def test_gaps_are_the_spaces_between_on_cpu_intervals():
@@ -129,4 +128,8 @@ def test_the_recorded_demo_puts_the_raw_files_on_one_axis(tmp_path):
     on = tl.on.to_numpy()
     inside = [((on[:, 0] - slack <= x) & (x <= on[:, 1] + slack)).any() for x in tl.socket["t_s"]]
     assert sum(inside) / len(inside) >= 0.99
-    assert len(tl.backlog) > 0 and pd.notna(tl.align_uncertainty_ms)
+    emulator = json.loads((run_dir / "record.json").read_text())["metadata"]["clocks"]["emulator"]
+    assert len(tl.backlog) > 0
+    assert tl.align_uncertainty_ms == pytest.approx(1e3 * max(
+        json.loads((run_dir / "record.json").read_text())["metadata"]["alignment"]["uncertainty_ns"] / 1e9,
+        emulator["start"]["uncertainty_s"], emulator["end"]["uncertainty_s"]))

@@ -148,19 +148,23 @@ def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
     return rows
 
 
-def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log") -> list[dict]:
+def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log",
+            sender_clock: Mapping | None = None) -> list[dict]:
     """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.ss.parse_ss_log`,
     ``samples.log`` (the netlink or BPF sampler) by :func:`bbrlab.sampling.sockdiag.rows`, into the same columns.
 
     Only the data connections are kept; ``t_s`` counts from the first sample (the sampler starts with the
     transfer). The parsers derive inflight_bytes (sent - retransmitted - acked), bdp_bytes (BBR's bw x min
-    RTT) and inflight_bdp.
+    RTT) and inflight_bdp. ``t_host_s`` is the sample's guest time on this machine's clock, by the sender's
+    measured offset (``metadata.clocks.sender``; missing without it).
     """
     parse = parse_ss_log if log == "ss.log" else sockdiag.rows
+    drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
     out = []
     for s in parse(text, ports=sorted(data_ports) or None):
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = run_id
+        row["t_host_s"] = drift.to_local(s["t_unix_s"]) if drift and s.get("t_unix_s") is not None else None
         out.append(row)
     return out
 
@@ -201,7 +205,8 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
         ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
-            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log)
+            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log,
+                         sender_clock=_get(record, "metadata", "clocks", "sender"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
     queue: list[dict] = []

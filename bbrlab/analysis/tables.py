@@ -244,6 +244,10 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: _get(v.meta, "vcpu_trace", "schedstat_agrees")),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
            "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta, "alignment", "fraction_inside")),
+    Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "
+           "its socket samples on this machine's clock (the ss table's t_host_s) [ms]",
+           lambda v: None if _get(v.meta, "alignment", "uncertainty_ns") is None
+           else _get(v.meta, "alignment", "uncertainty_ns") / 1e6),
     # the workload (docs/transfer.md); the authors' runs are iperf3's
     Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
            lambda v: v.workload),
@@ -281,6 +285,9 @@ INTERVAL_SCHEMA: tuple[Column, ...] = (
 SS_SCHEMA: tuple[Column, ...] = (
     Column("run_id", "string", "the run"),
     Column("t_s", "float64", "time since the run's first sample [s]"),
+    Column("t_host_s", "float64", "when the guest took the sample, on the clock of the machine that ran the campaign "
+           "(Unix seconds; the guest's clock shifted by the sender's measured offset, interpolated between the run's "
+           "start and end; missing when the record has no clock offsets) [s]"),
     Column("port", "float64", "the connection's local port (missing when the log does not print it)"),
     Column("cca", "string", "congestion control as ss printed it"),
     Column("bw_mbit", "float64", "BBR's bandwidth estimate [Mbit/s]"),

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.analysis import explore
+from bbrlab.analysis import explore, timeline
 from tests.jupyterlab import (
     KERNEL,
     KERNEL_DISPLAY_NAME,
@@ -69,6 +69,11 @@ CALLBACK_RAISES_MESSAGE = "the picker's figure callback raises on purpose"
 SCREENSHOTS = ROOT / "build" / "screenshots"
 #: When set, the screenshot of the working notebook is copied there too, as jupyterlab.png.
 SCREENSHOT_DIR_ENV = "BBRLAB_SCREENSHOT_DIR"
+
+#: The timeline notebook, whose zoom widget (timeline.zoom_widget) moves its window.
+TIMELINE_NOTEBOOK = "notebooks/timeline.ipynb"
+#: The zoom widget's parts, by the CSS classes it gives them.
+ZOOM = {part: f".{css_class}" for part, css_class in timeline.ZOOM_CSS.items()}
 
 #: The run picker's parts, by the CSS classes explore.pick_runs gives them.
 PICKER = {part: f".{css_class}" for part, css_class in explore.CSS_CLASSES.items()}
@@ -256,3 +261,57 @@ def test_the_checker_sees_a_widget_callback_that_raises(lab, browser, record_pro
     report(visit, record_property)
     assert visit.figures[0] is not None  # the figure was drawn before the pick: the pick's callback raised
     assert any(CALLBACK_RAISES_MESSAGE in e and "RuntimeError" in e for e in visit.errors), visit.errors
+
+
+def zoom_state(driver) -> tuple[str | None, list[str]]:
+    """The zoom widget's figure (its PNG's data URL) and its sliders' readouts (start [s], length [ms])."""
+    images = read_page(driver, f"{ZOOM['figure']} img", "src")
+    readouts = [t.strip() for t in read_page(driver, f"{ZOOM['start']} .widget-readout, {ZOOM['length']} .widget-readout")]
+    return (images[0] if len(images) == 1 else None), readouts
+
+
+def test_timeline_notebook_zooms_in_jupyterlab(lab, browser, record_property):
+    """Run notebooks/timeline.ipynb over data/ (the traced demo), then move its zoom window with the widget's
+    buttons and its length slider's keys, as a person does: each step redraws the figure for the new window, and
+    going back redraws the first figure again."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver, screenshot = browser.driver, SCREENSHOTS / "jupyterlab-timeline.png"
+    try:
+        open_notebook(lab, driver, TIMELINE_NOTEBOOK)
+        start_all(driver)
+        prompts = wait_all_ran(driver, f"every cell of {TIMELINE_NOTEBOOK} to run")
+        assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), f"not every cell ran: {prompts}"
+        box = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ZOOM["box"]), "the zoom widget", REDRAW_S)[0]
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
+        first = wait_for(lambda: zoom_state(driver)[0] and zoom_state(driver), "the zoom's first figure", REDRAW_S)
+        assert first[1] == ["0.20", "450"], first[1]  # the notebook's parameters: 0.2 s, 0.45 s
+
+        def step(action, want: list[str]) -> str:
+            before = zoom_state(driver)[0]
+            action()
+            wait_for(lambda: (zoom_state(driver)[0] not in (None, before) and zoom_state(driver)[1] == want)
+                     or bool(error_outputs(driver)), f"the zoom to redraw for {want}", REDRAW_S, poll_s=0.2)
+            wait_idle(driver, "the kernel after a zoom", REDRAW_S)
+            assert not error_outputs(driver), error_outputs(driver)
+            return zoom_state(driver)[0]
+
+        later = step(lambda: driver.find_element(By.CSS_SELECTOR, f"{ZOOM['later']}").click(), ["0.65", "450"])
+        handle = driver.find_element(By.CSS_SELECTOR, f"{ZOOM['length']} .noUi-handle")
+        longer = step(lambda: handle.send_keys(Keys.ARROW_RIGHT), ["0.65", "460"])
+        step(lambda: handle.send_keys(Keys.ARROW_LEFT), ["0.65", "450"])
+        back = step(lambda: driver.find_element(By.CSS_SELECTOR, f"{ZOOM['earlier']}").click(), ["0.20", "450"])
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(screenshot))
+    except Exception as e:
+        driver.save_screenshot(str(screenshot))
+        e.add_note(f"screenshot: {screenshot}; errors in the page: {error_outputs(driver)}")
+        raise
+    finally:
+        shut_kernels(lab, TIMELINE_NOTEBOOK)
+        driver.get("about:blank")
+    record_property("screenshot", str(screenshot))
+    assert len({first[0], later, longer}) == 3, "the figure did not change with the window"
+    assert back == first[0], "back at the first window, the figure is not the first one"

@@ -45,7 +45,8 @@ def _notebooks():
 def test_notebooks_are_the_source_run_by_the_bbrlab_kernel_with_a_parameters_cell():
     notebooks = _notebooks()
     assert set(notebooks) == {"buffer_queue", "contention_models", "fairness", "fidelity", "link_utilisation",
-                              "loss_sweep", "patched_vs_original", "socket_state", "throughput_vs_share", "timeseries"}
+                              "loss_sweep", "patched_vs_original", "socket_state", "throughput_vs_share", "timeline",
+                              "timeseries"}
     assert not list((ROOT / "notebooks").glob("_generate*")), "nothing generates the notebooks"
     for name, nb in notebooks.items():
         assert nb["metadata"]["kernelspec"]["name"] == "bbrlab", name
@@ -54,7 +55,7 @@ def test_notebooks_are_the_source_run_by_the_bbrlab_kernel_with_a_parameters_cel
         names = [line.split("=")[0].strip() for line in "".join(tagged[0]["source"]).splitlines() if "=" in line]
         assert {"data_dir", "out_dir", "filters", "include_sampled"} <= set(names), name
         assert len(names) == len(set(names)), f"{name}: a parameter assigned twice"
-        assert ("interactive" in names) == (name in ("socket_state", "timeseries")), name
+        assert ("interactive" in names) == (name in ("socket_state", "timeline", "timeseries")), name
 
 
 def test_notebook_cells_use_the_one_selection_rule():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -255,8 +256,7 @@ class TraceSession:
 
     def start(self) -> None:
         """Make the instance, start the reader, write the start exchange."""
-        if not self.host.exists(INSTANCES):
-            raise VcpuTraceError(f"{self.host.name}: no tracefs instances at {INSTANCES} (tracefs not mounted?)")
+        ensure_tracefs(self.host)
         try:
             self._root(["bash", "-c", _SETUP, "bash", self.path, *_filters(self.tids), str(BUFFER_KB)])
         except CommandError as e:
@@ -315,6 +315,24 @@ def remove_instance(host: Host, name: str) -> None:
             host.run(["kill", *readers], sudo=True, check=False)
         time.sleep(0.1)
     raise VcpuTraceError(f"{host.name}: could not remove trace instance {path}: {gone.stderr.strip()}")
+
+
+def ensure_tracefs(host: Host) -> bool:
+    """Make sure tracefs is mounted at :data:`TRACEFS` on ``host``: systemd mounts it at boot, a minimal machine
+    (a CI runner, a container host) may not have it. Mounts it when it is missing (root); returns whether this
+    call mounted it. Raises :class:`VcpuTraceError` saying what to do when it cannot."""
+    if host.exists(INSTANCES):
+        return False
+    try:
+        host.run(["mount", "-t", "tracefs", "tracefs", TRACEFS], sudo=True)
+    except CommandError as e:
+        raise VcpuTraceError(f"{host.name}: tracefs is not mounted at {TRACEFS} and mounting it failed ({e}); mount "
+                             f"it (mount -t tracefs tracefs {TRACEFS}) or turn the trace off (vcpu_trace: off)") from e
+    if not host.exists(INSTANCES):
+        raise VcpuTraceError(f"{host.name}: tracefs at {TRACEFS} has no instances directory: this kernel cannot give "
+                             "bbrlab a trace buffer of its own; turn the trace off (vcpu_trace: off)")
+    print(f"bbrlab: mounted tracefs at {TRACEFS} on {host.name} (for the vCPU trace)", file=sys.stderr, flush=True)
+    return True
 
 
 def clear_leftovers(host: Host) -> list[str]:

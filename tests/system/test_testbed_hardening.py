@@ -214,6 +214,8 @@ README_NOT_RUN = {
                      "worker per testbed",
     "bbrlab campaign thresholds DIR [--figure PATH]": "placeholders; test_search_campaign runs it on a search of "
                                                       "its own",
+    "bbrlab contention recount": "rebuilds this machine's root domains; test_deadline_accounting runs it after "
+                                 "making the kernel's count drift",
     "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
                                                    "real (this machine's shared image must stay)",
 }

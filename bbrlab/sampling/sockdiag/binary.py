@@ -145,8 +145,8 @@ def _compile(kind: str, srcs: dict[str, bytes], out: Path) -> None:
         for name, data in srcs.items():
             (work / name).write_bytes(data)
         if kind in ("netlink", "qdisc"):
-            source = "sockdiag_sampler.c" if kind == "netlink" else "qdisc_sampler.c"
-            _run([CC, *CFLAGS, "-o", str(out), source], f"compiling the {kind} sampler", work)
+            name = "sockdiag" if kind == "netlink" else "qdisc"
+            _run([CC, *CFLAGS, "-o", str(out), f"{name}_sampler.c"], f"compiling the {name} sampler", work)
             return
         _run(["clang", *BPF_CFLAGS, "-I.", "-c", "sockbpf_sampler.bpf.c", "-o", "sockbpf_sampler.bpf.o"],
              "compiling the BPF program", work)

@@ -54,19 +54,6 @@ def check_contentions(spec) -> None:
                     raise ValidationError(f"{shares_key}[{j}] with {where or model}", value, e.allowed) from None
 
 
-def _contention(model: str, share: float, values: list) -> Contention:
-    """The contention of ``model`` at ``share`` with its own values (as :meth:`CampaignSpec.contentions` orders them)."""
-    if model == "deadline":
-        return Contention(values[0], share)
-    if model == "cfs-quota":
-        return Contention(values[0] * share / 100, share, model, values[0])
-    if model == "cfs-burst":
-        return Contention(values[0] * share / 100, share, model, values[0], burst_ms=values[1])
-    if model == "credit":
-        return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
-    return Contention(UNUSED_TIMESLICE_MS, share, model)
-
-
 def check_admission(spec, limits, n_threads: int) -> None:
     """Refuse the spec if the host that runs the sender's vCPUs can never admit one of its
     timeslice x share pairs for ``n_threads`` vCPU threads (``limits``: its

@@ -18,6 +18,9 @@ KERNELS = ["debian-5.10", "debian-6.12", "debian-6.1"]
 RELEASE = {"debian-5.10": "5.10.", "debian-6.12": "6.12.", "debian-6.1": "6.1."}
 
 
+# Three sender kernels in one campaign take two minutes; make test boots the sender into other kernels in
+# test_sender_kernel_testbed.py, and this campaign runs with make test-slow.
+@pytest.mark.slow
 def test_three_kernels_one_sender_boot_per_block(testbed, tmp_path):
     import bbrlab.testbed as tbmod
 

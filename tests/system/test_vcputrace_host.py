@@ -78,7 +78,12 @@ def test_deadline_1ms_25pct_trace_shows_the_gaps_and_leaves_nothing(deadline_tra
     # Throttled after its 1 ms: off-CPU for the rest of the 4 ms period at least (the host enforces at its
     # 4 ms tick, so some gaps are longer), the thread still runnable (R), not asleep.
     gaps = [iv for iv in result.intervals if not iv.on and not iv.clipped]
-    assert s["gaps"]["count"] >= 100 and s["gaps"]["p50_ms"] >= 2.5
+    # How many gaps the trace shows depends on the host: 2 s hold 500 periods of 4 ms; this machine showed
+    # 100 to 200 gaps with a median of 3 ms, a CI machine 86 with a median of 8.8 ms (switch-ins the trace lost
+    # merge gaps). Either way the thread is off-CPU for a large part of the 2 s, in gaps of more than 2.5 ms.
+    assert s["gaps"]["count"] >= 40 and s["gaps"]["p50_ms"] >= 2.5
+    off_s = sum(iv.end_ns - iv.start_ns for iv in gaps) / 1e9
+    assert off_s >= 0.25 * 2.0, off_s
     assert sum(iv.left_state.startswith("R") for iv in gaps) >= 0.9 * len(gaps)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import confidence_report
 from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
 from .paper_claims import (
@@ -244,7 +245,8 @@ def claims_of_one_queue(tables) -> pd.DataFrame:
 
 
 
-def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | None = None) -> Path:
+def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | None = None,
+                 data_dir=None) -> Path:
     """Write the claims as ``fidelity.md`` (for people) and ``fidelity.json`` (for tools).
 
     Parameters
@@ -256,7 +258,11 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
     out_dir : str or pathlib.Path
     runs : pandas.DataFrame, optional
         The ``runs`` judged: the report then also lists the points whose runs exceed their CPU ceiling
-        (:func:`bbrlab.analysis.ceiling_check.ceiling_exceeded`).
+        (:func:`bbrlab.analysis.ceiling_check.ceiling_exceeded`), each recovery threshold with its interval and
+        patched against original at every point (:mod:`bbrlab.analysis.confidence_report`), on the runs the
+        throughput claims judge (:func:`confidence_tables`).
+    data_dir : str or pathlib.Path, optional
+        The data's folder: the thresholds of the threshold searches in it are reported too.
 
     Returns
     -------
@@ -275,12 +281,31 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
     if runs is not None:
         lines += report_lines(runs)
         extra["above_ceiling"] = ceiling_exceeded(runs)["reason"].tolist()
+        thresholds, comparisons = confidence_tables(runs)
+        searched = confidence_report.search_rows(data_dir) if data_dir is not None else None
+        lines += confidence_report.report_lines(thresholds, comparisons, searched)
+        extra["thresholds"] = thresholds.to_dict(orient="records")
+        extra["patched_vs_original"] = comparisons.to_dict(orient="records")
+        if searched is not None:
+            extra["searched_thresholds"] = searched.to_dict(orient="records")
     path = out / "fidelity.md"
     path.write_text("\n".join(lines) + "\n")
     (out / "fidelity.json").write_text(json.dumps({"data": note, "claims": table.to_dict(orient="records"), **extra},
                                                   indent=2, default=str))
     return path
 
+
+
+def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The thresholds with their intervals and the patched-vs-original comparisons, on the runs the throughput
+    claims judge: iperf3 runs without ss sampling, below the sender's CPU ceiling (:func:`split_by_ceiling`)."""
+    plain = runs
+    if "ss_sampled" in plain:
+        plain = plain[plain["ss_sampled"].fillna(False).astype(bool) == False]  # noqa: E712 - a column mask
+    if "workload" in plain:
+        plain = plain[plain["workload"] == "iperf3"]
+    judged = split_by_ceiling(plain).judged
+    return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, bbr_variants(runs)[1])
 
 
 def _set_aside_lines(table: pd.DataFrame) -> list[str]:

@@ -1,0 +1,271 @@
+"""The fidelity report's statistics (issue #30): each recovery threshold with its interval, and patched against
+original BBR compared at every point by an effect size and a rank test.
+
+:func:`threshold_rows` reads the thresholds off a grid of shares: per curve (variant, timeslice, RTT, rate,
+queue ...) the median link utilisation at each tested share with its 95 % bootstrap interval, and from them
+(:func:`bbrlab.analysis.stats.threshold_interval`) the share from which the median reaches 80 % of the rate,
+bracketed by the shares whose intervals lie wholly below and wholly above it. A grid of shares 15-50 points
+apart brackets coarsely; :func:`search_rows` reads the thresholds a threshold search campaign found
+(:mod:`bbrlab.analysis.thresholds`), which bracket to the search's resolution.
+
+:func:`comparison_rows` puts patched and original BBR side by side at every point both were run at (the same
+contention, link, queue and flows): the medians, the Hodges-Lehmann shift, Cliff's delta and the two-sided
+Mann-Whitney p, with Holm's correction over the points of one pair (many points are tested, and some would
+look "different" by chance). A point is called different only when the corrected p is below 0.05; with
+few repetitions a rank test cannot get there (two runs a side give p >= 1/3), and the row then says so.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bbrlab.analysis import stats
+from bbrlab.analysis.paper_claims import PAPER_PATCHED_RECOVERY_PCT, PAPER_RECOVERY_PCT, RECOVERED_UTILISATION
+
+#: Columns that make two runs the same experiment apart from the CPU share (those present in the table count).
+CURVE_KEYS = ("contention_mode", "timeslice_ms", "cfs_period_ms", "cfs_burst_ms", "credit_s", "load_pct",
+              "rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_pct", "streams", "flows", "sender_qdisc",
+              "workload", "duration_s")
+#: The link's columns: uncontended runs (share 100) join every contended curve that agrees on them.
+LINK_KEYS = tuple(k for k in CURVE_KEYS if k not in ("contention_mode", "timeslice_ms", "cfs_period_ms",
+                                                     "cfs_burst_ms", "credit_s", "load_pct"))
+#: The family-wise error rate of the patched-vs-original calls (Holm over one pair's points).
+ALPHA = 0.05
+THRESHOLD_COLUMNS = ("variant", "timeslice_ms", "rtt_ms", "rate_mbit", "queue", "setting", "shares_tested", "runs",
+                     "estimate_pct", "low_pct", "high_pct", "interval", "paper_pct", "paper_inside")
+COMPARISON_COLUMNS = ("original", "patched", "contention_mode", "timeslice_ms", "cpu_share_pct", "rtt_ms",
+                      "rate_mbit", "queue", "setting", "n_original", "n_patched", "median_original_mbit",
+                      "median_patched_mbit", "shift_mbit", "shift_pct_of_rate", "cliffs_delta", "magnitude",
+                      "p_value", "p_holm", "call")
+
+
+def _ok(runs: pd.DataFrame) -> pd.DataFrame:
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    return ok[ok["link_utilisation"].notna()] if "link_utilisation" in ok else ok.iloc[0:0]
+
+
+def _keys(runs: pd.DataFrame, keys) -> list[str]:
+    return [k for k in keys if k in runs.columns]
+
+
+def _queue(row) -> str:
+    mode, bdp = row.get("queue_mode"), row.get("buffer_bdp")
+    if mode == "authors":
+        return "authors' queue"
+    return f"{bdp:.3g} BDP" if isinstance(bdp, float) and not math.isnan(bdp) else ""
+
+
+def _setting(key: dict) -> str:
+    """What else sets a curve or point apart, in words: the transfer's duration, the sender's qdisc, and loss,
+    streams and flows where they are not the plain case (e.g. ``"8 s, fq_codel, loss 1 %, 2 flows"``)."""
+    parts = []
+    if _known(key.get("duration_s")):
+        parts.append(f"{key['duration_s']:g} s")
+    if _known(key.get("sender_qdisc")):
+        parts.append(str(key["sender_qdisc"]))
+    if _known(key.get("loss_pct")) and key["loss_pct"] > 0:
+        parts.append(f"loss {key['loss_pct']:g} %")
+    for name in ("streams", "flows"):
+        if _known(key.get(name)) and key[name] > 1:
+            parts.append(f"{key[name]:g} {name}")
+    return ", ".join(parts)
+
+
+def _known(value) -> bool:
+    return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
+
+
+def _paper_pct(variant: str, timeslice_ms: float) -> float | None:
+    table = PAPER_PATCHED_RECOVERY_PCT if "patched" in variant else PAPER_RECOVERY_PCT
+    return table.get(float(timeslice_ms)) if variant.startswith("BBR") else None
+
+
+def _same(frame: pd.DataFrame, key: dict) -> pd.Series:
+    """Rows of ``frame`` whose columns equal ``key``'s values (NaN equals NaN)."""
+    mask = pd.Series(True, index=frame.index)
+    for col, value in key.items():
+        missing = value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+        mask &= frame[col].isna() if missing else frame[col] == value
+    return mask
+
+
+def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) -> pd.DataFrame:
+    """Each BBR curve's recovery threshold under SCHED_DEADLINE with its interval (see the module's text).
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table; ok runs with a link utilisation count, per curve of :data:`CURVE_KEYS`.
+    target : float, default 0.8
+        The utilisation that counts as recovered (the paper's 80 %).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`THRESHOLD_COLUMNS`: ``estimate_pct`` (lowest share from which every median reaches the target;
+        None: no contended share does), ``low_pct``/``high_pct`` (the threshold lies in (low, high] at 95 %
+        per point; None: open), ``interval`` as text, the paper's value and whether the interval holds it.
+    """
+    ok = _ok(runs)
+    ok = ok[ok["variant"].astype(str).str.startswith("BBR")] if "variant" in ok else ok.iloc[0:0]
+    contended = ok[(ok["contention_mode"] == "deadline") & (ok["cpu_share_pct"] < 100)] if len(ok) else ok
+    full = ok[ok["cpu_share_pct"] >= 100] if len(ok) else ok
+    keys, link = _keys(ok, CURVE_KEYS), _keys(ok, LINK_KEYS)
+    rows = []
+    for (variant, *values), curve in contended.groupby(["variant", *keys], dropna=False, sort=True):
+        key = dict(zip(keys, values, strict=True))
+        uncontended = full[(full["variant"] == variant) & _same(full, {k: key[k] for k in link})].copy()
+        uncontended["cpu_share_pct"] = 100.0
+        points = stats_by_share(pd.concat([curve, uncontended]))
+        found = stats.threshold_interval(points["share"], points["median"], points["ci_low"], points["ci_high"],
+                                         target)
+        paper = _paper_pct(str(variant), key["timeslice_ms"])
+        rows.append({"variant": variant, "timeslice_ms": key["timeslice_ms"], "rtt_ms": key.get("rtt_ms"),
+                     "rate_mbit": key.get("rate_mbit"), "queue": _queue(key),
+                     "setting": _setting(key), "shares_tested": ", ".join(f"{s:g}" for s in points["share"]), "runs": int(points["n"].sum()),
+                     "estimate_pct": found.estimate, "low_pct": found.low, "high_pct": found.high,
+                     "interval": found.text(), "paper_pct": paper,
+                     "paper_inside": None if paper is None else found.contains(paper)})
+    return pd.DataFrame(rows, columns=list(THRESHOLD_COLUMNS))
+
+
+def stats_by_share(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per CPU share: ``share``, ``n``, the ``median`` link utilisation and its interval (``ci_low``, ``ci_high``)."""
+    rows = []
+    for share, group in runs.groupby("cpu_share_pct", sort=True):
+        values = group["link_utilisation"].to_numpy(dtype=float)
+        low, high = stats.median_ci(values)
+        rows.append({"share": float(share), "n": len(values), "median": float(np.median(values)),
+                     "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows, columns=["share", "n", "median", "ci_low", "ci_high"])
+
+
+def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """Patched against original at every point both were run at (see the module's text).
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        A ``runs`` table; ok runs count, their ``throughput_mbit``.
+    pairs : list of (str, str)
+        (original, patched) variants, e.g. :func:`bbrlab.analysis.fidelity.bbr_variants`'s second value.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`COMPARISON_COLUMNS`, one row per pair and point: ``shift_mbit`` is the Hodges-Lehmann shift of
+        patched against original, ``cliffs_delta`` P(patched > original) - P(patched < original), ``p_holm``
+        the Mann-Whitney p after Holm's correction over the pair's points, ``call`` the verdict in words.
+    """
+    ok = _ok(runs)
+    keys = _keys(ok, ("cpu_share_pct", *CURVE_KEYS))
+    rows = []
+    for original, patched in pairs:
+        both = ok[ok["variant"].isin([original, patched])]
+        first = len(rows)
+        for values, point in both.groupby(keys, dropna=False, sort=True):
+            a = point.loc[point["variant"] == original, "throughput_mbit"].to_numpy(dtype=float)
+            b = point.loc[point["variant"] == patched, "throughput_mbit"].to_numpy(dtype=float)
+            if not len(a) or not len(b):
+                continue
+            key = dict(zip(keys, values, strict=True))
+            c = stats.compare(a, b)
+            rate = key.get("rate_mbit")
+            rows.append({"original": original, "patched": patched, "contention_mode": key.get("contention_mode"),
+                         "timeslice_ms": key.get("timeslice_ms"), "cpu_share_pct": key["cpu_share_pct"],
+                         "rtt_ms": key.get("rtt_ms"), "rate_mbit": rate, "queue": _queue(key),
+                         "setting": _setting(key), "n_original": c.n_a, "n_patched": c.n_b, "median_original_mbit": c.median_a,
+                         "median_patched_mbit": c.median_b, "shift_mbit": c.shift,
+                         "shift_pct_of_rate": 100 * c.shift / rate if rate else math.nan,
+                         "cliffs_delta": c.cliffs_delta, "magnitude": c.magnitude(), "p_value": c.p_value})
+        holm = holm_adjust([r["p_value"] for r in rows[first:]])
+        for row, p in zip(rows[first:], holm, strict=True):
+            row["p_holm"] = p
+            row["call"] = _call(row)
+    return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
+
+
+def holm_adjust(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (NaN stays NaN): reject at ``ALPHA`` where adjusted p < ALPHA."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    out, running = [math.nan] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (len(indexed) - rank) * p))
+        out[i] = running
+    return out
+
+
+def _call(row: dict) -> str:
+    if math.isnan(row["p_holm"]):
+        return "no test"
+    if row["p_holm"] < ALPHA:
+        return "patched higher" if row["cliffs_delta"] > 0 else "patched lower"
+    smallest = 1.0 / math.comb(row["n_original"] + row["n_patched"], row["n_original"])
+    if 2 * smallest >= ALPHA:
+        return f"too few runs for the test ({row['n_original']} vs {row['n_patched']})"
+    return "no difference shown"
+
+
+def search_rows(data_dir: str | Path) -> pd.DataFrame:
+    """The thresholds of every threshold search under ``data_dir`` (a ``decisions.json`` with a ``search``
+    rule), one row per curve with its campaign (:func:`bbrlab.analysis.thresholds.threshold_table`)."""
+    from bbrlab.analysis import thresholds
+
+    frames = []
+    for path in sorted(Path(data_dir).rglob("decisions.json")):
+        try:
+            table = thresholds.threshold_table(path.parent)
+        except ValueError:
+            continue  # adaptive repetitions' decisions, not a search's
+        frames.append(table.assign(campaign=path.parent.name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["campaign", *thresholds.COLUMNS])
+
+
+def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: pd.DataFrame | None = None) -> list[str]:
+    """The report's sections on thresholds and on patched against original (Markdown lines)."""
+    lines = ["", "## Recovery thresholds with their intervals", "",
+             "Per curve, the share from which the median link utilisation reaches 80 % of the rate, and the "
+             "interval (low, high] that holds it at 95 % per point: the highest share whose median's bootstrap "
+             "interval lies below 80 %, the lowest from which every interval lies above. A coarse grid gives "
+             "wide intervals; `?` is an open end."]
+    if thresholds.empty:
+        lines += ["", "No contended BBR curve in this data."]
+    else:
+        lines += ["", "| variant | timeslice | RTT | rate | queue | also | shares tested | runs | threshold | paper | "
+                  "paper inside |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in thresholds.itertuples():
+            paper = "-" if r.paper_pct is None or pd.isna(r.paper_pct) else f"{r.paper_pct:g} %"
+            inside = "-" if r.paper_inside is None else ("yes" if r.paper_inside else "no")
+            lines.append(f"| {r.variant} | {r.timeslice_ms:g} ms | {r.rtt_ms:g} ms | {r.rate_mbit:g} Mbit/s | "
+                         f"{r.queue} | {r.setting} | {r.shares_tested} | {r.runs} | {r.interval} | {paper} | {inside} |")
+    if searched is not None and not searched.empty:
+        lines += ["", "Found by threshold search campaigns (noisy bisection, docs/statistics.md):", "",
+                  "| campaign | CCA | timeslice | RTT | rate | threshold in | runs | done | paper |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in searched.itertuples():
+            low = "?" if r.low_pct is None or pd.isna(r.low_pct) else f"{r.low_pct:g}"
+            high = "never" if r.high_pct is None or pd.isna(r.high_pct) else f"{r.high_pct:g}"
+            paper = "-" if r.paper_pct is None or pd.isna(r.paper_pct) else f"{r.paper_pct:g} %"
+            lines.append(f"| {r.campaign} | {r.cca} | {r.timeslice_ms:g} ms | {r.rtt_ms:g} ms | "
+                         f"{r.rate_mbit:g} Mbit/s | ({low}, {high}] % at {r.confidence:.0%} | {r.runs} | "
+                         f"{'yes' if r.done else 'no'} | {paper} |")
+    lines += ["", "## Patched against original at every point", "",
+              "Both variants at the same contention, link, queue and flows: medians, the Hodges-Lehmann shift "
+              "(patched minus original), Cliff's delta, and the two-sided Mann-Whitney p with Holm's correction "
+              f"over each pair's points; a difference is called where the corrected p is below {ALPHA:g}."]
+    if comparisons.empty:
+        return [*lines, "", "No point with both patched and original runs."]
+    lines += ["", "| pair | contention | share | RTT | rate | queue | also | n | medians (Mbit/s) | shift | "
+              "Cliff's delta | p (Holm) | call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in comparisons.itertuples():
+        contention = r.contention_mode if pd.isna(r.timeslice_ms) else f"{r.contention_mode} {r.timeslice_ms:g} ms"
+        lines.append(f"| {r.original} vs {r.patched} | {contention} | {r.cpu_share_pct:g} % | {r.rtt_ms:g} ms | "
+                     f"{r.rate_mbit:g} Mbit/s | {r.queue} | {r.setting} | {r.n_original} vs {r.n_patched} | "
+                     f"{r.median_original_mbit:.1f} -> {r.median_patched_mbit:.1f} | {r.shift_mbit:+.1f} Mbit/s "
+                     f"({r.shift_pct_of_rate:+.0f} % of rate) | {r.cliffs_delta:+.2f} ({r.magnitude}) | "
+                     f"{r.p_value:.3g} ({r.p_holm:.3g}) | {r.call} |")
+    return lines

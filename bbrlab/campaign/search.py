@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bbrlab.core.confidence import LEVEL
@@ -35,35 +35,45 @@ _KEYS = {"target": None, "low": 10.0, "high": 100.0, "step": 2.5, "resolution": 
 
 @dataclass(frozen=True)
 class SearchRule:
-    """A spec's ``search``: the target fraction of the rate, the range and lattice of shares (percent), the
-    resolution (points), a probe's looks (``min_reps``, then every ``block``, up to ``max_reps``) and the
-    search's confidence."""
+    """A spec's ``search``: the :class:`SearchPlan` of every curve, its ``target`` a fraction of the rate (the
+    range and lattice of shares in percent, the resolution in points, a probe's looks, ``alpha`` = 1 - the
+    search's confidence)."""
 
-    target: float
-    low: float = 10.0
-    high: float = 100.0
-    step: float = 2.5
-    resolution: float = 2.5
-    min_reps: int = 10
-    block: int = 5
-    max_reps: int = 40
-    confidence: float = LEVEL
+    shape: SearchPlan
+
+    @property
+    def target(self) -> float:
+        """The fraction of the link rate the median must reach (the paper: 0.8)."""
+        return self.shape.target
+
+    @property
+    def min_reps(self) -> int:
+        """A probe's first look, in runs."""
+        return self.shape.min_reps
+
+    @property
+    def max_reps(self) -> int:
+        """A probe's last look, in runs."""
+        return self.shape.max_reps
+
+    @property
+    def confidence(self) -> float:
+        """The search's confidence (1 - its error budget)."""
+        return round(1 - self.shape.alpha, 12)
 
     def to_dict(self) -> dict:
         """The rule as the spec's ``search`` mapping."""
-        return {"target": self.target, "low": self.low, "high": self.high, "step": self.step,
-                "resolution": self.resolution, "min": self.min_reps, "block": self.block, "max": self.max_reps,
-                "confidence": self.confidence}
+        p = self.shape
+        return {"target": p.target, "low": p.low, "high": p.high, "step": p.step, "resolution": p.resolution,
+                "min": p.min_reps, "block": p.block, "max": p.max_reps, "confidence": self.confidence}
 
     def shares(self) -> list[float]:
         """The lattice of shares (percent) a search may probe."""
-        return self.plan(1.0).shares()
+        return self.shape.shares()
 
     def plan(self, rate_mbit: float) -> SearchPlan:
         """The :class:`SearchPlan` of one curve of link rate ``rate_mbit``."""
-        return SearchPlan(target=self.target * rate_mbit, low=self.low, high=self.high, step=self.step,
-                          resolution=self.resolution, min_reps=self.min_reps, block=self.block,
-                          max_reps=self.max_reps, alpha=1 - self.confidence)
+        return replace(self.shape, target=self.shape.target * rate_mbit)
 
     @classmethod
     def from_value(cls, value: object) -> SearchRule:
@@ -95,8 +105,9 @@ class SearchRule:
         _check(1 <= d["min"] <= 1000, "min", d["min"], "1 <= min <= 1000")
         _check(1 <= d["block"] <= 1000, "block", d["block"], "1 <= block <= 1000")
         _check(d["min"] <= d["max"] <= 1000, "max", d["max"], f"min ({d['min']}) <= max <= 1000")
-        rule = cls(float(d["target"]), float(d["low"]), float(d["high"]), float(d["step"]), float(d["resolution"]),
-                   d["min"], d["block"], d["max"], float(d["confidence"]))
+        rule = cls(SearchPlan(target=float(d["target"]), low=float(d["low"]), high=float(d["high"]),
+                              step=float(d["step"]), resolution=float(d["resolution"]), min_reps=d["min"],
+                              block=d["block"], max_reps=d["max"], alpha=1 - float(d["confidence"])))
         alpha = rule.plan(1.0).alpha_per_look()
         _check(0.5 ** rule.max_reps <= alpha, "max", rule.max_reps,
                f"enough runs for a sign test at {alpha:.2g} per look: max >= {math.ceil(-math.log2(alpha))}")

@@ -11,21 +11,17 @@ stopped it, and ``bbrlab campaign status`` counts the rest as skipped.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from bbrlab.campaign import directory, repetitions
 from bbrlab.run import record
+from tests import killed_campaign
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
-BBRLAB = str(Path(sys.executable).with_name("bbrlab"))
 RULE = {"min": 5, "max": 7, "precision": 0.05}
 
 
@@ -35,37 +31,15 @@ def _spec(testbed_name: str) -> dict:
             "seed": 3, "max_attempts": 2}
 
 
-def _complete(out: Path) -> int:
-    return len(list((out / "runs").glob("*/record.json")))
-
-
-def _in_flight(out: Path) -> bool:
-    tmp = out / ".tmp"
-    return tmp.is_dir() and any(tmp.iterdir())
-
-
 def test_adaptive_campaign_killed_and_resumed_reaches_the_decisions_of_a_replay(testbed, tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(testbed.name)))
     out = tmp_path / "campaign"
-    argv = [BBRLAB, "campaign", "run", str(spec_path), "--out", str(out), "--no-progress"]
-
-    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    try:
-        while _complete(out) < 5 or not _in_flight(out):
-            assert first.poll() is None, f"campaign ended early: {first.communicate()}"
-            assert time.monotonic() < deadline, "5 runs not complete in 300 s"
-            time.sleep(0.05)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.communicate(timeout=60)
-    assert first.returncode == -signal.SIGKILL
-    killed_at = _complete(out)
-    assert 5 <= killed_at < 14
-
-    second = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert second.returncode == 0, second.stderr[-3000:]
+    argv = killed_campaign.run_argv(spec_path, out)
+    killed_campaign.kill_when(argv, lambda: killed_campaign.complete(out) >= 5 and killed_campaign.in_flight(out),
+                              "5 runs complete and a sixth in flight")
+    assert 5 <= killed_campaign.complete(out) < 14
+    killed_campaign.resume(argv)
 
     plan = directory.load_plan(out)
     runs = [(r.run_id, r.scenario) for r in plan.runs]
@@ -84,5 +58,5 @@ def test_adaptive_campaign_killed_and_resumed_reaches_the_decisions_of_a_replay(
     st = directory.status(out)
     assert st.done == len(committed) and st.skipped == st.planned - st.done - st.failed and st.remaining == 0
 
-    shown = subprocess.run([BBRLAB, "campaign", "status", str(out)], capture_output=True, text=True, timeout=60)
+    shown = subprocess.run([killed_campaign.BBRLAB, "campaign", "status", str(out)], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and f"{st.skipped} skipped by the stopping rule" in shown.stdout, shown

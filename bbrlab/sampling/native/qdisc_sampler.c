@@ -24,6 +24,7 @@
 /* sampler_common.h's port options are the socket samplers' alone */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "sampler_common.h"
+#include "sampler_schedule.h"
 
 #include <linux/gen_stats.h>
 #include <linux/netlink.h>
@@ -35,7 +36,6 @@
 #define FORMAT_VERSION 1
 enum { EXIT_NO_NETLINK = 3, EXIT_DUMP = 4 };
 
-static uint64_t samples, missed, ticks;
 static int nl_fd;
 static int ifindex;
 static uint32_t seq;
@@ -43,13 +43,7 @@ static char rx[1 << 16];
 
 static void write_footer(const char *reason)
 {
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	printf("# end samples=%llu ticks=%llu missed=%llu cpu_user_us=%lld cpu_sys_us=%lld maxrss_kb=%ld "
-	       "wall_ns=%llu reason=%s\n",
-	       (unsigned long long)samples, (unsigned long long)ticks, (unsigned long long)missed,
-	       cpu_us(&ru.ru_utime), cpu_us(&ru.ru_stime), ru.ru_maxrss,
-	       (unsigned long long)(now_ns(CLOCK_MONOTONIC) - mono_start_ns), reason);
+	write_schedule_footer(reason);
 }
 
 static void ask_dump(void)
@@ -96,9 +90,11 @@ static void print_qdisc(uint64_t real_ns, struct nlmsghdr *nh)
 	       queue.requeues, queue.backlog, queue.qlen);
 }
 
-/* One sample: the dump asked and read to its NLMSG_DONE. */
-static void take_sample(uint64_t real_ns)
+/* One sample (stamped with real_ns; the schedule's monotonic time is not printed): the dump asked and read to
+ * its NLMSG_DONE. */
+static void take_sample(uint64_t real_ns, uint64_t mono_ns)
 {
+	(void)mono_ns;
 	ask_dump();
 	for (;;) {
 		ssize_t n = recv(nl_fd, rx, sizeof(rx), 0);
@@ -163,28 +159,6 @@ int main(int argc, char **argv)
 		fail(EXIT_NO_NETLINK, "socket(AF_NETLINK, NETLINK_ROUTE): %s", strerror(errno));
 	write_ready();
 
-	const char *reason = "deadline";
-	for (;;) {
-		const char *stop = stop_reason(a.stop_file);
-		if (stop) {
-			reason = stop;
-			break;
-		}
-		uint64_t real = now_ns(CLOCK_REALTIME);
-		uint64_t now = now_ns(CLOCK_MONOTONIC);
-		if (now >= deadline)
-			break;
-		uint64_t tick = (now - t0) / interval_ns;
-		if (tick > ticks)
-			missed += tick - ticks;
-		take_sample(real);
-		now = now_ns(CLOCK_MONOTONIC);
-		uint64_t current = (now - t0) / interval_ns;
-		missed += current - tick;
-		ticks = current + 1;
-		uint64_t next = t0 + ticks * interval_ns;
-		sleep_until(next > deadline ? deadline : next);
-	}
-	write_footer(reason);
+	write_footer(run_schedule(a.stop_file, t0, interval_ns, deadline, take_sample));
 	return finish_output();
 }

@@ -62,6 +62,7 @@
 #define SAMPLER_NAME "sockdiag_sampler"
 #define SAMPLER_USAGE SAMPLER_NAME " -i INTERVAL_US -t STOP_AFTER_S -s STOP_FILE -d DPORT -p SPORT[,SPORT...] [-f 4|6]"
 #include "sampler_common.h"
+#include "sampler_schedule.h"
 
 #define FORMAT_VERSION 1
 #define RECV_BUF 16384
@@ -87,9 +88,6 @@ static int n_found;
 static uint16_t server_port;
 static uint8_t flow_family = AF_INET;
 static int nl_fd = -1;
-static uint64_t samples, missed;
-static uint64_t tick;      /* the slot of the sample being taken: due at t0 + tick * interval */
-static uint64_t ticks;     /* slots begun so far (= samples + missed at the end) */
 static const uint8_t EXT_BITS = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1)) |
 				(1 << (INET_DIAG_CONG - 1));
 
@@ -97,13 +95,7 @@ static const uint8_t EXT_BITS = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_V
 
 static void write_footer(const char *reason)
 {
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	printf("# end samples=%llu ticks=%llu missed=%llu cpu_user_us=%lld cpu_sys_us=%lld maxrss_kb=%ld "
-	       "wall_ns=%llu reason=%s\n",
-	       (unsigned long long)samples, (unsigned long long)ticks, (unsigned long long)missed,
-	       cpu_us(&ru.ru_utime), cpu_us(&ru.ru_stime), ru.ru_maxrss,
-	       (unsigned long long)(now_ns(CLOCK_MONOTONIC) - mono_start_ns), reason);
+	write_schedule_footer(reason);
 }
 
 /* ---- netlink ------------------------------------------------------------------------------ */
@@ -397,33 +389,6 @@ int main(int argc, char **argv)
 		fail(EXIT_NO_DIAG, "socket(AF_NETLINK, NETLINK_SOCK_DIAG): %s", strerror(errno));
 	write_ready(); /* flushed with the header: they show that the sampler runs; the rest waits for a full buffer */
 
-	/*
-	 * Slot k is [t0 + k * interval, t0 + (k + 1) * interval). At most one sample per slot, taken in
-	 * its own slot: a slot that has passed when the sampler wakes (late wake-up) or when the previous
-	 * sample ends (a sample longer than the rest of its slot) is skipped and counted as missed.
-	 */
-	const char *reason = "deadline";
-	for (;;) {
-		const char *stop = stop_reason(a.stop_file);
-		if (stop) {
-			reason = stop;
-			break;
-		}
-		uint64_t real = now_ns(CLOCK_REALTIME);
-		uint64_t now = now_ns(CLOCK_MONOTONIC);
-		if (now >= deadline)
-			break;
-		tick = (now - t0) / interval_ns;
-		if (tick > ticks)
-			missed += tick - ticks;
-		take_sample(real, now);
-		now = now_ns(CLOCK_MONOTONIC);
-		uint64_t current = (now - t0) / interval_ns;
-		missed += current - tick;
-		ticks = current + 1;
-		uint64_t next = t0 + ticks * interval_ns;
-		sleep_until(next > deadline ? deadline : next);
-	}
-	write_footer(reason);
+	write_footer(run_schedule(a.stop_file, t0, interval_ns, deadline, take_sample));
 	return finish_output();
 }

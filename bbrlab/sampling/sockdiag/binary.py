@@ -58,11 +58,12 @@ class Program:
 
 #: What both programs include from one place (options, clocks, signals, output; see the file).
 COMMON_HEADER = "native/sampler_common.h"
+SCHEDULE_HEADER = "native/sampler_schedule.h"  # the netlink samplers' slot schedule
 PROGRAMS = {
-    "netlink": Program("netlink", "sockdiag_sampler", ("native/sockdiag_sampler.c", COMMON_HEADER)),
+    "netlink": Program("netlink", "sockdiag_sampler", ("native/sockdiag_sampler.c", COMMON_HEADER, SCHEDULE_HEADER)),
     "bpf": Program("bpf", "sockbpf_sampler", ("native/sockbpf_sampler.bpf.c", "native/sockbpf_sampler.c",
                                               "native/sockbpf_record.h", COMMON_HEADER)),
-    "qdisc": Program("qdisc", "qdisc_sampler", ("native/qdisc_sampler.c", COMMON_HEADER)),
+    "qdisc": Program("qdisc", "qdisc_sampler", ("native/qdisc_sampler.c", COMMON_HEADER, SCHEDULE_HEADER)),
 }
 #: The socket samplers a flow can name (``flow.sampler``); ``qdisc`` is the emulator's bottleneck sampler.
 KINDS = ("netlink", "bpf")

@@ -43,9 +43,15 @@ COMPARISON_COLUMNS = ("original", "patched", "contention_mode", "timeslice_ms", 
                       "p_value", "p_holm", "call")
 
 
+#: Columns without which no threshold or comparison can be read (a table lacking one gives empty tables).
+NEEDED = ("variant", "contention_mode", "cpu_share_pct", "link_utilisation", "throughput_mbit")
+
+
 def _ok(runs: pd.DataFrame) -> pd.DataFrame:
+    if any(c not in runs.columns for c in NEEDED):
+        return runs.iloc[0:0]
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
-    return ok[ok["link_utilisation"].notna()] if "link_utilisation" in ok else ok.iloc[0:0]
+    return ok[ok["link_utilisation"].notna()]
 
 
 def _keys(runs: pd.DataFrame, keys) -> list[str]:

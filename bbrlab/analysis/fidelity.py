@@ -305,7 +305,8 @@ def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if "workload" in plain:
         plain = plain[plain["workload"] == "iperf3"]
     judged = split_by_ceiling(plain).judged
-    return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, bbr_variants(runs)[1])
+    pairs = bbr_variants(runs)[1] if {"bbr_version", "patched"} <= set(runs.columns) else []
+    return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, pairs)
 
 
 def _set_aside_lines(table: pd.DataFrame) -> list[str]:

@@ -154,10 +154,10 @@ def run_plan(args) -> int:
               f"{info['max_runs']}, expected {info['expected_runs']} (if runs spread by {args.spread:g} x the rate; "
               "--spread; points near a threshold spread more)")
     if spec.search is not None:
-        r = spec.search
+        r = spec.search.shape  # its target a fraction of the rate
         print(f"threshold search: {info['curves']} curve(s), median >= {r.target:g} x the rate, shares {r.low:g} to "
-              f"{r.high:g} % every {r.step:g}, +-{r.resolution:g} points at {r.confidence:g}: the plan lists the whole "
-              f"lattice ({info['max_runs']} runs, the most it could take); clear curves take about "
+              f"{r.high:g} % every {r.step:g}, +-{r.resolution:g} points at {spec.search.confidence:g}: the plan lists "
+              f"the whole lattice ({info['max_runs']} runs, the most it could take); clear curves take about "
               f"{info['expected_runs']} (a bisection's probes x min {r.min_reps}), shares near a threshold more")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
           "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in

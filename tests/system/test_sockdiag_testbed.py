@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import shlex
+import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -275,14 +276,25 @@ def test_live_flow_ss_within_netlink_samples(testbed, deployed):
             # one of BBR's gains.
             assert len(seen) > 1, (key, row[key], seen)
             assert any(ss_equal(g, row[key]) for g in BBR_GAINS), (key, row[key], seen)
-        for key in ("pacing_rate_mbit", "delivery_rate_mbit", "bw_mbit", "cwnd"):
-            values = [r[key] for r in window if r[key] is not None]
-            if row.get(key) is None or not values:
-                continue
+        # BBR's bandwidth estimate moves only at round boundaries (a max filter over rounds, a 20 ms round here):
+        # ss read the value the netlink sample before it saw, or the one the sample after it shows.
+        values = [r["bw_mbit"] for r in window if r["bw_mbit"] is not None]
+        if row.get("bw_mbit") is not None and values:
             low, high = min(values), max(values)
-            assert low * (1 - RATE_TOLERANCE) <= row[key] <= high * (1 + RATE_TOLERANCE), (key, low, row[key], high)
+            assert low * (1 - RATE_TOLERANCE) <= row["bw_mbit"] <= high * (1 + RATE_TOLERANCE), (low, row, high)
         checked += 1
     assert checked >= 3, "too few ss samples with netlink samples on both sides"
+    # The delivery rate and cwnd change with every ACK, the pacing rate with gain phases shorter than the 10 ms
+    # between samples: ss can read a value between two netlink samples that neither saw (CI once saw ss read
+    # 106.7 Mbit/s between samples of 72.0 and 98.7). So these are compared as distributions over the same
+    # span: the median of ss's values lies within the 10th to 90th percentile of the netlink sampler's.
+    span = [r for r in nl if starts[0] <= r["t_unix_s"] <= starts[-1]]
+    for key in ("pacing_rate_mbit", "delivery_rate_mbit", "cwnd"):
+        ours = sorted(r[key] for r in span if r[key] is not None)
+        theirs = [row[key] for row in ss if row.get(key) is not None]
+        assert len(ours) >= 20 and len(theirs) >= 3, (key, len(ours), len(theirs))
+        p10, p90 = ours[len(ours) // 10], ours[(9 * len(ours)) // 10]
+        assert p10 <= statistics.median(theirs) <= p90, (key, p10, statistics.median(theirs), p90)
 
 
 def _check_schedule(text: str) -> None:

@@ -7,6 +7,8 @@ the flow's ``duration_s``), printed:
   time every phase (``full``: each step of :meth:`bbrlab.run.runner.Runner._run` has its key, so the phases add
   up to the run's wall time) or only the five of the first version (``probe setup client stop verify``, where the
   client's phase also held the contention's setup and release);
+- how many runs set the link (a changed link costs more), and the median seconds beyond the duration of those
+  and of the others;
 - the median ratio of the run's wall time (``run_wall_s``) to the flow's duration, and the median seconds beyond
   the duration, overall and at the worst contention point (timeslice, share) -- the goal is < 1 s beyond at
   every point;
@@ -41,7 +43,7 @@ def _runs(campaign: Path) -> list[dict]:
             contention = record["scenario"].get("contention") or {}
             out.append({"timing": timing, "duration_s": float(duration),
                         "point": (contention.get("timeslice_ms"), contention.get("cpu_share_pct")),
-                        "git": (meta.get("versions") or {}).get("bbrlab_git", "?")})
+                        "git": (meta.get("versions") or {}).get("bbrlab_git") or "unrecorded"})
     return out
 
 
@@ -73,6 +75,8 @@ def summarize(runs: list[dict]) -> dict:
         "ratio": _median(r["timing"]["run_wall_s"] / r["duration_s"] for r in runs),
         "beyond_s": _median(beyond), "worst_point": worst, "worst_beyond_s": _median(by_point[worst]),
         "link_set": sum(bool(r["timing"].get("link_set")) for r in runs),
+        "beyond_set_s": _median(b for r, b in zip(runs, beyond, strict=True) if r["timing"].get("link_set")),
+        "beyond_kept_s": _median(b for r, b in zip(runs, beyond, strict=True) if not r["timing"].get("link_set")),
         "phases": {k: _median(v) for k, v in phases.items()},
         "unaccounted_s": _median(r["timing"]["run_wall_s"] - sum(_phases(r["timing"]).values()) for r in runs),
         "between_s": _median(r["timing"]["between_s"] for r in runs if "between_s" in r["timing"]),
@@ -90,7 +94,8 @@ def main() -> None:
         s = summarize(runs)
         ts, share = s["worst_point"]
         print(f"\n{campaign.name}: {s['runs']} runs, era {s['era']}, bbrlab {', '.join(s['commits'])}; "
-              f"link set in {s['link_set']}")
+              f"link set in {s['link_set']}: beyond the duration {s['beyond_set_s']:.2f} s then, "
+              f"{s['beyond_kept_s']:.2f} s when kept")
         print(f"  wall/duration {s['ratio']:.3f}   beyond the duration {s['beyond_s']:.2f} s   worst point "
               f"({ts} ms, {share} %) {s['worst_beyond_s']:.2f} s "
               f"{'< goal' if s['worst_beyond_s'] < GOAL_BEYOND_S else '>= goal'}")

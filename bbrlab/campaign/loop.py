@@ -169,6 +169,7 @@ class InProcess:
     def __init__(self, run_fn: RunFunction, out_dir: str | Path):
         self.run_fn, self.out = run_fn, Path(out_dir)
         self._queue: list[tuple[int, int, Attempt]] = []
+        self._last_end: float | None = None  # when the previous attempt's run function returned
 
     def submit(self, attempt: Attempt) -> None:
         """Queue ``attempt``."""
@@ -182,9 +183,13 @@ class InProcess:
     def run(self, attempt: Attempt) -> Finished:
         """Run one attempt into a fresh staging directory. Any exception of the run is its failure (the reason
         says where it was raised; the metadata is what it measured), except an interruption and
-        :class:`MixedTestbed`, which propagate."""
+        :class:`MixedTestbed`, which propagate. The metadata's ``timing`` gains the attempt's wall time here
+        (``attempt_wall_s``) and the seconds since the previous attempt ended (``between_s``: its commit and
+        the loop's bookkeeping)."""
+        t0 = time.monotonic()
+        between_s = None if self._last_end is None else round(t0 - self._last_end, 3)
         staging = rec.staging_dir(self.out, attempt.run_id)
-        started, t0 = rec.now_iso(), time.monotonic()
+        started = rec.now_iso()
         try:
             metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
             status, reason = "ok", None
@@ -196,8 +201,11 @@ class InProcess:
         except BaseException:  # an interruption: the attempt is not counted, and nothing of it stays behind
             shutil.rmtree(staging, ignore_errors=True)  # (a notebook's kernel lives on: it would look running)
             raise
+        self._last_end = end = time.monotonic()
+        timing = {**metadata.get("timing", {}), "attempt_wall_s": round(end - t0, 3)}
+        metadata = {**metadata, "timing": timing | ({} if between_s is None else {"between_s": between_s})}
         return Finished(attempt, status, reason, metadata, started, rec.now_iso(), staging=staging,
-                        wall_s=time.monotonic() - t0)
+                        wall_s=end - t0)
 
     def close(self) -> None:
         """Drop the attempts not run (the testbed is restored by each run's own context managers)."""

@@ -20,6 +20,7 @@ the ports are cleared again before the error propagates.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import math
@@ -138,15 +139,24 @@ def host_supports(host: Host, kind: str) -> bool:
     return any("seed" in (q.get("options") or {}) for q in qdiscs)
 
 
-def check_host_can_run(host: Host, tree: LinkTree) -> None:
-    """Refuse, before anything changes, a tree the host's kernel cannot build."""
+def check_host_can_run(host: Host, tree: LinkTree, known: set[str] | None = None) -> None:
+    """Refuse, before anything changes, a tree the host's kernel cannot build. ``known``: the kinds this host's
+    kernel was already seen to take (not probed again, each probe is a command on the host); the kinds it takes
+    now are added to it."""
+    known = builtins.set() if known is None else known  # (this module's own set() puts a link on ports)
     for kind in sorted(tree.kinds):
-        if not host_supports(host, kind):
+        if kind in known:
+            continue
+        if host_supports(host, kind):
+            known.add(kind)
+        else:
             where = ("the emulator VM runs netem (e.g. bbrlab link set --testbed local); this host's kernel "
                      "was built without sch_netem" if kind == "netem" else f"install a kernel with sch_{kind}")
             raise TestbedError(f"no {kind} on {host.name}: {where}. Nothing was changed.")
     seeds = [n.qdisc.seed for p in tree.ports for n in p.nodes if isinstance(n.qdisc, Netem) and n.qdisc.seed is not None]
-    if seeds and not host_supports(host, "netem-seed"):
+    if seeds and "netem-seed" not in known and host_supports(host, "netem-seed"):
+        known.add("netem-seed")
+    if seeds and "netem-seed" not in known:
         raise ValidationError("link.loss_seed", seeds[0],
                               f"unset: netem on {host.name} cannot take a seed (needs Linux and iproute2 "
                               "6.6 or later); nothing was changed")
@@ -295,6 +305,41 @@ def _clear_port(host: Host, ifname: str) -> None:
         host.run(clear_argv(ifname))
 
 
+#: A constant script running its arguments as commands separated by ``;`` arguments, stopping at the first that
+#: fails (named on stderr): several ``tc`` commands in one round trip, their arguments never pasted into a script.
+_BATCH_SCRIPT = ('cmd=(); run() { [ ${#cmd[@]} -eq 0 ] && return 0; "${cmd[@]}" && cmd=() && return 0; rc=$?; '
+                 'echo "bbrlab: failed (exit $rc): ${cmd[*]}" >&2; exit $rc; }; '
+                 'for a in "$@"; do if [ "$a" = ";" ]; then run; else cmd+=("$a"); fi; done; run')
+
+
+def run_batch(host: Host, argvs: Sequence[Sequence[str]]) -> None:
+    """Run ``argvs`` on ``host`` one after the other in ONE command (one SSH round trip, slow in a TCG guest),
+    stopping at the first that fails (raises :class:`CommandError`)."""
+    args: list[str] = []
+    for argv in argvs:
+        if ";" in argv:
+            raise ValidationError("argv", list(argv), "no bare ';' argument (it separates the batch's commands)")
+        args += [*argv, ";"]
+    if args:
+        host.run(["bash", "-c", _BATCH_SCRIPT, "bbrlab-batch", *args])
+
+
+def _rebuild_ports(host: Host, tree: LinkTree, before: Readback) -> None:
+    """Each port of ``tree`` cleared of bbrlab's root qdisc (as ``before`` read it) and built anew: locally
+    through pyroute2 port by port, elsewhere in one batch of ``tc`` commands."""
+    if host.is_local:
+        for spec in tree.ports:
+            _clear_port(host, spec.ifname)
+            _apply_port(host, spec)
+        return
+    argvs: list[list[str]] = []
+    for spec in tree.ports:
+        if is_ours(root_qdisc(before.get(spec.ifname, []))):
+            argvs.append(clear_argv(spec.ifname))
+        argvs += to_tc_argv(spec)
+    run_batch(host, argvs)
+
+
 def clear(host: Host, ports: Sequence[str]) -> Readback:
     """Remove bbrlab's qdiscs from ``ports``; the kernel's defaults come back. Returns the read-back,
     and raises if a port still carries a non-default root qdisc afterwards, or (before any change) when
@@ -319,27 +364,26 @@ class Applied:
     offloads: Offloads
 
 
-def apply(host: Host, ports: Sequence[str], link: Link) -> Applied:
+def apply(host: Host, ports: Sequence[str], link: Link, *, known: set[str] | None = None) -> Applied:
     """Put ``link`` on the emulator ``ports = (sender_side, receiver_side)``: its qdiscs and its offloads;
     return both as the kernel reports them.
 
     Raises before any change for a bad link, unknown/foreign ports, or a kernel missing a qdisc
     (``TestbedError`` naming netem and the emulator VM when the host has no netem). Raises
     :class:`LinkMismatch` (after clearing the qdiscs) if the kernel reports qdiscs other than asked, and
-    :class:`~bbrlab.link.offloads.OffloadMismatch` if a port did not take the offloads.
+    :class:`~bbrlab.link.offloads.OffloadMismatch` if a port did not take the offloads. ``known``: the qdisc
+    kinds the host was already seen to take (:func:`check_host_can_run`).
     """
     if not isinstance(link, Link):
         raise ValidationError("link", link, "a bbrlab.core.scenario.Link")
     tree = build_tree(link, tuple(ports))
     names = [p.ifname for p in tree.ports]
-    check_ports_free(host, names)
-    check_host_can_run(host, tree)
+    before = check_ports_free(host, names)
+    check_host_can_run(host, tree, known)
     mark_ports(host, names)
     try:
         taken = offloads.apply(host, names, link.emulator_offloads)
-        for spec in tree.ports:
-            _clear_port(host, spec.ifname)
-            _apply_port(host, spec)
+        _rebuild_ports(host, tree, before)
         after = show(host, names)
         check_readback(tree, after)
     except BaseException:
@@ -378,15 +422,19 @@ class EmulatorLink:
         self.current: Link | None = None
         #: The ports' offloads as read back when the link was set (:func:`bbrlab.link.offloads.apply`).
         self.offloads: Offloads | None = None
+        #: The qdisc kinds the emulator's kernel was seen to take (probed once: its kernel does not change).
+        self.known_kinds: set[str] = builtins.set()
+        self._fresh: Readback | None = None  # the read-back taken when the link was just set, not yet used
 
     @contextlib.contextmanager
     def holding(self, link: Link) -> Iterator[bool]:
         """The ``with`` block runs on ``link``; yields whether it had to be (re)configured."""
         changed = self.current != link
+        self._fresh = None
         if changed:
             self.current, self.offloads = None, None
-            self.offloads = apply(self.host, self.ports, link).offloads
-            self.current = link
+            applied = apply(self.host, self.ports, link, known=self.known_kinds)
+            self.offloads, self.current, self._fresh = applied.offloads, link, applied.qdiscs
         try:
             yield changed
         except BaseException:
@@ -395,11 +443,18 @@ class EmulatorLink:
 
     def readback(self) -> Readback:
         """The qdiscs on the ports as the kernel reports them now (with counters)."""
+        self._fresh = None
         return show(self.host, self.ports)
+
+    def counters_start(self) -> Readback:
+        """The read-back a run's counters start from: the one :meth:`holding` took as it set the link (nothing
+        ran on the link since), or, when the link was kept, one read now."""
+        fresh, self._fresh = self._fresh, None
+        return fresh if fresh is not None else self.readback()
 
     def forget(self) -> None:
         """Clear the ports, best effort (the error that led here is what gets reported)."""
-        self.current, self.offloads = None, None
+        self.current, self.offloads, self._fresh = None, None, None
         with contextlib.suppress(Exception):
             clear(self.host, self.ports)
 

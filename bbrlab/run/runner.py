@@ -112,68 +112,92 @@ class Runner:
     def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
         """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails.
         Flows beside flow 0 (``scenario.flows``) run alongside it (:mod:`bbrlab.run.flows`)."""
-        flows.check_origins(self.testbed, scenario.flows)
-        extra = flows.prepare(self.testbed, scenario.flows, ports) if scenario.flows else []
+        with meta.timed("flows_prepare"):
+            flows.check_origins(self.testbed, scenario.flows)
+            extra = flows.prepare(self.testbed, scenario.flows, ports) if scenario.flows else []
         try:
             self._run(scenario, out, meta, ports, extra)
         finally:
-            flows.close(extra)
+            with meta.timed("flows_close"):
+                flows.close(extra)
 
     def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list) -> None:
         work = workloads.for_flow(scenario.flow)
         self.session.boot(scenario.kernel, meta)
-        self.session.describe(meta)
+        with meta.timed("describe"):
+            self.session.describe(meta)
         with meta.timed("probe"):
             prepared = self._prepare(scenario, work, meta)
         tb, flow = self.testbed, scenario.flow
         meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
         limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
                                                      for f in scenario.flows])
-        with senderqdisc.held(tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc) as qdisc, \
-                self.link.holding(scenario.link) as changed:  # a failure inside clears the link and the qdisc
-            meta.sender_qdisc = qdisc.to_dict()
-            meta.timing["link_set"] = changed
-            before = linkcount.counters(self.link.readback(), tb.emulator.ports)
-            with ExitStack() as traffic:
-                with meta.timed("setup"):
-                    endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
-                                                                 ready_timeout_s=self.ready_timeout_s))
-                    meta.flow["server_port"] = endpoint.port
-                    flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
-                                  ready_timeout_s=self.ready_timeout_s)
-                    watch = traffic.enter_context(clocks.ClockWatch(
-                        {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
-                    sampled = traffic.enter_context(sampling.sampler(
-                        tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
-                        log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
-                        kind=flow.sampler)) if flow.sample_ms else None
-                    queue = traffic.enter_context(queue_sampling.queue_sampler(
-                        tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
-                        log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
-                    vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
-                    meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
-                with meta.timed("client"), hostcpu.watching(self.session.watched_hosts()) as cpu_load, \
-                        contention.contended(tb.sender.hypervisor, vcpus, scenario.contention,
-                                             expected=tb.sender.vcpu_pins(),
-                                             accelerator=getattr(tb, "accelerator", None)) as held, \
-                        (vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext()) as trace:
-                    threads = flows.start(extra, tb.receiver.experiment_ip, time.monotonic())
-                    result = work.run_client(tb, flow, endpoint, ports)
-                    flows.wait(threads, extra)
-                meta.contention, meta.cpu_load = held.record(), cpu_load
-                vcpu = self._record_trace(trace, out, meta)
-                with meta.timed("stop"):
-                    traffic.close()  # now, not at the block's end: the sampler's log is completed here
-                if watch is not None:
-                    meta.clocks = watch.record()
-                    checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
-                if queue is not None:
-                    meta.bottleneck = checks.bottleneck_samples(queue)
+        with ExitStack() as held:  # a failure inside clears the link and the sender's qdisc, in reverse order
+            with meta.timed("sender_qdisc"):
+                meta.sender_qdisc = held.enter_context(senderqdisc.held(
+                    tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc)).to_dict()
+            with meta.timed("link"):
+                meta.timing["link_set"] = held.enter_context(self.link.holding(scenario.link))
+            with meta.timed("counters"):
+                before = linkcount.counters(self.link.counters_start(), tb.emulator.ports)
+            endpoint, result, sampled, vcpu = self._traffic(scenario, work, prepared, out, meta, ports, extra, limit_s)
             with meta.timed("verify"):
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports, extra)
                 if vcpu is not None and sampled is not None:
                     meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow,
                                                      (meta.clocks or {}).get("sender"))
+            with meta.timed("restore"):
+                held.close()
+
+    def _traffic(self, scenario: Scenario, work: workloads.Workload, prepared, out: Path, meta: RunMetadata,
+                 ports: list[int], extra: list, limit_s: float) -> tuple:
+        """Servers and samplers up (``setup``), the sender's vCPUs contended (``contend``), the transfer
+        (``client``), the contention off (``release``), the samplers and servers stopped (``stop``); returns the
+        endpoint, the client's result, the socket sampler and the vCPU trace."""
+        tb, flow = self.testbed, scenario.flow
+        with ExitStack() as traffic:
+            with meta.timed("setup"):
+                endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
+                                                             ready_timeout_s=self.ready_timeout_s))
+                meta.flow["server_port"] = endpoint.port
+                flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
+                              ready_timeout_s=self.ready_timeout_s)
+                watch = traffic.enter_context(clocks.ClockWatch(
+                    {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
+                sampled = traffic.enter_context(sampling.sampler(
+                    tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
+                    log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
+                    kind=flow.sampler)) if flow.sample_ms else None
+                queue = traffic.enter_context(queue_sampling.queue_sampler(
+                    tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
+                    log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
+                vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
+                meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
+            with ExitStack() as contended:
+                with meta.timed("contend"):
+                    cpu_load = contended.enter_context(hostcpu.watching(self.session.watched_hosts()))
+                    held = contended.enter_context(contention.contended(
+                        tb.sender.hypervisor, vcpus, scenario.contention, expected=tb.sender.vcpu_pins(),
+                        accelerator=getattr(tb, "accelerator", None)))
+                    trace = contended.enter_context(
+                        vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext())
+                with meta.timed("client"):
+                    threads = flows.start(extra, tb.receiver.experiment_ip, time.monotonic())
+                    result = work.run_client(tb, flow, endpoint, ports)
+                    flows.wait(threads, extra)
+                with meta.timed("release"):
+                    contended.close()
+            meta.contention, meta.cpu_load = held.record(), cpu_load
+            with meta.timed("trace"):
+                vcpu = self._record_trace(trace, out, meta)
+            with meta.timed("stop"):
+                traffic.close()  # now, not at the block's end: the sampler's log is completed here
+            if watch is not None:
+                meta.clocks = watch.record()
+                checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
+            if queue is not None:
+                meta.bottleneck = checks.bottleneck_samples(queue)
+        return endpoint, result, sampled, vcpu
 
     @staticmethod
     def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from bbrlab.core import errors
-from bbrlab.core.hosts import LocalHost, NetnsHost
+from bbrlab.core.hosts import CommandError, LocalHost, NetnsHost
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
@@ -223,3 +223,50 @@ def test_udp_and_tcp_measurements_through_a_token_bucket_in_namespaces(bridged):
     assert tcp["used_cca"] == "cubic" and 40 <= tcp["measured"] <= 50.5
     drops = linkmod.show(bridged.emulator.host, bridged.emulator.ports)["e2"][0]["drops"]
     assert drops > 0  # the bucket, not the path, limited the UDP run (it was sent at the full rate)
+
+
+class CountingNetnsHost(NetnsHost):
+    """The namespace reached as a remote emulator is (``is_local`` off: ``tc`` commands, not pyroute2), every
+    command it runs kept in ``commands`` (each is one SSH round trip on a real emulator)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.is_local, self.commands = False, []
+
+    def _execute(self, argv, *, timeout, stdin):
+        self.commands.append(list(argv))
+        return super()._execute(argv, timeout=timeout, stdin=stdin)
+
+
+def test_a_remote_emulators_ports_are_rebuilt_in_one_batch_and_probed_once(ns):
+    host = CountingNetnsHost(name="emulator-netns", netns=ns)
+    held = linkmod.EmulatorLink(host, PORTS)
+    first, second = (Link(rtt_ms=0, rate_mbit=r, buffer_bdp=None, buffer_bytes=125_000) for r in (50, 20))
+    with held.holding(first) as changed:
+        assert changed and tc_json(ns, "vrcv")[0]["options"]["rate"] == 6_250_000
+        assert held.counters_start()["vrcv"][0]["options"]["rate"] == 6_250_000  # the read-back of the set
+    assert held.known_kinds == {"tbf"}
+    host.commands.clear()
+    with held.holding(second) as changed:  # bbrlab's tree on the port: cleared and rebuilt in the same batch
+        assert changed and tc_json(ns, "vrcv")[0]["options"]["rate"] == 2_500_000
+    batches = [c for c in host.commands if c[:2] == ["bash", "-c"]]
+    assert len(batches) == 1 and ["tc", "qdisc", "del", "dev", "vrcv", "root", ";"] == batches[0][4:11]
+    assert not [c for c in host.commands if c[0] == "unshare"]  # tbf was probed with the first link only
+    assert not [c for c in host.commands if c[:2] == ["tc", "qdisc"]]  # nothing tc'd outside the batch
+    host.commands.clear()
+    with held.holding(second) as changed:  # unchanged: nothing set, the counters read once
+        assert not changed
+        held.counters_start()
+    assert len(host.commands) == 1 and host.commands[0][:2] == ["tc", "-raw"]
+    held.close()
+    assert {i: root[0] for i, root in roots(ns).items()} == {"vsnd": "noqueue", "vrcv": "noqueue"}
+
+
+def test_a_batch_stops_at_its_first_failing_command_and_names_it(tmp_path):
+    host, after = LocalHost(), tmp_path / "after"
+    with pytest.raises(CommandError) as e:
+        linkmod.run_batch(host, [["true"], ["sh", "-c", "exit 3"], ["touch", str(after)]])
+    assert "failed (exit 3): sh -c exit 3" in str(e.value) and not after.exists()
+    linkmod.run_batch(host, [["touch", str(after)], ["test", "-e", str(after)]])
+    with pytest.raises(errors.ValidationError, match="argv"):
+        linkmod.run_batch(host, [["echo", ";"]])

@@ -89,6 +89,12 @@ def test_signal_mid_transfer_restores_the_testbed_and_resume_completes(testbed, 
     assert (st.planned, st.done, st.failed_attempts) == (2, 2, 0)
     plan = json.loads((out / "plan.json").read_text())
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(r["run_id"] for r in plan["runs"])
+    for path in (out / "runs").glob("*/record.json"):  # every phase of the run is timed: they add up to its wall
+        timing = json.loads(path.read_text())["metadata"]["timing"]
+        phases = sum(v for k, v in timing.items() if k.endswith("_s") and k not in ("run_wall_s", "attempt_wall_s",
+                                                                                   "between_s"))
+        assert abs(timing["run_wall_s"] - phases) <= 0.05 * timing["run_wall_s"], timing
+        assert timing["attempt_wall_s"] >= timing["run_wall_s"]
 
 
 def test_an_ssh_failure_is_recorded_with_where_it_happened(testbed, tmp_path):

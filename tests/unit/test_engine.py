@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,9 @@ def test_any_executor_order_commits_each_run_once_and_retries_failures_to_max_at
 def test_both_executors_make_the_same_records(tmp_path):
     s = spec()
 
-    def strip(r):  # what differs between two runs of the same plan: the times
-        return {k: v for k, v in r.items() if k not in ("started_at", "ended_at")}
+    def strip(r):  # what differs between two runs of the same plan: the times (and the in-process executor's timing)
+        meta = {k: v for k, v in r["metadata"].items() if k != "timing"}
+        return {k: v for k, v in r.items() if k not in ("started_at", "ended_at")} | {"metadata": meta}
 
     campaign.drive(s, tmp_path / "a", campaign.InProcess(writing_run([]), tmp_path / "a"), progress=False)
     campaign.drive(s, tmp_path / "b", Reversed(writing_run([]), tmp_path / "b"), progress=False)
@@ -147,3 +149,20 @@ def test_the_campaign_loop_exists_once():
     commits = _calls_in_library("commit")
     assert set(commits) == {"campaign/loop.py"} and commits["campaign/loop.py"] == 1, commits
     assert set(_calls_in_library("drive")) <= {"campaign/loop.py", "campaign/distributed.py"}
+
+
+def test_in_process_records_each_attempts_wall_and_the_time_since_the_previous_one(tmp_path):
+    s = spec()
+    slow = s.plan()[1].run_id
+    inner = writing_run([])
+
+    def run(scenario, staging, *, run_id, attempt):
+        time.sleep(0.2 if run_id == slow else 0)
+        return inner(scenario, staging, run_id=run_id, attempt=attempt) | {"timing": {"run_wall_s": 0.0}}
+
+    campaign.run_campaign(s, tmp_path, run, progress=False)
+    by_id = {r["run_id"]: r["metadata"]["timing"] for r in _records(tmp_path)}
+    first, second = by_id[s.plan()[0].run_id], by_id[slow]
+    assert "between_s" not in first and first["run_wall_s"] == 0.0  # the run's own timing is kept
+    assert second["attempt_wall_s"] >= 0.2 and 0 <= second["between_s"] < 5
+    assert all("between_s" in t for rid, t in by_id.items() if rid != s.plan()[0].run_id)

@@ -47,8 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).parents[1] / "data" / "demo"
-RATE, RTT, TARGET_FRACTION = 100.0, 20.0, 0.8
+DATA = Path(__file__).parents[1] / "data"
+#: The response models: a campaign folder in data/ and the rate and RTT of its runs the model is built from.
+#: data/demo measured 4 shares 15-50 points apart; the threshold search measured shares every 2.5 points near
+#: each threshold (when it has been run: the model is skipped otherwise).
+MODELS = (("demo", 100.0, 20.0), ("threshold-search-local", 20.0, 20.0))
+TARGET_FRACTION = 0.8
 GRID = [float(s) for s in range(10, 101, 5)]
 GRID_REPS, MIN_REPS, BLOCK = 30, 5, 5
 HALF_WIDTH = 0.025
@@ -60,10 +64,11 @@ SEED = 30
 class Response:
     """share -> runs, resampled from one curve's committed runs (see the module's docstring)."""
 
-    def __init__(self, points: dict[float, np.ndarray]):
+    def __init__(self, points: dict[float, np.ndarray], rate_mbit: float):
         self.shares = sorted(points)
         self.points = points
-        self.noise = {s: max(float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, NOISE_FLOOR * RATE)
+        self.rate_mbit = rate_mbit
+        self.noise = {s: max(float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, NOISE_FLOOR * rate_mbit)
                       for s, v in points.items()}
 
     def _segment(self, share: float) -> tuple[float, float, float]:
@@ -99,16 +104,20 @@ class Response:
         return None
 
 
-def curves() -> dict[str, Response]:
+def curves(campaign: str, rate_mbit: float, rtt_ms: float) -> dict[str, Response]:
+    """One response model per variant and timeslice of ``data/<campaign>``'s runs at that rate and RTT (empty when
+    the folder is missing)."""
     from bbrlab.analysis import data
 
-    runs = data.load(DATA).runs
-    runs = runs[(runs["status"] == "ok") & (runs["rate_mbit"] == RATE) & (runs["rtt_ms"] == RTT)
+    if not (DATA / campaign).is_dir():
+        return {}
+    runs = data.load(DATA / campaign, cache=False).runs
+    runs = runs[(runs["status"] == "ok") & (runs["rate_mbit"] == rate_mbit) & (runs["rtt_ms"] == rtt_ms)
                 & ~runs["ss_sampled"].fillna(False).astype(bool)]
     out = {}
     for (variant, ts), part in runs.groupby(["variant", "timeslice_ms"]):
         out[f"{variant} {ts:g} ms"] = Response({float(s): g["throughput_mbit"].to_numpy()
-                                                for s, g in part.groupby("cpu_share_pct")})
+                                                for s, g in part.groupby("cpu_share_pct")}, rate_mbit)
     return out
 
 
@@ -126,14 +135,15 @@ def grid_method(resp: Response, rng, adaptive_rule: str | None) -> tuple[int, tu
     from bbrlab.analysis.stats import threshold_interval
     from bbrlab.campaign.adaptive import needs_more
 
-    target = TARGET_FRACTION * RATE
+    rate = resp.rate_mbit
+    target = TARGET_FRACTION * rate
     med, lo, hi, n = [], [], [], 0
     for share in GRID:
         if adaptive_rule is None:
             x = resp.draw(share, GRID_REPS, rng)
         else:
             x = resp.draw(share, MIN_REPS, rng)
-            while needs_more(x, RATE, min_reps=MIN_REPS, max_reps=GRID_REPS, half_width=HALF_WIDTH,
+            while needs_more(x, rate, min_reps=MIN_REPS, max_reps=GRID_REPS, half_width=HALF_WIDTH,
                              threshold=target if adaptive_rule == "threshold" else None).more:
                 x = np.r_[x, resp.draw(share, BLOCK, rng)]
         from bbrlab.core.confidence import median_ci
@@ -150,7 +160,7 @@ def grid_method(resp: Response, rng, adaptive_rule: str | None) -> tuple[int, tu
 def search_method(resp: Response, rng) -> tuple[int, tuple]:
     from bbrlab.campaign.adaptive import SearchPlan, run_search
 
-    state = run_search(lambda s, n: resp.draw(s, n, rng), SearchPlan(target=TARGET_FRACTION * RATE))
+    state = run_search(lambda s, n: resp.draw(s, n, rng), SearchPlan(target=TARGET_FRACTION * resp.rate_mbit))
     return state.runs(), state.interval()
 
 
@@ -190,7 +200,7 @@ def bracket_and_fit(resp: Response, rng, *, budget: int = 400, per_round: int = 
     runs). Pools every run near the threshold instead of testing each share alone."""
     from bbrlab.campaign.adaptive import SearchPlan, run_search
 
-    target = TARGET_FRACTION * RATE
+    target = TARGET_FRACTION * resp.rate_mbit
     runs: dict[float, list[float]] = {}
 
     def response(share, n):
@@ -230,6 +240,17 @@ def bracket_and_fit(resp: Response, rng, *, budget: int = 400, per_round: int = 
 
 
 def main() -> None:
+    for campaign, rate_mbit, rtt_ms in MODELS:
+        responses = curves(campaign, rate_mbit, rtt_ms)
+        if not responses:
+            print(f"model data/{campaign}: no runs at {rate_mbit:g} Mbit/s, {rtt_ms:g} ms (not recorded here); skipped")
+            continue
+        print(f"\n##### model: data/{campaign}, {rate_mbit:g} Mbit/s, RTT {rtt_ms:g} ms")
+        compare_methods(responses)
+
+
+def compare_methods(responses: dict[str, Response]) -> None:
+    """Every method on every curve of one model, then the mean per threshold and the ratios to the fixed grid."""
     rng = np.random.default_rng(SEED)
     methods = {"(a) grid x30": lambda r: grid_method(r, rng, None),
                "(b) adaptive reps": lambda r: grid_method(r, rng, "precision"),
@@ -237,10 +258,10 @@ def main() -> None:
                "(c) search": lambda r: search_method(r, rng),
                "(d) bracket + logistic fit": lambda r: bracket_and_fit(r, rng)}
     totals = {m: [0.0, 0.0, 0.0] for m in methods}
-    print(f"model: data/demo, {RATE:g} Mbit/s, RTT {RTT:g} ms; target {TARGET_FRACTION:.0%} of the rate; "
-          f"grid {GRID[0]:g}-{GRID[-1]:g} % every 5 %; repeats: grid methods {REPEATS_GRID}, search {REPEATS_SEARCH}")
-    for name, resp in curves().items():
-        truth = resp.threshold(TARGET_FRACTION * RATE)
+    print(f"target {TARGET_FRACTION:.0%} of the rate; grid {GRID[0]:g}-{GRID[-1]:g} % every 5 %; repeats: grid "
+          f"methods {REPEATS_GRID}, search {REPEATS_SEARCH}")
+    for name, resp in responses.items():
+        truth = resp.threshold(TARGET_FRACTION * resp.rate_mbit)
         truth_txt = "never below 100 %" if truth is None else f"{truth:.2f} %"
         print(f"\n{name}: true threshold of the model {truth_txt} (shares measured: "
               f"{', '.join(f'{s:g}' for s in resp.shares)})")
@@ -254,7 +275,7 @@ def main() -> None:
             totals[m] = [totals[m][0] + runs, totals[m][1] + cover, totals[m][2] + located]
             print(f"  {m:36s} runs {runs:7.1f}  covers {cover:6.1%}  located +-2.5 {located:6.1%}  "
                   f"e.g. ({_fmt(example[0])}, {_fmt(example[1])}]  [{time.monotonic() - t0:.1f} s]")
-    k = len(curves())
+    k = len(responses)
     grid_runs = totals["(a) grid x30"][0]
     print(f"\nall {k} thresholds (mean runs per threshold, coverage, located):")
     for m, (runs, cover, located) in totals.items():

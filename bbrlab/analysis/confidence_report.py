@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bbrlab.analysis import stats
+from bbrlab.analysis.data import summarise
 from bbrlab.analysis.paper_claims import PAPER_PATCHED_RECOVERY_PCT, PAPER_RECOVERY_PCT, RECOVERED_UTILISATION
 
 #: Columns that make two runs the same experiment apart from the CPU share (those present in the table count).
@@ -69,20 +69,16 @@ def _setting(key: dict) -> str:
     """What else sets a curve or point apart, in words: the transfer's duration, the sender's qdisc, and loss,
     streams and flows where they are not the plain case (e.g. ``"8 s, fq_codel, loss 1 %, 2 flows"``)."""
     parts = []
-    if _known(key.get("duration_s")):
+    if pd.notna(key.get("duration_s")):
         parts.append(f"{key['duration_s']:g} s")
-    if _known(key.get("sender_qdisc")):
+    if pd.notna(key.get("sender_qdisc")):
         parts.append(str(key["sender_qdisc"]))
-    if _known(key.get("loss_pct")) and key["loss_pct"] > 0:
+    if pd.notna(key.get("loss_pct")) and key["loss_pct"] > 0:
         parts.append(f"loss {key['loss_pct']:g} %")
     for name in ("streams", "flows"):
-        if _known(key.get(name)) and key[name] > 1:
+        if pd.notna(key.get(name)) and key[name] > 1:
             parts.append(f"{key[name]:g} {name}")
     return ", ".join(parts)
-
-
-def _known(value) -> bool:
-    return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
 
 
 def _paper_pct(variant: str, timeslice_ms: float) -> float | None:
@@ -126,28 +122,17 @@ def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) ->
         key = dict(zip(keys, values, strict=True))
         uncontended = full[(full["variant"] == variant) & _same(full, {k: key[k] for k in link})].copy()
         uncontended["cpu_share_pct"] = 100.0
-        points = stats_by_share(pd.concat([curve, uncontended]))
-        found = stats.threshold_interval(points["share"], points["median"], points["ci_low"], points["ci_high"],
+        points = summarise(pd.concat([curve, uncontended]), ["cpu_share_pct"], value="link_utilisation")
+        found = stats.threshold_interval(points["cpu_share_pct"], points["median"], points["ci_low"], points["ci_high"],
                                          target)
         paper = _paper_pct(str(variant), key["timeslice_ms"])
         rows.append({"variant": variant, "timeslice_ms": key["timeslice_ms"], "rtt_ms": key.get("rtt_ms"),
                      "rate_mbit": key.get("rate_mbit"), "queue": _queue(key),
-                     "setting": _setting(key), "shares_tested": ", ".join(f"{s:g}" for s in points["share"]), "runs": int(points["n"].sum()),
+                     "setting": _setting(key), "shares_tested": ", ".join(f"{s:g}" for s in points["cpu_share_pct"]), "runs": int(points["n"].sum()),
                      "estimate_pct": found.estimate, "low_pct": found.low, "high_pct": found.high,
                      "interval": found.text(), "paper_pct": paper,
                      "paper_inside": None if paper is None else found.contains(paper)})
     return pd.DataFrame(rows, columns=list(THRESHOLD_COLUMNS))
-
-
-def stats_by_share(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per CPU share: ``share``, ``n``, the ``median`` link utilisation and its interval (``ci_low``, ``ci_high``)."""
-    rows = []
-    for share, group in runs.groupby("cpu_share_pct", sort=True):
-        values = group["link_utilisation"].to_numpy(dtype=float)
-        low, high = stats.median_ci(values)
-        rows.append({"share": float(share), "n": len(values), "median": float(np.median(values)),
-                     "ci_low": low, "ci_high": high})
-    return pd.DataFrame(rows, columns=["share", "n", "median", "ci_low", "ci_high"])
 
 
 def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:

@@ -42,8 +42,9 @@ VCPU_SCHEMA: tuple[Column, ...] = (
     Column("left_state", "string", "off-CPU: the thread's state when it left (R preempted or throttled, S asleep)"),
     Column("woken_ns", "Int64", "off-CPU: when a sleeping thread was woken [ns]"),
     Column("clipped", "bool", "one end is the trace window's edge, not a scheduler event"),
-    Column("inferred", "string", "on-CPU, its switch-in missing from the trace: start from its CPU's idle exit "
-           "(idle-exit), the wakeup (wakeup) or an upper bound (bound); <NA> when both ends are events"),
+    Column("inferred", "string", "on-CPU, its switch-in missing from the trace: start from the first runtime "
+           "accounted after it (runtime), its CPU's idle exit (idle-exit), the wakeup (wakeup) or an upper bound "
+           "(bound); <NA> when both ends are events"),
 )
 
 BOTTLENECK_SCHEMA: tuple[Column, ...] = (

@@ -5,11 +5,14 @@ Each line is one event: ``<comm>-<pid> [<cpu>] <flags> <sec>.<usec>: <event>: <f
 (the microseconds x 1000). A thread's comm may hold spaces (QEMU's ``CPU 0/TCG``), so only the bracketed CPU
 and the timestamp anchor a line.
 
-Three kinds of events matter:
+Four kinds of events matter:
 
 - ``sched_switch``: ``prev_pid`` leaves the CPU (``prev_state``: ``R``/``R+`` still runnable, i.e. preempted or
   throttled; ``S``, ``D``... asleep), ``next_pid`` gets it;
 - ``sched_wakeup``: ``pid`` becomes runnable (splits an off-CPU gap into asleep and waiting);
+- ``sched_stat_runtime``: the scheduler accounted ``runtime`` ns of CPU to the running ``pid`` since it last did or
+  since the thread got the CPU: the first one after a switch-in dates that switch-in, when the kernel did not
+  record it (see :meth:`ThreadTimeline._infer_on`);
 - ``tracing_mark_write``: the tracer's own markers (:mod:`bbrlab.sampling.vcputrace`): ``bbrlab-b K`` and
   ``bbrlab-e K`` bracket exchange ``K``, ``bbrlab-rt K <sec.usec>`` carries CLOCK_REALTIME read between them,
   ``bbrlab-st K <tid> <run_ns> <wait_ns> <slices>`` a thread's ``/proc/<tid>/schedstat`` read just before, and
@@ -27,12 +30,16 @@ _LINE = re.compile(r"\[(\d{3,})\]\s+(?:\S+\s+)?(\d+)\.(\d{6}):\s+(\w+):\s?(.*)$"
 _SWITCH = re.compile(r"prev_pid=(-?\d+) prev_prio=-?\d+ prev_state=(\S+) ==> next_comm=.* next_pid=(-?\d+) ")
 _WAKEUP = re.compile(r"pid=(\d+) ")
 _CPU_ID = re.compile(r"cpu_id=(\d+)")
+_RUNTIME = re.compile(r"pid=(\d+) runtime=(\d+)")
+#: How an on-CPU interval's unrecorded switch-in was dated, best first (:meth:`ThreadTimeline._infer_on`).
+INFERRED = ("runtime", "idle-exit", "wakeup", "bound")
 
 
 @dataclass(frozen=True)
 class Event:
-    """One trace event: ``kind`` switch, wakeup, idle_exit (``cpu`` leaves its idle state) or marker, at ``mono_ns``
-    on ``cpu``. A switch has ``prev_tid``, ``prev_state`` and ``next_tid``; a wakeup ``tid``; a marker its ``text``."""
+    """One trace event: ``kind`` switch, wakeup, runtime, idle_exit (``cpu`` leaves its idle state) or marker, at
+    ``mono_ns`` on ``cpu``. A switch has ``prev_tid``, ``prev_state`` and ``next_tid``; a wakeup ``tid``; a runtime
+    ``tid`` and ``runtime_ns`` (CPU time accounted to it); a marker its ``text``."""
 
     kind: str
     mono_ns: int
@@ -42,6 +49,7 @@ class Event:
     next_tid: int = -1
     tid: int = -1
     text: str = ""
+    runtime_ns: int = 0
 
 
 def parse_line(line: str) -> Event | None:
@@ -59,6 +67,9 @@ def parse_line(line: str) -> Event | None:
     if name in ("sched_wakeup", "sched_wakeup_new"):
         w = _WAKEUP.search(rest + " ")
         return Event("wakeup", ns, cpu, tid=int(w.group(1))) if w else None
+    if name == "sched_stat_runtime":
+        r = _RUNTIME.search(rest)
+        return Event("runtime", ns, cpu, tid=int(r.group(1)), runtime_ns=int(r.group(2))) if r else None
     if name == "tracing_mark_write":
         return Event("marker", ns, cpu, text=rest.strip())
     if name == "cpu_idle" and "state=4294967295 " in rest + " ":  # the CPU leaves idle (state -1)
@@ -119,8 +130,8 @@ class Interval:
     """One stretch of a thread's time in trace clock ns: on a CPU (``on``) or off it. An off interval says how it
     began (``left_state``, the thread's state when it left the CPU) and when the thread was woken in it (if it
     slept). ``clipped``: one end is the window's edge, not an event. ``inferred``: an on-CPU interval whose
-    switch-in was missing from the trace, its start taken from its CPU's idle exit (``idle-exit``), a wakeup
-    (``wakeup``) or an upper bound (``bound``)."""
+    switch-in was missing from the trace, its start taken from the first runtime the scheduler accounted to it
+    (``runtime``), its CPU's idle exit (``idle-exit``), a wakeup (``wakeup``) or an upper bound (``bound``)."""
 
     tid: int
     on: bool
@@ -151,6 +162,7 @@ class ThreadTimeline:
     _cpu: int | None = None
     _left: str = ""
     _woken: int | None = None
+    _ran_from: int | None = None
 
     def feed(self, e: Event, idle_exit_ns: int | None = None) -> None:
         """Take one event of this thread (events in time order); ``idle_exit_ns``: when ``e``'s CPU last left idle."""
@@ -162,25 +174,36 @@ class ThreadTimeline:
             if self._state is not True and self._woken is None:
                 self._woken = e.mono_ns
             return
+        if e.kind == "runtime":
+            if self._state is False and self._ran_from is None:  # the first accounting since it left a CPU
+                self._ran_from = max(self._since, e.mono_ns - e.runtime_ns)
+            return
         going_on = e.next_tid == self.tid
         if self._state is None:  # first switch: before it the thread was in the other state since the window began
             self._state, self._since = not going_on, lo
         if going_on and self._state is False:
             self._close(e.mono_ns)
-            self._state, self._since, self._cpu = True, e.mono_ns, e.cpu
+            self._state, self._since, self._cpu, self._ran_from = True, e.mono_ns, e.cpu, None
         elif not going_on and self._state is True:
             self._close(e.mono_ns)
-            self._state, self._since, self._left, self._woken = False, e.mono_ns, e.prev_state, None
+            self._state, self._since, self._left, self._woken, self._ran_from = False, e.mono_ns, e.prev_state, None, None
         elif not going_on:  # it left a CPU it was never seen getting: its switch-in was not recorded
             self._infer_on(e, idle_exit_ns)
 
     def _infer_on(self, out: Event, idle_exit_ns: int | None) -> None:
-        """An on-CPU interval whose switch-in the kernel did not record (on this project's host, switches out of
-        the idle task are sometimes missing from the trace). A running thread stays on its CPU, so it began when
-        that CPU last left idle (``idle-exit``), if that was after the previous interval began; else when the
-        thread was woken, if it slept (``wakeup``); else at the end of the previous interval (``bound``, an upper
-        bound). It is marked ``inferred`` with how."""
-        if idle_exit_ns is not None and self._since < idle_exit_ns <= out.mono_ns:
+        """An on-CPU interval whose switch-in the kernel did not record (on this project's host, no event in an idle
+        task's context on CPU 1 is ever recorded, so every switch from idle to a thread there is missing).
+
+        The scheduler accounts a running thread's CPU time at every tick and when it leaves the CPU, and its first
+        accounting after the switch-in covers the time since the switch-in: that dates it (``runtime``; the
+        accounting clock leaves out interrupt time, so this never starts the interval early). Kernels that do not
+        account the thread's class through ``sched_stat_runtime`` (before 6.8 only CFS threads) fall back: a
+        running thread stays on its CPU, so it began when that CPU last left idle (``idle-exit``), if that was
+        after the previous interval began; else when the thread was woken, if it slept (``wakeup``); else at the
+        end of the previous interval (``bound``, an upper bound). It is marked ``inferred`` with how."""
+        if self._ran_from is not None:
+            start, how = self._ran_from, "runtime"
+        elif idle_exit_ns is not None and self._since < idle_exit_ns <= out.mono_ns:
             start, how = idle_exit_ns, "idle-exit"
         elif self._woken is not None:
             start, how = self._woken, "wakeup"
@@ -190,7 +213,7 @@ class ThreadTimeline:
             self._close(start)
         self._state, self._since, self._cpu = True, start, out.cpu
         self._close(out.mono_ns, inferred=how)
-        self._state, self._since, self._left, self._woken = False, out.mono_ns, out.prev_state, None
+        self._state, self._since, self._left, self._woken, self._ran_from = False, out.mono_ns, out.prev_state, None, None
 
     def _close(self, at_ns: int, clipped: bool = False, inferred: str = "") -> None:
         first = not self.intervals

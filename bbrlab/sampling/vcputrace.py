@@ -59,6 +59,10 @@ echo "$sw" > "$d/events/sched/sched_switch/filter"
 echo "$wk" > "$d/events/sched/sched_wakeup/filter"
 echo 1 > "$d/events/sched/sched_switch/enable"
 echo 1 > "$d/events/sched/sched_wakeup/enable"
+if [ -d "$d/events/sched/sched_stat_runtime" ]; then  # CPU time accounted: dates switch-ins left unrecorded
+  echo "$wk" > "$d/events/sched/sched_stat_runtime/filter"
+  echo 1 > "$d/events/sched/sched_stat_runtime/enable"
+fi
 if [ -d "$d/events/power/cpu_idle" ]; then  # idle exits: where a switch out of idle goes unrecorded
   echo "state == 4294967295" > "$d/events/power/cpu_idle/filter"
   echo 1 > "$d/events/power/cpu_idle/enable"
@@ -157,7 +161,7 @@ class VcpuTrace:
                 "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
                 "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
                 "capped": self.capped, "lost_events": self.lost_events,
-                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in ("idle-exit", "wakeup", "bound")},
+                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in vp.INFERRED},
                 "reader_cpu_s": self.reader_cpu_s,
                 "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
                                                round(1000 * self.reader_cpu_s / self.traced_s, 4)),

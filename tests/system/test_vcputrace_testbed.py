@@ -24,7 +24,8 @@ def test_a_sampled_contended_run_records_its_vcpu_trace(testbed, tmp_path):
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     trace, meta = record["metadata"]["vcpu_trace"], record["metadata"]
-    print({k: trace[k] for k in ("on_cpu_share", "gaps", "schedstat", "reader_cpu_per_traced_s_ms", "events")})
+    print({k: trace[k] for k in ("on_cpu_share", "gaps", "schedstat", "reader_cpu_per_traced_s_ms", "events",
+                                 "inferred_switch_ins")})
     assert set(os.listdir(vcputrace.INSTANCES)) == before
     assert trace["file"] == VCPU_FILE and not trace["capped"] and trace["lost_events"] == 0
     assert [t["tid"] for t in trace["threads"]] == testbed.sender.vcpu_threads()
@@ -42,6 +43,7 @@ def test_a_sampled_contended_run_records_its_vcpu_trace(testbed, tmp_path):
     assert 0.0 <= aligned["fraction_inside"] <= 1.0
     within = aligned["inside_within_uncertainty"] / aligned["samples"]
     assert (aligned["warning"] is None) == (within >= 0.99 and aligned["uncertainty_ns"] <= 10 * 1_000_000)
-    # the criterion, recorded in every traced run; on this host it does not hold under SCHED_DEADLINE
-    # (the kernel's trace loses switch-ins: docs/vcpu-trace.md), which the record says rather than hides
-    assert trace["schedstat_agrees"] is (abs(trace["schedstat"][0]["relative_diff"]) <= 0.02)
+    # the criterion, recorded in every traced run: the trace's on-CPU time within 2 % of schedstat's run
+    # time (switch-ins the host's kernel did not record are dated by the runtime accounted after them)
+    assert trace["schedstat_agrees"] is True, trace["schedstat"]
+    assert trace["inferred_switch_ins"]["bound"] <= 0.02 * trace["intervals"], trace["inferred_switch_ins"]

@@ -7,7 +7,10 @@ Both fixtures were captured on this project's host (kernel 6.18, trace clock mon
 - ``sleeper-2ms-on-5ms-off.txt``: a process that spins 2 ms and sleeps 5 ms in a loop, traced 0.1 s;
 - ``testbed-sender-vcpu-other.txt.gz``: the shared testbed's sender vCPU thread (TCG, SCHED_OTHER, tid 9726) while
   the test suite used it, observed for 3 s: 119 of its switch-ins are missing from the kernel's trace (switches
-  out of the idle task, on this host), which the timeline infers.
+  out of the idle task, on this host), which the timeline infers;
+- ``deadline-qemu-vcpu-1ms-25pct.txt.gz``: the vCPU thread of a QEMU whose guest spins (tid 2653) under
+  SCHED_DEADLINE 1 ms / 25 %, traced 2 s with ``sched_stat_runtime``: the deadline timer moves the thread between
+  the two CPUs, and none of its switch-ins on CPU 1 is in the trace (no event of CPU 1's idle task ever is).
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def test_sleeper_gaps_start_asleep_and_carry_their_wakeup():
 def test_missing_switch_ins_are_inferred_from_wakeups_and_then_agree_with_schedstat():
     trace = _trace("testbed-sender-vcpu-other.txt.gz", 9726)
     inferred = [iv for iv in trace.intervals if iv.inferred]
-    assert trace.summary()["inferred_switch_ins"] == {"idle-exit": 0, "wakeup": 113, "bound": 6}
+    assert trace.summary()["inferred_switch_ins"] == {"runtime": 0, "idle-exit": 0, "wakeup": 113, "bound": 6}
     assert all(iv.on for iv in inferred)
     # an interval inferred from a wakeup starts at that wakeup, which ended the gap before it
     for iv in (iv for iv in inferred if iv.inferred == "wakeup"):
@@ -231,3 +234,65 @@ def test_an_idle_exit_of_the_cpu_starts_an_inferred_interval():
     line = vcpuparse.timelines([out1, exit_, out2], {9726: (100_000_000_000, 100_005_000_000)}, {})[9726]
     on = [iv for iv in line.intervals if iv.on]
     assert [(iv.start_ns, iv.end_ns, iv.inferred) for iv in on][1] == (100_003_000_000, 100_004_000_000, "idle-exit")
+
+
+def _switch(t: str, cpu: int, out: bool) -> vcpuparse.Event:
+    if out:
+        text = (f"       CPU 0/TCG-9726    [00{cpu}] d..2. {t}: sched_switch: prev_comm=CPU 0/TCG prev_pid=9726 "
+                f"prev_prio=-1 prev_state=R ==> next_comm=swapper/{cpu} next_pid=0 next_prio=120")
+    else:
+        text = (f"          <idle>-0       [00{cpu}] d..2. {t}: sched_switch: prev_comm=swapper/{cpu} prev_pid=0 "
+                f"prev_prio=120 prev_state=R ==> next_comm=CPU 0/TCG next_pid=9726 next_prio=-1")
+    return vcpuparse.parse_line(text)
+
+
+def _runtime(t: str, cpu: int, ns: int) -> vcpuparse.Event:
+    return vcpuparse.parse_line(f"       CPU 0/TCG-9726    [00{cpu}] d.h1. {t}: sched_stat_runtime: comm=CPU 0/TCG "
+                                f"pid=9726 runtime={ns} [ns]")
+
+
+def test_the_first_runtime_accounted_after_a_switch_out_dates_the_unrecorded_switch_in():
+    rt = _runtime("100.004000", 1, 1_400_000)
+    assert (rt.kind, rt.cpu, rt.tid, rt.runtime_ns) == ("runtime", 1, 9726, 1_400_000)
+    events = [_runtime("100.000050", 0, 50_000),  # before any switch: the state is unknown, it dates nothing
+              _switch("100.000100", 0, out=True),
+              rt, _runtime("100.004500", 1, 480_000),  # the second accounting covers only the time since the first
+              _switch("100.004510", 1, out=True),
+              _switch("100.008000", 0, out=False), _runtime("100.009000", 0, 999_000), _switch("100.009010", 0, out=True)]
+    line = vcpuparse.timelines(events, {9726: (100_000_000_000, 100_010_000_000)}, {})[9726]
+    on = [(iv.start_ns, iv.end_ns, iv.cpu, iv.inferred) for iv in line.intervals if iv.on]
+    assert on == [(100_000_000_000, 100_000_100_000, None, ""),  # on since the window began (clipped)
+                  (100_002_600_000, 100_004_510_000, 1, "runtime"),  # 100.004000 - 1.4 ms
+                  (100_008_000_000, 100_009_010_000, 0, "")]  # a recorded switch-in: the runtime changes nothing
+
+
+def test_a_runtime_longer_than_the_gap_does_not_start_before_the_previous_switch_out():
+    events = [_switch("100.000100", 0, out=True), _runtime("100.001000", 1, 5_000_000), _switch("100.001010", 1, out=True)]
+    line = vcpuparse.timelines(events, {9726: (100_000_000_000, 100_002_000_000)}, {})[9726]
+    assert [(iv.on, iv.start_ns, iv.end_ns, iv.inferred) for iv in line.intervals] == [
+        (True, 100_000_000_000, 100_000_100_000, ""), (True, 100_000_100_000, 100_001_010_000, "runtime"),
+        (False, 100_001_010_000, 100_002_000_000, "")]
+
+
+def test_deadline_vcpu_switch_ins_missing_on_cpu1_are_dated_by_runtime_and_agree_with_schedstat():
+    trace = _trace("deadline-qemu-vcpu-1ms-25pct.txt.gz", 2653)
+    on = [iv for iv in trace.intervals if iv.on]
+    inferred = [iv for iv in on if iv.inferred]
+    assert trace.summary()["inferred_switch_ins"] == {"runtime": 81, "idle-exit": 0, "wakeup": 0, "bound": 0}
+    assert sum(iv.cpu == 1 for iv in inferred) == 80  # the host's finding: CPU 1's switch-ins from idle are missing
+    assert 0.24 < trace.summary()["on_cpu_share"] < 0.26  # the 25 % asked
+    # the slots dated by their runtime last as long as those whose switch-in was recorded (3.09 and 3.06 ms here)
+    dated = sorted(iv.length_ns for iv in inferred)[len(inferred) // 2]
+    recorded = [iv.length_ns for iv in on if not iv.inferred and not iv.clipped]
+    assert dated == pytest.approx(sorted(recorded)[len(recorded) // 2], rel=0.1)
+    [cmp] = trace.schedstat
+    assert abs(cmp["relative_diff"]) <= 0.02 and trace.schedstat_agrees() is True  # +0.84 %
+
+
+def test_without_runtime_events_the_same_trace_overstates_the_on_cpu_time():
+    text = gzip.open(DATA / "deadline-qemu-vcpu-1ms-25pct.txt.gz", "rt").read()
+    lines = [line for line in text.splitlines() if "sched_stat_runtime" not in line]
+    trace = vcputrace.build("fixture", [2653], iter(lines), bytes_read=len(text), capped=False, lost_events=0,
+                            reader_cpu_s=None)
+    assert trace.summary()["inferred_switch_ins"]["bound"] >= 70
+    assert trace.schedstat[0]["relative_diff"] > 1.0 and trace.schedstat_agrees() is False  # +144 %: why runtime is traced

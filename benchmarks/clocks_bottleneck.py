@@ -11,8 +11,10 @@ On the local testbed (holds its lock), link 20 ms / 100 Mbit/s, 1 BDP. Printed:
    missed ticks;
 3. the same information through ``tc -s -j qdisc show`` (a fork and exec per sample): ms per call in the
    emulator, timed by bash's ``$EPOCHREALTIME`` over 50 calls.
-4. throughput with the bottleneck sampler on / off (``flow.bottleneck_ms`` 5 vs 0, both socket-sampled,
-   Cubic, at 100 % and at 1 ms / 25 %), ``BBRLAB_BENCH_REPS`` runs each (default 3; 0 skips it), target >= 0.98.
+4. throughput with the host's vCPU trace and the bottleneck sampler on, against both off (``flow.vcpu_trace``
+   on / off with ``flow.bottleneck_ms`` 5 / 0; both socket-sampled, Cubic, at 100 % and at 1 ms / 25 %), in
+   pairs, the order within a pair alternating; ``BBRLAB_BENCH_REPS`` pairs (default 3; 0 skips it): the ratio
+   of the medians and the median of the pairs' ratios, target >= 0.98.
 
 ``BBRLAB_TESTBED`` names the testbed (default ``local``).
 """
@@ -78,18 +80,25 @@ def sampler_cost(tb) -> None:
 
 def perturbation(tb, reps: int) -> None:
     for contention in (Contention(10, 100), Contention(1, 25)):
-        mbit: dict[int, list[float]] = {5: [], 0: []}
-        for _ in range(reps):
-            for every in (0, 5):
-                flow = Flow("cubic", duration_s=10, sample_ms=10, sampler="netlink", bottleneck_ms=every)
+        mbit: dict[bool, list[float]] = {True: [], False: []}
+        pairs: list[float] = []
+        for rep in range(reps):
+            got = {}
+            for traced in ((True, False) if rep % 2 == 0 else (False, True)):
+                flow = Flow("cubic", duration_s=10, sample_ms=10, sampler="netlink",
+                            vcpu_trace="on" if traced else "off", bottleneck_ms=5 if traced else 0)
                 with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
                     record = run_once(tb, Scenario(LINK, contention, flow), out)
                 if record["status"] == "ok":
-                    mbit[every].append(record["metadata"]["iperf"]["receiver_mbit"])
-        if mbit[0] and mbit[5]:
-            ratio = statistics.median(mbit[5]) / statistics.median(mbit[0])
-            print(f"{contention.timeslice_ms:g} ms / {contention.cpu_share_pct:g} %: with {mbit[5]}, without {mbit[0]} "
-                  f"Mbit/s; ratio {ratio:.3f} (target >= 0.98)", flush=True)
+                    got[traced] = record["metadata"]["iperf"]["receiver_mbit"]
+                    mbit[traced].append(got[traced])
+            if len(got) == 2:
+                pairs.append(got[True] / got[False])
+        if mbit[True] and mbit[False]:
+            ratio = statistics.median(mbit[True]) / statistics.median(mbit[False])
+            print(f"{contention.timeslice_ms:g} ms / {contention.cpu_share_pct:g} %: traced {mbit[True]}, untraced "
+                  f"{mbit[False]} Mbit/s; ratio of medians {ratio:.3f}, median of {len(pairs)} paired ratios "
+                  f"{statistics.median(pairs):.3f} (target >= 0.98)", flush=True)
 
 
 def main() -> None:

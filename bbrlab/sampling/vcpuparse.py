@@ -131,7 +131,11 @@ class Interval:
     began (``left_state``, the thread's state when it left the CPU) and when the thread was woken in it (if it
     slept). ``clipped``: one end is the window's edge, not an event. ``inferred``: an on-CPU interval whose
     switch-in was missing from the trace, its start taken from the first runtime the scheduler accounted to it
-    (``runtime``), its CPU's idle exit (``idle-exit``), a wakeup (``wakeup``) or an upper bound (``bound``)."""
+    (``runtime``), its CPU's idle exit (``idle-exit``), a wakeup (``wakeup``) or an upper bound (``bound``).
+    ``accounted_start_ns``, ``accounted_end_ns``: on-CPU, where the scheduler's accounting of the thread's run time
+    in it began (its first accounting's time minus the runtime it counted; never before the thread last left a
+    CPU) and its last accounting (at the switch-out, a few microseconds before the switch event), when the trace
+    has ``sched_stat_runtime``."""
 
     tid: int
     on: bool
@@ -142,6 +146,8 @@ class Interval:
     woken_ns: int | None = None
     clipped: bool = False
     inferred: str = ""
+    accounted_start_ns: int | None = None
+    accounted_end_ns: int | None = None
 
     @property
     def length_ns(self) -> int:
@@ -163,6 +169,9 @@ class ThreadTimeline:
     _left: str = ""
     _woken: int | None = None
     _ran_from: int | None = None
+    _accounted: int | None = None
+    _accounted_from: int | None = None
+    _last_out: int | None = None
 
     def feed(self, e: Event, idle_exit_ns: int | None = None) -> None:
         """Take one event of this thread (events in time order); ``idle_exit_ns``: when ``e``'s CPU last left idle."""
@@ -177,13 +186,28 @@ class ThreadTimeline:
         if e.kind == "runtime":
             if self._state is False and self._ran_from is None:  # the first accounting since it left a CPU
                 self._ran_from = max(self._since, e.mono_ns - e.runtime_ns)
+            if self._state is True and self._accounted_from is None:
+                self._accounted_from = e.mono_ns - e.runtime_ns
+                if self._last_out is not None:
+                    self._accounted_from = max(self._last_out, self._accounted_from)
+            if self._state is None and self._ran_from is None:  # its first accounting in the window
+                self._ran_from = e.mono_ns - e.runtime_ns
+            self._accounted = e.mono_ns
             return
         going_on = e.next_tid == self.tid
         if self._state is None:  # first switch: before it the thread was in the other state since the window began
             self._state, self._since = not going_on, lo
+            if not going_on and self._ran_from is not None and self._ran_from > lo:
+                # unless its first accounting in the window began after the window did: then it got the CPU then
+                # (any earlier accounting inside the window would have been traced), its switch-in unrecorded
+                self._state = False
+            elif going_on:
+                self._ran_from = None
         if going_on and self._state is False:
             self._close(e.mono_ns)
-            self._state, self._since, self._cpu, self._ran_from = True, e.mono_ns, e.cpu, None
+            self._last_out = self._since
+            self._state, self._since, self._cpu, self._ran_from, self._accounted = True, e.mono_ns, e.cpu, None, None
+            self._accounted_from = None
         elif not going_on and self._state is True:
             self._close(e.mono_ns)
             self._state, self._since, self._left, self._woken, self._ran_from = False, e.mono_ns, e.prev_state, None, None
@@ -217,9 +241,14 @@ class ThreadTimeline:
 
     def _close(self, at_ns: int, clipped: bool = False, inferred: str = "") -> None:
         first = not self.intervals
+        acc_from = self._since if inferred == "runtime" else self._accounted_from
+        accounted = (acc_from, self._accounted) if self._state and None not in (acc_from, self._accounted) and \
+            self._since <= self._accounted <= at_ns else (None, None)
         iv = Interval(self.tid, bool(self._state), self._since, at_ns, self._cpu if self._state else None,
                       "" if self._state else self._left, None if self._state else self._woken,
-                      clipped or (first and self._since == self.window[0]), inferred)
+                      clipped or (first and self._since == self.window[0]), inferred, *accounted)
+        if self._state:
+            self._accounted = self._accounted_from = None
         if iv.length_ns > 0:
             self.intervals.append(iv)
 

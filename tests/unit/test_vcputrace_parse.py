@@ -264,6 +264,10 @@ def test_the_first_runtime_accounted_after_a_switch_out_dates_the_unrecorded_swi
     assert on == [(100_000_000_000, 100_000_100_000, None, ""),  # on since the window began (clipped)
                   (100_002_600_000, 100_004_510_000, 1, "runtime"),  # 100.004000 - 1.4 ms
                   (100_008_000_000, 100_009_010_000, 0, "")]  # a recorded switch-in: the runtime changes nothing
+    # each on-CPU interval also keeps where the scheduler's accounting of it began and its last accounting
+    assert [(iv.accounted_start_ns, iv.accounted_end_ns) for iv in line.intervals if iv.on] == [
+        (None, None), (100_002_600_000, 100_004_500_000), (100_008_001_000, 100_009_000_000)]
+    assert all(iv.accounted_end_ns is None for iv in line.intervals if not iv.on)
 
 
 def test_a_runtime_longer_than_the_gap_does_not_start_before_the_previous_switch_out():
@@ -286,7 +290,18 @@ def test_deadline_vcpu_switch_ins_missing_on_cpu1_are_dated_by_runtime_and_agree
     recorded = [iv.length_ns for iv in on if not iv.inferred and not iv.clipped]
     assert dated == pytest.approx(sorted(recorded)[len(recorded) // 2], rel=0.1)
     [cmp] = trace.schedstat
-    assert abs(cmp["relative_diff"]) <= 0.02 and trace.schedstat_agrees() is True  # +0.84 %
+    assert abs(cmp["relative_diff"]) <= 0.02 and trace.schedstat_agrees() is True
+    # on the scheduler's accounting boundaries: 0.0 %; from switch to switch: +0.84 %; the accounting events
+    # themselves add up to schedstat's run time to the nanosecond (none was lost)
+    assert cmp["compared"] == "accounted" and abs(cmp["relative_diff"]) < 0.001
+    assert cmp["relative_diff_switch"] == pytest.approx(0.00842, abs=1e-5)
+    assert cmp["trace_runtime_ns"] == cmp["schedstat_run_ns"] and cmp["relative_diff_runtime"] == 0.0
+
+
+def test_a_trace_without_accounting_events_is_compared_from_switch_to_switch():
+    [cmp] = _trace("deadline-1ms-4ms.txt", DEADLINE_TID).schedstat
+    assert cmp["compared"] == "switch" and cmp["trace_accounted_ns"] is None and cmp["trace_runtime_ns"] is None
+    assert cmp["relative_diff_raw"] == cmp["relative_diff_switch"]
 
 
 def test_without_runtime_events_the_same_trace_overstates_the_on_cpu_time():
@@ -296,3 +311,12 @@ def test_without_runtime_events_the_same_trace_overstates_the_on_cpu_time():
                             reader_cpu_s=None)
     assert trace.summary()["inferred_switch_ins"]["bound"] >= 70
     assert trace.schedstat[0]["relative_diff"] > 1.0 and trace.schedstat_agrees() is False  # +144 %: why runtime is traced
+
+
+def test_a_thread_first_accounted_after_the_window_began_was_off_until_then():
+    # its switch-in before the first switch-out was not recorded; the accounting says it came 2 ms into the window
+    events = [_runtime("100.003000", 1, 1_000_000), _switch("100.003100", 1, out=True)]
+    line = vcpuparse.timelines(events, {9726: (100_000_000_000, 100_005_000_000)}, {})[9726]
+    assert [(iv.on, iv.start_ns, iv.end_ns, iv.inferred, iv.clipped) for iv in line.intervals] == [
+        (False, 100_000_000_000, 100_002_000_000, "", True), (True, 100_002_000_000, 100_003_100_000, "runtime", False),
+        (False, 100_003_100_000, 100_005_000_000, "", True)]

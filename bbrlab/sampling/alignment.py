@@ -65,7 +65,9 @@ class ClockOffset:
 @dataclass(frozen=True)
 class AlignmentCheck:
     """How many guest samples fall inside an on-CPU interval once shifted by the offset: exactly
-    (``inside``) and allowing the offset's uncertainty (``inside_within_uncertainty``)."""
+    (``inside``) and allowing the offset's uncertainty (``inside_within_uncertainty``). ``samples`` counts those
+    inside the trace's window; ``outside_window`` those before or after it (a sampler that runs longer than the
+    traced transfer), which say nothing either way."""
 
     aligned: bool
     samples: int
@@ -75,6 +77,7 @@ class AlignmentCheck:
     uncertainty_ns: int | None = None
     sample_interval_ms: float | None = None
     warning: str | None = None
+    outside_window: int = 0
 
     @property
     def fraction_inside(self) -> float | None:
@@ -99,17 +102,22 @@ def _inside(t_ns: int, starts: list[int], ends: list[int], slack_ns: int) -> boo
 
 
 def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[int, int]],
-          offset: ClockOffset | None, sample_interval_ms: float | None = None) -> AlignmentCheck:
+          offset: ClockOffset | None, sample_interval_ms: float | None = None,
+          window_host_ns: tuple[int, int] | None = None) -> AlignmentCheck:
     """The alignment check of one run. Without an ``offset`` the run is recorded as not aligned. With one,
-    when fewer than :data:`MIN_INSIDE` of the samples fall inside an on-CPU interval (allowing the offset's
-    uncertainty), or the uncertainty exceeds one sample interval, the check carries a ``warning`` (also
-    printed on stderr): the alignment is worse than the samples' own spacing."""
+    the samples inside the trace's ``window_host_ns`` (all of them without a window) are checked: when fewer
+    than :data:`MIN_INSIDE` of them fall inside an on-CPU interval (allowing the offset's uncertainty), or the
+    uncertainty exceeds one sample interval, the check carries a ``warning`` (also printed on stderr): the
+    alignment is worse than the samples' own spacing."""
     if offset is None:
         return AlignmentCheck(False, len(guest_sample_ns), sample_interval_ms=sample_interval_ms,
                               warning=None)
     spans = sorted(on_intervals_host_ns)
     starts, ends = [s for s, _ in spans], [e for _, e in spans]
     shifted = [offset.to_host_ns(t) for t in guest_sample_ns]
+    total = len(shifted)
+    if window_host_ns is not None:
+        shifted = [t for t in shifted if window_host_ns[0] <= t <= window_host_ns[1]]
     exact = sum(_inside(t, starts, ends, 0) for t in shifted)
     loose = sum(_inside(t, starts, ends, offset.uncertainty_ns) for t in shifted)
     problems = []
@@ -123,7 +131,7 @@ def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[i
     if warning:
         print(f"bbrlab: WARNING: {warning}", file=sys.stderr, flush=True)
     return AlignmentCheck(True, len(shifted), exact, loose, offset.offset_ns, offset.uncertainty_ns,
-                          sample_interval_ms, warning)
+                          sample_interval_ms, warning, total - len(shifted))
 
 
 def guest_sample_times_ns(log_text: str, kind: str) -> list[int]:

@@ -147,6 +147,19 @@ def test_alignment_counts_samples_inside_on_intervals(capsys):
     assert "WARNING" in capsys.readouterr().err
 
 
+def test_alignment_leaves_out_samples_before_and_after_the_traced_window():
+    # a netlink sampler runs from before the transfer to after it; the trace covers the transfer only. Here a
+    # real run's shape: 797 samples over 8 s, a 5.45 s trace; outside the window the vCPU's state is unknown
+    on = [(1_000_000_000 + k * 10_000_000, 1_000_000_000 + k * 10_000_000 + 4_000_000) for k in range(545)]
+    window = (1_000_000_000, 6_450_000_000)
+    samples = [k * 10_000_000 + 2_000_000 for k in range(800)]  # the middle of each on-CPU slot, 0-8 s
+    unwindowed = alignment.check(samples, on, alignment.ClockOffset(0, 100_000), sample_interval_ms=10)
+    assert unwindowed.fraction_inside < 0.7 and unwindowed.warning
+    result = alignment.check(samples, on, alignment.ClockOffset(0, 100_000), 10, window)
+    assert (result.samples, result.outside_window, result.inside, result.warning) == (545, 255, 545, None)
+    assert result.to_dict()["outside_window"] == 255
+
+
 def test_alignment_without_an_offset_is_recorded_as_not_aligned():
     result = alignment.check([1, 2, 3], [(0, 10)], None, sample_interval_ms=10)
     assert result.to_dict()["aligned"] is False and result.inside is None and result.warning is None

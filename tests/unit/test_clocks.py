@@ -80,3 +80,15 @@ def test_a_run_fails_when_a_clock_is_known_worse_than_one_sample_interval():
         checks.clocks_known({"emulator": {"start": good, "end": bad}}, 5)
     with pytest.raises(BbrlabError, match="not measured at the run's end"):
         checks.clocks_known({"emulator": {"start": good}}, 5)
+
+
+def test_a_measurement_goes_on_in_batches_while_its_best_uncertainty_is_above_the_target():
+    # a real bash on this machine answers in microseconds: a 1 ms target is met by the first batch, a target
+    # no exchange can meet (1 ns) makes the measurement go on, a batch at a time, up to its cap
+    clock = clocks.RemoteClock(LocalHost())
+    try:
+        assert clock.measure(5, target_uncertainty_s=0.001).exchanges == 5
+        assert clock.measure(5, target_uncertainty_s=1e-9, max_exchanges=23).exchanges == 23
+        assert clock.measure(5).exchanges == 5  # no target: one batch
+    finally:
+        clock.close()

@@ -184,14 +184,10 @@ class ThreadTimeline:
                 self._woken = e.mono_ns
             return
         if e.kind == "runtime":
-            if self._state is False and self._ran_from is None:  # the first accounting since it left a CPU
-                self._ran_from = max(self._since, e.mono_ns - e.runtime_ns)
-            if self._state is True and self._accounted_from is None:
-                self._accounted_from = e.mono_ns - e.runtime_ns
-                if self._last_out is not None:
-                    self._accounted_from = max(self._last_out, self._accounted_from)
-            if self._state is None and self._ran_from is None:  # its first accounting in the window
-                self._ran_from = e.mono_ns - e.runtime_ns
+            if self._state is not True and self._ran_from is None:  # the first accounting since it left a CPU
+                self._ran_from = max(self._since, e.mono_ns - e.runtime_ns)  # (or in the window: _since is 0)
+            elif self._state is True and self._accounted_from is None:
+                self._accounted_from = max(self._last_out or 0, e.mono_ns - e.runtime_ns)
             self._accounted = e.mono_ns
             return
         going_on = e.next_tid == self.tid

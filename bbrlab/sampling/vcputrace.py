@@ -135,6 +135,10 @@ class VcpuTrace:
         """Seconds between the start and end exchanges."""
         return (self.window_ns[1] - self.window_ns[0]) / 1e9
 
+    def window_realtime(self) -> tuple[int, int]:
+        """The trace's window as CLOCK_REALTIME ns (start, end)."""
+        return self.window_ns[0] + self.realtime_offset_ns, self.window_ns[1] + self.realtime_offset_ns
+
     def on_intervals_realtime(self) -> list[tuple[int, int]]:
         """The on-CPU intervals of all threads as CLOCK_REALTIME ns (start, end), sorted by start."""
         off = self.realtime_offset_ns
@@ -203,10 +207,10 @@ def _compare(tid: int, first: vp.Exchange, last: vp.Exchange, line: vp.ThreadTim
              runtime_ns: int | None) -> dict:
     """The trace's on-CPU ns of ``tid`` over the schedstat window against schedstat's run time.
 
-    The kernel stops counting a thread's run time when it accounts it at the switch-out, a few microseconds
-    before the switch event (the scheduler's own work for the switch); on a vCPU that switches thousands of times
-    a second that adds up to several per cent. So where the trace has the accounting events (``runtime_ns`` is
-    their sum over the window), the time compared ends each interval at its last accounting
+    The kernel's run time is not switch to switch: it stops counting a few microseconds before the switch-out
+    event, and after a wakeup it starts counting at the wakeup; on a vCPU that switches thousands of times a
+    second that adds up to several per cent. So where the trace has the accounting events (``runtime_ns`` is
+    their sum over the window), each interval is counted from where its accounting began to its last accounting
     (``trace_accounted_ns``); ``trace_on_cpu_ns`` and ``relative_diff_switch`` are from switch to switch. Where a
     read fell while the thread ran, schedstat may lag by up to how long it had run: the difference counts from
     the range of run times that allows (``relative_diff``), the plain one is ``relative_diff_raw``.

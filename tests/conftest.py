@@ -64,6 +64,9 @@ def _private_dir(path: Path) -> Path:
 
 def pytest_configure(config):
     from bbrlab.testbed.local.state import STATE_DIR_ENV
+    from tests import timebudget
+
+    timebudget.pytest_configure(config)
 
     # A suite started in the background of a non-interactive shell (`make test &`, nohup, some CI runners)
     # inherits SIGINT ignored, and so would every command it starts: the Ctrl-C tests would then test

@@ -34,7 +34,11 @@ from bbrlab.campaign import directory
 from bbrlab.contention.deadline import show_policies
 from bbrlab.link import emulator as link
 
-pytestmark = [pytest.mark.system]
+# make test-slow: four more TCG VMs cost this module 4.5-5 minutes of the suite's 30 (287 s in a full suite on a
+# busy 2-core machine); what it checks of one testbed's campaign, of the Dask engine (a killed driver or worker,
+# Ctrl-C) and of a lab over mutual TLS runs in make test through test_distributed_engine.py, test_dask_security.py
+# and test_partition_leftover_testbed.py.
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 BBRLAB = str(BIN / "bbrlab")

@@ -85,12 +85,31 @@ def test_recovery_removes_the_cgroup_a_killed_process_left(busy):
     assert not left.exists() and h.thread_cgroup(busy.pid) == before
 
 
+def _run_ns(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 def test_competing_load_gives_about_the_asked_share(busy):
+    """One loop beside the thread: the fair scheduler splits their CPU evenly, whatever else runs there.
+
+    The share of wall time the thread gets depends on the host's other work: a full suite on a busy 2-core
+    machine gave it 44.98 %, outside the +-5 points this test once asserted, and 12 runs at a load average of
+    4.1-5.1 (other test sessions) gave 29.7-46.8 % of wall time while the pair's split stayed at 49.3-50.1 %
+    and the record's share matched the thread's schedstat within 0.15 points. So the split is asserted (+-4
+    points), and the record against schedstat (2 points: its window is a little wider than the test's)."""
     mask = os.sched_getaffinity(busy.pid)
-    s = _measure(3, busy, Contention(1, 50, "competing-load"))
+    with contended(LocalHost(), [busy.pid], Contention(1, 50, "competing-load")) as s:
+        (loop,) = s.loops
+        start = time.monotonic(), _run_ns(busy.pid), _run_ns(loop.pid)
+        time.sleep(3)
+        end = time.monotonic(), _run_ns(busy.pid), _run_ns(loop.pid)
+    thread_s, loop_s = (end[1] - start[1]) / 1e9, (end[2] - start[2]) / 1e9
+    split_pct = 100 * thread_s / (thread_s + loop_s)
     got = s.record().evidence.achieved.achieved_share_pct
-    print(f"competing-load 50 % (1 loop): achieved {got} %")
-    assert abs(got - 50) <= 5 and not s.loops and os.sched_getaffinity(busy.pid) == mask
+    print(f"competing-load 50 % (1 loop): achieved {got} % of wall time, {split_pct:.1f} % of the pair's CPU")
+    assert abs(split_pct - 50) <= 4
+    assert abs(got - 100 * thread_s / (end[0] - start[0])) <= 2
+    assert not s.loops and os.sched_getaffinity(busy.pid) == mask
 
 
 def test_deadline_records_the_achieved_share_too(busy):

@@ -28,7 +28,10 @@ def test_a_credit_runs_out_mid_transfer_and_the_record_shows_the_crossing(testbe
     ran_out = credit["ran_out_after_s"]
     intervals = json.loads((tmp_path / "iperf.json").read_text())["intervals"]
     mbit = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6) for i in intervals]
-    before = [m for start, end, m in mbit if end <= ran_out]
+    # The interval in progress when the credit ran out counts as before: on a slower machine (a fresh machine's
+    # ceilings were 35-70 % below this one's) the vCPU spent the 0.5 s balance within the first second, so no
+    # whole interval lay before the switch and the median of nothing raised instead of comparing.
+    before = [m for start, end, m in mbit if start < ran_out]
     after = [m for start, end, m in mbit if start >= ran_out + 1]
     phases = {p["state"]: p for p in credit["phases"]}
     print(f"credit 0.5 s at 5 %: ran out after {ran_out} s; vCPU {phases['burst']['achieved_share_pct']} % in burst, "

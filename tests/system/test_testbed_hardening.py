@@ -207,10 +207,10 @@ README_NOT_RUN = {
     "bbrlab kernel check KERNEL": "a placeholder; test_sender_kernels checks kernels",
     "bbrlab testbed up [--kernel debian-5.10]": "reboots the session's sender into another kernel; "
                                                 "test_sender_kernel_testbed does",
-    "bbrlab campaign run SPEC --out DIR --testbed a --testbed b": "placeholders; test_campaign_two_testbeds runs "
+    "bbrlab campaign run SPEC --out DIR --testbed a --testbed b": "placeholders; test_campaign_two_testbeds (make test-slow) runs "
                                                                   "it on two testbeds of its own",
     "bbrlab tls": "the command's name in the text; test_dask_security runs bbrlab tls ca and cert",
-    "bbrlab worker": "the command's name in the text; test_campaign_two_testbeds starts a TLS scheduler and a "
+    "bbrlab worker": "the command's name in the text; test_campaign_two_testbeds (make test-slow) starts a TLS scheduler and a "
                      "worker per testbed",
     "bbrlab campaign thresholds DIR [--figure PATH]": "placeholders; test_search_campaign runs it on a search of "
                                                       "its own",

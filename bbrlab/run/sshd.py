@@ -44,9 +44,17 @@ from . import iperf
 DEFAULT_PORT = 5022
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"
-#: The user the client logs in as. sshd runs as root (it must, to switch users); this account only ever
-#: runs the forced command.
-LOGIN_USER = "root"
+#: The user the client logs in as: an unprivileged system account bbrlab makes on the receiver when it is
+#: missing (:data:`_RECEIVER_USER`). sshd runs as root (it must, to switch users); this account only ever
+#: runs the forced command, so what a client sends lands as that user's files: it cannot own files as
+#: another user, make device nodes or set another user's bits. Root (:data:`ROOT`) only where the account
+#: cannot be made, and the record says why.
+LOGIN_USER = "bbrlab-rx"
+ROOT = "root"
+#: Seconds an unauthenticated connection may take to log in when the caller gives no bound, and how many
+#: such connections may wait at once (sshd's ``MaxStartups``): the run's client needs one.
+LOGIN_GRACE_S = 120
+MAX_STARTUPS = 3
 
 
 class SshdError(BbrlabError):
@@ -65,6 +73,7 @@ class SshServer:
     host_key_pub: str  # "ssh-ed25519 AAAA... comment": pinned by the client
     client_key: str  # OpenSSH private key text the client authenticates with
     user: str = LOGIN_USER
+    user_note: str | None = None  # why the receiver runs as root, when it does
 
     @property
     def dest_dir(self) -> str:
@@ -81,8 +90,10 @@ class SshServer:
         return f"{alias} {' '.join(self.host_key_pub.split()[:2])}\n"
 
 
-def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER) -> str:
-    """sshd_config of the run's server (see the module docstring)."""
+def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER,
+                login_grace_s: int = LOGIN_GRACE_S) -> str:
+    """sshd_config of the run's server (see the module docstring). Before authentication a connection has
+    ``login_grace_s`` seconds and at most :data:`MAX_STARTUPS` may wait at once."""
     return "\n".join([
         "# bbrlab: one run's sshd (bbrlab.run.sshd)",
         f"ListenAddress {address}:{port}",
@@ -91,17 +102,44 @@ def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER)
         "AuthorizedPrincipalsFile none", "PidFile none",
         "AuthenticationMethods publickey", "PubkeyAuthentication yes", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "HostbasedAuthentication no", "PermitEmptyPasswords no",
-        "PermitRootLogin forced-commands-only", f"AllowUsers {user}",
+        "PermitRootLogin " + ("forced-commands-only" if user == ROOT else "no"), f"AllowUsers {user}",
         "UsePAM no", "UseDNS no", "StrictModes no", "PermitUserEnvironment no", "PermitUserRC no",
         "AllowTcpForwarding no", "AllowStreamLocalForwarding no", "AllowAgentForwarding no", "X11Forwarding no",
         "PermitTunnel no", "GatewayPorts no", "PermitTTY no", "PrintMotd no", "PrintLastLog no", "Banner none",
-        # a handshake across a link losing half its packets can take long; the run's timeout bounds it
-        "LoginGraceTime 0", "ClientAliveInterval 0", "TCPKeepAlive yes", "MaxStartups 4", "MaxSessions 1",
+        # a handshake across a link losing half its packets can take long: the caller's bound is the run's
+        f"LoginGraceTime {int(login_grace_s)}", "ClientAliveInterval 0", "TCPKeepAlive yes",
+        f"MaxStartups {MAX_STARTUPS}", "MaxSessions 1",
         "LogLevel VERBOSE", "",
     ])
 
 
-#: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp. In one
+#: $1 the account. Makes it when missing (a system user with its own group, no home, no password: ``*``,
+#: which sshd without PAM takes as "no password" where ``!`` would be "locked") and prints ``uid=`` and
+#: ``group=``; an account that exists is used as it is, but never one with uid 0.
+_RECEIVER_USER = r"""
+u=$1
+if ! id -u "$u" >/dev/null 2>&1; then
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /bin/sh --password '*' \
+        --comment 'bbrlab run receiver' "$u" 2>&1 || exit 0
+fi
+echo "uid=$(id -u "$u")"; echo "group=$(id -gn "$u")"
+"""
+
+
+def receiver_user(host: Host, user: str = LOGIN_USER) -> tuple[str, str | None, str | None]:
+    """The account the receiver runs as on ``host``: ``(user, its group, None)``, made first when missing;
+    ``(ROOT, None, why)`` where it cannot be made or is uid 0."""
+    res = host.run(["sh", "-c", _RECEIVER_USER, "bbrlab-rx-user", user], check=False, timeout=60)
+    kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    uid, group = kv.get("uid", ""), kv.get("group", "")
+    if uid.isdigit() and int(uid) > 0 and re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", group):
+        return user, group, None
+    why = (res.stdout + res.stderr).strip()[-200:] or f"exit {res.exit_code}"
+    return ROOT, None, f"no unprivileged account {user} on {host.name} (useradd: {why}); the receiver ran as root"
+
+
+#: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp, $5 the
+#: login user and $6 its group (both empty for root), $7 the receive guard's text. In one
 #: command (every step is a command, and content never goes through stdin, which invoke forwards slowly):
 #: the owner stamp first, a host key and a client key (ssh-keygen), the destination directory, the one
 #: authorized key, the config, and the privilege-separation directory sshd insists on. Prints the host's
@@ -116,8 +154,53 @@ ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-sshd -f "$d/host_ed25519_key"
 ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-client -f "$d/client_ed25519_key"
 printf '%s %s\n' "$3" "$(cut -d' ' -f1,2 "$d/client_ed25519_key.pub")" > "$d/authorized_keys"
 printf '%s' "$2" > "$d/sshd_config"
+printf '%s' "$7" > "$d/receive_guard.py"
+if [ -n "$5" ]; then
+    # the login user may pass through the directory (not list it), read its authorized key and the guard,
+    # and write in dest/ alone; the keys, config and log stay root's
+    chgrp "$6" "$d" "$d/authorized_keys" "$d/receive_guard.py"
+    chmod 0710 "$d"; chmod 0640 "$d/authorized_keys" "$d/receive_guard.py"
+    chown "$5:$6" "$d/dest"
+fi
 [ -d /run/sshd ] || install -d -m 0755 /run/sshd
 cat "$d/host_ed25519_key.pub" "$d/client_ed25519_key"
+"""
+
+#: The forced command's first part, run by the login user before ``rrsync``: it reads the client's rsync
+#: command (``SSH_ORIGINAL_COMMAND``) and refuses every option that would keep the sender's permissions
+#: (set-uid bits), owners, groups, devices, special files, ACLs or extended attributes, follow a link on
+#: either end (``-KLk``) or undo rrsync's ``-munge``; then it runs the rest of its arguments (``rrsync -wo -munge DIR``). Older rrsyncs let
+#: ``-a`` through whole; rsync 3.5's drops devices itself, and none strips a set-uid bit.
+RECEIVE_GUARD = r"""
+import os, re, sys
+
+REFUSED_LETTERS = "pogDAXEKLk"
+REFUSED_LONG = {"perms", "owner", "group", "devices", "specials", "super", "fake-super", "usermap", "groupmap",
+                "chown", "chmod", "acls", "xattrs", "executability", "copy-devices", "write-devices",
+                "no-munge-links", "copy-links", "copy-unsafe-links", "copy-dirlinks", "keep-dirlinks"}
+
+
+def refuse(why):
+    print(f"bbrlab receiver: {why}", file=sys.stderr)
+    sys.exit(1)
+
+
+words = os.environ.get("SSH_ORIGINAL_COMMAND", "").split()
+if words[:2] != ["rsync", "--server"]:
+    refuse("only a push with rsync is accepted here")
+for word in words[2:]:
+    if word == ".":
+        break
+    if word.startswith("--"):
+        name = word[2:].split("=", 1)[0]
+        if name in REFUSED_LONG:
+            refuse(f"option --{name} is refused (no permissions, owners, groups, devices or special files)")
+    elif word.startswith("-"):
+        letters = re.sub(r"e\d*\.\w*$", "", word[1:])
+        bad = sorted(set(letters) & set(REFUSED_LETTERS))
+        if bad:
+            refuse(f"option -{bad[0]} is refused (no permissions, owners, groups, devices or special files)")
+os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
@@ -129,10 +212,13 @@ def key_options(forced_command: Sequence[str]) -> str:
     return f'restrict,command="{command}"'
 
 
-def _setup(host: Host, directory: str, config: str, options: str) -> tuple[str, str]:
-    """(host key pub, client private key), everything made in ``directory`` on ``host``."""
+def _setup(host: Host, directory: str, config: str, options: str, user: str = ROOT,
+           group: str | None = None) -> tuple[str, str]:
+    """(host key pub, client private key), everything made in ``directory`` on ``host``; ``dest/`` owned
+    by ``user`` (and the directory passable by its ``group``) unless it is root."""
+    login = ("", "") if user == ROOT else (user, group or user)
     out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options,
-                       owners.Owner.current().stamp()], timeout=60)
+                       owners.Owner.current().stamp(), *login, RECEIVE_GUARD], timeout=60)
     lines = out.splitlines()
     if len(lines) < 3 or not lines[1].startswith("-----BEGIN OPENSSH PRIVATE KEY-----"):
         raise SshdError(f"ssh-keygen on {host.name} printed no key pair: {out[:200]!r}")
@@ -150,28 +236,39 @@ def wait_listening(host: Host, port: int, pid: int, log_path: str, *, timeout_s:
         time.sleep(poll_s)
 
 
+def guarded(forced_command: Sequence[str], directory: str) -> list[str]:
+    """``forced_command`` behind :data:`RECEIVE_GUARD` (written to ``directory``), run with the receiver's
+    python3 in isolated mode."""
+    return ["/usr/bin/python3", "-I", f"{directory}/receive_guard.py", *forced_command]
+
+
 @contextmanager
 def server(host: Host, address: str, forced_command: Sequence[str], *, port: int = DEFAULT_PORT,
-           lifetime_s: float = 600.0, ready_timeout_s: float = 15.0) -> Iterator[SshServer]:
+           lifetime_s: float = 600.0, ready_timeout_s: float = 15.0, login_grace_s: float = LOGIN_GRACE_S,
+           user: str = LOGIN_USER) -> Iterator[SshServer]:
     """sshd on ``host``, listening on ``address:port`` for the ``with`` block (see the module docstring).
 
-    ``forced_command`` is what the client's key may run; ``{dest}`` in it is replaced by the directory
-    files may be written to. A port already listening is refused (a stray server would take the run's
+    ``forced_command`` is what the client's key may run, behind :data:`RECEIVE_GUARD`; ``{dest}`` in it is
+    replaced by the directory files may be written to. The client logs in as ``user`` (made when missing,
+    :func:`receiver_user`; root with a note where it cannot be). Unauthenticated connections get
+    ``login_grace_s``. A port already listening is refused (a stray server would take the run's
     connection). Stopped, and its directory removed, when the block ends, whatever happened.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError("port", port, "a TCP port number from 1 to 65535")
     if iperf.listening(host, port):
         raise SshdError(f"port {port} on {host.name} is already in use (a stray sshd of an earlier run?)")
+    login, group, note = receiver_user(host, user) if user != ROOT else (ROOT, None, None)
     with host.private_dir("sshd") as directory:
-        options = key_options([part.replace("{dest}", f"{directory}/dest") for part in forced_command])
-        host_pub, client_key = _setup(host, directory, config_text(directory, address, port), options)
+        command = guarded([part.replace("{dest}", f"{directory}/dest") for part in forced_command], directory)
+        config = config_text(directory, address, port, login, max(1, round(login_grace_s)))
+        host_pub, client_key = _setup(host, directory, config, key_options(command), login, group)
         log_path = f"{directory}/sshd.log"
         argv = ["timeout", "--kill-after=5", f"{lifetime_s:.0f}", SSHD, "-D", "-e", "-f", f"{directory}/sshd_config"]
         pid = host.spawn(argv, log_path)
         try:
             wait_listening(host, port, pid, log_path, timeout_s=ready_timeout_s)
-            yield SshServer(host, pid, address, port, directory, host_pub, client_key)
+            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note)
         finally:
             iperf.stop(host, pid)
             kill_strays(host, port)  # a connection's own sshd process outlives the listener

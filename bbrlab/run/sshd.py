@@ -5,12 +5,16 @@ for the ``with`` block, with everything of its own in a private directory (``mkt
 
 - a fresh ed25519 host key, whose public half the sender's client pins (``StrictHostKeyChecking yes``);
 - a fresh ed25519 client key pair: the public half is the only authorized key, restricted to one forced
-  command (``restrict,command="..."``: rsync's ``rrsync -wo`` into the directory's ``dest/``), so the sender
-  can write files there and do nothing else; the private half goes to the sender for the run;
+  command (``restrict,command="..."``: :data:`RECEIVE_GUARD`, then rsync's ``rrsync -wo -munge`` into the
+  directory's ``dest/``), so the sender can write plain files there and do nothing else; the private half
+  goes to the sender for the run;
+- the login account: :data:`LOGIN_USER`, unprivileged, made when missing (:func:`receiver_user`); ``dest/``
+  is its own, the directory passable (0710) by its group, everything else root's;
 - its own configuration (``sshd -f``): listening on the experiment address only, never on the management
-  network, public-key authentication only, root only through the forced command, no forwarding, no PAM,
-  no DNS. ``StrictModes no``: the files live in the private directory, whose parent (/tmp) is
-  world-writable, which sshd's ownership walk would otherwise refuse.
+  network, public-key authentication only, that one account (root only where it could not be made), no
+  forwarding, no PAM, no DNS, pre-authentication bounded (``LoginGraceTime``, ``MaxStartups``).
+  ``StrictModes no``: the files live in the private directory, whose parent (/tmp) is world-writable,
+  which sshd's ownership walk would otherwise refuse.
 
 sshd runs in the foreground under coreutils ``timeout`` (it can never outlive the run), logging to the
 private directory; it is ready when its port listens. OpenSSH needs its privilege-separation directory

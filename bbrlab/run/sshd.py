@@ -8,7 +8,7 @@ for the ``with`` block, with everything of its own in a private directory (``mkt
   command (``restrict,command="..."``: :data:`RECEIVE_GUARD`, then rsync's ``rrsync -wo -munge`` into the
   directory's ``dest/``), so the sender can write plain files there and do nothing else; the private half
   goes to the sender for the run;
-- the login account: :data:`LOGIN_USER`, unprivileged, made when missing (:func:`receiver_user`); ``dest/``
+- the login account: :data:`LOGIN_USER`, unprivileged, made when missing (:mod:`bbrlab.run.rxuser`); ``dest/``
   is its own, the directory passable (0710) by its group, everything else root's;
 - its own configuration (``sshd -f``): listening on the experiment address only, never on the management
   network, public-key authentication only, that one account (root only where it could not be made), no
@@ -41,20 +41,18 @@ from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import Host
 
-from . import iperf
+from . import iperf, rxuser
 
 #: The port of the run's sshd on the receiver's experiment address (not 22: a lab receiver's own sshd
 #: may listen there on every address).
 DEFAULT_PORT = 5022
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"
-#: The user the client logs in as: an unprivileged system account bbrlab makes on the receiver when it is
-#: missing (:data:`_RECEIVER_USER`). sshd runs as root (it must, to switch users); this account only ever
-#: runs the forced command, so what a client sends lands as that user's files: it cannot own files as
-#: another user, make device nodes or set another user's bits. Root (:data:`ROOT`) only where the account
-#: cannot be made, and the record says why.
-LOGIN_USER = "bbrlab-rx"
-ROOT = "root"
+#: The user the client logs in as: the unprivileged account of :mod:`bbrlab.run.rxuser`. sshd runs as
+#: root (it must, to switch users); this account only ever runs the forced command, so what a client sends
+#: lands as that user's files. Root (:data:`ROOT`) only where the account cannot be made; the record says why.
+LOGIN_USER = rxuser.NAME
+ROOT = rxuser.ROOT
 #: Seconds an unauthenticated connection may take to log in when the caller gives no bound, and how many
 #: such connections may wait at once (sshd's ``MaxStartups``): the run's client needs one.
 LOGIN_GRACE_S = 120
@@ -78,6 +76,12 @@ class SshServer:
     client_key: str  # OpenSSH private key text the client authenticates with
     user: str = LOGIN_USER
     user_note: str | None = None  # why the receiver runs as root, when it does
+    group: str = ROOT  # the login user's group
+
+    @property
+    def account(self) -> rxuser.RxUser:
+        """Who the client's forced command runs as."""
+        return rxuser.RxUser(self.user, self.group, self.user_note)
 
     @property
     def dest_dir(self) -> str:
@@ -115,31 +119,6 @@ def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER,
         f"MaxStartups {MAX_STARTUPS}", "MaxSessions 1",
         "LogLevel VERBOSE", "",
     ])
-
-
-#: $1 the account. Makes it when missing (a system user with its own group, no home, no password: ``*``,
-#: which sshd without PAM takes as "no password" where ``!`` would be "locked") and prints ``uid=`` and
-#: ``group=``; an account that exists is used as it is, but never one with uid 0.
-_RECEIVER_USER = r"""
-u=$1
-if ! id -u "$u" >/dev/null 2>&1; then
-    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /bin/sh --password '*' \
-        --comment 'bbrlab run receiver' "$u" 2>&1 || exit 0
-fi
-echo "uid=$(id -u "$u")"; echo "group=$(id -gn "$u")"
-"""
-
-
-def receiver_user(host: Host, user: str = LOGIN_USER) -> tuple[str, str | None, str | None]:
-    """The account the receiver runs as on ``host``: ``(user, its group, None)``, made first when missing;
-    ``(ROOT, None, why)`` where it cannot be made or is uid 0."""
-    res = host.run(["sh", "-c", _RECEIVER_USER, "bbrlab-rx-user", user], check=False, timeout=60)
-    kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
-    uid, group = kv.get("uid", ""), kv.get("group", "")
-    if uid.isdigit() and int(uid) > 0 and re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", group):
-        return user, group, None
-    why = (res.stdout + res.stderr).strip()[-200:] or f"exit {res.exit_code}"
-    return ROOT, None, f"no unprivileged account {user} on {host.name} (useradd: {why}); the receiver ran as root"
 
 
 #: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp, $5 the
@@ -254,15 +233,16 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
 
     ``forced_command`` is what the client's key may run, behind :data:`RECEIVE_GUARD`; ``{dest}`` in it is
     replaced by the directory files may be written to. The client logs in as ``user`` (made when missing,
-    :func:`receiver_user`; root with a note where it cannot be). Unauthenticated connections get
-    ``login_grace_s``. A port already listening is refused (a stray server would take the run's
+    :func:`~bbrlab.run.rxuser.receiver_user`; root with a note where it cannot be). Unauthenticated
+    connections get ``login_grace_s``. A port already listening is refused (a stray server would take the run's
     connection). Stopped, and its directory removed, when the block ends, whatever happened.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError("port", port, "a TCP port number from 1 to 65535")
     if iperf.listening(host, port):
         raise SshdError(f"port {port} on {host.name} is already in use (a stray sshd of an earlier run?)")
-    login, group, note = receiver_user(host, user) if user != ROOT else (ROOT, None, None)
+    account = rxuser.receiver_user(host, user) if user != ROOT else rxuser.AS_ROOT
+    login, group, note = account.name, account.group, account.note
     with host.private_dir("sshd") as directory:
         command = guarded([part.replace("{dest}", f"{directory}/dest") for part in forced_command], directory)
         config = config_text(directory, address, port, login, max(1, round(login_grace_s)))
@@ -272,7 +252,7 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
         pid = host.spawn(argv, log_path)
         try:
             wait_listening(host, port, pid, log_path, timeout_s=ready_timeout_s)
-            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note)
+            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note, account.group)
         finally:
             iperf.stop(host, pid)
             kill_strays(host, port)  # a connection's own sshd process outlives the listener

@@ -39,7 +39,7 @@ from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import Flow
 
-from . import checks, progress, sshd
+from . import checks, progress, rxuser, sshd
 from . import record as rec
 from .runmeta import RunMetadata
 
@@ -288,13 +288,11 @@ if [ "$n" = "$2" ]; then echo "sha256=$(sha256sum < "$1" | cut -d' ' -f1)"; fi
 """
 
 
-def measure(host: Host, path: str, expected_bytes: int, user: str = sshd.ROOT) -> Received:
+def measure(host: Host, path: str, expected_bytes: int, account: rxuser.RxUser = rxuser.AS_ROOT) -> Received:
     """The copy at ``path`` on ``host``: its size in bytes (0 when absent) and its sha256 when the size is
-    ``expected_bytes``. Read as ``user`` (the receiver's account, whose files they are: root never opens
-    what the client wrote)."""
-    argv = ["sh", "-c", _MEASURE, "bbrlab-measure", path, str(int(expected_bytes))]
-    if user != sshd.ROOT:
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *argv]
+    ``expected_bytes``. Read as ``account`` (the receiver's, whose files they are: root never opens what
+    the client wrote)."""
+    argv = account.wrap(["sh", "-c", _MEASURE, "bbrlab-measure", path, str(int(expected_bytes))])
     kv = _key_values(host.output(argv, timeout=300))
     return Received(int(kv.get("bytes", 0)), kv.get("sha256"))
 
@@ -316,6 +314,16 @@ class Session:
         return self.server.port
 
     @property
+    def account(self) -> rxuser.RxUser:
+        """Who the receiving end (rrsync behind the run's sshd) runs as."""
+        return self.server.account
+
+    @property
+    def caps(self) -> tuple[str, ...]:
+        """The capabilities the receiving end kept: none."""
+        return ()
+
+    @property
     def dest_path(self) -> str:
         """The copy's path on the receiver, in the sshd's destination directory."""
         return f"{self.server.dest_dir}/{DEST_NAME}"
@@ -335,7 +343,7 @@ def session(testbed, file: TestFile, *, lifetime_s: float, ready_timeout_s: floa
         poller = stack.enter_context(progress.poller(rx, dest, PROGRESS_INTERVAL_MS, lifetime_s))
         handle = Session(server, client_dir, file, poller)
         yield handle
-        handle.received = measure(rx, dest, file.size_bytes, server.user)
+        handle.received = measure(rx, dest, file.size_bytes, server.account)
 
 
 # -- the workload ----------------------------------------------------------------------------------
@@ -406,7 +414,6 @@ def summarise(flow: Flow, endpoint: Session, parsed: ClientResult, samples: list
         "progress_interval_ms": PROGRESS_INTERVAL_MS, "progress_samples": len(samples),
         "rsync_exit": parsed.exit_code, "ssh": parsed.ssh, "socket": parsed.socket,
         "server_port": endpoint.port, "versions": endpoint.file.versions,
-        "receiver_user": endpoint.server.user, "receiver_user_note": endpoint.server.user_note,
     }
 
 

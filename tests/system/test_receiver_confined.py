@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.run import sshd, transfer
+from bbrlab.run import iperf, rxuser, sshd, transfer
 from tests.veth import veth_pair
 
 pytestmark = pytest.mark.system
@@ -83,7 +83,7 @@ def test_a_push_of_a_link_a_device_and_a_setuid_file_lands_tamed_or_not_at_all(t
             assert st.st_uid == rx_uid and st.st_uid != 0, name
             assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), name
             assert not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)), name
-        received = transfer.measure(pair.receiver, str(dest / "plain.txt"), 5, server.user)
+        received = transfer.measure(pair.receiver, str(dest / "plain.txt"), 5, server.account)
         assert received.bytes == 5 and received.sha256 is not None
     assert list(outside.iterdir()) == []  # nothing went through the link
     assert not Path("/rsyncd-munged").exists()
@@ -106,3 +106,38 @@ def test_an_unauthenticated_connection_is_cut_after_the_login_grace_time():
     print(f"closed after {res.stdout.strip()} s (command {elapsed:.2f} s)")
     assert res.exit_code == 0, res.stderr
     assert 1.5 <= float(res.stdout) < 30
+
+
+def _uids_of_tree(pid: int) -> dict[str, int]:
+    """``{command name: real uid}`` of ``pid`` and its children (the server under ``timeout``)."""
+    out = {}
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        status = Path(f"/proc/{p}/status").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        out[fields["Name"].strip()] = int(fields["Uid"].split()[0])
+        for task in Path(f"/proc/{p}/task").iterdir():
+            children = (task / "children").read_text().split()
+            todo += [int(c) for c in children]
+    return out
+
+
+@pytest.mark.parametrize("cca", ["reno", "cubic"])
+def test_iperf3s_server_runs_as_the_unprivileged_receiver_account(cca):
+    """The run's iperf3 server (bbrlab.run.iperf.server, as a run starts it) serves a real 1 s test while
+    running as bbrlab-rx; only its ``timeout`` wrapper is root's. It keeps CAP_NET_ADMIN (and nothing else)
+    only when the kernel does not let every user set the test's congestion control (iperf3 sets the
+    client's on its own socket too): reno is always allowed, cubic is not on this machine
+    (``net.ipv4.tcp_allowed_congestion_control = reno bbr``)."""
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+    with veth_pair("ri", SENDER_IP, RECEIVER_IP) as pair:
+        with iperf.server(pair.receiver, lifetime_s=60, cca=cca) as server:
+            uids = _uids_of_tree(server.pid)
+            result = pair.sender.run(iperf.client_argv(RECEIVER_IP, cca=cca, duration_s=1), timeout=60)
+    print(f"server processes and uids: {uids}; kept capabilities {server.caps}")
+    assert (server.account.name, server.account.note) == (rxuser.NAME, None)
+    assert uids["iperf3"] == pwd.getpwnam(rxuser.NAME).pw_uid != 0
+    assert server.caps == (() if cca in allowed else ("net_admin",))
+    parsed = iperf.parse_result(result.stdout)
+    assert parsed.receiver_mbit > 0 and parsed.sender_tcp_congestion == cca

@@ -141,3 +141,19 @@ def test_iperf3s_server_runs_as_the_unprivileged_receiver_account(cca):
     assert server.caps == (() if cca in allowed else ("net_admin",))
     parsed = iperf.parse_result(result.stdout)
     assert parsed.receiver_mbit > 0 and parsed.sender_tcp_congestion == cca
+
+
+def test_an_account_that_cannot_be_had_falls_back_to_root_and_says_why():
+    """A name useradd refuses, and an existing account with uid 0, give root with the reason (what a run's
+    record then carries in metadata.flow.receiver_user_note); the real account is unprivileged."""
+    from bbrlab.core.hosts import LocalHost
+
+    host = LocalHost()
+    refused = rxuser.receiver_user(host, "-no such user")
+    assert refused.is_root and "-no such user" in refused.note and "ran as root" in refused.note
+    zero = rxuser.receiver_user(host, "root")
+    assert zero.is_root and zero.note
+    ours = rxuser.receiver_user(host)
+    assert (ours.name, ours.note) == (rxuser.NAME, None) and pwd.getpwnam(ours.name).pw_uid != 0
+    assert ours.wrap(["id", "-u"])[:1] == ["setpriv"] and refused.wrap(["id", "-u"]) == ["id", "-u"]
+    assert host.output(ours.wrap(["id", "-u"])) == str(pwd.getpwnam(ours.name).pw_uid)

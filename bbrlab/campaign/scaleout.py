@@ -354,8 +354,9 @@ async def _serve(ref: str, address: str, name: str, label: str, security=None, h
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    options = nanny_listen_options(address, security, host)
     async with TestbedNanny(address, nthreads=1, resources={RESOURCE: 1}, name=name, silence_logs=logging.WARNING,
-                            plugins={TestbedPlugin(ref)}, **nanny_listen_options(address, security, host)) as nanny:
+                            plugins={TestbedPlugin(ref)}, **options) as nanny:
         _say(f"bbrlab worker {name}: testbed {label} joined {address}, one run at a time. Ctrl-C (or SIGTERM) "
              "stops it; a run in flight is stopped and the testbed restored first")
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(nanny.finished())]

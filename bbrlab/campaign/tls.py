@@ -49,8 +49,8 @@ CAMPAIGN_VALID_DAYS = 7
 #: workers), so ``server`` holds both; a campaign driver (a Dask client) only connects. OpenSSL refuses a
 #: peer whose certificate lacks the use it is put to (a client's certificate presented by a listener).
 ROLES = {"server": ("serverAuth", "clientAuth"), "client": ("clientAuth",)}
-ROLES_ALLOWED = ("server (the Dask scheduler's host and each bbrlab worker's: they listen and connect) or client "
-                 "(a campaign driver's host: it only connects)")
+ROLES_ALLOWED = ("server (the Dask scheduler's host and each bbrlab worker's: they listen and connect) or "
+                 "client (a campaign driver's host: it only connects)")
 #: Addresses a campaign's temporary certificate names (every one of its processes is on loopback).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1")
 #: How a record says the Dask transport was encrypted or not (``metadata.worker.transport``).
@@ -152,13 +152,14 @@ def make_host_cert(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: list
     now, ca_end = dt.datetime.now(dt.UTC), ca_cert.not_valid_after_utc
     ca_days = (ca_end - now).days + 1  # a certificate asked for as long as the CA ends with it
     if not 1 <= valid_days <= min(MAX_HOST_VALID_DAYS, ca_days):
-        raise ValidationError("--days", valid_days, f"1 to {min(MAX_HOST_VALID_DAYS, ca_days)} (the CA expires on "
-                              f"{ca_cert.not_valid_after_utc:%Y-%m-%d}; a certificate never outlives it)",
+        raise ValidationError("--days", valid_days, f"1 to {min(MAX_HOST_VALID_DAYS, ca_days)} (the CA "
+                              f"expires on {ca_end:%Y-%m-%d}; a certificate never outlives it)",
                               "make a new CA and new certificates when it is near its end")
     key = _key()
     cert = (x509.CertificateBuilder().subject_name(_subject(name)).issuer_name(ca_cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(min(now + dt.timedelta(days=valid_days), ca_end))
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(min(now + dt.timedelta(days=valid_days), ca_end))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(usages, critical=False)
             .add_extension(_alt_names(list(hosts or [name])), critical=False)
@@ -176,16 +177,17 @@ def write_private(path: Path, data: bytes) -> Path:
 
 def private_dir(path: Path) -> Path:
     """``path`` as a directory only its owner can enter (0700), created when missing. For a directory this
-    process made itself (a campaign's, from :func:`campaign_dir`); a lab's go through :func:`new_private_dir`."""
+    process made itself (a campaign's, from :func:`campaign_dir`); a lab's go through
+    :func:`new_private_dir`."""
     path = Path(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
 
 
-PRIVATE_DIR_ALLOWED = ("a new directory, or an existing empty one that is yours alone (owned by you, no group "
-                       "or other permission bits, not a symbolic link); bbrlab tls never changes a directory "
-                       "it did not make")
+PRIVATE_DIR_ALLOWED = ("a new directory, or an existing empty one that is yours alone (owned by you, no "
+                       "group or other permission bits, not a symbolic link); bbrlab tls never changes a "
+                       "directory it did not make")
 
 
 def new_private_dir(path: Path, field: str = "--out") -> Path:
@@ -209,7 +211,8 @@ def new_private_dir(path: Path, field: str = "--out") -> Path:
             os.close(fd)
         return path
     st = os.lstat(path)
-    wrong = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory" if not stat.S_ISDIR(st.st_mode)
+    wrong = ("a symbolic link" if stat.S_ISLNK(st.st_mode)
+             else "not a directory" if not stat.S_ISDIR(st.st_mode)
              else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid()
              else f"mode {stat.S_IMODE(st.st_mode):04o}" if st.st_mode & 0o077
              else f"not empty ({len(os.listdir(path))} entries)" if os.listdir(path) else None)
@@ -223,11 +226,12 @@ def _outside_ca(ca_dir: Path, out_dir: Path) -> None:
     the CA's key must not go with it."""
     ca, out = Path(ca_dir).resolve(), Path(out_dir).resolve()
     if out == ca or ca in out.parents:
-        raise ValidationError("--out", str(out_dir), f"a directory outside the CA's ({ca_dir}): its files are "
-                              f"copied to a host, and {CA_KEY} must stay where it is")
+        raise ValidationError("--out", str(out_dir), f"a directory outside the CA's ({ca_dir}): its files "
+                              f"are copied to a host, and {CA_KEY} must stay where it is")
 
 
-def write_ca(out_dir: Path, common_name: str = "bbrlab lab CA", valid_days: int = LAB_CA_VALID_DAYS) -> TlsFiles:
+def write_ca(out_dir: Path, common_name: str = "bbrlab lab CA",
+             valid_days: int = LAB_CA_VALID_DAYS) -> TlsFiles:
     """``bbrlab tls ca``: a new lab CA in ``out_dir`` (``ca.pem``, and ``ca-key.pem`` readable by its owner
     only), valid ``valid_days``. ``out_dir`` is new or empty and private (:func:`new_private_dir`), so an
     existing CA is never replaced."""

@@ -51,7 +51,8 @@ def register(sub) -> None:
                     help="a new directory (made 0700), or an empty one that is yours and 0700 already")
     ca.add_argument("--common-name", default="bbrlab lab CA", help="the CA's name (default: %(default)s)")
     ca.add_argument("--days", type=int, default=LAB_CA_VALID_DAYS, metavar="N",
-                    help="days the CA is valid, 1 to 3650 (default: %(default)s); its certificates end with it")
+                    help="days the CA is valid, 1 to 3650 (default: %(default)s); its certificates end with "
+                         "it")
     ca.set_defaults(func=run_ca)
     cert = verbs.add_parser("cert", help="make one host's certificate, signed by the CA in --ca DIR",
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
@@ -61,14 +62,14 @@ def register(sub) -> None:
                       help="a name or address the certificate names (repeatable; default: --name). Informative: "
                            "Dask trusts the CA, not host names")
     cert.add_argument("--role", required=True, metavar="server|client",
-                      help="server: the scheduler's host or a worker's (TLS server and client use); client: a "
-                           "campaign driver's (TLS client use only)")
+                      help="server: the scheduler's host or a worker's (TLS server and client use); client: "
+                           "a campaign driver's (TLS client use only)")
     cert.add_argument("--days", type=int, default=LAB_VALID_DAYS, metavar="N",
                       help="days the certificate is valid, 1 to 365 and not past the CA's end (default: "
                            "%(default)s: Dask checks no revocation list, so a lost key lasts until then)")
     cert.add_argument("--out", required=True, type=Path, metavar="DIR",
-                      help="a new directory outside --ca (or an empty one that is yours and 0700) for NAME.pem, "
-                           "NAME-key.pem (0600) and a copy of ca.pem: what to copy to the host")
+                      help="a new directory outside --ca (or an empty one that is yours and 0700) for "
+                           "NAME.pem, NAME-key.pem (0600) and a copy of ca.pem: what to copy to the host")
     cert.set_defaults(func=run_cert)
 
 

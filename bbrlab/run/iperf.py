@@ -4,8 +4,8 @@ Data flows from the client to the server, so the client runs on the sender VM, a
 
 - The server is started with ``-1`` (one test, then exit) under coreutils ``timeout`` so it can never
   outlive a run, as the unprivileged receiver account (:mod:`bbrlab.run.rxuser`, root only where it cannot
-  be had; CAP_NET_ADMIN kept only for a congestion control the kernel does not allow every user), and is ready when ``ss -ltn`` on the receiver shows its port listening (polled with a
-  deadline, no fixed sleeps).
+  be had; CAP_NET_ADMIN kept only for a congestion control the kernel does not allow every user), and is
+  ready when ``ss -ltn`` on the receiver shows its port listening (polled with a deadline, no fixed sleeps).
 - The client binds its data streams to known local ports (``--cport P`` gives ``P, P+1, ...`` for
   ``-P N`` streams in iperf3 3.12), so the ss sampler can select exactly the data connections and
   leave out iperf3's control connection. It also runs under ``timeout --kill-after``: a hung transfer
@@ -56,8 +56,8 @@ def _port(value: object, field_name: str) -> int:
     return value
 
 
-def server_argv(port: int = DEFAULT_PORT, *, lifetime_s: float = 300.0, account: rxuser.RxUser = rxuser.AS_ROOT,
-                caps: tuple[str, ...] = ()) -> list[str]:
+def server_argv(port: int = DEFAULT_PORT, *, lifetime_s: float = 300.0,
+                account: rxuser.RxUser = rxuser.AS_ROOT, caps: tuple[str, ...] = ()) -> list[str]:
     """The receiver's server: one test in JSON, as ``account`` with capabilities ``caps``, killed after
     ``lifetime_s`` whatever happens."""
     _port(port, "port")
@@ -155,8 +155,9 @@ def server(host: Host, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0, r
            user: str = rxuser.NAME, cca: str | None = None) -> Iterator[Server]:
     """An iperf3 server on ``host`` for the ``with`` block, as the unprivileged ``user``
     (:func:`bbrlab.run.rxuser.receiver_user`; root with a note where it cannot be had) keeping CAP_NET_ADMIN
-    only when the test's ``cca`` needs it (:func:`server_caps`; None: the client sets none): listening when the block starts, stopped
-    (SIGKILL after 10 s) and its private log directory removed when it ends, whatever happened."""
+    only when the test's ``cca`` needs it (:func:`server_caps`; None: the client sets none): listening
+    when the block starts, stopped (SIGKILL after 10 s) and its private log directory removed when it
+    ends, whatever happened."""
     account = rxuser.receiver_user(host, user) if user != rxuser.ROOT else rxuser.AS_ROOT
     caps = () if account.is_root else server_caps(host, cca)
     with host.private_dir("iperf3") as directory:

@@ -51,9 +51,10 @@ class RxUser:
         root."""
         if self.is_root:
             return list(argv)
-        keep = [f"--{kind}-caps={','.join('+' + c for c in caps)}" for kind in ("inh", "ambient")] if caps else []
-        return ["setpriv", f"--reuid={self.name}", f"--regid={self.group}", "--clear-groups", "--no-new-privs",
-                *keep, "--", *argv]
+        wanted = ",".join(f"+{cap}" for cap in caps)
+        keep = [f"--inh-caps={wanted}", f"--ambient-caps={wanted}"] if caps else []
+        return ["setpriv", f"--reuid={self.name}", f"--regid={self.group}", "--clear-groups",
+                "--no-new-privs", *keep, "--", *argv]
 
 
 AS_ROOT = RxUser(ROOT, ROOT)

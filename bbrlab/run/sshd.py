@@ -152,14 +152,16 @@ cat "$d/host_ed25519_key.pub" "$d/client_ed25519_key"
 #: The forced command's first part, run by the login user before ``rrsync``: it reads the client's rsync
 #: command (``SSH_ORIGINAL_COMMAND``) and refuses every option that would keep the sender's permissions
 #: (set-uid bits), owners, groups, devices, special files, ACLs or extended attributes, follow a link on
-#: either end (``-KLk``) or undo rrsync's ``-munge``; then it runs the rest of its arguments (``rrsync -wo -munge DIR``). Older rrsyncs let
-#: ``-a`` through whole; rsync 3.5's drops devices itself, and none strips a set-uid bit.
+#: either end (``-KLk``) or undo rrsync's ``-munge``; then it runs the rest of its arguments (``rrsync -wo
+#: -munge DIR``). Older rrsyncs let ``-a`` through whole; rsync 3.5's drops devices itself, and none strips
+#: a set-uid bit.
 RECEIVE_GUARD = r"""
 import os, re, sys
 
 REFUSED_LETTERS = "pogDAXEKLk"
-REFUSED_LONG = {"perms", "owner", "group", "devices", "specials", "super", "fake-super", "usermap", "groupmap",
-                "chown", "chmod", "acls", "xattrs", "executability", "copy-devices", "write-devices",
+REFUSED_LONG = {"perms", "owner", "group", "devices", "specials", "super", "fake-super", "usermap",
+                "groupmap", "chown", "chmod", "acls", "xattrs", "executability", "copy-devices",
+                "write-devices",
                 "no-munge-links", "copy-links", "copy-unsafe-links", "copy-dirlinks", "keep-dirlinks"}
 
 
@@ -234,8 +236,8 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
     ``forced_command`` is what the client's key may run, behind :data:`RECEIVE_GUARD`; ``{dest}`` in it is
     replaced by the directory files may be written to. The client logs in as ``user`` (made when missing,
     :func:`~bbrlab.run.rxuser.receiver_user`; root with a note where it cannot be). Unauthenticated
-    connections get ``login_grace_s``. A port already listening is refused (a stray server would take the run's
-    connection). Stopped, and its directory removed, when the block ends, whatever happened.
+    connections get ``login_grace_s``. A port already listening is refused (a stray server would take
+    the run's connection). Stopped, and its directory removed, when the block ends, whatever happened.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError("port", port, "a TCP port number from 1 to 65535")
@@ -252,7 +254,8 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
         pid = host.spawn(argv, log_path)
         try:
             wait_listening(host, port, pid, log_path, timeout_s=ready_timeout_s)
-            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note, account.group)
+            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note,
+                            account.group)
         finally:
             iperf.stop(host, pid)
             kill_strays(host, port)  # a connection's own sshd process outlives the listener

@@ -335,9 +335,9 @@ def session(testbed, file: TestFile, *, lifetime_s: float, ready_timeout_s: floa
     """The receiver's sshd and progress poller and the sender's client files, for the ``with`` block."""
     rx, tx = testbed.receiver.host, testbed.sender.host
     with ExitStack() as stack:
-        server = stack.enter_context(sshd.server(rx, testbed.receiver.experiment_ip, RECEIVE_COMMAND, port=port,
-                                                 lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
-                                                 login_grace_s=login_grace_s))
+        server = stack.enter_context(sshd.server(
+            rx, testbed.receiver.experiment_ip, RECEIVE_COMMAND, port=port, lifetime_s=lifetime_s,
+            ready_timeout_s=ready_timeout_s, login_grace_s=login_grace_s))
         client_dir = stack.enter_context(client_files(tx, server))
         dest = f"{server.dest_dir}/{DEST_NAME}"
         poller = stack.enter_context(progress.poller(rx, dest, PROGRESS_INTERVAL_MS, lifetime_s))

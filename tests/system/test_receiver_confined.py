@@ -57,7 +57,8 @@ def test_a_push_of_a_link_a_device_and_a_setuid_file_lands_tamed_or_not_at_all(t
     second.mkdir(parents=True)
     (second / "pwned").write_text("written through the link\n")
     with veth_pair("rc", SENDER_IP, RECEIVER_IP) as pair, \
-            sshd.server(pair.receiver, RECEIVER_IP, transfer.RECEIVE_COMMAND, port=PORT, lifetime_s=120) as server, \
+            sshd.server(pair.receiver, RECEIVER_IP, transfer.RECEIVE_COMMAND, port=PORT,
+                        lifetime_s=120) as server, \
             transfer.client_files(pair.sender, server) as client_dir:
         assert (server.user, server.user_note) == (sshd.LOGIN_USER, None)
         rx_uid = pwd.getpwnam(server.user).pw_uid
@@ -71,7 +72,8 @@ def test_a_push_of_a_link_a_device_and_a_setuid_file_lands_tamed_or_not_at_all(t
         plain = _push(pair, client_dir, "-rl", f"{src}/", f"{transfer.HOST_ALIAS}:")
         assert plain.exit_code == 0, plain.stderr
         link = os.readlink(dest / "escape")
-        through = _push(pair, client_dir, "-r", "--keep-dirlinks", f"{second.parent}/", f"{transfer.HOST_ALIAS}:")
+        through = _push(pair, client_dir, "-r", "--keep-dirlinks", f"{second.parent}/",
+                        f"{transfer.HOST_ALIAS}:")
         assert through.exit_code != 0 and "refused" in through.stderr  # -K would follow the link
         through = _push(pair, client_dir, "-r", f"{second.parent}/", f"{transfer.HOST_ALIAS}:")
         landed = _entries(dest)

@@ -128,7 +128,8 @@ def test_a_lab_ca_and_host_certificates(tmp_path):
     with pytest.raises(ValidationError) as e:
         tlsconf.write_ca(tmp_path / "ca")  # never replaced
     assert e.value.field == "--out"
-    a = tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", ["hosta.lab", "10.0.0.7"], role="server")
+    a = tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", ["hosta.lab", "10.0.0.7"],
+                                role="server")
     b = tlsconf.write_host_cert(tmp_path / "ca", "hostb", tmp_path / "b", role="server")
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a").iterdir()} == {0o600}
     _handshake(tlsconf.security(a).get_listen_args("scheduler")["ssl_context"],
@@ -186,7 +187,7 @@ def test_lab_certificates_are_short_lived_and_end_with_their_ca(tmp_path):
     assert 364.9 < days(ca.ca_file) <= 365 and 89.9 < days(host.cert) <= 90
     tlsconf.write_ca(tmp_path / "short", valid_days=30)
     with pytest.raises(ValidationError) as e:
-        tlsconf.write_host_cert(tmp_path / "short", "h", tmp_path / "h2", role="server")  # 90 days > the CA's 30
+        tlsconf.write_host_cert(tmp_path / "short", "h", tmp_path / "h2", role="server")  # 90 d > the CA's 30
     assert e.value.field == "--days" and "1 to 30" in e.value.allowed and not (tmp_path / "h2").exists()
     whole = tlsconf.write_host_cert(tmp_path / "short", "h", tmp_path / "h3", role="server", valid_days=30)
     assert end(whole.cert) <= end(tmp_path / "short" / "ca.pem")

@@ -337,6 +337,14 @@ def listen_host(address: str, host: str | None) -> str:
                               "or give --host") from None
 
 
+def nanny_listen_options(address: str, security, host: str | None) -> dict:
+    """Where ``bbrlab worker``'s nanny and worker listen: their Dask comms on ``host`` (default: every
+    address, so the scheduler and other workers reach them; mutual TLS guards them), their HTTP pages (health,
+    metrics; no dashboard) on 127.0.0.1 only, whatever ``host`` is: nothing off this machine needs them."""
+    return {"security": security, "host": host, "protocol": address.split("://", 1)[0], "dashboard": False,
+            "dashboard_address": f"{d.LOOPBACK}:0"}
+
+
 async def _serve(ref: str, address: str, name: str, label: str, security=None, host: str | None = None) -> None:
     import asyncio
     import logging
@@ -346,11 +354,9 @@ async def _serve(ref: str, address: str, name: str, label: str, security=None, h
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    where = f"[{host}]" if host and ":" in host else host
+    options = nanny_listen_options(address, security, host)
     async with TestbedNanny(address, nthreads=1, resources={RESOURCE: 1}, name=name, silence_logs=logging.WARNING,
-                            plugins={TestbedPlugin(ref)}, security=security, host=host,
-                            protocol=address.split("://", 1)[0], dashboard=False,
-                            dashboard_address=f"{where}:0" if host else None) as nanny:
+                            plugins={TestbedPlugin(ref)}, **options) as nanny:
         _say(f"bbrlab worker {name}: testbed {label} joined {address}, one run at a time. Ctrl-C (or SIGTERM) "
              "stops it; a run in flight is stopped and the testbed restored first")
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(nanny.finished())]

@@ -24,6 +24,7 @@ import datetime as dt
 import ipaddress
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,9 +36,21 @@ from bbrlab.core.errors import ValidationError
 #: File names in a CA directory and in a host's certificate directory (``NAME.pem``, ``NAME-key.pem``).
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
-#: Validity of a lab's CA and host certificates, and of a campaign's temporary ones.
-LAB_VALID_DAYS = 825
+#: Validity of a lab's CA, of a lab host's certificate (default), and of a campaign's temporary ones. Dask
+#: checks no revocation list, so a copied host key is refused only once its certificate expires or the lab
+#: makes a new CA: 90 days (what public CAs now issue) bounds that, and a season of campaigns fits in it. The
+#: CA lives a year; its certificates never outlive it (:data:`MAX_HOST_VALID_DAYS` is the longest asked for).
+LAB_CA_VALID_DAYS = 365
+LAB_VALID_DAYS = 90
+MAX_HOST_VALID_DAYS = 365
 CAMPAIGN_VALID_DAYS = 7
+#: A lab certificate's role and the TLS uses (extended key usage) it allows. A Dask scheduler, worker and
+#: nanny listen and also connect out (a worker to the scheduler and to other workers, the scheduler to
+#: workers), so ``server`` holds both; a campaign driver (a Dask client) only connects. OpenSSL refuses a
+#: peer whose certificate lacks the use it is put to (a client's certificate presented by a listener).
+ROLES = {"server": ("serverAuth", "clientAuth"), "client": ("clientAuth",)}
+ROLES_ALLOWED = ("server (the Dask scheduler's host and each bbrlab worker's: they listen and connect) or "
+                 "client (a campaign driver's host: it only connects)")
 #: Addresses a campaign's temporary certificate names (every one of its processes is on loopback).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1")
 #: How a record says the Dask transport was encrypted or not (``metadata.worker.transport``).
@@ -94,7 +107,7 @@ def _alt_names(hosts: list[str]):
     return x509.SubjectAlternativeName(names)
 
 
-def make_ca(common_name: str = "bbrlab lab CA", valid_days: int = LAB_VALID_DAYS) -> tuple[bytes, bytes]:
+def make_ca(common_name: str = "bbrlab lab CA", valid_days: int = LAB_CA_VALID_DAYS) -> tuple[bytes, bytes]:
     """A new certificate authority: ``(certificate PEM, private key PEM)``."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -113,25 +126,42 @@ def make_ca(common_name: str = "bbrlab lab CA", valid_days: int = LAB_VALID_DAYS
     return _pem_cert(cert), _pem_key(key)
 
 
-def make_host_cert(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: list[str] | None = None,
-                   valid_days: int = LAB_VALID_DAYS) -> tuple[bytes, bytes]:
-    """A certificate for one host (or one campaign), signed by the CA: ``(certificate PEM, key PEM)``. It
-    serves both as a server's and as a client's (a Dask process is both); ``hosts`` (default: ``name``) are
-    its subject alternative names, DNS names or IP addresses."""
+def _usages(role: str):
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
+    oids = {"serverAuth": ExtendedKeyUsageOID.SERVER_AUTH, "clientAuth": ExtendedKeyUsageOID.CLIENT_AUTH}
+    if role not in ROLES:
+        raise ValidationError("--role", role, ROLES_ALLOWED)
+    return x509.ExtendedKeyUsage([oids[use] for use in ROLES[role]])
+
+
+def make_host_cert(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: list[str] | None = None,
+                   valid_days: int = LAB_VALID_DAYS, role: str = "server") -> tuple[bytes, bytes]:
+    """A certificate for one host (or one campaign), signed by the CA: ``(certificate PEM, key PEM)``. Its
+    ``role`` (:data:`ROLES`) says whether it serves as a TLS server's and a client's (``server``: a Dask
+    process listens and connects) or a client's only; ``hosts`` (default: ``name``) are its subject
+    alternative names, DNS names or IP addresses. It ends with the CA at the latest; a ``valid_days`` more
+    than a day past the CA's end is refused (:class:`ValidationError` on ``--days``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    usages = _usages(role)
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    now, ca_end = dt.datetime.now(dt.UTC), ca_cert.not_valid_after_utc
+    ca_days = (ca_end - now).days + 1  # a certificate asked for as long as the CA ends with it
+    if not 1 <= valid_days <= min(MAX_HOST_VALID_DAYS, ca_days):
+        raise ValidationError("--days", valid_days, f"1 to {min(MAX_HOST_VALID_DAYS, ca_days)} (the CA "
+                              f"expires on {ca_end:%Y-%m-%d}; a certificate never outlives it)",
+                              "make a new CA and new certificates when it is near its end")
     key = _key()
-    now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(_subject(name)).issuer_name(ca_cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=valid_days))
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(min(now + dt.timedelta(days=valid_days), ca_end))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
+            .add_extension(usages, critical=False)
             .add_extension(_alt_names(list(hosts or [name])), critical=False)
             .sign(ca_key, hashes.SHA256()))
     return _pem_cert(cert), _pem_key(key)
@@ -146,56 +176,97 @@ def write_private(path: Path, data: bytes) -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """``path`` as a directory only its owner can enter (0700), created when missing."""
+    """``path`` as a directory only its owner can enter (0700), created when missing. For a directory this
+    process made itself (a campaign's, from :func:`campaign_dir`); a lab's go through
+    :func:`new_private_dir`."""
     path = Path(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
 
 
-def write_ca(out_dir: Path, common_name: str = "bbrlab lab CA") -> TlsFiles:
+PRIVATE_DIR_ALLOWED = ("a new directory, or an existing empty one that is yours alone (owned by you, no "
+                       "group or other permission bits, not a symbolic link); bbrlab tls never changes a "
+                       "directory it did not make")
+
+
+def new_private_dir(path: Path, field: str = "--out") -> Path:
+    """``path`` as an empty directory only this user can enter: made here (0700; missing parents too), or an
+    existing one that is already empty, owned by this user, 0700 or stricter and not a symbolic link. Nothing
+    about an existing directory is changed (``--out /tmp`` is refused, not made private); anything else is a
+    :class:`ValidationError` on ``field``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise ValidationError(field, str(path), f"{PRIVATE_DIR_ALLOWED}; {e.strerror}") from None
+    else:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)  # ours, just made: the umask may have taken bits off
+        finally:
+            os.close(fd)
+        return path
+    st = os.lstat(path)
+    wrong = ("a symbolic link" if stat.S_ISLNK(st.st_mode)
+             else "not a directory" if not stat.S_ISDIR(st.st_mode)
+             else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid()
+             else f"mode {stat.S_IMODE(st.st_mode):04o}" if st.st_mode & 0o077
+             else f"not empty ({len(os.listdir(path))} entries)" if os.listdir(path) else None)
+    if wrong:
+        raise ValidationError(field, str(path), PRIVATE_DIR_ALLOWED, f"it is {wrong}")
+    return path
+
+
+def _outside_ca(ca_dir: Path, out_dir: Path) -> None:
+    """Refuse an ``--out`` that is the CA's directory or inside it: what is in ``--out`` goes to a host, and
+    the CA's key must not go with it."""
+    ca, out = Path(ca_dir).resolve(), Path(out_dir).resolve()
+    if out == ca or ca in out.parents:
+        raise ValidationError("--out", str(out_dir), f"a directory outside the CA's ({ca_dir}): its files "
+                              f"are copied to a host, and {CA_KEY} must stay where it is")
+
+
+def write_ca(out_dir: Path, common_name: str = "bbrlab lab CA",
+             valid_days: int = LAB_CA_VALID_DAYS) -> TlsFiles:
     """``bbrlab tls ca``: a new lab CA in ``out_dir`` (``ca.pem``, and ``ca-key.pem`` readable by its owner
-    only). Refused when ``out_dir`` already holds one (a CA is never replaced by accident)."""
-    out = private_dir(out_dir)
-    for name in (CA_CERT, CA_KEY):
-        if (out / name).exists():
-            raise ValidationError("--out", str(out_dir), f"a directory without a CA in it; it has {name} already")
-    cert, key = make_ca(common_name)
+    only), valid ``valid_days``. ``out_dir`` is new or empty and private (:func:`new_private_dir`), so an
+    existing CA is never replaced."""
+    if not 1 <= valid_days <= 3650:
+        raise ValidationError("--days", valid_days, "1 to 3650 (days the CA is valid)")
+    out = new_private_dir(out_dir)
+    cert, key = make_ca(common_name, valid_days)
     write_private(out / CA_KEY, key)
     write_private(out / CA_CERT, cert)
     os.chmod(out / CA_CERT, 0o644)  # the CA's certificate is public; its key is not
     return TlsFiles(out / CA_CERT, out / CA_CERT, out / CA_KEY)
 
 
-def write_host_cert(ca_dir: Path, name: str, out_dir: Path, hosts: list[str] | None = None) -> TlsFiles:
-    """``bbrlab tls cert``: a certificate for host ``name`` signed by the CA in ``ca_dir``, written to
-    ``out_dir`` with a copy of the CA's certificate (``NAME.pem``, ``NAME-key.pem`` 0600, ``ca.pem``): the
-    three files that host's Dask processes need."""
+def write_host_cert(ca_dir: Path, name: str, out_dir: Path, hosts: list[str] | None = None, *, role: str,
+                    valid_days: int = LAB_VALID_DAYS) -> TlsFiles:
+    """``bbrlab tls cert``: a certificate for host ``name`` in ``role`` (:data:`ROLES`) signed by the CA in
+    ``ca_dir``, written to ``out_dir`` with a copy of the CA's certificate (``NAME.pem``, ``NAME-key.pem``
+    0600, ``ca.pem``): the three files that host's Dask processes need. ``out_dir`` is new or empty and
+    private (:func:`new_private_dir`) and outside ``ca_dir``; everything is checked before it is made."""
     if not name or "/" in name or name.startswith(".") or "\0" in name or len(name) > 64:
         raise ValidationError("--name", name, "a host's name: 1 to 64 characters, no '/', not starting with '.'")
+    _usages(role)
     ca = Path(ca_dir)
     try:
         ca_cert, ca_key = (ca / CA_CERT).read_bytes(), (ca / CA_KEY).read_bytes()
     except OSError as e:
         raise ValidationError("--ca", str(ca_dir), f"a directory made by bbrlab tls ca (with {CA_CERT} and "
                               f"{CA_KEY}); {e.strerror}: {e.filename}") from None
-    out = private_dir(out_dir)
+    _outside_ca(ca, out_dir)
+    cert, key = make_host_cert(ca_cert, ca_key, name, hosts, valid_days, role)
+    out = new_private_dir(out_dir)
     cert_path, key_path = out / f"{name}.pem", out / f"{name}-key.pem"
-    for path in (cert_path, key_path):
-        if path.exists():
-            raise ValidationError("--out", str(out_dir), f"a directory without a certificate for {name}; it has "
-                                  f"{path.name} already")
-    cert, key = make_host_cert(ca_cert, ca_key, name, hosts)
     write_private(key_path, key)
     write_private(cert_path, cert)
-    ca_copy = out / CA_CERT
-    if ca.resolve() != out.resolve():
-        if ca_copy.exists() and ca_copy.read_bytes() != ca_cert:
-            raise ValidationError("--out", str(out_dir), f"a directory whose {CA_CERT} is this CA's (it holds "
-                                  "another CA's certificate)")
-        if not ca_copy.exists():
-            write_private(ca_copy, ca_cert)
-    return TlsFiles(ca_copy, cert_path, key_path)
+    return TlsFiles(write_private(out / CA_CERT, ca_cert), cert_path, key_path)
 
 
 def security(files: TlsFiles):

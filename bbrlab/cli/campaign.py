@@ -34,7 +34,8 @@ several testbeds on this machine (each a Dask worker; local ones in CPU partitio
 
 a lab (docs/scaling.md): a scheduler, one bbrlab worker per testbed, then the campaign from anywhere,
 all over mutual TLS with the lab's CA (bbrlab tls ca, then bbrlab tls cert for each host):
-  dask scheduler --host HOST --tls-ca-file ca.pem --tls-cert sched.pem --tls-key sched-key.pem
+  dask scheduler --host HOST --dashboard-address 127.0.0.1:8787 --tls-ca-file ca.pem --tls-cert sched.pem \\
+      --tls-key sched-key.pem
   bbrlab worker --testbed lab-a.yaml --scheduler tls://HOST:8786 --tls-ca-file ca.pem --tls-cert a.pem --tls-key a-key.pem
   bbrlab campaign run specs/fig4.yaml --out runs/fig4 --scheduler tls://HOST:8786 \
       --tls-ca-file ca.pem --tls-cert me.pem --tls-key me-key.pem

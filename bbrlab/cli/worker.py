@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 EPILOG = """\
-A lab campaign, step by step (every host holds ca.pem and its own certificate: bbrlab tls --help):
-  dask scheduler --host SCHED --port 8786 --tls-ca-file tls/ca.pem \\
+A lab campaign, step by step (every host holds ca.pem and its own certificate: bbrlab tls --help; the
+scheduler's and workers' are --role server, the driver's --role client):
+  dask scheduler --host SCHED --port 8786 --dashboard-address 127.0.0.1:8787 --tls-ca-file tls/ca.pem \\
       --tls-cert tls/sched.pem --tls-key tls/sched-key.pem                   # once, on a machine all reach
   bbrlab worker --testbed lab-a.yaml --scheduler tls://SCHED:8786 \\
       --tls-ca-file tls/ca.pem --tls-cert tls/hosta.pem --tls-key tls/hosta-key.pem   # one per testbed

@@ -85,7 +85,8 @@ def servers(stack: ExitStack, testbed, runs: list[ExtraRun], *, lifetime_s: floa
     """An iperf3 server per extra flow on the receiver, held by ``stack``."""
     for r in runs:
         server = stack.enter_context(iperf.server(testbed.receiver.host, port=iperf.DEFAULT_PORT + r.index,
-                                                  lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s))
+                                                  lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
+                                                  cca=r.flow.cca))
         r.server_port = server.port
 
 

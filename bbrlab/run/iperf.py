@@ -3,8 +3,9 @@
 Data flows from the client to the server, so the client runs on the sender VM, as in the paper.
 
 - The server is started with ``-1`` (one test, then exit) under coreutils ``timeout`` so it can never
-  outlive a run, and is ready when ``ss -ltn`` on the receiver shows its port listening (polled with a
-  deadline, no fixed sleeps).
+  outlive a run, as the unprivileged receiver account (:mod:`bbrlab.run.rxuser`, root only where it cannot
+  be had; CAP_NET_ADMIN kept only for a congestion control the kernel does not allow every user), and is
+  ready when ``ss -ltn`` on the receiver shows its port listening (polled with a deadline, no fixed sleeps).
 - The client binds its data streams to known local ports (``--cport P`` gives ``P, P+1, ...`` for
   ``-P N`` streams in iperf3 3.12), so the ss sampler can select exactly the data connections and
   leave out iperf3's control connection. It also runs under ``timeout --kill-after``: a hung transfer
@@ -30,6 +31,8 @@ from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import check_cca
 
+from . import rxuser
+
 DEFAULT_PORT = 5201
 #: Seconds a client may run beyond its duration before ``timeout`` kills it (connect + teardown).
 CLIENT_MARGIN_S = 15.0
@@ -53,10 +56,29 @@ def _port(value: object, field_name: str) -> int:
     return value
 
 
-def server_argv(port: int = DEFAULT_PORT, *, lifetime_s: float = 300.0) -> list[str]:
-    """The receiver's server: one test in JSON, killed after ``lifetime_s`` whatever happens."""
+def server_argv(port: int = DEFAULT_PORT, *, lifetime_s: float = 300.0,
+                account: rxuser.RxUser = rxuser.AS_ROOT, caps: tuple[str, ...] = ()) -> list[str]:
+    """The receiver's server: one test in JSON, as ``account`` with capabilities ``caps``, killed after
+    ``lifetime_s`` whatever happens."""
     _port(port, "port")
-    return _marked(["timeout", "--kill-after=5", f"{lifetime_s:.0f}", "iperf3", "-s", "-1", "-J", "-p", str(port)])
+    return _marked(["timeout", "--kill-after=5", f"{lifetime_s:.0f}",
+                    *account.wrap(["iperf3", "-s", "-1", "-J", "-p", str(port)], caps)])
+
+
+#: iperf3's server puts the client's congestion control (``-C``) on its own socket too, and fails the test
+#: when it cannot. An unprivileged process may set only the kernel's allowed ones; any other needs this.
+CCA_CAPS = ("net_admin",)
+
+
+def server_caps(host: Host, cca: str | None) -> tuple[str, ...]:
+    """The capabilities an unprivileged server needs on ``host`` for a test with ``cca``: none when the
+    client sets no congestion control (None: a UDP test) or the kernel allows it to every user
+    (``net.ipv4.tcp_allowed_congestion_control``), else :data:`CCA_CAPS`."""
+    if cca is None:
+        return ()
+    allowed = host.run(["cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"], check=False,
+                       timeout=10).stdout.split()
+    return () if cca in allowed else CCA_CAPS
 
 
 def client_argv(server_ip: str, *, cca: str, duration_s: float, streams: int = 1, port: int = DEFAULT_PORT,
@@ -97,14 +119,16 @@ def wait_listening(host: Host, port: int, *, timeout_s: float = 10.0, poll_s: fl
 
 
 def start_server(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0,
-                 ready_timeout_s: float = 10.0) -> int:
-    """Start the server on ``host`` and return its pid once it listens.
+                 ready_timeout_s: float = 10.0, account: rxuser.RxUser = rxuser.AS_ROOT,
+                 caps: tuple[str, ...] = ()) -> int:
+    """Start the server on ``host`` as ``account`` with capabilities ``caps`` and return its pid (its
+    ``timeout``'s, root's) once it listens. Its output goes to ``log_path``, opened by root.
 
     A server already listening on ``port`` is refused: it would take the test instead of ours.
     """
     if listening(host, port):
         raise IperfError(f"port {port} on {host.name} is already in use (a stray iperf3 server?)")
-    pid = host.spawn(server_argv(port, lifetime_s=lifetime_s), log_path)
+    pid = host.spawn(server_argv(port, lifetime_s=lifetime_s, account=account, caps=caps), log_path)
     try:
         wait_listening(host, port, timeout_s=ready_timeout_s)
     except BaseException:
@@ -115,24 +139,33 @@ def start_server(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetim
 
 @dataclass(frozen=True)
 class Server:
-    """A running one-test iperf3 server: its host, pid, port and log (in a private directory)."""
+    """A running one-test iperf3 server: its host, pid, port, log (in a private directory) and the account
+    it runs as."""
 
     host: Host
     pid: int
     port: int
     log_path: str
+    account: rxuser.RxUser = rxuser.AS_ROOT
+    caps: tuple[str, ...] = ()  # the capabilities it kept (an unprivileged account's)
 
 
 @contextmanager
-def server(host: Host, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0,
-           ready_timeout_s: float = 10.0) -> Iterator[Server]:
-    """An iperf3 server on ``host`` for the ``with`` block: listening when the block starts, stopped
-    (SIGKILL after 10 s) and its private log directory removed when it ends, whatever happened."""
+def server(host: Host, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0, ready_timeout_s: float = 10.0,
+           user: str = rxuser.NAME, cca: str | None = None) -> Iterator[Server]:
+    """An iperf3 server on ``host`` for the ``with`` block, as the unprivileged ``user``
+    (:func:`bbrlab.run.rxuser.receiver_user`; root with a note where it cannot be had) keeping CAP_NET_ADMIN
+    only when the test's ``cca`` needs it (:func:`server_caps`; None: the client sets none): listening
+    when the block starts, stopped (SIGKILL after 10 s) and its private log directory removed when it
+    ends, whatever happened."""
+    account = rxuser.receiver_user(host, user) if user != rxuser.ROOT else rxuser.AS_ROOT
+    caps = () if account.is_root else server_caps(host, cca)
     with host.private_dir("iperf3") as directory:
         log_path = f"{directory}/server.json"
-        pid = start_server(host, log_path, port=port, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
+        pid = start_server(host, log_path, port=port, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
+                           account=account, caps=caps)
         try:
-            yield Server(host, pid, port, log_path)
+            yield Server(host, pid, port, log_path, account, caps)
         finally:
             stop(host, pid)
 

@@ -160,6 +160,9 @@ class Runner:
                 endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                              ready_timeout_s=self.ready_timeout_s))
                 meta.flow["server_port"] = endpoint.port
+                meta.flow["receiver_user"] = endpoint.account.name  # who the receiving end ran as
+                meta.flow["receiver_user_note"] = endpoint.account.note
+                meta.flow["receiver_caps"] = list(endpoint.caps)
                 flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
                               ready_timeout_s=self.ready_timeout_s)
                 watch = traffic.enter_context(clocks.ClockWatch(

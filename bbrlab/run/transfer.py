@@ -7,8 +7,10 @@ incompressible file take, and does it finish at all, when the path loses 1, 10 o
   once per sender and size in ``/var/cache/bbrlab/transfer/`` with its sha256 beside it; later runs reuse
   it while its size and modification time are unchanged.
 - **The receiver** (:func:`session`): a per-run sshd on the receiver's experiment address
-  (:mod:`bbrlab.run.sshd`) whose only authorized key may run ``rrsync -wo`` into a fresh directory, and a
-  poller of the copy's size there (:mod:`bbrlab.run.progress`). At the end the copy's size and sha256 are read.
+  (:mod:`bbrlab.run.sshd`) whose only authorized key may run ``rrsync -wo -munge`` into a fresh directory,
+  as an unprivileged account and behind a guard that refuses permissions, owners, groups and devices (what
+  lands is that account's plain files; symbolic links are munged), and a poller of the copy's size there
+  (:mod:`bbrlab.run.progress`). At the end the copy's size and sha256 are read, as that account.
 - **The client** (:func:`client_argv`): ``rsync --inplace --partial`` with ``ssh -F`` a per-run config on
   the sender: the receiver's host key pinned, the run's client key, and a ``ProxyCommand`` helper
   (``ProxyUseFdpass``) that makes the TCP connection itself: it sets the run's congestion control on the
@@ -37,7 +39,7 @@ from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import Flow
 
-from . import checks, progress, sshd
+from . import checks, progress, rxuser, sshd
 from . import record as rec
 from .runmeta import RunMetadata
 
@@ -47,6 +49,9 @@ DEST_NAME = "transfer.bin"
 #: The name the client's ssh config gives the receiver (and under which its host key is pinned).
 HOST_ALIAS = "bbrlab-receiver"
 RRSYNC = "/usr/bin/rrsync"
+#: What the client's key runs on the receiver (behind :data:`bbrlab.run.sshd.RECEIVE_GUARD`): rsync's
+#: receiving end confined to ``{dest}``, write only, symbolic links munged (made harmless).
+RECEIVE_COMMAND = (RRSYNC, "-wo", "-munge", "{dest}")
 PROGRESS_INTERVAL_MS = 250
 #: ``timeout --kill-after``: seconds between SIGTERM and SIGKILL for a copy that outlived its timeout.
 KILL_AFTER_S = 5
@@ -283,11 +288,12 @@ if [ "$n" = "$2" ]; then echo "sha256=$(sha256sum < "$1" | cut -d' ' -f1)"; fi
 """
 
 
-def measure(host: Host, path: str, expected_bytes: int) -> Received:
+def measure(host: Host, path: str, expected_bytes: int, account: rxuser.RxUser = rxuser.AS_ROOT) -> Received:
     """The copy at ``path`` on ``host``: its size in bytes (0 when absent) and its sha256 when the size is
-    ``expected_bytes``."""
-    kv = _key_values(host.output(["sh", "-c", _MEASURE, "bbrlab-measure", path, str(int(expected_bytes))],
-                                 timeout=300))
+    ``expected_bytes``. Read as ``account`` (the receiver's, whose files they are: root never opens what
+    the client wrote)."""
+    argv = account.wrap(["sh", "-c", _MEASURE, "bbrlab-measure", path, str(int(expected_bytes))])
+    kv = _key_values(host.output(argv, timeout=300))
     return Received(int(kv.get("bytes", 0)), kv.get("sha256"))
 
 
@@ -308,25 +314,36 @@ class Session:
         return self.server.port
 
     @property
+    def account(self) -> rxuser.RxUser:
+        """Who the receiving end (rrsync behind the run's sshd) runs as."""
+        return self.server.account
+
+    @property
+    def caps(self) -> tuple[str, ...]:
+        """The capabilities the receiving end kept: none."""
+        return ()
+
+    @property
     def dest_path(self) -> str:
         """The copy's path on the receiver, in the sshd's destination directory."""
         return f"{self.server.dest_dir}/{DEST_NAME}"
 
 
 @contextmanager
-def session(testbed, file: TestFile, *, lifetime_s: float, ready_timeout_s: float,
+def session(testbed, file: TestFile, *, lifetime_s: float, ready_timeout_s: float, login_grace_s: float,
             port: int = sshd.DEFAULT_PORT) -> Iterator[Session]:
     """The receiver's sshd and progress poller and the sender's client files, for the ``with`` block."""
     rx, tx = testbed.receiver.host, testbed.sender.host
     with ExitStack() as stack:
-        server = stack.enter_context(sshd.server(rx, testbed.receiver.experiment_ip, [RRSYNC, "-wo", "{dest}"],
-                                                 port=port, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s))
+        server = stack.enter_context(sshd.server(
+            rx, testbed.receiver.experiment_ip, RECEIVE_COMMAND, port=port, lifetime_s=lifetime_s,
+            ready_timeout_s=ready_timeout_s, login_grace_s=login_grace_s))
         client_dir = stack.enter_context(client_files(tx, server))
         dest = f"{server.dest_dir}/{DEST_NAME}"
         poller = stack.enter_context(progress.poller(rx, dest, PROGRESS_INTERVAL_MS, lifetime_s))
         handle = Session(server, client_dir, file, poller)
         yield handle
-        handle.received = measure(rx, dest, file.size_bytes)
+        handle.received = measure(rx, dest, file.size_bytes, server.account)
 
 
 # -- the workload ----------------------------------------------------------------------------------
@@ -348,8 +365,10 @@ class Rsync:
 
     def server(self, testbed, flow: Flow, prepared: TestFile, *, lifetime_s: float, ready_timeout_s: float):
         """The :func:`session` for copying ``prepared``: the receiver's sshd and poller and the sender's
-        client files, for the ``with`` block."""
-        return session(testbed, prepared, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
+        client files, for the ``with`` block. A connection has the client's whole time limit to log in
+        (a handshake across a lossy link is slow; the client can never use more)."""
+        return session(testbed, prepared, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
+                       login_grace_s=self.client_limit_s(flow))
 
     def run_client(self, testbed, flow: Flow, endpoint: Session, ports: list[int]) -> Result:
         """The copy on the sender from local port ``ports[0]`` with the flow's CCA, under its timeout; the

@@ -4,7 +4,8 @@ Every workload has the same shape, so the run recipe (:mod:`bbrlab.run.runner`) 
 
 - :meth:`~Workload.prepare` once per run before the link is set (rsync: the sender's cached file);
 - :meth:`~Workload.server`, a context manager for the receiver's side during the transfer (iperf3's
-  server; rsync's sshd), yielding an endpoint with the ``port`` the data connection goes to;
+  server; rsync's sshd), yielding an endpoint with the ``port`` the data connection goes to and the
+  ``account`` the receiving end runs as (:class:`bbrlab.run.rxuser.RxUser`);
 - :meth:`~Workload.run_client` on the sender, the only step under CPU contention;
 - :meth:`~Workload.verify`: the result parsed, its files written, the record's metadata filled and the
   workload's checks run (raising :class:`~bbrlab.core.errors.RunFailed`); returns the data connections' local
@@ -67,7 +68,8 @@ class Iperf3:
         """An iperf3 server on the receiver, ready within ``ready_timeout_s`` and gone after ``lifetime_s``
         seconds.
         """
-        return iperf.server(testbed.receiver.host, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s)
+        return iperf.server(testbed.receiver.host, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
+                            cca=flow.cca)
 
     def run_client(self, testbed, flow: Flow, endpoint: iperf.Server, ports: list[int]):
         """The iperf3 client on the sender, from local port ``ports[0]``, with the flow's CCA, duration and

@@ -243,7 +243,7 @@ def test_a_lab_campaign_over_bbrlab_workers_on_a_dask_scheduler(testbeds, tmp_pa
     before = {name: _state(tb) for name, tb in testbeds.items()}
     address = f"tls://127.0.0.1:{_free_port()}"
     tlsconf.write_ca(tmp_path / "ca")  # the lab's CA, and one certificate for this "lab host"
-    host = tlsconf.write_host_cert(tmp_path / "ca", "lab", tmp_path / "tls", ["127.0.0.1"])
+    host = tlsconf.write_host_cert(tmp_path / "ca", "lab", tmp_path / "tls", ["127.0.0.1"], role="server")
     tls = ["--tls-ca-file", str(host.ca_file), "--tls-cert", str(host.cert), "--tls-key", str(host.key)]
     procs: list[subprocess.Popen] = []
     try:

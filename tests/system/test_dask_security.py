@@ -329,10 +329,13 @@ def _spec_file(tmp_path: Path) -> Path:
 
 
 def test_a_lab_campaign_over_tls_with_bbrlabs_own_certificates(tmp_path):
+    """The help's recipe with role certificates: the scheduler and the worker hold server ones (they listen
+    and connect out: the scheduler to the worker too), the driver a client one (clientAuth only)."""
+    ca = ["tls", "cert", "--ca", str(tmp_path / "ca")]
     for argv in (["tls", "ca", "--out", str(tmp_path / "ca")],
-                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "sched", "--out", str(tmp_path / "s")],
-                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "hosta", "--out", str(tmp_path / "a")],
-                 ["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "me", "--out", str(tmp_path / "me")]):
+                 [*ca, "--role", "server", "--name", "sched", "--out", str(tmp_path / "s")],
+                 [*ca, "--role", "server", "--name", "hosta", "--out", str(tmp_path / "a")],
+                 [*ca, "--role", "client", "--name", "me", "--out", str(tmp_path / "me")]):
         res = _bbrlab(*argv)
         assert res.returncode == 0, res.stderr
     address = f"tls://127.0.0.1:{_free_port()}"
@@ -349,9 +352,10 @@ def test_a_lab_campaign_over_tls_with_bbrlabs_own_certificates(tmp_path):
         assert plain.returncode == 1 and "--insecure" in plain.stderr  # tcp:// refused outright
         other = tmp_path / "other"  # a certificate of another CA: the scheduler must not take it
         assert _bbrlab("tls", "ca", "--out", str(other / "ca")).returncode == 0
-        assert _bbrlab("tls", "cert", "--ca", str(other / "ca"), "--name", "me", "--out", str(other)).returncode == 0
+        assert _bbrlab("tls", "cert", "--ca", str(other / "ca"), "--role", "client", "--name", "me", "--out",
+                       str(other / "me")).returncode == 0
         stranger = _bbrlab("campaign", "run", str(spec_path), "--out", str(out), "--no-progress", "--scheduler",
-                           address, *_tls_args(other, "me"))
+                           address, *_tls_args(other / "me", "me"))
         assert stranger.returncode == 1 and f"--scheduler = '{address}'" in stranger.stderr, stranger.stderr[-2000:]
         assert not out.exists()
         res = _bbrlab("campaign", "run", str(spec_path), "--out", str(out), "--no-progress", "--scheduler", address,
@@ -386,3 +390,34 @@ def test_an_insecure_lab_campaign_is_allowed_only_when_asked_and_the_records_say
                 _stop(proc)
     records = [json.loads(p.read_text()) for p in out.glob("runs/*/record.json")]
     assert len(records) == 2 and all("insecure" in r["metadata"]["worker"]["transport"] for r in records)
+
+
+def _worker_http_listeners(tmp_path: Path, host: str | None) -> tuple[int, list[tuple[str, int]]]:
+    """Start a TLS scheduler and one nanny with ``bbrlab worker``'s listen options (a lab's server-role
+    certificate), and return the worker's HTTP port and every listening socket of this process's tree."""
+    from distributed import Client, Scheduler
+
+    from bbrlab.campaign import tls as tlsconf
+    from bbrlab.campaign.distributed import TestbedNanny
+    from bbrlab.campaign.scaleout import nanny_listen_options
+
+    tlsconf.write_ca(tmp_path / "ca")
+    sec = tlsconf.security(tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", role="server"))
+
+    async def main():
+        async with Scheduler(host="127.0.0.1", port=0, protocol="tls", security=sec, dashboard=False,
+                             dashboard_address="127.0.0.1:0") as sched, \
+                TestbedNanny(sched.address, nthreads=1, **nanny_listen_options(sched.address, sec, host)), \
+                Client(sched.address, security=sec, asynchronous=True) as client:
+            ports = await client.run(lambda dask_worker: dask_worker.http_server.port)
+            return next(iter(ports.values())), listeners(_tree(os.getpid()))
+
+    return asyncio.run(main())
+
+
+def test_a_lab_workers_http_pages_listen_on_loopback_only(tmp_path):
+    """``bbrlab worker`` without --host listens for Dask's comms on every address (the scheduler must reach
+    it; mutual TLS guards them) but serves its HTTP pages (health, Prometheus metrics) on 127.0.0.1 only."""
+    port, seen = _worker_http_listeners(tmp_path, None)
+    print(f"worker HTTP port {port}; listeners {sorted(seen)}")
+    assert [a for a, p in seen if p == port] == ["127.0.0.1"], seen

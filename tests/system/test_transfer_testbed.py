@@ -58,6 +58,8 @@ def test_copy_at_no_loss_arrives_whole_through_the_experiment_link(testbed, tmp_
     assert meta["cca"]["socket"] == "bbr" and meta["cca"]["ss_seen"] == ["bbr"]
     assert t["socket"]["local_port"] == meta["flow"]["client_ports"][0] and meta["sampling"]["rows"] > 0
     assert t["ssh"]["cipher"] and t["ssh"]["kex"]
+    assert (meta["flow"]["receiver_user"], meta["flow"]["receiver_user_note"]) == ("bbrlab-rx", None)
+    assert meta["flow"]["receiver_caps"] == []  # rrsync behind sshd keeps no capability
     assert 0 < t["goodput_mbit"] <= 20 and t["completion_s"] == t["elapsed_s"] > 0
     assert meta["contention"]["evidence"]["policy_held"]
     assert meta["link"]["loss"]["entered"] >= 4_000_000 / 1500  # every data packet crossed the emulator

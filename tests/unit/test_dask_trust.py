@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import ssl
 import stat
+from pathlib import Path
 
 import pytest
 import yaml
@@ -127,27 +128,125 @@ def test_a_lab_ca_and_host_certificates(tmp_path):
     with pytest.raises(ValidationError) as e:
         tlsconf.write_ca(tmp_path / "ca")  # never replaced
     assert e.value.field == "--out"
-    a = tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", ["hosta.lab", "10.0.0.7"])
-    b = tlsconf.write_host_cert(tmp_path / "ca", "hostb", tmp_path / "b")
+    a = tlsconf.write_host_cert(tmp_path / "ca", "hosta", tmp_path / "a", ["hosta.lab", "10.0.0.7"],
+                                role="server")
+    b = tlsconf.write_host_cert(tmp_path / "ca", "hostb", tmp_path / "b", role="server")
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a").iterdir()} == {0o600}
     _handshake(tlsconf.security(a).get_listen_args("scheduler")["ssl_context"],
                tlsconf.security(b).get_connection_args("worker")["ssl_context"])
     for name in ("../x", "", ".x", "a/b"):
         with pytest.raises(ValidationError) as e:
-            tlsconf.write_host_cert(tmp_path / "ca", name, tmp_path / "c")
+            tlsconf.write_host_cert(tmp_path / "ca", name, tmp_path / "c", role="server")
         assert e.value.field == "--name"
     with pytest.raises(ValidationError) as e:
-        tlsconf.write_host_cert(tmp_path / "nothing", "h", tmp_path / "c")
+        tlsconf.write_host_cert(tmp_path / "nothing", "h", tmp_path / "c", role="server")
     assert e.value.field == "--ca"
+
+
+def _usages(cert_file) -> set[str]:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    return {oid._name for oid in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value}
+
+
+def test_a_client_certificate_connects_but_cannot_serve(tmp_path):
+    """Roles: a server certificate (scheduler, worker) allows TLS server and client use, a client one (a
+    driver) only client use, and OpenSSL holds Dask's own contexts to that: a listener presenting a client
+    certificate fails the handshake ("unsuitable certificate purpose")."""
+    tlsconf.write_ca(tmp_path / "ca")
+    server = tlsconf.write_host_cert(tmp_path / "ca", "sched", tmp_path / "s", role="server")
+    driver = tlsconf.write_host_cert(tmp_path / "ca", "me", tmp_path / "me", role="client")
+    assert _usages(server.cert) == {"serverAuth", "clientAuth"} and _usages(driver.cert) == {"clientAuth"}
+    listen = tlsconf.security(server).get_listen_args("scheduler")["ssl_context"]
+    _handshake(listen, tlsconf.security(driver).get_connection_args("client")["ssl_context"])
+    _handshake(listen, tlsconf.security(server).get_connection_args("worker")["ssl_context"])
+    with pytest.raises(ssl.SSLError, match="unsuitable certificate purpose"):
+        _handshake(tlsconf.security(driver).get_listen_args("worker")["ssl_context"],
+                   tlsconf.security(server).get_connection_args("scheduler")["ssl_context"])
+    for role in ("", "both", "Server"):
+        with pytest.raises(ValidationError) as e:
+            tlsconf.write_host_cert(tmp_path / "ca", "x", tmp_path / f"r{role}", role=role)
+        assert e.value.field == "--role" and "client" in e.value.allowed
+        assert not (tmp_path / f"r{role}").exists()
+
+
+def test_lab_certificates_are_short_lived_and_end_with_their_ca(tmp_path):
+    import datetime as dt
+
+    from cryptography import x509
+
+    def end(cert_file) -> dt.datetime:
+        return x509.load_pem_x509_certificate(cert_file.read_bytes()).not_valid_after_utc
+
+    def days(cert_file) -> float:
+        return (end(cert_file) - dt.datetime.now(dt.UTC)).total_seconds() / 86400
+
+    ca = tlsconf.write_ca(tmp_path / "ca")
+    host = tlsconf.write_host_cert(tmp_path / "ca", "h", tmp_path / "h", role="server")
+    assert 364.9 < days(ca.ca_file) <= 365 and 89.9 < days(host.cert) <= 90
+    tlsconf.write_ca(tmp_path / "short", valid_days=30)
+    with pytest.raises(ValidationError) as e:
+        tlsconf.write_host_cert(tmp_path / "short", "h", tmp_path / "h2", role="server")  # 90 d > the CA's 30
+    assert e.value.field == "--days" and "1 to 30" in e.value.allowed and not (tmp_path / "h2").exists()
+    whole = tlsconf.write_host_cert(tmp_path / "short", "h", tmp_path / "h3", role="server", valid_days=30)
+    assert end(whole.cert) <= end(tmp_path / "short" / "ca.pem")
+
+
+def _modes(path) -> tuple[int, int, list[str]]:
+    st = os.lstat(path)
+    return st.st_mode, st.st_uid, sorted(os.listdir(path))
+
+
+def test_tls_never_changes_a_directory_it_did_not_make(tmp_path):
+    """``--out /tmp`` (what made /tmp 0700 when run as root), a shared or non-empty directory, a symbolic
+    link, and an ``--out`` that is the CA's folder or inside it are refused, and left as they were."""
+    import tempfile
+
+    tlsconf.write_ca(tmp_path / "ca")
+    shared, full, real = tmp_path / "shared", tmp_path / "full", tmp_path / "real"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    full.mkdir(mode=0o700)
+    (full / "notes.txt").write_text("x")
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    cases = {Path(tempfile.gettempdir()): "it is", shared: "mode 0755", full: "not empty",
+             tmp_path / "link": "a symbolic link", tmp_path / "ca": "outside the CA",
+             tmp_path / "ca" / "hosts" / "a": "outside the CA"}
+    for out, says in cases.items():
+        before = _modes(out) if out.exists() else None
+        with pytest.raises(ValidationError) as e:
+            tlsconf.write_host_cert(tmp_path / "ca", "h", out, role="server")
+        assert e.value.field == "--out" and says in str(e.value), (out, str(e.value))
+        assert (_modes(out) if out.exists() else None) == before, out
+        if out.exists() and out != tmp_path / "ca":
+            with pytest.raises(ValidationError):
+                tlsconf.write_ca(out)
+            assert (_modes(out) if out.exists() else None) == before, out
+    assert sorted(os.listdir(tmp_path / "ca")) == ["ca-key.pem", "ca.pem"]
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    os.chmod(empty, 0o700)
+    tlsconf.write_host_cert(tmp_path / "ca", "h", empty, role="client")  # an empty private one is taken
+    made = tlsconf.write_host_cert(tmp_path / "ca", "h", tmp_path / "new" / "deeper", role="client")
+    assert stat.S_IMODE(made.cert.parent.stat().st_mode) == 0o700
 
 
 def test_tls_commands_write_what_the_help_says(tmp_path, capsys):
     assert main(["tls", "ca", "--out", str(tmp_path / "ca")]) == 0
-    assert main(["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "sched", "--host", "127.0.0.1",
-                 "--out", str(tmp_path / "s")]) == 0
+    assert main(["tls", "cert", "--ca", str(tmp_path / "ca"), "--role", "server", "--name", "sched",
+                 "--host", "127.0.0.1", "--out", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
     assert f"--tls-cert {tmp_path / 's' / 'sched.pem'}" in out
     assert sorted(os.listdir(tmp_path / "s")) == ["ca.pem", "sched-key.pem", "sched.pem"]
+    with pytest.raises(SystemExit):  # a role is required
+        main(["tls", "cert", "--ca", str(tmp_path / "ca"), "--name", "me", "--out", str(tmp_path / "me")])
+    assert "--role" in capsys.readouterr().err
+    assert main(["tls", "cert", "--ca", str(tmp_path / "ca"), "--role", "driver", "--name", "me",
+                 "--out", str(tmp_path / "me")]) != 0
+    err = capsys.readouterr().err
+    assert "--role" in err and "server" in err and "client" in err and not (tmp_path / "me").exists()
 
 
 # -- a lab's transport ------------------------------------------------------------------------------------

@@ -151,10 +151,13 @@ def test_poller_command_is_checked_before_it_starts():
 # -- the receiver's sshd -----------------------------------------------------------------------------
 
 def test_sshd_listens_on_the_experiment_address_only_and_allows_only_the_forced_command():
-    text = sshd.config_text("/tmp/d", "10.77.0.2", 5022)
+    text = sshd.config_text("/tmp/d", "10.77.0.2", 5022, login_grace_s=45)
     lines = set(text.splitlines())
-    assert {"ListenAddress 10.77.0.2:5022", "PasswordAuthentication no", "PermitRootLogin forced-commands-only",
-            "AuthenticationMethods publickey", "AllowTcpForwarding no", "PermitTTY no"} <= lines
+    assert {"ListenAddress 10.77.0.2:5022", "PasswordAuthentication no", "PermitRootLogin no",
+            "AllowUsers bbrlab-rx", "AuthenticationMethods publickey", "AllowTcpForwarding no",
+            "PermitTTY no",
+            "LoginGraceTime 45", f"MaxStartups {sshd.MAX_STARTUPS}"} <= lines
+    assert "PermitRootLogin forced-commands-only" in sshd.config_text("/tmp/d", "10.77.0.2", 5022, sshd.ROOT)
     assert sum(line.startswith(("ListenAddress", "Port ")) for line in lines) == 1
     assert sshd.key_options(["/usr/bin/rrsync", "-wo", "/tmp/d/dest"]) == 'restrict,command="/usr/bin/rrsync -wo /tmp/d/dest"'
     with pytest.raises(ValidationError):

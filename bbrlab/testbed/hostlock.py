@@ -15,8 +15,8 @@ A lock can also be lost while this process lives: a network blip ends the SSH co
 then ends the command and another driver may take the host), and fabric would quietly open a new connection
 for the next command. So the connection carries keepalives (:func:`bbrlab.core.hosts.keep_alive`), each
 acquisition writes a token of its own into the owner record (``hold``), and :func:`check_held` (called by the
-runner before each run and again before the run is recorded) makes sure that the command still runs on its
-channel and that the host names this very acquisition as its holder. When not, it raises
+runner before each run and again before the run is recorded) asks the command holding the lock, through its
+own channel, whether the lock file is still the one it locked and the owner record still this acquisition's. When not, it raises
 :class:`HostLockLost`: the attempt fails with that reason, and the next check takes the lock again if the host
 is free (the runner then sets the link afresh), or fails naming who holds it now.
 
@@ -52,11 +52,15 @@ OWNER_FILE = "host.owner"
 SESSION_TOKEN = secrets.token_hex(12)
 #: Seconds between two attempts while another driver holds a host.
 POLL_S = 2.0
+#: Seconds the command holding a lock has to answer a check through its channel before the lock counts as lost.
+ANSWER_TIMEOUT_S = 15.0
 #: The longest owner record read back from a host.
 MAX_RECORD_BYTES = 4096
 
 #: $1 directory, $2 our owner record (one line of JSON). Prints REFUSED/BUSY <record>/LOCKED, then holds the
-#: lock until its stdin ends. A constant script: values arrive as arguments, never in the script's text.
+#: lock until its stdin ends, answering each line <nonce> it reads with HELD <nonce> while the lock file is still
+#: the one it locked and the owner record still ours (GONE <nonce> <why> when not). A constant script: values
+#: arrive as arguments, never in the script's text.
 _HOLD = r"""
 dir=$1 owner=$2
 umask 077
@@ -72,7 +76,16 @@ if ! flock -n 9; then
 fi
 printf '%s, "host_pid": %d}\n' "${owner%\}}" $$ > "$dir/host.owner.$$" && mv -f -- "$dir/host.owner.$$" "$dir/host.owner"
 echo LOCKED
-cat > /dev/null 9>&-
+while IFS= read -r nonce; do
+    if [ "$(stat -L -c %d:%i /proc/self/fd/9)" != "$(stat -c %d:%i -- "$dir/host.lock" 2>/dev/null)" ]; then
+        echo "GONE $nonce $dir/host.lock is no longer the file this lock is on"
+    else
+        case "$(head -c 4096 -- "$dir/host.owner" 2>/dev/null)" in
+            "${owner%\}},"*) echo "HELD $nonce" ;;
+            *) echo "GONE $nonce $dir/host.owner names another holder" ;;
+        esac
+    fi
+done
 rm -f -- "$dir/host.owner"
 """
 
@@ -271,20 +284,25 @@ def _acquire(host: Host, directory: str, record: dict, timeout_s: float, note) -
 
 # -- a lock lost while held --------------------------------------------------------------------------------
 def _lost_reason(entry: _Hold) -> str | None:
-    """Why ``entry``'s lock is no longer ours, or None while it is: its command must still run on its channel
-    and the host must name this acquisition (token and ``hold``) as its holder."""
+    """Why ``entry``'s lock is no longer ours, or None while it is: the command holding it on the host must
+    answer a fresh nonce through its own channel that the lock file is still the one it locked and the owner
+    record there still this acquisition's (one round trip on a channel already open)."""
     why = entry.cmd.gone() if entry.cmd is not None else "it was not taken again"
     if why:
         return f"the command holding it ended: {why}"
+    nonce = secrets.token_hex(6)
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
     try:
-        held = holder(entry.host, entry.directory)
-    except Exception as e:  # noqa: BLE001 - any failure to read it back means we cannot vouch for it
-        return f"its holder could not be read back on the host: {type(e).__name__}: {e}"
-    if held is None:
-        return "the host shows it free"
-    if held.get("token") != SESSION_TOKEN or held.get("hold") != entry.record["hold"]:
-        return f"the host names another holder: {describe(held)}"
-    return None
+        entry.cmd.send(f"{nonce}\n")
+        while True:
+            kind, _, rest = entry.cmd.readline(max(0.0, deadline - time.monotonic())).strip().partition(" ")
+            if not kind:
+                return "the command holding it ended without answering"
+            got, _, why = rest.partition(" ")
+            if got == nonce:
+                return None if kind == "HELD" else f"the host says: {why}"
+    except Exception as e:  # noqa: BLE001 - no answer, whatever the cause, means we cannot vouch for it
+        return f"the command holding it did not answer within {ANSWER_TIMEOUT_S:.0f} s: {type(e).__name__}: {e}"
 
 
 def _drop(entry: _Hold) -> None:

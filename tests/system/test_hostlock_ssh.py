@@ -204,3 +204,14 @@ def test_after_a_network_blip_the_lost_lock_fails_the_run_and_our_orphan_on_the_
         assert hostlock.check_held(tb) is True
         assert not _alive(orphan) and _holding_pid(lock_dir) != orphan
         assert hostlock.check_held(tb) is False
+
+
+def test_a_lock_file_removed_on_the_host_is_a_lost_lock(lab):
+    """Someone removes the lock file on the host (a clean-up of /run): a second driver could now lock a new file
+    of that name, so the holder's answer says its lock is no longer the host's."""
+    host, _, _, lock_dir = lab
+    tb = _testbed(host)
+    with hostlock.hold(host, testbed="lab-t", directory=lock_dir):
+        (Path(lock_dir) / hostlock.LOCK_FILE).unlink()
+        with pytest.raises(hostlock.HostLockLost, match="host.lock is no longer the file this lock is on"):
+            hostlock.check_held(tb)

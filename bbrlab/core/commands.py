@@ -71,6 +71,11 @@ class HeldCommand:
         """End of file on the command's stdin; wait up to ``wait_s`` for it to exit; its exit code."""
         raise NotImplementedError
 
+    def gone(self) -> str | None:
+        """Why the command no longer runs for us (it exited, its SSH connection closed), or None while it does.
+        Asks nothing of the host: what this side has been told."""
+        raise NotImplementedError
+
 
 class _LocalHeld(HeldCommand):
     def __init__(self, argv: tuple[str, ...]):
@@ -105,6 +110,10 @@ class _LocalHeld(HeldCommand):
             return self._proc.wait()
         finally:
             self._proc.stdout.close()
+
+    def gone(self) -> str | None:
+        code = self._proc.poll()
+        return None if code is None else f"it exited (status {code})"
 
 
 class _SSHHeld(HeldCommand):
@@ -144,6 +153,16 @@ class _SSHHeld(HeldCommand):
             return None
         finally:
             self._chan.close()
+
+    def gone(self) -> str | None:
+        transport = self._chan.get_transport()
+        if transport is None or not transport.is_active():
+            return "its SSH connection is closed"
+        if self._chan.exit_status_ready():
+            return f"it exited on the host (status {self._chan.recv_exit_status()}; -1: killed by a signal)"
+        if self._chan.closed or self._chan.eof_received:
+            return "its SSH channel was closed"
+        return None
 
 
 #: Seconds a local command has to end after the SIGINT bbrlab forwards on Ctrl-C, before SIGKILL.

@@ -5,7 +5,10 @@ the list is joined with :func:`shlex.join`, so a value such as ``bbr; touch /tmp
 as one literal argument and is never interpreted by a shell.
 
 ``LocalHost`` uses invoke's ``Context``; ``SSHHost`` uses fabric's ``Connection`` with the
-host key pinned from a known_hosts file (a host whose key is not there is refused).
+host key pinned from a known_hosts file (a host whose key is not there is refused). Every SSH connection sends
+a keepalive after :data:`KEEPALIVE_S` seconds of silence, and the kernel gives it up once data has gone
+unacknowledged for :data:`DEAD_AFTER_S` seconds: a firewall or NAT keeps an idle connection (and with it the
+lock a lab host holds for us, :mod:`bbrlab.testbed.hostlock`), and a dead one is noticed rather than waited on.
 
 Both are configured explicitly (:func:`invoke_config`, :func:`fabric_config`): no configuration file
 (``/etc/invoke.yaml``, ``~/.invoke.yaml``, ``~/.fabric.yaml``, ``~/.ssh/config``, ...) and no
@@ -45,6 +48,11 @@ from .commands import (  # noqa: F401 - re-exported: callers import them from he
     invoke_config,
 )
 from .errors import BbrlabError
+
+#: Seconds of silence on an SSH connection before a keepalive goes out (paramiko's transport keepalive).
+KEEPALIVE_S = 10
+#: Seconds data (a keepalive) may go unacknowledged before the kernel closes the connection (TCP_USER_TIMEOUT).
+DEAD_AFTER_S = 60
 
 
 @dataclass
@@ -263,6 +271,13 @@ class SSHHost(Host):
             self._conn = conn
         return self._conn
 
+    def _opened(self):
+        """The connection, open (a new one when it had closed), with keepalives on (:func:`keep_alive`)."""
+        conn = self._connection()
+        conn.open()
+        keep_alive(conn.client.get_transport())
+        return conn
+
     def _execute(self, argv, *, timeout, stdin):
         from invoke.exceptions import CommandTimedOut
 
@@ -272,7 +287,7 @@ class SSHHost(Host):
 
             kw["in_stream"] = io.StringIO(stdin)
         try:
-            r = self._connection().run(shlex.join(argv), timeout=timeout, **kw)
+            r = self._opened().run(shlex.join(argv), timeout=timeout, **kw)
         except CommandTimedOut as e:
             return -1, e.result.stdout, e.result.stderr, True
         return r.exited, r.stdout, r.stderr, False
@@ -281,24 +296,22 @@ class SSHHost(Host):
         return self.user == "root"
 
     def _hold_open(self, argv: tuple[str, ...]) -> HeldCommand:
-        conn = self._connection()
-        conn.open()
+        conn = self._opened()
         return _SSHHeld(conn.client.get_transport(), shlex.join(argv))
 
     def put(self, local_path: str | Path, remote_path: str) -> None:
         """Copy local file ``local_path`` to ``remote_path`` on the host over SFTP (fabric keeps its mode)."""
-        self._connection().put(str(local_path), remote_path)
+        self._opened().put(str(local_path), remote_path)
 
     def get(self, remote_path: str, local_path: str | Path) -> None:
         """Copy file ``remote_path`` of the host to ``local_path`` on this machine over SFTP."""
-        self._connection().get(remote_path, str(local_path))
+        self._opened().get(remote_path, str(local_path))
 
     def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
         """The command on a channel of its own (sshd makes it a session leader); its stdout and stderr are
         copied into the file by a thread as they arrive."""
         Path(local_path).write_bytes(b"")
-        conn = self._connection()
-        conn.open()
+        conn = self._opened()
         channel = conn.client.get_transport().open_session()
         channel.set_combine_stderr(True)
         channel.exec_command(shlex.join(_argv(argv)))
@@ -309,6 +322,31 @@ class SSHHost(Host):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def keep_alive(transport) -> None:
+    """Keepalives on an SSH ``transport`` (once per transport): an SSH keepalive after :data:`KEEPALIVE_S` s of
+    silence, TCP keepalives on its socket, and TCP_USER_TIMEOUT of :data:`DEAD_AFTER_S` s, so a connection
+    whose peer is gone fails within about a minute instead of TCP's quarter of an hour."""
+    import socket
+
+    if transport is None or getattr(transport, "_bbrlab_keepalive", False):
+        return
+    transport.set_keepalive(KEEPALIVE_S)
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, socket.socket):
+        options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+        for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", KEEPALIVE_S),
+                            ("TCP_KEEPCNT", max(1, DEAD_AFTER_S // KEEPALIVE_S)),
+                            ("TCP_USER_TIMEOUT", DEAD_AFTER_S * 1000)):
+            if hasattr(socket, name):
+                options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+        for level, option, value in options:
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError:  # a socket that is not TCP (a proxy's): the SSH keepalive still goes out
+                break
+    transport._bbrlab_keepalive = True
 
 
 def local_user() -> str:

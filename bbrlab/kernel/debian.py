@@ -1,9 +1,13 @@
 """Debian kernel packages from the mirror, without touching this machine's apt configuration.
 
 A suite's package list is read the way apt reads it, but into bbrlab's cache: the suite's
-``InRelease`` is checked with ``gpgv`` against Debian's archive keyring, the ``Packages.xz`` it
-names is checked against the SHA-256 listed there, and every ``.deb`` against the SHA-256 in
-``Packages``. Nothing is added to ``/etc/apt``; nothing is installed with dpkg.
+``InRelease`` is checked with ``gpgv`` against Debian's archive keyring (refused before anything is
+downloaded when the keyring is missing), then its own fields (:func:`check_release`): it must be the
+suite asked for, not past its ``Valid-Until``, not dated in the future, and not older than the
+``InRelease`` verified here before, so an old signed index replayed by a mirror or a man in the middle
+is refused as apt refuses it. The ``Packages.xz`` it names is checked against the SHA-256 listed there,
+and every ``.deb`` against the SHA-256 in ``Packages``. Nothing is added to ``/etc/apt``; nothing is
+installed with dpkg.
 
 Layout under ``${XDG_CACHE_HOME:-~/.cache}/bbrlab/debian/``::
 
@@ -24,6 +28,8 @@ campaign spread over days boots the same kernel.
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import hashlib
 import json
 import lzma
@@ -45,6 +51,9 @@ KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 ARCH = "amd64"
 INDEX_MEMBER = f"main/binary-{ARCH}/Packages.xz"
 DOWNLOAD_TIMEOUT_S = 120
+#: Seconds an ``InRelease``'s ``Date`` may lie ahead of this machine's clock (apt allows none by default; a
+#: few minutes of clock difference between the mirror and here is not a replay).
+RELEASE_FUTURE_SKEW_S = 600
 
 
 class DebianError(BbrlabError):
@@ -140,16 +149,100 @@ def _fetch(url: str, dest: Path) -> Path:
     return dest
 
 
-def _verified_release(suite: str, folder: Path) -> str:
-    """Download ``InRelease`` and return its signed text (gpgv against Debian's archive keyring)."""
-    inrelease = _fetch(f"{MIRROR}/dists/{suite}/InRelease", folder / "InRelease")
-    if not KEYRING.is_file():
-        raise DebianError(f"{KEYRING} is missing: install debian-archive-keyring")
-    p = run_group(["gpgv", "--keyring", str(KEYRING), "--output", "-", str(inrelease)],
+def check_keyring(keyring: Path = KEYRING) -> None:
+    """Refuse (:class:`DebianError`) to go on without Debian's archive keyring: nothing from the mirror can be
+    checked without it."""
+    if not Path(keyring).is_file():
+        raise DebianError(f"Debian's archive keyring {keyring} is missing, so nothing from the mirror can be checked: "
+                          "install debian-archive-keyring (scripts/install-system-packages)")
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """The fields of a (signed) ``Release`` text that say which index it is and when it holds."""
+
+    suite: str
+    codename: str
+    date: dt.datetime
+    valid_until: dt.datetime | None
+
+
+def _release_time(value: str, field_name: str) -> dt.datetime:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        when = None
+    if when is None or when.tzinfo is None:
+        raise DebianError(f"the Release file's {field_name} is not an RFC 2822 date with a zone: {value[:80]!r}")
+    return when
+
+
+def release_info(text: str) -> ReleaseInfo:
+    """:class:`ReleaseInfo` of a Release text (its header paragraph: ``Suite``, ``Codename``, ``Date``,
+    ``Valid-Until``); raises :class:`DebianError` naming a field that is missing or unreadable."""
+    fields = dict(re.findall(r"^(Suite|Codename|Date|Valid-Until): *(.*?) *$", text, re.M))
+    for name in ("Suite", "Codename", "Date"):
+        if not fields.get(name):
+            raise DebianError(f"the Release file has no {name} field")
+    until = fields.get("Valid-Until")
+    return ReleaseInfo(fields["Suite"], fields["Codename"], _release_time(fields["Date"], "Date"),
+                       _release_time(until, "Valid-Until") if until else None)
+
+
+def check_release(info: ReleaseInfo, suite: str, *, now: dt.datetime, previous: dt.datetime | None = None) -> None:
+    """Refuse (:class:`DebianError`) a signed index that is not the one asked for now: another suite's
+    (``Suite`` and ``Codename`` both differ from ``suite``), expired (``now`` past ``Valid-Until``), dated
+    more than :data:`RELEASE_FUTURE_SKEW_S` ahead of ``now``, or older than ``previous`` (the ``Date`` of the
+    index verified here before: a replay of an old signed index)."""
+    if suite not in (info.suite, info.codename):
+        raise DebianError(f"the InRelease fetched for {suite} is {info.codename}'s ({info.suite}): Suite/Codename must "
+                          f"name {suite} (another suite's signed index served in its place?)")
+    if info.valid_until is not None and now > info.valid_until:
+        raise DebianError(f"{suite}'s InRelease expired: Valid-Until {info.valid_until.isoformat()} is before now "
+                          f"({now.isoformat()}); a replay of an old index, or a stale mirror")
+    ahead_s = (info.date - now).total_seconds()
+    if ahead_s > RELEASE_FUTURE_SKEW_S:
+        raise DebianError(f"{suite}'s InRelease is dated {info.date.isoformat()}, {ahead_s:.0f} s ahead of this machine's "
+                          f"clock (at most {RELEASE_FUTURE_SKEW_S} s allowed): check the clock")
+    if previous is not None and info.date < previous:
+        raise DebianError(f"{suite}'s InRelease is dated {info.date.isoformat()}, older than the one verified here "
+                          f"before ({previous.isoformat()}): a replay of an old signed index, or a stale mirror")
+
+
+def _previous_date(path: Path) -> dt.datetime | None:
+    """The ``Date`` of the InRelease verified here before (bbrlab's own cache), or None."""
+    try:
+        return release_info(path.read_text(errors="replace")).date
+    except (OSError, DebianError):
+        return None
+
+
+def verify_release(inrelease: Path, suite: str, *, keyring: Path = KEYRING, now: dt.datetime | None = None,
+                   previous: dt.datetime | None = None) -> str:
+    """The signed text of ``inrelease`` once its signature verifies against ``keyring`` (``gpgv``) and its
+    fields pass :func:`check_release` for ``suite`` at ``now`` (default: this machine's clock)."""
+    check_keyring(keyring)
+    p = run_group(["gpgv", "--keyring", str(keyring), "--output", "-", str(inrelease)],
                   capture_output=True, text=True, timeout=60)
     if p.returncode != 0:
         raise DebianError(f"the signature of {suite}'s InRelease does not verify: {p.stderr.strip()[-400:]}")
+    check_release(release_info(p.stdout), suite, now=now or dt.datetime.now(dt.UTC), previous=previous)
     return p.stdout
+
+
+def _verified_release(suite: str, folder: Path, keyring: Path = KEYRING) -> str:
+    """Download ``InRelease`` and return its signed text, checked by :func:`verify_release`; it replaces the
+    one kept in ``folder`` only once it passed."""
+    check_keyring(keyring)  # before anything is downloaded
+    kept = folder / "InRelease"
+    fetched = _fetch(f"{MIRROR}/dists/{suite}/InRelease", folder / "InRelease.fetched")
+    try:
+        text = verify_release(fetched, suite, keyring=keyring, previous=_previous_date(kept))
+    except BaseException:
+        fetched.unlink(missing_ok=True)
+        raise
+    os.replace(fetched, kept)
+    return text
 
 
 def index_sha256(release_text: str, member: str = INDEX_MEMBER) -> str:
@@ -192,10 +285,11 @@ def depends(pkg: DebPackage) -> list[tuple[str, str]]:
     return out
 
 
-def suite_index(suite: str) -> dict[str, list[DebPackage]]:
-    """The suite's kernel packages from its verified ``Packages.xz`` (downloaded now)."""
+def suite_index(suite: str, keyring: Path = KEYRING) -> dict[str, list[DebPackage]]:
+    """The suite's kernel packages from its verified ``Packages.xz`` (downloaded now; ``keyring``: Debian's
+    archive keyring, refused before any download when missing)."""
     folder = debian_dir() / "dists" / suite
-    release = _verified_release(suite, folder)
+    release = _verified_release(suite, folder, keyring)
     want = index_sha256(release)
     packages = _fetch(f"{MIRROR}/dists/{suite}/{INDEX_MEMBER}", folder / "Packages.xz")
     got = sha256_file(packages)

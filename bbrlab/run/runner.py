@@ -8,6 +8,10 @@ manager owned by its tool, composed in one ``ExitStack``: whatever fails or inte
 exception, SIGINT, SIGTERM, SIGHUP), the policy comes off, the sampler and the server stop, and the link
 is cleared, in reverse order.
 
+A lab's hosts are driven only under their own lock (:mod:`bbrlab.testbed.hostlock`): it is checked before the
+run starts and again before the run is handed back to be recorded, and a lock found lost fails the attempt
+(:class:`~bbrlab.testbed.hostlock.HostLockLost`); the next attempt takes it again and sets the link afresh.
+
 The runner never catches a failure: it raises a :class:`~bbrlab.run.runmeta.FailedRun` carrying the metadata
 measured so far, from the error that ended the run, and the campaign (:func:`bbrlab.campaign.loop.drive`)
 records it once, with where that error was raised.
@@ -30,6 +34,7 @@ from bbrlab.link import emulator as link
 from bbrlab.sampling import alignment, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
+from bbrlab.testbed import hostlock
 
 from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
@@ -95,6 +100,8 @@ class Runner:
         :class:`~bbrlab.run.runmeta.FailedRun` if the run fails (an interruption as itself)."""
         meta = RunMetadata()
         with meta.carried_by_errors():
+            if hostlock.check_held(self.testbed):  # taken again after it was lost: the hosts may have changed
+                self.session.hosts_retaken()
             try:
                 self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams))
             except Exception:
@@ -102,6 +109,7 @@ class Runner:
                 # would otherwise refuse the leftover (or measure under it).
                 meta.deadline_after_failure = self.session.clear_deadline()
                 raise
+            hostlock.check_held(self.testbed)  # held the whole run, or the run is not recorded as ok
         self.session.recovery_recorded = True
         return meta.to_dict()
 

@@ -71,6 +71,11 @@ class TestbedSession:
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
             meta.recovered = self._recovered
 
+    def hosts_retaken(self) -> None:
+        """A lab host's lock was lost and taken again: another driver may have changed the emulator meanwhile,
+        so the next run sets the link again rather than trusting what this session set."""
+        self.link.current, self.link.offloads = None, None
+
     def clear_deadline(self) -> dict:
         """Put every sender vCPU thread still under SCHED_DEADLINE back to SCHED_OTHER (after a failed run);
         what was cleared, or why it could not be (the next attempt then refuses the leftover)."""

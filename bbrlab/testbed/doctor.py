@@ -189,12 +189,13 @@ def check_guest_kernel_sources() -> list[Check]:
 
 def check_sender_kernel_tools() -> list[Check]:
     """What other sender kernels need: a static busybox for their initramfs, the archive keyring and
-    gpgv to verify the Debian mirror, and the tools ``bbrlab kernel build-tree`` compiles with."""
+    gpgv to verify the Debian mirror (the guest image's debootstrap needs the keyring too), and the tools
+    ``bbrlab kernel build-tree`` compiles with."""
 
     out = []
     for label, present, pkg in (
         ("sender initramfs busybox", BUSYBOX.is_file(), "busybox-static"),
-        ("Debian archive keyring", KEYRING.is_file(), "debian-archive-keyring"),
+        ("Debian archive keyring (guest image, kernels)", KEYRING.is_file(), "debian-archive-keyring"),
         ("gpgv", shutil.which("gpgv") is not None, "gpgv"),
         ("kernel build tools (flex, bison)", bool(shutil.which("flex") and shutil.which("bison")), "flex bison"),
         ("libelf headers", os.path.isfile("/usr/include/gelf.h"), "libelf-dev"),

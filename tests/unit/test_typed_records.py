@@ -240,7 +240,7 @@ def test_a_failed_run_is_not_wrapped_twice():
 
 def _testbed() -> SimpleNamespace:
     host = SimpleNamespace(name="nowhere")
-    return SimpleNamespace(emulator=SimpleNamespace(host=host, ports=("eth1", "eth2")))
+    return SimpleNamespace(kind="local", emulator=SimpleNamespace(host=host, ports=("eth1", "eth2")))
 
 
 def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy_did(monkeypatch, tmp_path):

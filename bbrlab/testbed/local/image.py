@@ -14,6 +14,10 @@ image that looks finished. SIGINT, SIGTERM and SIGHUP stop a build cleanly: its 
 everything they started) are stopped and the work folder removed. A work folder left by a build that
 was killed outright is swept by the next build, under the image lock.
 
+debootstrap checks the mirror's signed ``Release`` against Debian's archive keyring and each package against
+it (``--keyring ... --force-check-gpg``); without the keyring it would only warn and install whatever the
+plain-HTTP mirror served, so a build without it is refused before anything is downloaded.
+
 The image carries an SSH host key (ed25519) generated at build time (public half next to the image,
 ``host_key.pub``), but no testbed trusts it: the image is shared by every VM of every testbed, so each VM
 is handed a key of its own at boot and only that one is pinned (see
@@ -38,6 +42,7 @@ from pathlib import Path
 from bbrlab.core import cachefiles
 from bbrlab.core.errors import TestbedError
 from bbrlab.core.signals import interruptible, run_group
+from bbrlab.kernel.debian import KEYRING, DebianError, check_keyring
 
 IMAGE_VERSION = 1  # bump when the build steps change in a way the recipe below does not show
 SUITE = "bookworm"
@@ -245,20 +250,25 @@ def _step(name: str, argv: list[str], progress: Callable[[str], None], timeout_s
     return p.stdout
 
 
-def build_image(progress: Callable[[str], None] = lambda s: None) -> GuestImage:
-    """Build the image for the current recipe into the cache (see the module docstring)."""
+def build_image(progress: Callable[[str], None] = lambda s: None, *, keyring: Path = KEYRING) -> GuestImage:
+    """Build the image for the current recipe into the cache (see the module docstring); ``keyring`` is Debian's
+    archive keyring debootstrap checks the mirror with (refused before anything is done when it is missing)."""
+    try:
+        check_keyring(keyring)
+    except DebianError as e:
+        raise TestbedError(f"not building the guest image: {e}") from None
     with interruptible():
-        return _build_image(progress)
+        return _build_image(progress, keyring)
 
 
-def _build_image(progress: Callable[[str], None]) -> GuestImage:
+def _build_image(progress: Callable[[str], None], keyring: Path) -> GuestImage:
     r = recipe()
     final = cache_dir() / "images" / recipe_hash(r)
     t0 = time.monotonic()
     work = cachefiles.work_dir(final.parent, final.name)
     try:
         root = work / "rootfs"
-        _debootstrap(r, root, progress)
+        _debootstrap(r, root, progress, keyring)
         _configure(root, progress)
         _install_kernel(r["kernel"], root, progress)  # its postinst builds the initramfs
         release = _export_boot_files(root, work)
@@ -278,10 +288,15 @@ def _build_image(progress: Callable[[str], None]) -> GuestImage:
     return GuestImage(final)
 
 
-def _debootstrap(r: dict, root: Path, progress: Callable[[str], None]) -> None:
-    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(r['packages'])}",
-            r["suite"], str(root), r["mirror"]]
-    _step("debootstrap (a few minutes)", argv, progress)
+def debootstrap_argv(r: dict, root: Path, keyring: Path = KEYRING) -> list[str]:
+    """debootstrap's command for recipe ``r`` into ``root``: the mirror's Release checked against ``keyring``,
+    and a failed or impossible check an error, never a warning (``--force-check-gpg``)."""
+    return ["debootstrap", "--variant=minbase", f"--keyring={keyring}", "--force-check-gpg",
+            f"--include={','.join(r['packages'])}", r["suite"], str(root), r["mirror"]]
+
+
+def _debootstrap(r: dict, root: Path, progress: Callable[[str], None], keyring: Path) -> None:
+    _step("debootstrap (a few minutes)", debootstrap_argv(r, root, keyring), progress)
 
 
 def _install_kernel(package: str, root: Path, progress: Callable[[str], None]) -> None:

@@ -105,8 +105,13 @@ def testbed():
     name = suite_testbed()
     _recount_deadline_bandwidth()
     if os.path.isfile(name):
+        from bbrlab.testbed import hostlock
+
         tb = tbmod.load(name)
-        yield tb
+        # A run checks that its process holds the lab hosts' locks (a lost lock fails it), so the session holds
+        # them as a campaign does; a test's second driver on the same lab waits for the session.
+        with hostlock.holding(tb, activity="pytest session"):
+            yield tb
         tb.close()
         return
     with contextlib.ExitStack() as stack:

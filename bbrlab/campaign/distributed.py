@@ -84,9 +84,24 @@ MAX_NAME_CHARS = 128
 FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 
 
+#: Dask configuration every testbed worker runs with, whatever the machine's says. Dask's statistical profiler
+#: (``sys._current_frames()`` every 10 ms in the worker's main thread) deadlocks a Python 3.11 process that
+#: starts threads, as a run does for every command (CPython gh-106883, dask/distributed#8616): a task thread
+#: stuck in ``Thread.start()`` for good, and with it the testbed (issue 35, tests/system/test_worker_deadlock.py).
+WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}}}}
+
+
 class TestbedNanny(Nanny):
     """A Nanny that gives its worker :data:`CLOSE_TIMEOUT_S` to close: the plugin's teardown restores the
-    testbed, and a worker killed half-way through would leave it as it was."""
+    testbed, and a worker killed half-way through would leave it as it was. Its worker runs with
+    :data:`WORKER_CONFIG` over the configuration given (no statistical profiler)."""
+
+    def __init__(self, *args, config: dict | None = None, **kwargs):
+        import dask.config
+
+        # Nanny lays ``config`` over this process's configuration key by key (not deeply): give it all of it.
+        whole = dask.config.merge(dask.config.config, config or {}, WORKER_CONFIG)
+        super().__init__(*args, config=whole, **kwargs)
 
     async def close(self, timeout: float = CLOSE_TIMEOUT_S, reason: str = "nanny-close"):
         """Close the nanny and its worker, giving the worker ``timeout`` seconds (default

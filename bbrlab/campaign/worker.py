@@ -53,6 +53,8 @@ PLUGIN_NAME = "bbrlab-testbed"
 STOPPED = "stopped"
 #: How long :meth:`TestbedPlugin.finish` waits for an interrupted run to restore and end.
 STOP_TIMEOUT_S = 60.0
+#: How long a worker waits for the scheduler to take an attempt's start (:func:`announce_start`).
+ANNOUNCE_TIMEOUT_S = 30.0
 
 
 class StopRequested(Interrupted):
@@ -357,7 +359,7 @@ def announce_start(context: CampaignContext | None) -> None:
 
     worker = get_worker()
     sync(worker.loop, worker.scheduler.log_event, topic=started_topic(context.token),
-         msg={"key": worker.get_current_task()})
+         msg={"key": worker.get_current_task()}, callback_timeout=ANNOUNCE_TIMEOUT_S)
 
 
 async def finish_on_worker(token: str, keep_link: bool = False, dask_worker=None) -> dict:

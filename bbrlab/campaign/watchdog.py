@@ -13,6 +13,12 @@ notice: a Python 3.11 worker deadlocked in the interpreter runs no Python at all
   (:func:`dump_and_kill`). The Nanny starts a new worker, whose plugin clears what the run left (the
   deadline policy, iperf3, the samplers) as after any killed worker; the driver records the attempt as
   failed with the stacks (``hang-stacks.txt`` in ``failed/<run_id>.a<N>/``) and the loop retries it.
+
+A campaign on one testbed runs its attempts in its own main thread (:class:`bbrlab.campaign.loop.InProcess`):
+there :func:`bounded` dumps every stack at the bound and raises :class:`AttemptHung` in the main thread through
+a signal (which also ends a wait on a lock or a socket), so the run's own context managers restore the testbed
+as for Ctrl-C, and the attempt is recorded failed. A hang that runs no Python in that process at all is
+not ended there (no Dask profiler runs in it, the cause of the hang seen).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bbrlab.core.scenario import Scenario
@@ -40,6 +49,58 @@ DUMP_SIGNAL = signal.SIGUSR1
 DUMP_FILE = "bbrlab-stacks.txt"
 #: The most of the dump that goes into a record.
 MAX_DUMP_BYTES = 256 * 1024
+#: The signal :func:`bounded` ends a hung attempt in the main thread with.
+HUNG_SIGNAL = signal.SIGUSR2
+#: The file of a hung attempt's record with every thread's stack.
+STACKS_FILE = "hang-stacks.txt"
+
+
+class AttemptHung(BaseException):  # noqa: N818 - like Interrupted, it names an event
+    """An attempt ran past its bound (:func:`bounded`). A ``BaseException``, so no ``except Exception`` of the
+    run swallows it and goes on hanging; the campaign's executor records the attempt as failed."""
+
+    def __init__(self, bound_s: float):
+        self.bound_s = bound_s
+        super().__init__(f"hung: the attempt ran past its bound of {bound_s:.0f} s; every thread's stack is "
+                         f"in {STACKS_FILE}")
+
+
+@contextmanager
+def bounded(bound_s: float, stacks_dir: Path) -> Iterator[None]:
+    """Run the block in this process's main thread for at most ``bound_s`` seconds: then a watchdog thread
+    writes every thread's stack to ``stacks_dir``/:data:`STACKS_FILE` (``faulthandler``, which does not call
+    ``sys._current_frames()``) and raises :class:`AttemptHung` in the main thread with :data:`HUNG_SIGNAL`,
+    once. Elsewhere than in the main thread the block runs unbounded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    done, fired, raised = threading.Event(), threading.Event(), []
+
+    def on_signal(signum, frame):
+        if fired.is_set() and not done.is_set() and not raised:
+            raised.append(signum)
+            raise AttemptHung(bound_s)
+
+    def watch(main_id: int) -> None:
+        if done.wait(bound_s):
+            return
+        with open(Path(stacks_dir) / STACKS_FILE, "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        fired.set()
+        signal.pthread_kill(main_id, HUNG_SIGNAL)
+
+    previous = signal.signal(HUNG_SIGNAL, on_signal)
+    watcher = threading.Thread(target=watch, args=(threading.get_ident(),), name="bbrlab-attempt-watchdog",
+                               daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(HUNG_SIGNAL, previous)
+        if fired.is_set() and not raised:  # it ended as the bound came: no hang to keep stacks of
+            (Path(stacks_dir) / STACKS_FILE).unlink(missing_ok=True)
 
 
 def attempt_bound_s(scenario: Scenario) -> float:

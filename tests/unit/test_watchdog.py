@@ -58,3 +58,34 @@ def test_a_process_holding_the_gil_for_good_still_dumps_every_stack(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+def test_an_attempt_hung_in_the_main_thread_ends_at_its_bound_restored_and_failed(tmp_path):
+    """A single-testbed campaign's attempt blocked for good on a lock (as ``Thread.start()`` was in the hang of
+    issue 35) ends at its bound: its ``finally`` (a run's restore) runs, every thread's stack is kept, the
+    attempt is failed, and the next attempt of the run is made as usual."""
+    import threading
+
+    from bbrlab.campaign.loop import Attempt, InProcess
+
+    restored = []
+
+    def run(scenario, staging, *, run_id, attempt):
+        try:
+            if attempt == 1:
+                threading.Event().wait()  # never set: a lock wait in the main thread
+            return {"pid": os.getpid()}
+        finally:
+            restored.append(attempt)
+
+    executor = InProcess(run, tmp_path, bound_s=lambda scenario: 1.0)
+    t0 = time.monotonic()
+    hung = executor.run(Attempt("r1", 1, _scenario(), 0))
+    took_s = time.monotonic() - t0
+    assert hung.status == "failed" and hung.reason.startswith("hung:") and restored == [1]
+    assert hung.metadata["hang"] == {"bound_s": 1.0}
+    assert "in run" in (hung.staging / watchdog.STACKS_FILE).read_text()
+    assert took_s < 10  # ended at its 1 s bound, not never
+    ok = executor.run(Attempt("r1", 2, _scenario(), 0))
+    assert ok.status == "ok" and restored == [1, 2] and not (ok.staging / watchdog.STACKS_FILE).exists()
+    assert signal.getsignal(watchdog.HUNG_SIGNAL) == signal.SIG_DFL  # put back

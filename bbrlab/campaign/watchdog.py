@@ -38,7 +38,8 @@ from bbrlab.core.scenario import Scenario
 #: deadline policy, the server, copying the files back; measured overheads are 2-16 s on a 10 s run
 #: (1.22-2.63x, issue 35), so this leaves an order of magnitude.
 SETUP_ALLOWANCE_S = 180.0
-#: The transfer's share of the bound: its duration times this (a sampled 10 s run took 2.29x at the median).
+#: The transfer's share of the bound: its limit times this (a sampled 10 s run took 2.29x its duration at the
+#: median).
 DURATION_FACTOR = 3.0
 #: Added when the run names a sender kernel: the sender may be rebooted into it first
 #: (:data:`bbrlab.testbed.local.lifecycle.SSH_DEADLINE_S`).
@@ -105,9 +106,15 @@ def bounded(bound_s: float, stacks_dir: Path) -> Iterator[None]:
 
 def attempt_bound_s(scenario: Scenario) -> float:
     """The longest one attempt of ``scenario`` may take on its testbed, from its start to its outcome:
-    :data:`SETUP_ALLOWANCE_S` + :data:`DURATION_FACTOR` x the transfer's duration, + :data:`REBOOT_ALLOWANCE_S`
-    when it names a sender kernel."""
-    bound = SETUP_ALLOWANCE_S + DURATION_FACTOR * float(scenario.flow.duration_s)
+    :data:`SETUP_ALLOWANCE_S` + :data:`DURATION_FACTOR` x the transfer's own limit (what the runner gives the
+    client: iperf3's duration + 15 s, rsync's ``transfer_timeout_s`` + 15 s, the flows beside it to their
+    ends), + :data:`REBOOT_ALLOWANCE_S` when it names a sender kernel."""
+    from bbrlab.run import iperf, workloads
+
+    flow = scenario.flow
+    limit_s = max([workloads.for_flow(flow).client_limit_s(flow)]
+                  + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S for f in scenario.flows])
+    bound = SETUP_ALLOWANCE_S + DURATION_FACTOR * float(limit_s)
     return bound + (REBOOT_ALLOWANCE_S if scenario.kernel is not None else 0.0)
 
 

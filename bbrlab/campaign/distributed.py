@@ -267,8 +267,8 @@ class DaskExecutor:
         """A worker's :func:`~bbrlab.campaign.worker.announce_start` (in the client's event loop thread)."""
         _, msg = event
         key = msg.get("key") if isinstance(msg, dict) else None
-        if isinstance(key, str):
-            self._started.setdefault(key, time.monotonic())
+        if isinstance(key, str):  # a task Dask ran again elsewhere (its worker lost) starts its clock again
+            self._started[key] = time.monotonic()
 
     def submit(self, attempt: Attempt) -> None:
         """Send ``attempt`` to whichever testbed worker is free."""

@@ -50,6 +50,20 @@ def dying_run(scenario, staging, *, run_id, attempt):
     return slow_run(scenario, staging, run_id=run_id, attempt=attempt)
 
 
+def hanging_run(scenario, staging, *, run_id, attempt):
+    """:func:`slow_run`, except that the first attempt of the run named ``BBRLAB_TEST_HANG_RUN`` hangs holding
+    the GIL (libc's ``sleep`` called without releasing it), so no Python runs in its worker any more, as in
+    an interpreter deadlock; it leaves its pid in ``BBRLAB_TEST_STARTED_DIR`` first."""
+    import ctypes
+
+    if run_id == os.environ.get("BBRLAB_TEST_HANG_RUN") and attempt == 1:
+        Path(os.environ["BBRLAB_TEST_STARTED_DIR"], f"{run_id}.a{attempt}").write_text(str(os.getpid()))
+        libc = ctypes.PyDLL(None)  # a PyDLL call keeps the GIL
+        while True:
+            libc.sleep(3600)
+    return slow_run(scenario, staging, run_id=run_id, attempt=attempt)
+
+
 def main(out: str) -> int:
     from distributed import Client
 

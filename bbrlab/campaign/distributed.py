@@ -47,6 +47,7 @@ from bbrlab.run import record as rec
 from bbrlab.testbed import isolation
 
 from . import tls as tlsconf
+from . import watchdog
 from .loop import Attempt, Finished, commit_finished, drive
 from .spec import CampaignSpec
 from .worker import (
@@ -59,6 +60,7 @@ from .worker import (
     TestbedPlugin,
     finish_on_worker,
     run_on_worker,
+    started_topic,
 )
 
 __all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker", "commit_outcome",
@@ -70,6 +72,12 @@ __all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker
 CLOSE_TIMEOUT_S = 180.0
 #: The only address a local cluster's processes listen on (scheduler, nannies, workers, dashboard).
 LOOPBACK = "127.0.0.1"
+#: How often the driver looks for an attempt past its bound (:mod:`bbrlab.campaign.watchdog`), and how long
+#: it waits for a result between two looks.
+WATCH_INTERVAL_S = 1.0
+WATCH_POLL_S = 0.05
+#: The file of a hung attempt's record with every thread's stack of its worker.
+HANG_STACKS_FILE = "hang-stacks.txt"
 
 #: Bounds on what a worker may send back for one attempt. The largest file a valid run can make is the
 #: socket-sample log, at most :data:`~bbrlab.core.scenario.MAX_SAMPLE_RECORDS` records of under 1 KiB each (about
@@ -84,9 +92,24 @@ MAX_NAME_CHARS = 128
 FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 
 
+#: Dask configuration every testbed worker runs with, whatever the machine's says. Dask's statistical profiler
+#: (``sys._current_frames()`` every 10 ms in the worker's main thread) deadlocks a Python 3.11 process that
+#: starts threads, as a run does for every command (CPython gh-106883, dask/distributed#8616): a task thread
+#: stuck in ``Thread.start()`` for good, and with it the testbed (issue 35, tests/system/test_worker_deadlock.py).
+WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}}}}
+
+
 class TestbedNanny(Nanny):
     """A Nanny that gives its worker :data:`CLOSE_TIMEOUT_S` to close: the plugin's teardown restores the
-    testbed, and a worker killed half-way through would leave it as it was."""
+    testbed, and a worker killed half-way through would leave it as it was. Its worker runs with
+    :data:`WORKER_CONFIG` over the configuration given (no statistical profiler)."""
+
+    def __init__(self, *args, config: dict | None = None, **kwargs):
+        import dask.config
+
+        # Nanny lays ``config`` over this process's configuration key by key (not deeply): give it all of it.
+        whole = dask.config.merge(dask.config.config, config or {}, WORKER_CONFIG)
+        super().__init__(*args, config=whole, **kwargs)
 
     async def close(self, timeout: float = CLOSE_TIMEOUT_S, reason: str = "nanny-close"):
         """Close the nanny and its worker, giving the worker ``timeout`` seconds (default
@@ -226,13 +249,26 @@ class DaskExecutor:
     is dropped. ``close`` cancels what has not run and has every worker finish the campaign
     (:func:`finish_workers`)."""
 
-    def __init__(self, client, context: CampaignContext, *, keep_link: bool = False):
+    def __init__(self, client, context: CampaignContext, *, keep_link: bool = False,
+                 bound_s: Callable[[Scenario], float] = watchdog.attempt_bound_s):
         from distributed import as_completed
 
-        self.client, self.context, self.keep_link = client, context, keep_link
+        self.client, self.context, self.keep_link, self.bound_s = client, context, keep_link, bound_s
         self.transport = transport_of(client)
         self._pending = as_completed()
         self._submitted: dict = {}  # future key -> Attempt: the only results the driver accepts
+        self._futures: dict = {}  # future key -> Future, while submitted
+        self._started: dict = {}  # future key -> monotonic time its worker said it started (announce_start)
+        self._next_watch = 0.0
+        self._topic = started_topic(context.token)
+        client.subscribe_topic(self._topic, self._on_started)
+
+    def _on_started(self, event) -> None:
+        """A worker's :func:`~bbrlab.campaign.worker.announce_start` (in the client's event loop thread)."""
+        _, msg = event
+        key = msg.get("key") if isinstance(msg, dict) else None
+        if isinstance(key, str):  # a task Dask ran again elsewhere (its worker lost) starts its clock again
+            self._started[key] = time.monotonic()
 
     def submit(self, attempt: Attempt) -> None:
         """Send ``attempt`` to whichever testbed worker is free."""
@@ -242,30 +278,92 @@ class DaskExecutor:
             attempt.order + 1, resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
             key=f"bbrlab-{self.context.campaign}-{attempt.run_id}-a{attempt.attempt}-{token[:8]}")
         self._submitted[future.key] = attempt
+        self._futures[future.key] = future
         self._pending.add(future)
 
     def finished(self) -> Iterator[Finished]:
-        """Each submitted attempt as its task ends, checked."""
-        for future in self._pending:
-            attempt = self._submitted.pop(future.key)
+        """Each submitted attempt as its task ends, checked; one that runs past its bound (``bound_s`` of its
+        scenario, from when the scheduler first shows it running) ends as a failed attempt (:meth:`_overdue`)."""
+        while not self._pending.is_empty():
+            if not self._pending.has_ready():
+                yield from self._overdue()
+                time.sleep(WATCH_POLL_S)
+                continue
+            future = next(self._pending)
+            attempt = self._submitted.pop(future.key, None)
+            self._futures.pop(future.key, None)
+            self._started.pop(future.key, None)
+            if attempt is None:  # abandoned as hung: recorded already
+                continue
             outcome = receive(self.client, future, attempt.run_id, attempt.attempt, self.context.token)
             if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
                 continue
             yield finished_of(outcome, attempt, self.transport)
 
+    def _overdue(self) -> Iterator[Finished]:
+        """The attempts running past their bound, each ended (:meth:`_abandon`); looks every
+        :data:`WATCH_INTERVAL_S`."""
+        now = time.monotonic()
+        if now < self._next_watch:
+            return
+        self._next_watch = now + WATCH_INTERVAL_S
+        for key, since in list(self._started.items()):
+            attempt = self._submitted.get(key)
+            if attempt is None:
+                self._started.pop(key, None)
+            elif now - since > self.bound_s(attempt.scenario):
+                yield self._abandon(key, now - since)
+
+    def _abandon(self, key: str, ran_s: float) -> Finished:
+        """End the hung attempt ``key``: the scheduler names the worker running it, its task is cancelled (Dask
+        does not run it again), that worker's Nanny dumps the worker's stacks and kills it
+        (:func:`bbrlab.campaign.watchdog.dump_and_kill`; the Nanny's new worker restores the testbed), and the
+        attempt is a failed one carrying the stacks."""
+        attempt = self._submitted.pop(key)
+        self._started.pop(key, None)
+        bound = self.bound_s(attempt.scenario)
+        try:
+            worker = self.client.run_on_scheduler(_processing_on, key)
+            self.client.cancel([self._futures.pop(key)])
+            result = RuntimeError("the scheduler shows it running nowhere") if worker is None else \
+                self.client.run(watchdog.dump_and_kill, workers=[worker], nanny=True, on_error="return")[worker]
+        except Exception as e:  # noqa: BLE001 - the attempt is recorded failed whatever the Nanny says
+            worker, result = None, e
+        killed = isinstance(result, dict)
+        stacks = result.get("stacks", "") if killed else ""
+        reason = (f"hung: the attempt ran {ran_s:.1f} s, past its bound of {bound:.0f} s; "
+                  + (f"its worker (pid {result.get('pid')}) was killed and restarted, its stacks are in "
+                     f"{HANG_STACKS_FILE}" if killed else f"its worker could not be killed: {_short(result, 500)}"))
+        _warn(f"{attempt.run_id} attempt {attempt.attempt} {reason}")
+        metadata = {"hang": {"bound_s": round(bound, 1), "ran_s": round(ran_s, 2), "worker": worker,
+                             "killed_pid": result.get("pid") if killed else None,
+                             "stacks_file": HANG_STACKS_FILE if stacks else None}}
+        now = rec.now_iso()
+        return Finished(attempt, "failed", reason, metadata, now, now,
+                        files={HANG_STACKS_FILE: stacks.encode()} if stacks else {})
+
     def close(self) -> None:
         """Cancel the tasks not run; every worker stops its run in flight and restores its testbed."""
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self._topic)
         try:
             self.client.cancel(list(self._pending.futures))
         finally:
             finish_workers(self.client, self.context.token, keep_link=self.keep_link)
 
 
+def _processing_on(key: str, dask_scheduler=None) -> str | None:
+    """``run_on_scheduler`` target: the address of the worker running task ``key`` (None: none)."""
+    task = dask_scheduler.tasks.get(key)
+    return task.processing_on.address if task is not None and task.processing_on is not None else None
+
+
 def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
                              retry_failed: bool = False, max_consecutive_failures: int = 5,
                              on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
                              keep_link: bool = False, testbeds: list[dict] | None = None,
-                             allow_mixed: bool = False) -> dict:
+                             allow_mixed: bool = False,
+                             bound_s: Callable[[Scenario], float] = watchdog.attempt_bound_s) -> dict:
     """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``: the campaign loop
     (:func:`bbrlab.campaign.loop.drive`) with a :class:`DaskExecutor`, so the same guarantees and return value
     as one testbed; runs go to whichever testbed worker is free.
@@ -275,8 +373,9 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
     ``testbeds`` are the workers' testbeds (each ``Testbed.describe()``), checked against those the records
     ran on unless ``allow_mixed``. At the end, also when interrupted, every worker finishes the campaign: a run
     in flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
-    record's ``metadata.worker.transport`` says whether the cluster spoke TLS (:func:`transport_of`).
-    Raises :class:`BbrlabError` when the cluster has no testbed worker.
+    record's ``metadata.worker.transport`` says whether the cluster spoke TLS (:func:`transport_of`). An
+    attempt still running ``bound_s(scenario)`` seconds after it started is ended as a hung, failed attempt
+    (:mod:`bbrlab.campaign.watchdog`). Raises :class:`BbrlabError` when the cluster has no testbed worker.
     """
     if not testbed_workers(client):
         raise BbrlabError(f"the Dask cluster has no worker with the '{RESOURCE}' resource: start one per testbed "
@@ -284,7 +383,8 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
     out = Path(out_dir)
     context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
                               planned=spec.runs, calibrations=dict(calibrations or {}))
-    return drive(spec, out, DaskExecutor(client, context, keep_link=keep_link), progress=progress, on_run=on_run,
+    executor = DaskExecutor(client, context, keep_link=keep_link, bound_s=bound_s)
+    return drive(spec, out, executor, progress=progress, on_run=on_run,
                  retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,
                  testbeds=testbeds, allow_mixed=allow_mixed)
 

@@ -44,6 +44,7 @@ from bbrlab.run.record import failure_record  # noqa: F401 - where callers found
 from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
+from . import watchdog
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
 from .search import make_gate
@@ -166,8 +167,9 @@ class InProcess:
     """The executor of one testbed driven from this process: ``run_fn`` runs each attempt here, one at a
     time, the lowest place in the plan first, so a failed attempt is retried before the runs after it."""
 
-    def __init__(self, run_fn: RunFunction, out_dir: str | Path):
-        self.run_fn, self.out = run_fn, Path(out_dir)
+    def __init__(self, run_fn: RunFunction, out_dir: str | Path,
+                 bound_s: Callable[[Scenario], float] = watchdog.attempt_bound_s):
+        self.run_fn, self.out, self.bound_s = run_fn, Path(out_dir), bound_s
         self._queue: list[tuple[int, int, Attempt]] = []
         self._last_end: float | None = None  # when the previous attempt's run function returned
 
@@ -183,7 +185,8 @@ class InProcess:
     def run(self, attempt: Attempt) -> Finished:
         """Run one attempt into a fresh staging directory. Any exception of the run is its failure (the reason
         says where it was raised; the metadata is what it measured), except an interruption and
-        :class:`MixedTestbed`, which propagate. The metadata's ``timing`` gains the attempt's wall time here
+        :class:`MixedTestbed`, which propagate. An attempt still running at its bound (``bound_s`` of its
+        scenario) is ended as a failed one with every thread's stack (:func:`bbrlab.campaign.watchdog.bounded`). The metadata's ``timing`` gains the attempt's wall time here
         (``attempt_wall_s``) and the seconds since the previous attempt ended (``between_s``: its commit and
         the loop's bookkeeping)."""
         t0 = time.monotonic()
@@ -191,8 +194,11 @@ class InProcess:
         staging = rec.staging_dir(self.out, attempt.run_id)
         started = rec.now_iso()
         try:
-            metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
+            with watchdog.bounded(self.bound_s(attempt.scenario), staging):
+                metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
             status, reason = "ok", None
+        except watchdog.AttemptHung as e:  # the run's context managers restored the testbed on the way out
+            status, reason, metadata = "failed", str(e), {"hang": {"bound_s": round(e.bound_s, 1)}}
         except MixedTestbed:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -44,6 +44,7 @@ from bbrlab.testbed.lock import set_activity
 
 from .preflight import TestbedCheck, check_testbed
 from .spec import CampaignSpec
+from .watchdog import arm_stack_dump
 
 #: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
 RESOURCE = "bbrlab-testbed"
@@ -52,6 +53,8 @@ PLUGIN_NAME = "bbrlab-testbed"
 STOPPED = "stopped"
 #: How long :meth:`TestbedPlugin.finish` waits for an interrupted run to restore and end.
 STOP_TIMEOUT_S = 60.0
+#: How long a worker waits for the scheduler to take an attempt's start (:func:`announce_start`).
+ANNOUNCE_TIMEOUT_S = 30.0
 
 
 class StopRequested(Interrupted):
@@ -145,10 +148,12 @@ class TestbedPlugin(WorkerPlugin):
     def setup(self, worker=None) -> None:
         """Take the testbed when the worker starts: its lock, its state, a lab's host locks; clear what an
         earlier run left, isolate a local testbed in ``cpus``, make its runner. Under a Nanny, SIGINT and
-        SIGHUP are ignored (the driver decides); a failure releases what was taken and propagates."""
+        SIGHUP are ignored (the driver decides) and every thread's stack is dumped on the watchdog's signal
+        (:func:`bbrlab.campaign.watchdog.arm_stack_dump`); a failure releases what was taken and propagates."""
         if worker is not None and getattr(worker, "nanny", None) and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGHUP):  # the driver (or bbrlab worker's Nanny) decides
                 signal.signal(sig, signal.SIG_IGN)
+            arm_stack_dump(worker.local_directory)  # for the driver's watchdog, through the Nanny
         if self.run_function is not None:
             self.runner = self.run_function
             return
@@ -321,6 +326,7 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
     with tempfile.TemporaryDirectory(prefix="bbrlab-worker-") as staging:
         try:
             with owner.running(context):
+                announce_start(context)
                 try:
                     run_fn = owner.prepared(context, run_id, attempt, index)
                     metadata = run_fn(sc, Path(staging), run_id=run_id, attempt=attempt)
@@ -335,6 +341,25 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
     cpus = list(owner.partition.cpus) if owner.partition is not None else None
     return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), owner.label,
                    socket.gethostname(), cpus, context.token if context else None)
+
+
+def started_topic(token: str) -> str:
+    """The Dask event topic on which the workers of campaign ``token`` say that an attempt started."""
+    return f"bbrlab-started-{token}"
+
+
+def announce_start(context: CampaignContext | None) -> None:
+    """Tell the driver (a Dask event, :func:`started_topic`) that this task's attempt now runs on this testbed:
+    its bound counts from here (:mod:`bbrlab.campaign.watchdog`). A round trip to the scheduler, so the event
+    is out before the run starts (a run that hangs at once may never let the worker send anything again)."""
+    if context is None:
+        return
+    from distributed import get_worker
+    from distributed.utils import sync
+
+    worker = get_worker()
+    sync(worker.loop, worker.scheduler.log_event, topic=started_topic(context.token),
+         msg={"key": worker.get_current_task()}, callback_timeout=ANNOUNCE_TIMEOUT_S)
 
 
 async def finish_on_worker(token: str, keep_link: bool = False, dask_worker=None) -> dict:

@@ -45,12 +45,14 @@ Spec keys (see specs/*.yaml)::
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
+    description: ...            # optional text about the campaign, at most 4000 characters
 
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
 Values are also checked in combination: each timeslice with each share (the deadline period), each
 rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
 of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
-that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused.
+that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and so is a file
+over 1 MiB (:data:`bbrlab.core.yamlfile.MAX_FILE_BYTES`, before it is read).
 """
 
 from __future__ import annotations
@@ -522,7 +524,10 @@ def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) 
     """Parse and validate a spec's YAML text; a relative testbed file or kernel path is taken from ``base``."""
     from bbrlab.core.yamlfile import load_text
 
-    data = load_text(text, source)
+    return _from_document(load_text(text, source), base)
+
+
+def _from_document(data: object, base: Path | None) -> CampaignSpec:
     if base is not None and isinstance(data, dict) and isinstance(data.get("kernels"), list):
         data["kernels"] = [os.path.normpath(os.path.join(base, k)) if isinstance(k, str) and "/" in k
                            and not k.startswith("/") else k for k in data["kernels"]]  # kernel paths: from the spec
@@ -530,11 +535,13 @@ def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) 
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
-    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder)."""
+    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder); a file over
+    :data:`bbrlab.core.yamlfile.MAX_FILE_BYTES` is refused before it is read."""
+    from bbrlab.core.yamlfile import load_file
+
     path = Path(path)
     try:
-        text = path.read_text()
+        data = load_file(path, "spec", "campaign spec")
     except (OSError, UnicodeDecodeError) as e:
         raise BbrlabError(f"cannot read campaign spec {path}: {getattr(e, 'strerror', None) or e}") from None
-    return spec_from_yaml(text, str(path), path.parent)
-
+    return _from_document(data, path.parent)

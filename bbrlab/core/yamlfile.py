@@ -170,11 +170,11 @@ def load_text(text: str, source: str, field: str = "spec") -> object:
         raise ValidationError(field, source, "YAML nested less deeply") from None
 
 
-def load_file(path: str | Path, field: str, what: str, max_bytes: int = MAX_FILE_BYTES) -> object:
-    """The document in YAML file ``path`` (``what`` it is, for messages: "campaign spec"), refused with a
+def read_capped(path: str | Path, field: str, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the user's file ``path`` (``what`` it is, for messages), refused with a
     :class:`~bbrlab.core.errors.ValidationError` naming ``field`` when it is not a regular file of at most
-    ``max_bytes`` (checked with ``stat`` before it is read; no more is read either) or not a valid document
-    (:func:`load_text`). A file that cannot be read raises ``OSError``."""
+    ``max_bytes``: checked with ``stat`` before it is read, and no more is read either. A file that cannot
+    be read raises ``OSError``."""
     path = Path(path)
     st = path.stat()
     if not stat.S_ISREG(st.st_mode):
@@ -185,4 +185,9 @@ def load_file(path: str | Path, field: str, what: str, max_bytes: int = MAX_FILE
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValidationError(field, f"{path} (over {max_bytes} bytes)", f"a {what} of at most {max_bytes} bytes")
-    return load_text(data.decode(), str(path), field)
+    return data
+
+
+def load_file(path: str | Path, field: str, what: str, max_bytes: int = MAX_FILE_BYTES) -> object:
+    """The document in YAML file ``path`` (:func:`read_capped`, then :func:`load_text`)."""
+    return load_text(read_capped(path, field, what, max_bytes).decode(), str(path), field)

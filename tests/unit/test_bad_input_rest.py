@@ -150,3 +150,17 @@ def test_a_description_has_a_bound_and_says_it():
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**SPEC, "description": "x" * (MAX_DESCRIPTION_CHARS + 1)})
     assert e.value.field == "description" and f"at most {MAX_DESCRIPTION_CHARS} characters" in e.value.allowed
+
+
+def test_a_calibration_with_a_5000_digit_number_or_over_the_cap_is_an_error(tmp_path):
+    from bbrlab.run import ceiling
+
+    path = tmp_path / "calibration.json"
+    path.write_text('{"schema": "bbrlab.calibration/1", "points": [' + HUGE + "]}")
+    with pytest.raises(BbrlabError, match="cannot read the calibration"):
+        ceiling.load(path)
+    with open(path, "wb") as f:
+        f.truncate(ceiling.MAX_FILE_BYTES + 1)  # sparse: the size alone is refused
+    with pytest.raises(ValidationError) as e:
+        ceiling.load(path)
+    assert e.value.field == "--calibration" and f"at most {ceiling.MAX_FILE_BYTES} bytes" in e.value.allowed

@@ -45,14 +45,12 @@ Spec keys (see specs/*.yaml)::
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
-    description: ...            # optional text about the campaign, at most 4000 characters
 
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
 Values are also checked in combination: each timeslice with each share (the deadline period), each
 rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
 of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
-that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and so is a file
-over 1 MiB (:data:`bbrlab.core.yamlfile.MAX_FILE_BYTES`, before it is read).
+that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and a file over 1 MiB.
 """
 
 from __future__ import annotations
@@ -82,6 +80,7 @@ from bbrlab.core.scenario import (
     check_cca,
     check_sampling_load,
 )
+from bbrlab.core.yamlfile import read_capped
 
 from .repetitions import RepetitionRule
 from .search import SearchRule
@@ -524,10 +523,7 @@ def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) 
     """Parse and validate a spec's YAML text; a relative testbed file or kernel path is taken from ``base``."""
     from bbrlab.core.yamlfile import load_text
 
-    return _from_document(load_text(text, source), base)
-
-
-def _from_document(data: object, base: Path | None) -> CampaignSpec:
+    data = load_text(text, source)
     if base is not None and isinstance(data, dict) and isinstance(data.get("kernels"), list):
         data["kernels"] = [os.path.normpath(os.path.join(base, k)) if isinstance(k, str) and "/" in k
                            and not k.startswith("/") else k for k in data["kernels"]]  # kernel paths: from the spec
@@ -535,13 +531,10 @@ def _from_document(data: object, base: Path | None) -> CampaignSpec:
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
-    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder); a file over
-    :data:`bbrlab.core.yamlfile.MAX_FILE_BYTES` is refused before it is read."""
-    from bbrlab.core.yamlfile import load_file
-
+    """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder)."""
     path = Path(path)
     try:
-        data = load_file(path, "spec", "campaign spec")
+        text = read_capped(path, "spec", "campaign spec").decode()  # over 1 MiB: refused before it is read
     except (OSError, UnicodeDecodeError) as e:
         raise BbrlabError(f"cannot read campaign spec {path}: {getattr(e, 'strerror', None) or e}") from None
-    return _from_document(data, path.parent)
+    return spec_from_yaml(text, str(path), path.parent)

@@ -203,6 +203,8 @@ class InProcess:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
+            if rec.no_space(e):  # not the run's failure: nothing more can be recorded, the campaign ends
+                raise rec.disk_full(self.out, attempt.run_id, staging) from e
             status, reason, metadata = "failed", failure_reason(e), of_error(e)
         except BaseException:  # an interruption: the attempt is not counted, and nothing of it stays behind
             shutil.rmtree(staging, ignore_errors=True)  # (a notebook's kernel lives on: it would look running)
@@ -221,10 +223,21 @@ class InProcess:
 def commit_finished(out: Path, campaign: str, finished: Finished, mixed: dict | None = None) -> dict:
     """Write one finished attempt into the campaign directory, atomically, and return its record: ok into
     ``runs/``, failed into ``failed/``. With ``mixed`` (:func:`check_same_testbed`'s return) the record carries
-    ``metadata.mixed``. The one place where a campaign's record is made."""
-    staging = finished.staging or rec.staging_dir(out, finished.attempt.run_id)
-    for name, data in finished.files.items():
-        rec.write_file(staging / name, data)
+    ``metadata.mixed``. The one place where a campaign's record is made. No room to write it is
+    :class:`~bbrlab.run.record.DiskFull` (the attempt removed; nothing of it in ``runs/`` or ``failed/``)."""
+    staging = None
+    try:
+        staging = finished.staging or rec.staging_dir(out, finished.attempt.run_id)
+        for name, data in finished.files.items():
+            rec.write_file(staging / name, data)
+        return _commit(out, campaign, finished, staging, mixed)
+    except OSError as e:
+        if rec.no_space(e):
+            raise rec.disk_full(out, finished.attempt.run_id, staging) from e
+        raise
+
+
+def _commit(out: Path, campaign: str, finished: Finished, staging: Path, mixed: dict | None) -> dict:
     metadata = dict(finished.metadata)
     if mixed is not None:
         metadata["mixed"] = mixed_marker(mixed)
@@ -273,10 +286,22 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
     resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
-    :class:`CampaignAborted`.
+    :class:`CampaignAborted`. A full disk ends it with :class:`~bbrlab.run.record.DiskFull`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _drive(spec, out, executor, progress=progress, on_run=on_run, retry_failed=retry_failed,
+                      max_consecutive_failures=max_consecutive_failures, testbeds=testbeds, allow_mixed=allow_mixed)
+    except OSError as e:  # the plan, decisions.json, a staging directory: the campaign cannot go on
+        if rec.no_space(e):
+            raise rec.disk_full(out) from e
+        raise
+
+
+def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_run: Callable[[dict], None] | None,
+           retry_failed: bool, max_consecutive_failures: int, testbeds: list[dict] | None,
+           allow_mixed: bool) -> dict:
     with directory_lock(out), interruptible():
         check_out_dir(spec, out)
         mixed = check_same_testbed(out, list(testbeds or []), allow_mixed=allow_mixed,

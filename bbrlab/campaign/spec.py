@@ -50,7 +50,7 @@ Every value is checked before anything runs; an error names the key and index (`
 Values are also checked in combination: each timeslice with each share (the deadline period), each
 rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
 of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
-that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused.
+that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and a file over 1 MiB.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ from bbrlab.core.scenario import (
     check_cca,
     check_sampling_load,
 )
+from bbrlab.core.yamlfile import read_capped
 
 from .repetitions import RepetitionRule
 from .search import SearchRule
@@ -533,8 +534,7 @@ def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a YAML spec file (a relative ``testbed:`` file is taken from its folder)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_capped(path, "spec", "campaign spec").decode()  # over 1 MiB: refused before it is read
     except (OSError, UnicodeDecodeError) as e:
         raise BbrlabError(f"cannot read campaign spec {path}: {getattr(e, 'strerror', None) or e}") from None
     return spec_from_yaml(text, str(path), path.parent)
-

@@ -20,6 +20,8 @@ from bbrlab.core.scenario import (
 )
 
 ORDERS = ("blocked-random", "sequential", "random")
+#: The longest ``description`` a spec may give, in characters (a paragraph; it travels with the spec everywhere).
+MAX_DESCRIPTION_CHARS = 4000
 
 
 def number(key: str, value: object, *, integer: bool = False) -> float | int:
@@ -142,8 +144,9 @@ def check_scalars(d: dict) -> dict:
     if "emulator_offloads" in d:
         out["emulator_offloads"] = emulator_offloads(d["emulator_offloads"])
     if "description" in d:
-        if not isinstance(d["description"], str):
-            raise ValidationError("description", d["description"], "text")
+        if not isinstance(d["description"], str) or len(d["description"]) > MAX_DESCRIPTION_CHARS:
+            raise ValidationError("description", d["description"], f"text of at most {MAX_DESCRIPTION_CHARS} "
+                                  "characters")
         out["description"] = d["description"]
     return out
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bbrlab.core import cachefiles
+from bbrlab.core import cachefiles, owners
 from bbrlab.core.errors import ValidationError
 
 #: File names in a CA directory and in a host's certificate directory (``NAME.pem``, ``NAME-key.pem``).
@@ -281,19 +281,45 @@ def security(files: TlsFiles):
 
 #: The start of a campaign's key directory's name in the temporary folder; the owner follows.
 CAMPAIGN_DIR_PREFIX = "bbrlab-tls-"
+#: The file in a campaign's key directory that names the process it belongs to (:mod:`bbrlab.core.owners`).
+OWNER_FILE = "owner"
 
 
 def campaign_dir() -> Path:
-    """A new private directory (0700) for one campaign's key files, in the temporary folder and named for
-    this process (:func:`bbrlab.core.cachefiles.owner_prefix`). Directories that campaigns killed outright
-    (SIGKILL) left behind are removed first (:func:`sweep_campaign_dirs`)."""
+    """A new private directory (0700) for one campaign's key files, in the temporary folder, named for this
+    process (:func:`bbrlab.core.cachefiles.owner_prefix`) and stamped with it (:data:`OWNER_FILE`).
+    Directories that campaigns killed outright (SIGKILL) left behind are removed first
+    (:func:`sweep_campaign_dirs`)."""
     sweep_campaign_dirs()
-    return Path(tempfile.mkdtemp(prefix=cachefiles.owner_prefix(CAMPAIGN_DIR_PREFIX)))
+    path = Path(tempfile.mkdtemp(prefix=cachefiles.owner_prefix(CAMPAIGN_DIR_PREFIX)))
+    write_private(path / OWNER_FILE, (owners.Owner.current().stamp() + "\n").encode())
+    return path
 
 
 def sweep_campaign_dirs() -> list[Path]:
-    """Remove this user's campaign key directories whose campaign process no longer runs; return them."""
-    return cachefiles.sweep(Path(tempfile.gettempdir()), prefix=CAMPAIGN_DIR_PREFIX)
+    """Remove the campaign key directories a campaign killed outright left; return them. Only a directory
+    (not a link) of this user's, private (0700), with bbrlab's owner stamp naming a process of this machine
+    that no longer runs: any other ``bbrlab-tls-*`` in the temporary folder is not bbrlab's to remove."""
+    gone = []
+    for path in sorted(Path(tempfile.gettempdir()).glob(CAMPAIGN_DIR_PREFIX + "*")):
+        if _abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+    return gone
+
+
+def _abandoned(path: Path) -> bool:
+    try:
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return False
+        fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            line = f.read(300).decode(errors="replace").partition("\n")[0]
+    except OSError:
+        return False
+    owner = owners.Owner.parse(line)
+    return owner is not None and owner.gone()
 
 
 @contextlib.contextmanager

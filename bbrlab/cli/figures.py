@@ -44,8 +44,8 @@ def parse_params(items: list[str]) -> dict:
             raise BbrlabError(f"--param {name}: use --data / --out for it")
         try:
             params[name] = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise BbrlabError(f"--param {name}: not valid YAML ({e})") from e
+        except (yaml.YAMLError, ValueError) as e:  # ValueError: a whole number beyond Python's 4300 digits
+            raise BbrlabError(f"--param {name}: not valid YAML ({e})") from None
     return params
 
 

@@ -95,7 +95,10 @@ def remove(path: Path) -> None:
 
 def sweep(parent: Path, prefix: str = PREFIX) -> list[Path]:
     """Remove the stale work folders and files directly in ``parent`` whose names start with ``prefix``; return
-    what went. Only this user's: in a shared folder (``/tmp``) another user's names are never touched."""
+    what went. Only this user's: in a shared folder (``/tmp``) another user's names are never touched. A
+    ``parent`` that is a symbolic link is not swept, and a work name that is one is removed as a link."""
+    if parent.is_symlink():
+        return []  # never swept through a link: what it points to is not bbrlab's
     try:
         names = [p for p in parent.iterdir() if is_work_name(p.name, prefix)]
     except (FileNotFoundError, NotADirectoryError):
@@ -104,7 +107,8 @@ def sweep(parent: Path, prefix: str = PREFIX) -> list[Path]:
     gone = []
     for path in sorted(names):
         if _owned_by_me(path) and stale(path, now):
-            _kill_users(path)
+            if not path.is_symlink():  # a link's users work in what it points to, which is not ours
+                _kill_users(path)
             remove(path)
             gone.append(path)
     return gone

@@ -9,12 +9,14 @@ can where they run and can never outlive a run:
   catching up; it returns when ``$stop_file`` exists or ``$stop_after_s`` have passed. Time comes from
   ``$EPOCHREALTIME`` and the pause is ``read -t`` on a pipe nobody writes to: no process per tick.
 - :func:`stop_and_fetch` asks such a loop to stop (its stop file), waits for its last tick (at most 10 s,
-  then SIGKILL to its session) and prints its log, in one command: round trips to a contended guest are slow.
+  then SIGKILL to its session, when its pid still names the loop: :mod:`bbrlab.core.ownedpids`) and prints
+  its log, in one command: round trips to a contended guest are slow.
 """
 
 from __future__ import annotations
 
 from .hosts import Host, Result
+from .ownedpids import KILL_OURS_SH
 
 #: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the
 #: host's init when its shell exits; until init reaps it, ``kill -0`` alone would call a zombie alive.
@@ -50,20 +52,23 @@ on_schedule() {
 }
 """
 
-#: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0).
-_STOP = RUNNING_SH + r"""
+#: $1 stop file, $2 pid, $3 log, $4 print the log (1) or not (0), $5 the pid's start ticks (may be empty).
+_STOP = RUNNING_SH + KILL_OURS_SH + r"""
 touch "$1"
 i=0
-while running "$2" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-kill -KILL -- "-$2" 2>/dev/null; kill -KILL "$2" 2>/dev/null
+while running "$2" && same "$2" "$5" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill_ours "$2" "$5"
 if [ "$4" = 1 ]; then cat "$3" || exit 1; fi
 exit 0
 """
 
 
-def stop_and_fetch(host: Host, stop_path: str, pid: int, log_path: str, *, fetch: bool) -> Result:
+def stop_and_fetch(host: Host, stop_path: str, pid: int, log_path: str, *, fetch: bool,
+                   start_ticks: int | None = None) -> Result:
     """Stop the loop ``pid`` on ``host`` through its stop file (it finishes its tick and writes what it
-    writes at the end; after 10 s it is killed) and, with ``fetch``, return its log as the result's stdout.
-    The caller judges ``result.ok`` (False: the log could not be read)."""
-    return host.run(["sh", "-c", _STOP, "bbrlab-stop", stop_path, str(pid), log_path, "1" if fetch else "0"],
+    writes at the end; after 10 s it is killed, when ``pid`` still names the process that started at
+    ``start_ticks``) and, with ``fetch``, return its log as the result's stdout. The caller judges
+    ``result.ok`` (False: the log could not be read)."""
+    ticks = "" if start_ticks is None else str(int(start_ticks))
+    return host.run(["sh", "-c", _STOP, "bbrlab-stop", stop_path, str(pid), log_path, "1" if fetch else "0", ticks],
                     timeout=60, check=False)

@@ -48,6 +48,7 @@ from .commands import (  # noqa: F401 - re-exported: callers import them from he
     invoke_config,
 )
 from .errors import BbrlabError
+from .ownedpids import KILL_OURS_SH, Spawned
 
 #: Seconds of silence on an SSH connection before a keepalive goes out (paramiko's transport keepalive).
 KEEPALIVE_S = 10
@@ -92,9 +93,16 @@ class Host:
 
     def spawn(self, argv: Sequence[str], log_path: str, *, sudo: bool = False) -> int:
         """Start ``argv`` in the background, detached, output to ``log_path``; return its pid."""
+        return self.spawn_process(argv, log_path, sudo=sudo).pid
+
+    def spawn_process(self, argv: Sequence[str], log_path: str, *, sudo: bool = False) -> Spawned:
+        """:meth:`spawn`, returning the pid with the process's start ticks: what a later stop checks before it
+        sends SIGKILL (:mod:`bbrlab.core.ownedpids`)."""
         cmd = shlex.join(_argv(argv))
-        script = f"nohup setsid {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!"
-        return int(self.output(["sh", "-c", script], sudo=sudo, timeout=30))
+        script = (KILL_OURS_SH + f"nohup setsid {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &\n"
+                  'pid=$!; echo "$pid $(start_ticks "$pid")"')
+        pid, _, ticks = self.output(["sh", "-c", script], sudo=sudo, timeout=30).partition(" ")
+        return Spawned(int(pid), int(ticks) if ticks.strip().isdigit() else None)
 
     def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
         """Start ``argv`` and put its output (stdout and stderr) into ``local_path`` on THIS machine while it

@@ -42,6 +42,9 @@ from .record import write_json_atomic
 
 SCHEMA = "bbrlab.calibration/1"
 FILE_NAME = "calibration.json"
+#: The largest calibration file read, checked before reading: the demo's, of 12 link points, has 14 kB; a
+#: calibration of a few thousand points fits.
+MAX_FILE_BYTES = 16 << 20
 #: What must be equal between the calibration's testbed and the one a run uses.
 IDENTITY = ("name", "kind", "accelerator", "sender_kernel", "sender_vcpus")
 #: What a point's ``limit`` names, joined with " and " when several were saturated, or "undetermined"
@@ -232,14 +235,18 @@ class Calibration:
 
 def load(path: str | Path) -> Calibration:
     """Read a calibration file, or ``DIR/calibration.json`` when ``path`` is a directory."""
+    from bbrlab.core.yamlfile import read_capped
+
     path = Path(path)
     if path.is_dir():
         path = path / FILE_NAME
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_capped(path, "--calibration", "calibration file", MAX_FILE_BYTES))
     except FileNotFoundError:
         raise BbrlabError(f"no calibration at {path}: measure one with bbrlab calibrate SPEC --out DIR") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or a number beyond Python's 4300 digits
+        if isinstance(e, ValidationError):
+            raise
         raise BbrlabError(f"cannot read the calibration {path}: {e}") from None
     return Calibration.from_dict(data, path)
 

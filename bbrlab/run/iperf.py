@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.hosts import Host, Result
+from bbrlab.core.ownedpids import KILL_OURS_SH, Spawned
 from bbrlab.core.scenario import check_cca
 
 from . import rxuser
@@ -126,15 +127,23 @@ def start_server(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetim
 
     A server already listening on ``port`` is refused: it would take the test instead of ours.
     """
+    return start_server_process(host, log_path, port=port, lifetime_s=lifetime_s,
+                                ready_timeout_s=ready_timeout_s, account=account, caps=caps).pid
+
+
+def start_server_process(host: Host, log_path: str, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0,
+                         ready_timeout_s: float = 10.0, account: rxuser.RxUser = rxuser.AS_ROOT,
+                         caps: tuple[str, ...] = ()) -> Spawned:
+    """:func:`start_server`, returning the pid with its start ticks (for :func:`stop`)."""
     if listening(host, port):
         raise IperfError(f"port {port} on {host.name} is already in use (a stray iperf3 server?)")
-    pid = host.spawn(server_argv(port, lifetime_s=lifetime_s, account=account, caps=caps), log_path)
+    spawned = host.spawn_process(server_argv(port, lifetime_s=lifetime_s, account=account, caps=caps), log_path)
     try:
         wait_listening(host, port, timeout_s=ready_timeout_s)
     except BaseException:
-        stop(host, pid)
+        stop(host, spawned.pid, start_ticks=spawned.start_ticks)
         raise
-    return pid
+    return spawned
 
 
 @dataclass(frozen=True)
@@ -162,12 +171,12 @@ def server(host: Host, *, port: int = DEFAULT_PORT, lifetime_s: float = 300.0, r
     caps = () if account.is_root else server_caps(host, cca)
     with host.private_dir("iperf3") as directory:
         log_path = f"{directory}/server.json"
-        pid = start_server(host, log_path, port=port, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
-                           account=account, caps=caps)
+        spawned = start_server_process(host, log_path, port=port, lifetime_s=lifetime_s,
+                                       ready_timeout_s=ready_timeout_s, account=account, caps=caps)
         try:
-            yield Server(host, pid, port, log_path, account, caps)
+            yield Server(host, spawned.pid, port, log_path, account, caps)
         finally:
-            stop(host, pid)
+            stop(host, spawned.pid, start_ticks=spawned.start_ticks)
 
 
 def run_client(host: Host, server_ip: str, *, cca: str, duration_s: float, streams: int = 1,
@@ -187,24 +196,28 @@ def alive(host: Host, pid: int) -> bool:
     return host.run(["sh", "-c", script, "bbrlab-alive", str(int(pid))], check=False, timeout=10).ok
 
 
-#: $1 pid; the rest: files to remove. TERM to the session (spawn uses setsid) and the pid, wait up to
-#: ``$WAIT`` tenths of a second, then KILL. One command: cheap on any host, and on a slow guest.
-_STOP = RUNNING_SH + r"""
-pid=$1; shift
-running "$pid" && { kill -TERM -- "-$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; }
+#: $1 pid, $2 its start ticks (may be empty); the rest: files to remove. TERM to the session (spawn uses setsid)
+#: and the pid, wait up to ``$WAIT`` twentieths of a second, then KILL; both only while the pid still names the
+#: process that started at $2. One command: cheap on any host, and on a slow guest.
+_STOP = RUNNING_SH + KILL_OURS_SH + r"""
+pid=$1; ticks=$2; shift 2
+running "$pid" && same "$pid" "$ticks" && { kill -TERM -- "-$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; }
 i=0
-while running "$pid" && [ $i -lt "$WAIT" ]; do sleep 0.05; i=$((i + 1)); done
-kill -KILL -- "-$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
+while running "$pid" && same "$pid" "$ticks" && [ $i -lt "$WAIT" ]; do sleep 0.05; i=$((i + 1)); done
+kill_ours "$pid" "$ticks"
 rm -f "$@"
 exit 0
 """
 
 
-def stop(host: Host, pid: int, *, timeout_s: float = 10.0, remove: list[str] | tuple[str, ...] = ()) -> None:
+def stop(host: Host, pid: int, *, timeout_s: float = 10.0, remove: list[str] | tuple[str, ...] = (),
+         start_ticks: int | None = None) -> None:
     """Terminate process ``pid`` and its session (spawn starts it with setsid), wait until it is gone
-    (SIGKILL after ``timeout_s``), and remove the files in ``remove``."""
+    (SIGKILL after ``timeout_s``), and remove the files in ``remove``. With ``start_ticks`` (from
+    :meth:`~bbrlab.core.hosts.Host.spawn_process`) nothing is signalled once ``pid`` names another process."""
     steps = max(1, int(timeout_s / 0.05))
-    host.run(["env", f"WAIT={steps}", "sh", "-c", _STOP, "bbrlab-stop", str(int(pid)), *remove],
+    ticks = "" if start_ticks is None else str(int(start_ticks))
+    host.run(["env", f"WAIT={steps}", "sh", "-c", _STOP, "bbrlab-stop", str(int(pid)), ticks, *remove],
              timeout=timeout_s + 20, check=False)
 
 

@@ -85,13 +85,15 @@ def poller(host: Host, path: str, interval_ms: float, stop_after_s: float) -> It
     poll_argv(path, interval_ms, stop_after_s, "/nonexistent")  # everything checked before anything starts
     with host.private_dir("progress") as directory:
         handle = Poller(host, 0, directory, path, interval_ms)
-        handle.pid = host.spawn(poll_argv(path, interval_ms, stop_after_s, handle.stop_path), handle.log_path)
+        spawned = host.spawn_process(poll_argv(path, interval_ms, stop_after_s, handle.stop_path), handle.log_path)
+        handle.pid = spawned.pid
         ended_normally = False
         try:
             yield handle
             ended_normally = True
         finally:
-            res = stop_and_fetch(host, handle.stop_path, handle.pid, handle.log_path, fetch=ended_normally)
+            res = stop_and_fetch(host, handle.stop_path, handle.pid, handle.log_path, fetch=ended_normally,
+                                 start_ticks=spawned.start_ticks)
             if ended_normally:
                 if not res.ok:
                     raise ProgressError(f"could not fetch the progress samples from {host.name}: "

@@ -8,11 +8,16 @@ either completely in ``runs/`` or not there at all; ``.tmp/`` leftovers are clea
 Nothing is written through a symbolic link another user could plant: files are opened with ``O_NOFOLLOW``,
 a temporary file is created afresh (``O_EXCL``, mode 0600 while it is written) under a name that is first
 cleared, and ``.tmp/`` is a directory of mode 0700 that is refused when it is a link.
+
+A write refused for want of space (``ENOSPC``, or ``EDQUOT`` of a quota) is a :class:`DiskFull` naming the
+directory and its free bytes: the attempt being written is removed (it was only ever in ``.tmp/``), every
+run committed before stays, and the campaign ends (it resumes once there is room).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import functools
 import json
 import os
@@ -23,6 +28,49 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError
 
 from .runmeta import failure_reason, of_error
+
+#: errno values of a write refused for want of room: the file system's (ENOSPC) or the user's quota (EDQUOT).
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(BbrlabError):
+    """No room left to write a run into the campaign directory ``directory`` (``free_bytes`` free then, None when
+    unknown); the attempt being written, ``run_id``, was removed and runs again on resume."""
+
+    def __init__(self, directory: Path, free_bytes: int | None, run_id: str | None = None):
+        self.directory, self.free_bytes, self.run_id = Path(directory), free_bytes, run_id
+        free = "unknown" if free_bytes is None else f"{free_bytes} bytes ({free_bytes / 2**20:.1f} MiB)"
+        what = f" while writing run {run_id}" if run_id else ""
+        super().__init__(f"the file system of the campaign directory {directory} is full{what} (free: {free}): "
+                         "the campaign stopped. Every run recorded so far is kept and the run being written was "
+                         "discarded; free some space, then run the same command again to resume")
+
+    def __reduce__(self):
+        return type(self), (self.directory, self.free_bytes, self.run_id)
+
+
+def no_space(error: BaseException | None) -> bool:
+    """Whether ``error``, or an exception it was raised from, is a write refused for want of room."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full(campaign_dir: Path, run_id: str | None = None, staging: Path | None = None) -> DiskFull:
+    """The :class:`DiskFull` of ``campaign_dir``, after removing the half-written ``staging`` (which frees its
+    room too)."""
+    if staging is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        free = shutil.disk_usage(campaign_dir).free
+    except OSError:
+        free = None
+    return DiskFull(Path(campaign_dir), free, run_id)
+
 
 RECORD_SCHEMA = "bbrlab.run/2"
 #: Earlier schemas readers still accept (bbrlab.run/1: before the typed run metadata of the run recipe).

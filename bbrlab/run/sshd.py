@@ -251,13 +251,13 @@ def server(host: Host, address: str, forced_command: Sequence[str], *, port: int
         host_pub, client_key = _setup(host, directory, config, key_options(command), login, group)
         log_path = f"{directory}/sshd.log"
         argv = ["timeout", "--kill-after=5", f"{lifetime_s:.0f}", SSHD, "-D", "-e", "-f", f"{directory}/sshd_config"]
-        pid = host.spawn(argv, log_path)
+        spawned = host.spawn_process(argv, log_path)
         try:
-            wait_listening(host, port, pid, log_path, timeout_s=ready_timeout_s)
-            yield SshServer(host, pid, address, port, directory, host_pub, client_key, login, note,
+            wait_listening(host, port, spawned.pid, log_path, timeout_s=ready_timeout_s)
+            yield SshServer(host, spawned.pid, address, port, directory, host_pub, client_key, login, note,
                             account.group)
         finally:
-            iperf.stop(host, pid)
+            iperf.stop(host, spawned.pid, start_ticks=spawned.start_ticks)
             kill_strays(host, port)  # a connection's own sshd process outlives the listener
 
 

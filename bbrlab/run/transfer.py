@@ -53,6 +53,10 @@ RRSYNC = "/usr/bin/rrsync"
 #: receiving end confined to ``{dest}``, write only, symbolic links munged (made harmless).
 RECEIVE_COMMAND = (RRSYNC, "-wo", "-munge", "{dest}")
 PROGRESS_INTERVAL_MS = 250
+#: /proc/uptime's resolution (it prints hundredths of a second), and the most a wall clock's rate may be slewed
+#: (NTP's 500 ppm): the allowances of :meth:`ClientResult.clock_step_s`.
+UPTIME_RESOLUTION_S = 0.01
+MAX_SLEW = 500e-6
 #: ``timeout --kill-after``: seconds between SIGTERM and SIGKILL for a copy that outlived its timeout.
 KILL_AFTER_S = 5
 #: Seconds the client's command may take beyond its timeout (a slow or contended guest) before the SSH
@@ -116,15 +120,18 @@ socket.send_fds(socket.socket(fileno=1), [b"\0"], [s.fileno()])
 
 #: The client, on the sender: $1 its private directory, $2 timeout in s, $3 the file. rsync's output goes
 #: to a file; afterwards key=value lines: exit, start and end times, the socket report, ssh's kex lines.
+#: Each wall-clock time is read between two readings of /proc/uptime (a clock no one steps; 10 ms steps):
+#: :meth:`ClientResult.clock_step_s` compares the two, so a copy timed across a step of the guest's clock
+#: is caught. The reads are builtins: no process is started in the contended guest.
 _CLIENT = r"""
 set -u
 dir=$1; limit=$2; src=$3
-t0=$EPOCHREALTIME
+read -r u0a _ < /proc/uptime; t0=$EPOCHREALTIME; read -r u0b _ < /proc/uptime
 timeout --kill-after=KILL_AFTER "$limit" rsync --inplace --partial --whole-file --no-compress --stats \
     -e "ssh -F $dir/ssh_config -E $dir/ssh.log" -- "$src" "HOST_ALIAS:DEST_NAME" > "$dir/rsync.out" 2>&1
 rc=$?
-t1=$EPOCHREALTIME
-echo "exit=$rc"; echo "t0=${t0/,/.}"; echo "t1=${t1/,/.}"
+read -r u1a _ < /proc/uptime; t1=$EPOCHREALTIME; read -r u1b _ < /proc/uptime
+echo "exit=$rc"; echo "t0=${t0/,/.}"; echo "t1=${t1/,/.}"; echo "uptime=$u0a $u0b $u1a $u1b"
 cat "$dir/socket.txt" 2>/dev/null
 grep -E 'kex: (algorithm|host key algorithm|client->server cipher)' "$dir/ssh.log" 2>/dev/null | sed 's/^/ssh: /'
 echo "--- rsync"
@@ -223,6 +230,7 @@ class ClientResult:
     socket: dict
     ssh: dict
     rsync_output: str
+    uptimes_s: tuple[float, float, float, float] | None = None  # /proc/uptime around t0 and around t1
 
     @property
     def elapsed_s(self) -> float | None:
@@ -231,6 +239,17 @@ class ClientResult:
         if self.started_unix_s is None or self.ended_unix_s is None:
             return None
         return round(self.ended_unix_s - self.started_unix_s, 6)
+
+    def clock_step_s(self) -> float | None:
+        """How far the wall-clock time of the copy lies outside what /proc/uptime allows (0.0 when within; None
+        when either was not reported). Uptime moves in 10 ms steps and may differ in rate from the wall clock
+        by the most NTP slews (500 ppm); both are allowed for."""
+        elapsed, up = self.elapsed_s, self.uptimes_s
+        if elapsed is None or up is None:
+            return None
+        slack_s = UPTIME_RESOLUTION_S + MAX_SLEW * max(elapsed, 0.0)
+        low, high = up[2] - up[1] - UPTIME_RESOLUTION_S - slack_s, up[3] - up[0] + UPTIME_RESOLUTION_S + slack_s
+        return round(max(low - elapsed, elapsed - high, 0.0), 6)
 
     @property
     def timed_out(self) -> bool:
@@ -266,8 +285,12 @@ def parse_client_output(text: str) -> ClientResult:
             return None
 
     code = kv.get("exit")
+    try:
+        uptimes = tuple(float(v) for v in kv["uptime"].split())
+    except (KeyError, ValueError):
+        uptimes = ()
     return ClientResult(int(code) if code and code.lstrip("-").isdigit() else None, number("t0"), number("t1"),
-                        sock, ssh, rsync_out)
+                        sock, ssh, rsync_out, uptimes if len(uptimes) == 4 else None)
 
 
 # -- the receiver's side ---------------------------------------------------------------------------
@@ -423,6 +446,10 @@ def check(flow: Flow, parsed: ClientResult, endpoint: Session, result: Result) -
     if parsed.exit_code is None or parsed.elapsed_s is None:
         raise RunFailed(f"the rsync client reported nothing usable (exit {result.exit_code}): "
                         f"{(result.stderr or result.stdout).strip()[-300:]}")
+    if parsed.elapsed_s < 0 or parsed.clock_step_s():
+        raise RunFailed(f"the sender's clock was stepped during the copy: its wall clock says {parsed.elapsed_s} s, "
+                        f"{parsed.clock_step_s() or 'an unknown amount'} s outside what /proc/uptime allows "
+                        f"({parsed.uptimes_s}); the copy's time is unknown")
     if parsed.exit_code != 0 and not parsed.timed_out:
         raise RunFailed(f"rsync exited with {parsed.exit_code}: {parsed.rsync_output.strip()[-400:]}")
     seen = parsed.socket["cca_connected"] or parsed.socket["cca_set"]

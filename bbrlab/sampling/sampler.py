@@ -36,6 +36,7 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH, SCHEDULE_BASH
 from bbrlab.core.hosts import Host
+from bbrlab.core.ownedpids import KILL_OURS_SH
 
 from . import sockdiag
 
@@ -143,26 +144,32 @@ class Sampler:
 #: The sampler as the stream runs it: $1 the pid file (read by :data:`_STOP`); the rest the sampler's argv.
 #: The shell is the session leader (sshd, resp. :meth:`LocalHost.stream`, made it one) and becomes the
 #: sampler, whose stdout and stderr are the stream: nothing of the log is kept on the host.
-_STREAMED = 'echo "$$" > "$1" && shift && exec "$@" 2>&1'
+#: The pid file holds ``<pid> <start ticks>``: the stop kills only that process (:mod:`bbrlab.core.ownedpids`).
+_PID_LINE = KILL_OURS_SH + 'echo "$$ $(start_ticks $$)" > "$1"'
+_STREAMED = _PID_LINE + ' && shift && exec "$@" 2>&1'
 #: The ss loop writes every sample the moment it is taken; ``dd`` collects them into blocks of
 #: :data:`STREAM_BLOCK_BYTES` (written when full and at the end), so the channel wakes once a block, not once a
 #: sample, in the contended guest. The netlink and BPF samplers buffer as much themselves (stdio).
 STREAM_BLOCK_BYTES = 1 << 20
-_STREAMED_SS = f'echo "$$" > "$1" && shift && "$@" 2>&1 | dd ibs=64K obs={STREAM_BLOCK_BYTES} status=none'
+_STREAMED_SS = _PID_LINE + f' && shift && "$@" 2>&1 | dd ibs=64K obs={STREAM_BLOCK_BYTES} status=none'
 #: Seconds to wait for the stream's end after the sampler stopped (its last block crossing the channel).
 STREAM_DRAIN_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 60.0
 
-#: $1 stop file, $2 pid file: ask the sampler to stop, wait up to 10 s for it, then SIGKILL its session.
-_STOP = RUNNING_SH + r"""
+#: $1 stop file, $2 pid file: ask the sampler to stop, wait up to 10 s for it, then SIGKILL its session while
+#: its pid still names the process the pid file names (pid and start ticks).
+_STOP = RUNNING_SH + KILL_OURS_SH + r"""
 touch "$1"
 pid=
+ticks=
 i=0
-while [ -z "$pid" ] && [ $i -lt 20 ]; do read -r pid < "$2" 2>/dev/null; [ -n "$pid" ] || sleep 0.05; i=$((i + 1)); done
-[ -n "$pid" ] || exit 0
+while [ -z "$ticks" ] && [ $i -lt 20 ]; do
+    read -r pid ticks < "$2" 2>/dev/null; [ -n "$ticks" ] || sleep 0.05; i=$((i + 1))
+done
+[ -n "$pid" ] && [ -n "$ticks" ] || exit 0
 i=0
-while running "$pid" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-kill -KILL -- "-$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
+while running "$pid" && same "$pid" "$ticks" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill_ours "$pid" "$ticks"
 exit 0
 """
 

@@ -21,13 +21,17 @@ A YAML file (the local testbed writes one of the same form, so one code path dri
         experiment_ip: 10.0.0.2 # the address iperf3 connects to
 
 Every field is checked; a wrong one raises :class:`~bbrlab.core.errors.ValidationError` naming it
-(``roles.sender.port``) and what is allowed.
+(``roles.sender.port``) and what is allowed. Names (user, namespace, interface, domain, the testbed's) and
+addresses are plain words that never start with ``-`` (they end up on command lines); paths have no ``..``
+and never start with ``-``; an ``experiment_ip`` is one host's unicast address (not ``0.0.0.0``, ``::``,
+multicast or broadcast: the run's servers listen on it).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +49,10 @@ ROLE_FIELDS = {
     "receiver": SSH_FIELDS | {"experiment_ip", "netns"},
 }
 VCPU_KINDS = ("qmp_socket", "libvirt_domain", "thread_ids")
+#: A name or host address in a testbed file: a letter, digit or ``_`` first (never ``-``), then letters, digits,
+#: ``_ . : @ % -`` (IPv6 and scoped addresses included), at most 253 characters.
+WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@%-]{0,252}")
+WORD_ALLOWED = "letters, digits and _ . : @ % - (not first), at most 253 characters, without '..'"
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,14 @@ def _str(where: str, value: object, allowed: str = "a non-empty string") -> str:
     return value.strip()
 
 
+def _word(where: str, value: object, what: str) -> str:
+    """A name or address (:data:`WORD`): never an option (``-...``) or a path (``/``, ``..``)."""
+    text = _str(where, value, f"{what}: {WORD_ALLOWED}")
+    if not WORD.fullmatch(text) or ".." in text:
+        raise ValidationError(where, value, f"{what}: {WORD_ALLOWED}")
+    return text
+
+
 def _port(where: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ValidationError(where, value, "an integer TCP port 1-65535")
@@ -117,14 +133,24 @@ def _port(where: str, value: object) -> int:
 
 
 def _ip(where: str, value: object) -> str:
+    """One host's IP address: a run's sshd and iperf3 server listen on it, so an address of every interface
+    (``0.0.0.0``, ``::``), a multicast or a broadcast address is refused."""
+    allowed = "one host's unicast IPv4 or IPv6 address (not 0.0.0.0, ::, multicast or broadcast)"
     try:
-        return str(ipaddress.ip_address(_str(where, value, "an IPv4 or IPv6 address")))
+        ip = ipaddress.ip_address(_str(where, value, allowed))
     except ValueError:
-        raise ValidationError(where, value, "an IPv4 or IPv6 address") from None
+        raise ValidationError(where, value, allowed) from None
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValidationError(where, value, allowed)
+    return str(ip)
 
 
 def _path(where: str, value: object, base: Path) -> str:
-    p = Path(os.path.expanduser(_str(where, value, "a file path")))
+    allowed = "a file path without '..' that does not start with '-'"
+    text = _str(where, value, allowed)
+    if text.startswith("-") or ".." in Path(text).parts or any(c in text for c in "\n\r\0"):
+        raise ValidationError(where, value, allowed)
+    p = Path(os.path.expanduser(text))
     return str(p if p.is_absolute() else base / p)
 
 
@@ -147,9 +173,9 @@ def parse_ssh(where: str, raw: dict, base: Path) -> SSHSpec:
     if "address" not in raw:
         raise ValidationError(f"{where}.address", None, "required: the host name or IP address to SSH to")
     return SSHSpec(
-        address=_str(f"{where}.address", raw["address"], "a host name or IP address"),
+        address=_word(f"{where}.address", raw["address"], "a host name or IP address"),
         port=_port(f"{where}.port", raw.get("port", 22)),
-        user=_str(f"{where}.user", raw.get("user", "root"), "a user name"),
+        user=_word(f"{where}.user", raw.get("user", "root"), "a user name"),
         key=_path(f"{where}.key", raw["key"], base) if raw.get("key") is not None else None,
         known_hosts=(_path(f"{where}.known_hosts", raw["known_hosts"], base)
                      if raw.get("known_hosts") is not None else None),
@@ -166,7 +192,7 @@ def _parse_vcpu(where: str, raw: object, base: Path) -> dict:
     if kind == "qmp_socket":
         return {kind: _path(f"{where}.qmp_socket", raw[kind], base)}
     if kind == "libvirt_domain":
-        return {kind: _str(f"{where}.libvirt_domain", raw[kind], "a libvirt domain name")}
+        return {kind: _word(f"{where}.libvirt_domain", raw[kind], "a libvirt domain name")}
     return {kind: [g.to_file() for g in parse_given_threads(raw[kind], f"{where}.thread_ids")]}
 
 
@@ -176,8 +202,8 @@ def _parse_ports(where: str, raw: object) -> tuple[str, str]:
     for side in ("sender_side", "receiver_side"):
         if side not in raw:
             raise ValidationError(f"{where}.{side}", None, "required: the emulator's interface name")
-    a = _str(f"{where}.sender_side", raw["sender_side"], "an interface name")
-    b = _str(f"{where}.receiver_side", raw["receiver_side"], "an interface name")
+    a = _word(f"{where}.sender_side", raw["sender_side"], "an interface name")
+    b = _word(f"{where}.receiver_side", raw["receiver_side"], "an interface name")
     if a == b:
         raise ValidationError(f"{where}.receiver_side", b, "an interface other than sender_side")
     return a, b
@@ -195,7 +221,7 @@ def parse_role(role: str, raw: object, base: Path) -> RoleSpec:
         if any(k in raw for k in SSH_FIELDS):
             raise ValidationError(f"{where}.netns", netns, "either netns or SSH fields (address, ...), not both")
         ssh = None
-        netns = _str(f"{where}.netns", netns, "a network namespace name")
+        netns = _word(f"{where}.netns", netns, "a network namespace name")
     else:
         ssh = parse_ssh(where, raw, base)
     ip = raw.get("experiment_ip")
@@ -219,7 +245,7 @@ def parse(raw: object, source: str = "", base: Path | None = None) -> TestbedSpe
     base = base or Path.cwd()
     raw = _mapping("testbed", raw)
     _no_unknown("testbed", raw, {"name", "accelerator", "roles"})
-    name = _str("name", raw.get("name"), "a testbed name")
+    name = _word("name", raw.get("name"), "a testbed name")
     accel = raw.get("accelerator", "unknown")
     if accel not in ACCELERATORS:
         raise ValidationError("accelerator", accel, f"one of {', '.join(ACCELERATORS)}")
@@ -234,16 +260,16 @@ def parse(raw: object, source: str = "", base: Path | None = None) -> TestbedSpe
 
 
 def load_file(path: str | Path) -> TestbedSpec:
-    """Read and validate a testbed file."""
-    from bbrlab.core.yamlfile import load_text
+    """Read and validate a testbed file (one over :data:`bbrlab.core.yamlfile.MAX_FILE_BYTES` is refused
+    before it is read)."""
+    from bbrlab.core.yamlfile import load_file as load_yaml
 
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = load_yaml(path, "testbed_file", "testbed file")  # a key given twice is refused too
     except (OSError, UnicodeDecodeError) as e:
         raise ValidationError("testbed_file", str(path),
                               f"a readable YAML file ({getattr(e, 'strerror', None) or e})") from e
-    raw = load_text(text, str(path), field="testbed_file")  # a key given twice is refused too
     return parse(raw, source=str(path), base=path.parent.resolve())
 
 

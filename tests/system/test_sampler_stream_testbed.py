@@ -28,7 +28,8 @@ for d in /tmp/bbrlab-sampler.*; do
     [ -d "$d" ] || continue
     found=1
     size=$(du -sb "$d" | cut -f1)
-    pid=$(cat "$d/pid" 2>/dev/null)
+    pid=
+    read -r pid _ < "$d/pid" 2>/dev/null  # the pid file holds "<pid> <start ticks>"
     out=$( [ -n "$pid" ] && readlink "/proc/$pid/fd/1" )
     echo "$size $out $(ls "$d" | tr '\n' ,)"
 done

@@ -143,3 +143,41 @@ def test_cache_help_teaches_what_is_kept_and_how_to_prune(capsys):
     text = capsys.readouterr().out
     for word in ("boot/", "debian/", "least recently used", "BBRLAB_CACHE_MAX_GB", "--dry-run", "--max-gb 2"):
         assert word in text
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A folder outside the cache with a file in it: what a planted link points to."""
+    target = tmp_path / "outside"
+    target.mkdir()
+    (target / "keep.txt").write_bytes(os.urandom(2 * MB))
+    return target
+
+
+def test_prune_removes_a_linked_entry_as_a_link_and_leaves_its_target(cache, tmp_path):
+    """Issue 35 item 8: an entry that is a symbolic link to a folder outside the cache is pruned as the link;
+    the folder it points to, and its file, stay."""
+    target = _outside(tmp_path)
+    (cache / "boot").mkdir()
+    link = cache / "boot" / "linked"
+    link.symlink_to(target)
+    os.utime(link, (0, 0), follow_symlinks=False)  # the oldest entry: pruned first
+    _entry(cache, "boot/real", 1, days_ago=1)
+    report = caches.prune(0)
+    assert link in [e.path for e in report.removed] and not os.path.lexists(link)
+    assert (target / "keep.txt").stat().st_size == 2 * MB
+
+
+def test_prune_never_reaches_through_a_linked_entry_folder(cache, tmp_path):
+    """An entry folder (``debian/unpacked``) that is a link to a folder outside the cache: nothing in that folder is
+    an entry, nothing of it is removed or swept."""
+    target = _outside(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    work = target / f".build-x-{boot_id}.{dead.pid}.1-abcdefgh"  # looks like a stale work folder
+    work.mkdir()
+    (cache / "debian").mkdir()
+    (cache / "debian" / "unpacked").symlink_to(target)
+    report = caches.prune(0)
+    assert report.removed == [] and report.swept == []
+    assert (target / "keep.txt").is_file() and work.is_dir()

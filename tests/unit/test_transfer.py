@@ -5,6 +5,8 @@ the checks an rsync run must pass, and the workload columns of the tables."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -319,3 +321,52 @@ def test_a_local_put_keeps_the_mode_ssh_insists_on_for_a_private_key(tmp_path):
     key.write_text("private")
     LocalHost().put(key, str(tmp_path / "copy"))
     assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o600
+
+
+# -- a clock step during the copy (issue 35 item 8) --------------------------------------------------------
+
+def _stepped(text: str, t1: str, uptime: str | None) -> transfer.ClientResult:
+    """A real client report with its end time replaced (the guest's wall clock stepped during the copy) and,
+    when given, the /proc/uptime readings the client now prints."""
+    text = re.sub(r"^t1=.*$", f"t1={t1}", text, flags=re.M)
+    if uptime is not None:
+        text = text.replace("\nsocket_cca_set", f"\nuptime={uptime}\nsocket_cca_set", 1)
+    return transfer.parse_client_output(text)
+
+
+def test_a_copy_timed_across_a_backward_clock_step_fails_the_run():
+    """The complete fixture's copy took 8.107 s (t0 1795328521.913337); a guest whose clock was stepped back
+    by 10 s meanwhile reported -1.89 s, which was recorded ``ok``."""
+    flow = Flow("cubic", workload="rsync", file_mb=2)
+    text = (FIXTURES / "client-complete.txt").read_text()
+    for uptime in (None, "100.00 100.00 108.10 108.11"):
+        parsed = _stepped(text, "1795328520.020564", uptime)
+        assert parsed.elapsed_s < 0
+        with pytest.raises(RunFailed, match="clock was stepped"):
+            transfer.check(flow, parsed, _session(transfer.Received(2_000_000, "a" * 64)), None)
+
+
+def test_a_forward_clock_step_is_caught_by_the_uptime_readings():
+    flow = Flow("cubic", workload="rsync", file_mb=2)
+    text = (FIXTURES / "client-complete.txt").read_text()
+    stepped = _stepped(text, "1795328560.020564", "100.00 100.00 108.10 108.11")  # 38.1 s by the wall clock
+    assert 29.9 < stepped.clock_step_s() < 30  # 38.107 s against at most 8.11 s and the allowances
+    with pytest.raises(RunFailed, match="clock was stepped"):
+        transfer.check(flow, stepped, _session(transfer.Received(2_000_000, "a" * 64)), None)
+    # the same copy without a step, its clock readings preempted between the reads (a contended guest)
+    steady = _stepped(text, "1795328530.020564", "99.80 100.40 107.90 108.50")
+    assert steady.clock_step_s() == 0.0
+    transfer.check(flow, steady, _session(transfer.Received(2_000_000, "a" * 64)), None)
+
+
+def test_the_client_reads_uptime_around_each_wall_clock_reading():
+    """The client script prints the four readings the check compares (run here for real, without rsync)."""
+    lines = transfer._CLIENT.splitlines()
+    clocks = [line for line in lines if "/proc/uptime" in line]
+    report = [line for line in lines if line.startswith('echo "exit=')]
+    assert len(clocks) == 2 and len(report) == 1
+    script = "\n".join(["set -u", clocks[0], "sleep 0.2; rc=0", clocks[1], report[0]])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    parsed = transfer.parse_client_output(out.stdout + "--- rsync\n")
+    assert parsed.uptimes_s is not None and 0.19 <= parsed.elapsed_s
+    assert parsed.clock_step_s() == 0.0

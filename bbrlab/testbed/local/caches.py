@@ -9,7 +9,8 @@ those is an *entry*; its last use is its modification time (:func:`bbrlab.core.c
 never one a testbed uses: named in the state of a local testbed that is not down (its sender's
 kernel, initramfs and modules disk), named or held open by a QEMU process running on this machine
 (a testbed recorded under another state directory), or the working directory or an argument of any
-running process. What it removes is rebuilt or downloaded again
+running process. A symbolic link among the entries is an entry itself: pruning removes the link, never
+what it points to, and nothing is reached through a link. What it removes is rebuilt or downloaded again
 when needed. The guest image (``images/``) is not an entry: an outdated one is removed when the next
 image is built (:func:`.image.prune_images`). The Debian pins (``debian/kernels/``) and indexes stay.
 
@@ -176,13 +177,14 @@ def in_use(root: Path | None = None) -> set[Path]:
 
 
 def entries(root: Path | None = None) -> list[Entry]:
-    """Every prunable entry, least recently used first."""
-    root = root or image.cache_dir()
+    """Every prunable entry, least recently used first. An entry is the name in its folder, never what a symbolic
+    link there points to (pruning it removes the link), and an entry folder that is a link is left out."""
+    root = (root or image.cache_dir()).resolve()
     used = in_use(root)
     out = []
     for kind, rel in ENTRY_FOLDERS:
         folder = root / rel
-        if not folder.is_dir():
+        if not _real_folder(root, folder):
             continue
         for path in folder.iterdir():
             if path.name.startswith("."):
@@ -191,9 +193,19 @@ def entries(root: Path | None = None) -> list[Entry]:
                 last = path.lstat().st_mtime
             except FileNotFoundError:
                 continue
-            busy = path.resolve() in used or bool(owners.users_of(path))
-            out.append(Entry(path.resolve(), kind, disk_bytes(path), last, busy))
+            busy = path in used or bool(owners.users_of(path))
+            out.append(Entry(path, kind, disk_bytes(path), last, busy))
     return sorted(out, key=lambda e: (e.last_used, str(e.path)))
+
+
+def _real_folder(root: Path, folder: Path) -> bool:
+    """True when ``folder`` (below ``root``) is a folder reached through no symbolic link."""
+    here = root
+    for part in folder.relative_to(root).parts:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return False
+    return True
 
 
 def prune(max_bytes: int | None = None, *, keep: Iterable[str | Path] = (), dry_run: bool = False,
@@ -203,7 +215,7 @@ def prune(max_bytes: int | None = None, *, keep: Iterable[str | Path] = (), dry_
     files inside them). Holds the image lock."""
     from ..lock import image_lock
 
-    root = root or image.cache_dir()
+    root = (root or image.cache_dir()).resolve()
     cap = default_max_bytes() if max_bytes is None else max_bytes
     keep_entries = {entry_of(p, root) or Path(p).resolve() for p in keep}
     with image_lock():

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bbrlab.core import ownedpids, owners
 from bbrlab.core.errors import TestbedError
 
 from .image import INIT_PATH, GuestImage
@@ -177,34 +178,34 @@ KILL_WAIT_S = 10.0
 
 
 def stop_vm(pid: int, vm_name: str, timeout_s: float = 10.0, kill_wait_s: float | None = None) -> bool:
-    """Stop the VM's QEMU if it is still ours: SIGTERM, after ``timeout_s`` SIGKILL, then wait at most
-    ``kill_wait_s`` (default :data:`KILL_WAIT_S`) more. False when nothing ran; :class:`TestbedError`
-    when it will not go away."""
+    """Stop the VM's QEMU if it is still ours (its command line names ``vm_name``; each signal goes only while
+    ``pid`` names the process that started when the check was made): SIGTERM, after ``timeout_s`` SIGKILL,
+    then wait at most ``kill_wait_s`` (default :data:`KILL_WAIT_S`) more. False when nothing ran;
+    :class:`TestbedError` when it will not go away."""
     kill_wait_s = KILL_WAIT_S if kill_wait_s is None else kill_wait_s
-    if not is_our_qemu(pid, vm_name):
+    ticks = owners.start_ticks(pid)
+    if ticks is None or not is_our_qemu(pid, vm_name):
         return False
-    _signal(pid, signal.SIGTERM)
-    if _gone_within(pid, vm_name, timeout_s):
+    _signal(pid, ticks, signal.SIGTERM)
+    if _gone_within(pid, ticks, vm_name, timeout_s):
         return True
-    _signal(pid, signal.SIGKILL)
-    if _gone_within(pid, vm_name, kill_wait_s):
+    _signal(pid, ticks, signal.SIGKILL)
+    if _gone_within(pid, ticks, vm_name, kill_wait_s):
         return True
     raise TestbedError(f"QEMU pid {pid} ({vm_name}) is still there {kill_wait_s:g} s after SIGKILL (state "
                        f"{_proc_state(pid)}: stuck in the kernel?); it may need a reboot to go away")
 
 
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass  # gone meanwhile
+def _signal(pid: int, ticks: int, sig: int) -> None:
+    """``sig`` to ``pid`` while it is the QEMU that started at ``ticks`` (a pid handed on since is left alone)."""
+    ownedpids.signal_if_same(pid, ticks, sig)
 
 
-def _gone_within(pid: int, vm_name: str, seconds: float) -> bool:
+def _gone_within(pid: int, ticks: int, vm_name: str, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
         _reap(pid)
-        if not is_our_qemu(pid, vm_name):
+        if owners.start_ticks(pid) != ticks or not is_our_qemu(pid, vm_name):
             return True
         if time.monotonic() >= deadline:
             return False

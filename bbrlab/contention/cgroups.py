@@ -283,6 +283,8 @@ def leftovers(hierarchy: Hierarchy | None = None, *, include_live_owners: bool =
         own = _from_entry(entry, h)
         if own is None or not own.path.exists():
             if not include_live_owners:
+                if own is not None:
+                    remove(own)  # killed before its cgroup was made: its (empty) parent, +cpu; the entry
                 ledger.drop(entry)
             continue
         found.append(own)

@@ -208,7 +208,9 @@ class CfsSession:
                 threads.append(ThreadEvidence(tid, None, False, True))
         self.evidence = ContentionEvidence(self.method, held and all(t.held for t in threads),
                                            100.0 if self.contention.unlimited else self.contention.cpu_share_pct,
-                                           threads, watch, AchievedShare.of(threads, steal_note(self.accelerator)))
+                                           threads, watch, AchievedShare.of(threads, steal_note(self.accelerator)),
+                                           foreign_limits=cgroups.foreign_limits(
+                                               self.thread_ids, self.own.path if self.own else None, self.hierarchy))
         return self.evidence
 
     @property

@@ -11,20 +11,33 @@ Which hierarchy has the cpu controller is read from ``/proc/self/mounts`` (:func
   ``threaded``, ``+cpu`` enabled in the parent's ``cgroup.subtree_control`` (and disabled again afterwards if
   bbrlab enabled it), ``cpu.max`` holds ``"quota period"``, a thread moves through ``cgroup.threads``.
 
-bbrlab's cgroups are named ``bbrlab-cfs-<pid>-<n>`` (:data:`PREFIX`; ``pid`` the process that made it), so
-:func:`leftovers` finds those a killed process left and :func:`remove` empties them into their parent.
+bbrlab's cgroups are named ``bbrlab-cfs-<pid>-<n>`` (:data:`PREFIX`; ``pid`` the process that made it) and made
+inside a parent cgroup of bbrlab's own, ``bbrlab`` (:data:`PARENT`), inside the threads' cgroup (on v2 both
+threaded): ``<threads' cgroup>/bbrlab/bbrlab-cfs-<pid>-<n>``. Before it makes anything a session writes a ledger
+entry naming the cgroup (:mod:`bbrlab.contention.ledger`); :func:`leftovers` reads the entries whose owner is
+gone and :func:`remove` empties their cgroup back into the threads' cgroup. A cgroup's name alone directs
+nothing: a ``bbrlab-cfs-*`` cgroup no entry names (another user's, in a delegated subtree) is never touched, and
+an entry is followed only to a cgroup of this user named as bbrlab names them inside a ``bbrlab`` parent.
+
+:func:`foreign_limits` says what else limits a thread's CPU (a quota or burst on its cgroup or an ancestor, or a
+bbrlab cgroup) besides the cgroup a run asked for: every model's evidence records it, and a run with any fails.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from bbrlab.core.errors import TestbedError
 
+from . import ledger
+
 PREFIX = "bbrlab-cfs-"
+#: The parent cgroup of bbrlab's own, inside the threads' cgroup, that holds its cgroups.
+PARENT = "bbrlab"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)$")
 MOUNTS = Path("/proc/self/mounts")
 
@@ -129,51 +142,87 @@ def detect(mounts: Path = MOUNTS) -> Hierarchy:
 
 @dataclass
 class OwnCgroup:
-    """A cgroup bbrlab made inside ``parent`` for some threads (``enabled_cpu``: v2, bbrlab turned ``+cpu`` on in
-    the parent's ``cgroup.subtree_control`` and turns it off again)."""
+    """A cgroup bbrlab made at ``path`` for some threads, inside its parent cgroup ``parent`` (``bbrlab``) inside
+    the threads' cgroup ``outer``; ``enabled_cpu``: v2, bbrlab turned ``+cpu`` on in ``outer``'s
+    ``cgroup.subtree_control`` and turns it off again; ``entry``: its ledger entry."""
 
     hierarchy: Hierarchy
-    parent: Path
+    outer: Path
     path: Path
     enabled_cpu: bool = False
+    entry: ledger.Entry | None = None
+
+    @property
+    def parent(self) -> Path:
+        """bbrlab's parent cgroup (``<outer>/bbrlab``)."""
+        return self.path.parent
 
     def to_dict(self) -> dict:
         """What a record keeps of it."""
         return {"hierarchy": self.hierarchy.name, "path": str(self.path), "parent": str(self.parent)}
 
+    def ledger_data(self) -> dict:
+        """What its ledger entry names."""
+        return {"version": self.hierarchy.version, "root": str(self.hierarchy.root), "outer": str(self.outer),
+                "path": str(self.path), "enabled_cpu": self.enabled_cpu}
+
 
 _counter = iter(range(1, 1 << 30))
 
 
-def create(hierarchy: Hierarchy, parent: Path) -> OwnCgroup:
-    """Make a new ``bbrlab-cfs-<pid>-<n>`` cgroup inside ``parent`` (v2: a threaded one, cpu enabled)."""
-    path = parent / f"{PREFIX}{os.getpid()}-{next(_counter)}"
+def _enable_cpu(cgroup: Path) -> bool:
+    """v2: turn ``+cpu`` on in ``cgroup``'s ``cgroup.subtree_control``; whether it was off."""
+    if "cpu" in (cgroup / "cgroup.subtree_control").read_text().split():
+        return False
+    _write(cgroup / "cgroup.subtree_control", "+cpu")
+    return True
+
+
+def _make_parent(own: OwnCgroup) -> None:
+    """bbrlab's parent cgroup inside ``own.outer`` (v2: threaded, cpu on in it and for it)."""
+    own.parent.mkdir(exist_ok=True)
+    if own.hierarchy.version == 2:
+        _write(own.parent / "cgroup.type", "threaded")
+        own.enabled_cpu = _enable_cpu(own.outer) or own.enabled_cpu
+        _enable_cpu(own.parent)
+
+
+def create(hierarchy: Hierarchy, outer: Path) -> OwnCgroup:
+    """Make a new ``bbrlab-cfs-<pid>-<n>`` cgroup in bbrlab's parent cgroup inside ``outer`` (the threads'
+    cgroup; v2: a threaded one, cpu enabled), its ledger entry written first."""
+    own = OwnCgroup(hierarchy, outer, outer / PARENT / f"{PREFIX}{os.getpid()}-{next(_counter)}")
+    own.entry = ledger.write("cgroup", own.ledger_data())
     try:
-        path.mkdir()
-    except OSError as e:
-        raise TestbedError(f"could not make the cgroup {path}: {e.strerror or e}") from e
-    own = OwnCgroup(hierarchy, parent, path)
-    if hierarchy.version == 2:
-        try:
-            _write(path / "cgroup.type", "threaded")
-            control = (parent / "cgroup.subtree_control").read_text().split()
-            if "cpu" not in control:
-                _write(parent / "cgroup.subtree_control", "+cpu")
-                own.enabled_cpu = True
-        except (OSError, TestbedError):
-            remove(own)
-            raise
+        for attempt in range(3):  # another session may remove the (empty) parent between the two mkdirs
+            try:
+                _make_parent(own)
+                own.path.mkdir()
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        if hierarchy.version == 2:
+            _write(own.path / "cgroup.type", "threaded")
+        own.entry = ledger.update(own.entry, own.ledger_data())
+    except (OSError, TestbedError) as e:
+        problems = remove(own)
+        error = e if isinstance(e, TestbedError) else \
+            TestbedError(f"could not make the cgroup {own.path}: {e.strerror or e}")
+        if problems:
+            error.add_note("; ".join(problems))
+        raise error from e
     return own
 
 
 def remove(own: OwnCgroup, back_to: dict[int, Path] | None = None) -> list[str]:
-    """Move every thread still in ``own`` back (to ``back_to[tid]``, else the parent), remove it, and turn
-    ``+cpu`` off in the parent if bbrlab turned it on. Returns the problems (empty: all done)."""
+    """Move every thread still in ``own`` back (to ``back_to[tid]``, else the threads' cgroup), remove it and
+    bbrlab's parent when empty, turn ``+cpu`` off where bbrlab turned it on, and drop its ledger entry.
+    Returns the problems (empty: all done, the entry dropped)."""
     problems = []
     h = own.hierarchy
     for tid in h.members(own.path):
         try:
-            h.move(tid, (back_to or {}).get(tid, own.parent))
+            h.move(tid, (back_to or {}).get(tid, own.outer))
         except TestbedError as e:
             if Path(f"/proc/{tid}").exists():
                 problems.append(str(e))
@@ -183,11 +232,18 @@ def remove(own: OwnCgroup, back_to: dict[int, Path] | None = None) -> list[str]:
         pass
     except OSError as e:
         problems.append(f"could not remove {own.path}: {e.strerror or e}")
-    if own.enabled_cpu:
+    try:
+        own.parent.rmdir()
+    except OSError:
+        pass  # another session's cgroup is in it, or it is gone already
+    if own.enabled_cpu and not own.parent.exists():
         try:
-            _write(own.parent / "cgroup.subtree_control", "-cpu")
+            _write(own.outer / "cgroup.subtree_control", "-cpu")
         except TestbedError:
             pass  # another child uses the cpu controller there now; harmless to leave it on
+    if not problems and own.entry is not None:
+        ledger.drop(own.entry)
+        own.entry = None
     return problems
 
 
@@ -197,30 +253,106 @@ def owner_pid(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _from_entry(entry: ledger.Entry, h: Hierarchy) -> OwnCgroup | None:
+    """The cgroup ``entry`` names, when it is one bbrlab makes (``<outer>/bbrlab/bbrlab-cfs-<pid>-<n>`` in the
+    cpu hierarchy ``h``, no ``..``); None otherwise."""
+    d = entry.data
+    try:
+        if d["version"] != h.version or Path(d["root"]) != h.root:
+            return None
+        outer, path = Path(d["outer"]), Path(d["path"])
+        enabled = bool(d["enabled_cpu"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if ".." in path.parts or path.parent != outer / PARENT or owner_pid(path) is None or \
+            not path.is_relative_to(h.root):
+        return None
+    return OwnCgroup(h, outer, path, enabled, entry)
+
+
 def leftovers(hierarchy: Hierarchy | None = None, *, include_live_owners: bool = False) -> list[OwnCgroup]:
-    """bbrlab's cgroups in the cpu hierarchy whose maker is gone (or all, ``include_live_owners``)."""
+    """bbrlab's cgroups whose maker is gone (or all, ``include_live_owners``), as their ledger entries name
+    them. An entry of another hierarchy (the cpu controller moved since) or naming no cgroup bbrlab makes is
+    dropped: there is nothing of it to undo here."""
     try:
         h = hierarchy or detect()
     except TestbedError:
         return []
     found = []
-    for where, dirs, _ in os.walk(h.root):
-        for d in list(dirs):
-            pid = owner_pid(Path(d))
-            if pid is None:
-                continue
-            dirs.remove(d)
-            if include_live_owners or not Path(f"/proc/{pid}").exists():
-                found.append(OwnCgroup(h, Path(where), Path(where) / d))
+    for entry in ledger.left("cgroup", include_live_owners=include_live_owners).entries:
+        own = _from_entry(entry, h)
+        if own is None or not own.path.exists():
+            if not include_live_owners:
+                if own is not None:
+                    remove(own)  # killed before its cgroup was made: its (empty) parent, +cpu; the entry
+                ledger.drop(entry)
+            continue
+        found.append(own)
     return found
 
 
+def _ours(path: Path) -> bool:
+    """``path`` is a directory of this user, not a symbolic link (a cgroup of a delegated subtree is not)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def clear_leftovers(hierarchy: Hierarchy | None = None) -> list[str]:
-    """Remove the cgroups a killed bbrlab process left (their threads back into the parent); their paths."""
+    """Remove the cgroups a killed bbrlab process left (their threads back into the threads' cgroup), as their
+    ledger entries name them; their paths."""
     removed = []
     for own in leftovers(hierarchy):
+        if not (_ours(own.path) and _ours(own.parent)):
+            raise TestbedError(f"leftover cgroup {own.path} (or its parent) is not a directory of uid "
+                               f"{os.geteuid()}: left alone; remove {own.entry.path} once it is dealt with")
         problems = remove(own)
         if problems:
             raise TestbedError(f"leftover cgroup {own.path}: " + "; ".join(problems))
         removed.append(str(own.path))
     return removed
+
+
+def _limit_here(h: Hierarchy, cgroup: Path) -> str | None:
+    """What limits ``cgroup``'s threads in ``cgroup`` itself (a quota, a burst), or None."""
+    try:
+        quota, period = h.limit(cgroup)
+    except (OSError, ValueError):
+        quota = None  # the root cgroup of v2 has no cpu.max
+    try:
+        burst = h.burst(cgroup) if h.burst_file(cgroup).exists() else 0
+    except (OSError, ValueError):
+        burst = 0
+    seen = ([f"quota {quota} us per {period} us"] if quota is not None else []) + \
+        ([f"burst {burst} us"] if burst else [])
+    return ", ".join(seen) or None
+
+
+def foreign_limits(thread_ids: list[int], own: Path | None = None, hierarchy: Hierarchy | None = None) -> list[str]:
+    """What limits the threads' CPU besides the cgroup ``own`` a run asked for (None: none): a thread not in
+    ``own``, a bbrlab cgroup around a thread other than ``own`` and its parent, and a quota or burst on a
+    thread's cgroup or any ancestor other than ``own``. Empty: nothing else. No cpu hierarchy: nothing to say."""
+    try:
+        h = hierarchy or detect()
+    except TestbedError:
+        return []
+    seen = []
+    for tid in thread_ids:
+        try:
+            cgroup = h.thread_cgroup(tid)
+        except TestbedError:
+            continue  # a thread gone: the evidence says so
+        if own is not None and cgroup != own:
+            seen.append(f"thread {tid} is in {cgroup}, not in the run's {own}")
+        allowed = {own, own.parent} if own is not None else set()
+        for c in [cgroup, *cgroup.parents]:
+            if not c.is_relative_to(h.root):
+                break
+            if c not in allowed and (c.name == PARENT or c.name.startswith(PREFIX)):
+                seen.append(f"thread {tid} is under bbrlab's cgroup {c}, which this run did not make")
+            limit = _limit_here(h, c) if c != own else None
+            if limit:
+                seen.append(f"thread {tid} is under {limit} in {c}")
+    return seen

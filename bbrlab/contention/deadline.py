@@ -44,6 +44,7 @@ from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import die_as_default
 
+from . import cgroups
 from .accounting import drift_note
 from .evidence import (
     AchievedShare,
@@ -229,9 +230,11 @@ class ContentionSession:
         end = sample_threads(self.host, self.thread_ids)
         threads = [self._thread_evidence(tid, end) for tid in self.thread_ids]
         held = all(t.held for t in threads) and not (watch and (watch.deviations or watch.stalls))
+        foreign = cgroups.foreign_limits(self.thread_ids) if self.host.is_local else None
         self.evidence = ContentionEvidence(self.scheduler.name, held, 100.0 if self.contention.unlimited else
                                            self.contention.cpu_share_pct, threads, watch,
-                                           AchievedShare.of(threads, steal_note(self.accelerator)))
+                                           AchievedShare.of(threads, steal_note(self.accelerator)),
+                                           foreign_limits=foreign)
         return self.evidence
 
     def _thread_evidence(self, tid: int, end: dict) -> ThreadEvidence:

@@ -250,7 +250,9 @@ class ContentionEvidence:
     """Whether the policy held over the body (``policy_held``), thread by thread, what the watch saw
     (``watch``: None when nothing was watched, as for a 100 % share) and what the vCPU threads got
     (``achieved``: None in records made before it was recorded; their threads still have ``cpu_share_pct``) and,
-    for the credit model, what its controller did (``credit``)."""
+    for the credit model, what its controller did (``credit``); and what else limited the vCPU threads' CPU
+    besides what the run asked for (``foreign_limits``: a stale quota, burst or bbrlab cgroup; None: not
+    looked at, as for a hypervisor on another host or records made before it was)."""
 
     method: str
     policy_held: bool
@@ -259,6 +261,7 @@ class ContentionEvidence:
     watch: WatchReport | None = None
     achieved: AchievedShare | None = None
     credit: CreditReport | None = None
+    foreign_limits: list[str] | None = None
 
     @property
     def stalls(self) -> list[Stall]:
@@ -274,6 +277,8 @@ class ContentionEvidence:
             d["achieved"] = self.achieved.to_dict()
         if self.credit is not None:
             d["credit"] = self.credit.to_dict()
+        if self.foreign_limits is not None:
+            d["foreign_limits"] = list(self.foreign_limits)
         return d
 
     @classmethod
@@ -284,7 +289,8 @@ class ContentionEvidence:
                    [ThreadEvidence.from_dict(t) for t in d["threads"]],
                    WatchReport.from_dict(watch) if watch is not None else None,
                    AchievedShare.from_dict(achieved) if achieved is not None else None,
-                   CreditReport.from_dict(credit) if credit is not None else None)
+                   CreditReport.from_dict(credit) if credit is not None else None,
+                   d.get("foreign_limits"))
 
 
 @dataclass(frozen=True)

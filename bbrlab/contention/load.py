@@ -7,26 +7,33 @@ and pinned there with it. With equal weights the vCPU thread gets 1 / (n + 1) of
 ``sh`` in a session of its own, so with autogroup scheduling each is one group of the same weight as the vCPU's.
 The loops are killed and the vCPU threads' CPU masks given back on every exit; this works on this machine only.
 
-A loop's ``$0`` is a marker, ``bbrlab-load:<owner pid>:<vCPU tid>:<its CPU mask before>`` (:func:`marker`), so
-after a SIGKILL of its owner :func:`clear_leftovers` finds the loops (their owner gone), kills them and gives
-the vCPU thread its CPU mask back, with nothing kept on disk. While the body runs, the state watch checks that
-every loop still runs and each vCPU thread and its loops are still pinned to their CPU (:meth:`LoadSession.deviations`).
+Before it pins anything the session writes a ledger entry (:mod:`bbrlab.contention.ledger`: its owner's pid,
+start time and boot, each vCPU thread with its start time and CPU mask before, and a random token), and each
+loop's ``$0`` is ``bbrlab-load:<token>`` (:func:`marker`). After a SIGKILL of its owner :func:`clear_leftovers`
+reads the entries whose owner is gone, kills the loops of this user that carry the entry's token, gives each
+thread the entry names (the same thread: same start time) its CPU mask back, and removes the entry. A command
+line alone directs nothing: a loop forged by another user is neither killed nor believed. While the body runs,
+the state watch checks that every loop still runs and each vCPU thread and its loops are still pinned to their
+CPU (:meth:`LoadSession.deviations`).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bbrlab.core import owners
 from bbrlab.core.contention_models import load_share_pct
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
 
+from . import cgroups, ledger
 from .deadline import ContentionRestoreError
 from .evidence import AchievedShare, ContentionEvidence, ContentionRecord, ThreadEvidence, steal_note
 from .sched import SchedPolicy
@@ -38,24 +45,50 @@ BUSY_LOOP = ["sh", "-c", "while :; do :; done"]
 MARKER_PREFIX = "bbrlab-load:"
 
 
-def marker(owner_pid: int, tid: int, mask: set[int]) -> str:
-    """A loop's ``$0``: who started it, for which vCPU thread, and that thread's CPU mask before."""
-    return f"{MARKER_PREFIX}{owner_pid}:{tid}:{','.join(map(str, sorted(mask)))}"
+def marker(token: str) -> str:
+    """A loop's ``$0``: the token of its session's ledger entry."""
+    return f"{MARKER_PREFIX}{token}"
 
 
 @dataclass(frozen=True)
-class LeftoverLoop:
-    """A busy loop of a competing-load whose owner is gone: its ``pid``, the vCPU thread ``tid`` it competed
-    with and that thread's CPU ``mask`` before."""
+class PinnedThread:
+    """A vCPU thread a session pins: its ``tid``, start time (``ticks``) and CPU ``mask`` before."""
 
-    pid: int
-    owner_pid: int
     tid: int
+    ticks: int | None
     mask: frozenset[int]
 
+    def to_dict(self) -> dict:
+        """What the ledger entry keeps of it."""
+        return {"tid": self.tid, "ticks": self.ticks, "mask": sorted(self.mask)}
 
-def leftovers(proc: Path = Path("/proc"), *, include_live_owners: bool = False) -> list[LeftoverLoop]:
-    """bbrlab's busy loops on this machine whose owner is gone (or all of them, ``include_live_owners``)."""
+    @classmethod
+    def from_dict(cls, d: dict) -> PinnedThread:
+        """Read back from an entry (:class:`ValueError`/:class:`TypeError` for anything else)."""
+        ticks = d["ticks"]
+        if ticks is not None and not isinstance(ticks, int) or not isinstance(d["tid"], int) or \
+                not all(isinstance(c, int) and c >= 0 for c in d["mask"]) or not d["mask"]:
+            raise ValueError(f"not a pinned thread: {d!r}")
+        return cls(d["tid"], ticks, frozenset(d["mask"]))
+
+    def same_thread(self) -> bool:
+        """Whether ``tid`` still names the thread that was pinned (same start time)."""
+        return self.ticks is not None and owners.start_ticks(self.tid) == self.ticks
+
+
+@dataclass(frozen=True)
+class LeftoverLoad:
+    """What a competing-load session whose owner is gone left: its ledger ``entry``, the busy ``loops`` of
+    this user carrying the entry's token, and the ``threads`` it pinned."""
+
+    entry: ledger.Entry
+    loops: list[int]
+    threads: list[PinnedThread]
+
+
+def _loops_with(token: str, proc: Path) -> list[int]:
+    """The busy loops of this user whose command line is the loop with ``token``'s marker."""
+    want = [a.encode() for a in [*BUSY_LOOP, marker(token)]]
     found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -64,18 +97,24 @@ def leftovers(proc: Path = Path("/proc"), *, include_live_owners: bool = False) 
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) < 4 or [a.decode(errors="replace") for a in argv[:3]] != BUSY_LOOP:
-            continue
-        mark = argv[3].decode(errors="replace")
-        if not mark.startswith(MARKER_PREFIX):
-            continue
+        if argv[:4] == want and ledger.ours(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def leftovers(proc: Path = Path("/proc"), *, include_live_owners: bool = False) -> list[LeftoverLoad]:
+    """What competing-load sessions whose owner is gone left on this machine, read from their ledger entries
+    (or every session's, ``include_live_owners``). Entries that cannot be read as a load's are skipped."""
+    found = []
+    for entry in ledger.left("load", include_live_owners=include_live_owners).entries:
         try:
-            owner, tid, mask = mark[len(MARKER_PREFIX):].split(":")
-            loop = LeftoverLoop(int(entry.name), int(owner), int(tid), frozenset(int(c) for c in mask.split(",")))
-        except ValueError:
+            token = entry.data["token"]
+            if not isinstance(token, str) or not token.isalnum():
+                raise ValueError(token)
+            threads = [PinnedThread.from_dict(t) for t in entry.data["threads"]]
+        except (KeyError, TypeError, ValueError):
             continue
-        if include_live_owners or not (proc / str(loop.owner_pid)).exists():
-            found.append(loop)
+        found.append(LeftoverLoad(entry, _loops_with(token, proc), threads))
     return found
 
 
@@ -92,10 +131,10 @@ def _dead(pid: int) -> bool:
         return True
 
 
-def _wait_dead(loops: list[LeftoverLoop]) -> list[int]:
-    """Wait until every loop is dead (at most :data:`KILL_WAIT_S`); the pids of those still running."""
+def _wait_dead(pids: list[int]) -> list[int]:
+    """Wait until every process is dead (at most :data:`KILL_WAIT_S`); the pids of those still running."""
     deadline = time.monotonic() + KILL_WAIT_S
-    running = [lp.pid for lp in loops]
+    running = list(pids)
     while running:
         running = [pid for pid in running if not _dead(pid)]
         if not running or time.monotonic() > deadline:
@@ -104,27 +143,38 @@ def _wait_dead(loops: list[LeftoverLoop]) -> list[int]:
     return running
 
 
+def _give_back(thread: PinnedThread) -> str | None:
+    """Give ``thread`` its CPU mask back when it is still the thread pinned and still on one CPU, as the
+    session left it; what went wrong, or None."""
+    try:
+        if thread.same_thread() and len(os.sched_getaffinity(thread.tid)) == 1:
+            os.sched_setaffinity(thread.tid, thread.mask)
+    except ProcessLookupError:
+        pass
+    except OSError as e:
+        return f"thread {thread.tid}: could not give back CPUs {sorted(thread.mask)}: {e}"
+    return None
+
+
 def clear_leftovers() -> list[int]:
     """Kill the busy loops a killed bbrlab process left and give each vCPU thread they competed with its CPU mask
-    back (when it still exists and is still pinned to one CPU, as the loop left it); the loops' pids."""
-    loops = leftovers()
-    for loop in loops:
-        try:
-            os.killpg(loop.pid, signal.SIGKILL)  # each loop leads a session (and group) of its own
-        except ProcessLookupError:
-            pass
-    problems = [f"busy loop {pid} still runs {KILL_WAIT_S:g} s after SIGKILL" for pid in _wait_dead(loops)]
-    for tid, mask in {(lp.tid, lp.mask) for lp in loops}:
-        try:
-            if len(os.sched_getaffinity(tid)) == 1:
-                os.sched_setaffinity(tid, mask)
-        except ProcessLookupError:
-            pass
-        except OSError as e:
-            problems.append(f"thread {tid}: could not give back CPUs {sorted(mask)}: {e}")
+    back, as its ledger entry says; the loops' pids. An entry is removed once all it names is undone."""
+    found = leftovers()
+    problems = []
+    for left in found:
+        for pid in left.loops:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # each loop leads a session (and group) of its own
+            except ProcessLookupError:
+                pass
+        mine = [f"busy loop {pid} still runs {KILL_WAIT_S:g} s after SIGKILL" for pid in _wait_dead(left.loops)]
+        mine += [p for p in map(_give_back, left.threads) if p]
+        if not mine:
+            ledger.drop(left.entry)
+        problems += mine
     if problems:
         raise TestbedError("leftover competing-load: " + "; ".join(problems))
-    return sorted(lp.pid for lp in loops)
+    return sorted(pid for left in found for pid in left.loops)
 
 
 class LoadRestoreError(ContentionRestoreError):
@@ -148,6 +198,7 @@ class LoadSession:
     _start: dict[int, ThreadSample] = field(default_factory=dict)
     _watch: StateWatch | None = None
     _loop_cpus: dict[int, int] = field(default_factory=dict)
+    _entry: ledger.Entry | None = None
 
     def __post_init__(self):
         if not isinstance(self.contention, Contention) or self.contention.model != "competing-load":
@@ -176,12 +227,15 @@ class LoadSession:
         """Pin each thread to its CPU and start its loops there; on a failure undo it all."""
         if not self.cpus:
             self.prepare()
+        token = secrets.token_hex(16)
+        threads = [PinnedThread(tid, owners.start_ticks(tid), frozenset(self.masks[tid])) for tid in self.cpus]
+        self._entry = ledger.write("load", {"token": token, "threads": [t.to_dict() for t in threads]})
         try:
             for tid, cpu in self.cpus.items():
                 self._pinned.append(tid)
                 os.sched_setaffinity(tid, {cpu})
                 for _ in range(self.contention.load_threads):
-                    loop = subprocess.Popen([*BUSY_LOOP, marker(os.getpid(), tid, self.masks[tid])],
+                    loop = subprocess.Popen([*BUSY_LOOP, marker(token)],
                                             start_new_session=True, stdin=subprocess.DEVNULL)
                     self.loops.append(loop)
                     os.sched_setaffinity(loop.pid, {cpu})
@@ -250,7 +304,8 @@ class LoadSession:
                                           got_cpu=same and usage.cpu_s > 0))
         self.evidence = ContentionEvidence("competing-load", all(t.held for t in threads),
                                            load_share_pct(self.contention.load_threads), threads, watch,
-                                           AchievedShare.of(threads, steal_note(self.accelerator)))
+                                           AchievedShare.of(threads, steal_note(self.accelerator)),
+                                           foreign_limits=cgroups.foreign_limits(self.thread_ids))
         return self.evidence
 
     def restore(self) -> None:
@@ -275,6 +330,9 @@ class LoadSession:
             self._pinned.remove(tid)
         if problems:
             raise LoadRestoreError("competing-load: " + "; ".join(problems))
+        if self._entry is not None:
+            ledger.drop(self._entry)
+            self._entry = None
 
     @property
     def unrestored(self) -> list[int]:

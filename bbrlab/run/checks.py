@@ -129,8 +129,8 @@ def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None
     """The contention held on every vCPU thread as configured (``record``: the run's contention record): its
     evidence was collected, no reservation stalled, every thread got CPU time, the model's own checks held
     (``policy_held``: deadline's policy, the cgroup models' cgroup and limit, competing-load's loops and pins),
-    and every thread ran under SCHED_DEADLINE exactly when the model is deadline below 100 % (the other models
-    never use it)."""
+    every thread ran under SCHED_DEADLINE exactly when the model is deadline below 100 % (the other models
+    never use it), and no cgroup quota, burst or bbrlab cgroup but the run's own was on a vCPU thread."""
     evidence = record.evidence if record is not None else None
     if isinstance(evidence, EvidenceMissing):
         raise RunFailed(f"contention evidence missing: {evidence.error}")
@@ -141,6 +141,9 @@ def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None
         raise RunFailed(f"vCPU thread {first.tid} stayed runnable without CPU for {first.stalled_s} s under "
                         "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
                         f"the contention did not hold as configured ({len(evidence.stalls)} stall(s))")
+    if evidence.foreign_limits:
+        raise RunFailed("something besides the run's contention limited the vCPU threads' CPU (a leftover?): "
+                        + "; ".join(evidence.foreign_limits[:5]))
     idle = [t.tid for t in evidence.threads if t.got_cpu is False]
     if idle:
         raise RunFailed(f"vCPU thread(s) {idle} got no CPU time during the run (their run time in "

@@ -2,10 +2,13 @@
 first run of the next one. Nothing that belongs to another process is touched:
 
 - SCHED_DEADLINE still on the sender's vCPU threads (its context manager never got to restore it);
-- a cfs-quota, cfs-burst or credit cgroup (``bbrlab-cfs-<pid>-<n>``) whose maker is gone, on this machine: its
-  threads moved back to the parent cgroup, the cgroup removed (:func:`bbrlab.contention.cgroups.clear_leftovers`);
+- a cfs-quota, cfs-burst or credit cgroup (``bbrlab/bbrlab-cfs-<pid>-<n>``) whose maker is gone, on this machine:
+  its threads moved back to their cgroup, the cgroup removed (:func:`bbrlab.contention.cgroups.clear_leftovers`);
 - competing-load's busy loops whose maker is gone, on this machine: killed, and the vCPU threads they competed
-  with given their CPU mask back (:func:`bbrlab.contention.load.clear_leftovers`);
+  with given their CPU mask back (:func:`bbrlab.contention.load.clear_leftovers`). Both act only on what a
+  ledger entry bbrlab wrote names (:mod:`bbrlab.contention.ledger`: root's, 0600, with its owner's pid, start
+  time and boot), never on a command line or a cgroup name; an entry that is not root's 0600 file is refused
+  and listed (``ledger_refused``);
 - iperf3 processes with a socket on the iperf3 port in the sender's or the receiver's network namespace
   (found with ``ss -p``, so nothing else on a shared host is seen), and on the receiver the servers of
   extra flows (the ports after it, :mod:`bbrlab.run.flows`);
@@ -23,7 +26,7 @@ The emulator's qdiscs need no recovery: the next run sets the link it needs befo
 
 from __future__ import annotations
 
-from bbrlab.contention import cgroups, load
+from bbrlab.contention import cgroups, ledger, load
 from bbrlab.contention import deadline as contention
 from bbrlab.core.competition import MAX_EXTRA_FLOWS
 from bbrlab.sampling import sampler as sampling
@@ -41,6 +44,7 @@ def recover(testbed) -> dict:
     cleared = contention.clear_deadline(testbed.sender.hypervisor, testbed.sender.vcpu_threads())
     cfs_cgroups = cgroups.clear_leftovers() if testbed.kind == "local" else []
     load_loops = load.clear_leftovers() if testbed.kind == "local" else []
+    refused = [r for kind in ledger.KINDS for r in ledger.left(kind).refused] if testbed.kind == "local" else []
     partitions = clear_partitions(testbed)
     killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
               "receiver": [pid for port in range(iperf.DEFAULT_PORT, iperf.DEFAULT_PORT + MAX_EXTRA_FLOWS + 1)
@@ -49,7 +53,7 @@ def recover(testbed) -> dict:
     samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
     return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
-            "load_loops_killed": load_loops, "partitions_removed": partitions, "iperf3_killed": killed,
+            "load_loops_killed": load_loops, "ledger_refused": refused, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}
 
 

@@ -31,7 +31,7 @@ def busy():
     p.kill()
     p.wait()
     for own in cgroups.leftovers(include_live_owners=True):
-        if cgroups.owner_pid(own.path) == os.getpid():
+        if own.entry.owner.pid == os.getpid():
             cgroups.remove(own)
 
 
@@ -59,7 +59,7 @@ def test_cfs_quota_is_undone_after_an_exception(busy):
         assert h.thread_cgroup(busy.pid) == s.own.path
         raise RuntimeError("the run failed")
     assert h.thread_cgroup(busy.pid) == before and s.own is None
-    assert not [o for o in cgroups.leftovers(include_live_owners=True) if cgroups.owner_pid(o.path) == os.getpid()]
+    assert not [o for o in cgroups.leftovers(include_live_owners=True) if o.entry.owner.pid == os.getpid()]
 
 
 KILLED = """

@@ -196,3 +196,35 @@ def drops_as_configured(link_: Link, delta: LinkCounters) -> NetemLoss:
                             f"{100 * configured:g} % (more than {LOSS_SIGMAS:g} standard deviations "
                             f"{'below' if overflow_counts else 'apart'})")
     return replace(seen, configured_fraction=configured)
+
+
+#: Seconds without a byte delivered, after data began to flow, that an uncontended transfer on a loss-free link
+#: may not have. An RTO backs off 0.2, 0.4, 0.8, 1.6 s...: a flow that loses a packet or two recovers within
+#: about a second there, while the stall issue 35 reports carried nothing for 15 s with cwnd at 1 MSS.
+STALL_S = 3.0
+
+
+def not_stalled(intervals, scenario: Scenario, delta: LinkCounters | None = None) -> None:
+    """An uncontended single flow on a link that loses nothing (no loss model) never stops for :data:`STALL_S`
+    once it has carried data: such a run measured the testbed, not the congestion control, and fails with where
+    the emulator's qdiscs say the packets went. Contended runs (whose collapse is the subject) and lossy links
+    (whose RTO backoff is legitimate) are not judged."""
+    contention = scenario.contention
+    contended = contention.model != "none" and contention.cpu_share_pct < 100
+    if contended or scenario.link.loss_model != "none" or scenario.flows:
+        return
+    started, silent_s, silent_from = False, 0.0, None
+    for iv in intervals:
+        if iv.throughput_mbit > 0:
+            started, silent_s, silent_from = True, 0.0, None
+            continue
+        if not started:
+            continue
+        silent_from = iv.t_start_s if silent_from is None else silent_from
+        silent_s += iv.t_end_s - iv.t_start_s
+        if silent_s >= STALL_S:
+            where = ""
+            if delta is not None:
+                where = "; the emulator's qdiscs over the run: " + json.dumps(delta.to_dict(), sort_keys=True)
+            raise RunFailed(f"stalled: an uncontended flow on a loss-free link carried nothing for {silent_s:g} s "
+                            f"from {silent_from:g} s (the testbed's path, not the congestion control){where}")

@@ -276,6 +276,8 @@ class Runner:
         meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link),
                                          offloads=self.link.offloads)  # as read back when the link was set
         meta.link.loss = checks.drops_as_configured(scenario.link, delta)
+        if flow.workload == "iperf3":
+            checks.not_stalled(iperf.parse_result((out / "iperf.json").read_text()).intervals, scenario, delta)
 
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:

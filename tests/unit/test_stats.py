@@ -132,6 +132,23 @@ def test_summaries_carry_the_ci_of_the_median_beside_the_iqr():
     assert row["ci_low"] <= row["median"] <= row["ci_high"] and (row["q25"], row["q75"]) == (2.0, 4.0)
     assert table.set_index("cpu_share_pct").loc[70.0, ["ci_low", "ci_high"]].isna().all()
     assert list(data.summarise(runs.iloc[0:0], ["variant"]).columns) == ["variant", *data.SUMMARY_COLUMNS]
+    levels = table.set_index("cpu_share_pct")["ci_level"]
+    assert levels[25.0] == pytest.approx(0.9375) and levels[50.0] == pytest.approx(0.75) and math.isnan(levels[70.0])
+
+
+def test_a_figure_of_two_run_points_says_50_and_never_95(tmp_path):
+    """The figures of data/ (2 runs a point) drew [min, max] under "95 % CI of the median"; the legend and
+    points.json now state the level each point reaches."""
+    runs = _runs({25: [10.0, 12.0], 50: [20.0, 21.0], 75: [30.0 + v for v in range(6)]})
+    fig, table = facets.facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="variant", row=None,
+                                    col=None)
+    facets.save(fig, tmp_path, "f", formats=("png",))
+    legend = fig.legends[0].get_title().get_text()
+    assert "n = 2: [min, max], 50 %" in legend and "n >= 6: >= 95 %" in legend and "95 % CI" not in legend
+    (band,) = json.loads((tmp_path / "f.points.json").read_text())[0]["bands"]
+    assert band["level"] == pytest.approx([0.5, 0.5, 1 - 2 * 0.5 ** 6]) and band["n"] == [2, 2, 6]
+    assert "95" not in band["shows"]
+    plt.close(fig)
 
 
 def test_points_json_carries_the_bands_and_they_stay_in_view(tmp_path):

@@ -208,6 +208,10 @@ def _signed(value: float, fmt: str, unit: str = "") -> str:
     return "-" if value is None or pd.isna(value) else f"{value:{fmt}}{unit}"
 
 
+def _p_text(r) -> str:
+    return "-" if pd.isna(r.p_value) else f"{r.p_value:.3g} ({_signed(r.p_holm, '.3g')})"
+
+
 def _shift(r) -> str:
     if pd.isna(r.shift_mbit):
         return "-"
@@ -276,5 +280,5 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
                      f"{r.rate_mbit:g} Mbit/s | {r.queue} | {r.setting} | {r.n_original} vs {r.n_patched} | "
                      f"{r.median_original_mbit:.1f} -> {r.median_patched_mbit:.1f} | {_shift(r)} | "
                      f"{_signed(r.cliffs_delta, '+.2f')} ({r.magnitude}) | "
-                     f"{_signed(r.p_value, '.3g')} ({_signed(r.p_holm, '.3g')}) | {r.call} |")
+                     f"{_p_text(r)} | {r.call} |")
     return lines

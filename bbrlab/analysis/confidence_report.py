@@ -2,7 +2,8 @@
 original BBR compared at every point by an effect size and a rank test.
 
 :func:`threshold_rows` reads the thresholds off a grid of shares: per curve (variant, timeslice, RTT, rate,
-queue ...) the median link utilisation at each tested share with its 95 % bootstrap interval, and from them
+queue ...) the median link utilisation at each tested share with its order-statistic interval (95 % asked; the
+level each reaches is kept, ``point_level`` the lowest of a curve's), and from them
 (:func:`bbrlab.analysis.stats.threshold_interval`) the share from which the median reaches 80 % of the rate,
 bracketed by the shares whose intervals lie wholly below and wholly above it. A grid of shares 15-50 points
 apart brackets coarsely; :func:`search_rows` reads the thresholds a threshold search campaign found
@@ -12,7 +13,8 @@ apart brackets coarsely; :func:`search_rows` reads the thresholds a threshold se
 contention, link, queue and flows): the medians, the Hodges-Lehmann shift, Cliff's delta and the two-sided
 Mann-Whitney p, with Holm's correction over the points of one pair (many points are tested, and some would
 look "different" by chance). A point is called different only when the corrected p is below 0.05; with
-few repetitions a rank test cannot get there (two runs a side give p >= 1/3), and the row then says so.
+few repetitions a rank test cannot get there (two runs a side give p >= 1/3), and the row then says so, with no
+test, no shift and no effect size (:func:`bbrlab.analysis.stats.too_few_to_compare`: below 4 runs a side).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ LINK_KEYS = tuple(k for k in CURVE_KEYS if k not in ("contention_mode", "timesli
 #: The family-wise error rate of the patched-vs-original calls (Holm over one pair's points).
 ALPHA = 0.05
 THRESHOLD_COLUMNS = ("variant", "timeslice_ms", "rtt_ms", "rate_mbit", "queue", "setting", "shares_tested", "runs",
-                     "estimate_pct", "low_pct", "high_pct", "interval", "paper_pct", "paper_inside")
+                     "estimate_pct", "low_pct", "high_pct", "interval", "point_level", "paper_pct",
+                     "paper_inside")
 COMPARISON_COLUMNS = ("original", "patched", "contention_mode", "timeslice_ms", "cpu_share_pct", "rtt_ms",
                       "rate_mbit", "queue", "setting", "n_original", "n_patched", "median_original_mbit",
                       "median_patched_mbit", "shift_mbit", "shift_pct_of_rate", "cliffs_delta", "magnitude",
@@ -109,8 +112,9 @@ def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) ->
     -------
     pandas.DataFrame
         :data:`THRESHOLD_COLUMNS`: ``estimate_pct`` (lowest share from which every median reaches the target;
-        None: no contended share does), ``low_pct``/``high_pct`` (the threshold lies in (low, high] at 95 %
-        per point; None: open), ``interval`` as text, the paper's value and whether the interval holds it.
+        None: no contended share does), ``low_pct``/``high_pct`` (the threshold lies in (low, high] with
+        each point's interval at its level; None: open), ``interval`` as text, ``point_level`` the lowest level
+        a point's interval of the curve reaches (the bracket errs with probability at most 1 - that), the paper's value and whether the interval holds it.
     """
     ok = _ok(runs)
     ok = ok[ok["variant"].astype(str).str.startswith("BBR")] if "variant" in ok else ok.iloc[0:0]
@@ -130,7 +134,7 @@ def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) ->
                      "rate_mbit": key.get("rate_mbit"), "queue": _queue(key),
                      "setting": _setting(key), "shares_tested": ", ".join(f"{s:g}" for s in points["cpu_share_pct"]), "runs": int(points["n"].sum()),
                      "estimate_pct": found.estimate, "low_pct": found.low, "high_pct": found.high,
-                     "interval": found.text(), "paper_pct": paper,
+                     "interval": found.text(), "point_level": float(points["ci_level"].min()), "paper_pct": paper,
                      "paper_inside": None if paper is None else found.contains(paper)})
     return pd.DataFrame(rows, columns=list(THRESHOLD_COLUMNS))
 
@@ -191,14 +195,27 @@ def holm_adjust(p_values: list[float]) -> list[float]:
 
 
 def _call(row: dict) -> str:
+    if stats.too_few_to_compare(row["n_original"], row["n_patched"], ALPHA):
+        return f"too few runs for the test ({row['n_original']} vs {row['n_patched']})"
     if math.isnan(row["p_holm"]):
         return "no test"
     if row["p_holm"] < ALPHA:
         return "patched higher" if row["cliffs_delta"] > 0 else "patched lower"
-    smallest = 1.0 / math.comb(row["n_original"] + row["n_patched"], row["n_original"])
-    if 2 * smallest >= ALPHA:
-        return f"too few runs for the test ({row['n_original']} vs {row['n_patched']})"
     return "no difference shown"
+
+
+def _signed(value: float, fmt: str, unit: str = "") -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:{fmt}}{unit}"
+
+
+def _p_text(r) -> str:
+    return "-" if pd.isna(r.p_value) else f"{r.p_value:.3g} ({_signed(r.p_holm, '.3g')})"
+
+
+def _shift(r) -> str:
+    if pd.isna(r.shift_mbit):
+        return "-"
+    return f"{r.shift_mbit:+.1f} Mbit/s ({_signed(r.shift_pct_of_rate, '+.0f')} % of rate)"
 
 
 def search_rows(data_dir: str | Path) -> pd.DataFrame:
@@ -220,19 +237,22 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
     """The report's sections on thresholds and on patched against original (Markdown lines)."""
     lines = ["", "## Recovery thresholds with their intervals", "",
              "Per curve, the share from which the median link utilisation reaches 80 % of the rate, and the "
-             "interval (low, high] that holds it at 95 % per point: the highest share whose median's bootstrap "
-             "interval lies below 80 %, the lowest from which every interval lies above. A coarse grid gives "
-             "wide intervals; `?` is an open end."]
+             "interval (low, high] that holds it: the highest share whose median's interval lies below 80 %, the "
+             "lowest from which every interval lies above. Each point's interval is the order-statistic interval "
+             "of its median, at 95 % where its runs allow and else [min, max] at the level its n reaches (50 % "
+             "at 2 runs); `point level` is the lowest of the curve's, and the bracket holds with at least that "
+             "probability. A coarse grid gives wide intervals; `?` is an open end."]
     if thresholds.empty:
         lines += ["", "No contended BBR curve in this data."]
     else:
-        lines += ["", "| variant | timeslice | RTT | rate | queue | also | shares tested | runs | threshold | paper | "
-                  "paper inside |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| variant | timeslice | RTT | rate | queue | also | shares tested | runs | threshold | "
+                  "point level | paper | paper inside |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in thresholds.itertuples():
             paper = "-" if r.paper_pct is None or pd.isna(r.paper_pct) else f"{r.paper_pct:g} %"
             inside = "-" if r.paper_inside is None else ("yes" if r.paper_inside else "no")
             lines.append(f"| {r.variant} | {r.timeslice_ms:g} ms | {r.rtt_ms:g} ms | {r.rate_mbit:g} Mbit/s | "
-                         f"{r.queue} | {r.setting} | {r.shares_tested} | {r.runs} | {r.interval} | {paper} | {inside} |")
+                         f"{r.queue} | {r.setting} | {r.shares_tested} | {r.runs} | {r.interval} | "
+                         f"{stats.level_text(r.point_level)} | {paper} | {inside} |")
     if searched is not None and not searched.empty:
         lines += ["", "Found by threshold search campaigns (noisy bisection, docs/statistics.md):", "",
                   "| campaign | CCA | timeslice | RTT | rate | threshold in | runs | done | paper |",
@@ -247,7 +267,9 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
     lines += ["", "## Patched against original at every point", "",
               "Both variants at the same contention, link, queue and flows: medians, the Hodges-Lehmann shift "
               "(patched minus original), Cliff's delta, and the two-sided Mann-Whitney p with Holm's correction "
-              f"over each pair's points; a difference is called where the corrected p is below {ALPHA:g}."]
+              f"over each pair's points; a difference is called where the corrected p is below {ALPHA:g}. Below 4 runs "
+              "a side the exact test cannot reach p < 0.05 and Cliff's delta takes a handful of values: such a "
+              "point gets no shift, no effect size and no test (`n too small`)."]
     if comparisons.empty:
         return [*lines, "", "No point with both patched and original runs."]
     lines += ["", "| pair | contention | share | RTT | rate | queue | also | n | medians (Mbit/s) | shift | "
@@ -256,7 +278,7 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
         contention = r.contention_mode if pd.isna(r.timeslice_ms) else f"{r.contention_mode} {r.timeslice_ms:g} ms"
         lines.append(f"| {r.original} vs {r.patched} | {contention} | {r.cpu_share_pct:g} % | {r.rtt_ms:g} ms | "
                      f"{r.rate_mbit:g} Mbit/s | {r.queue} | {r.setting} | {r.n_original} vs {r.n_patched} | "
-                     f"{r.median_original_mbit:.1f} -> {r.median_patched_mbit:.1f} | {r.shift_mbit:+.1f} Mbit/s "
-                     f"({r.shift_pct_of_rate:+.0f} % of rate) | {r.cliffs_delta:+.2f} ({r.magnitude}) | "
-                     f"{r.p_value:.3g} ({r.p_holm:.3g}) | {r.call} |")
+                     f"{r.median_original_mbit:.1f} -> {r.median_patched_mbit:.1f} | {_shift(r)} | "
+                     f"{_signed(r.cliffs_delta, '+.2f')} ({r.magnitude}) | "
+                     f"{_p_text(r)} | {r.call} |")
     return lines

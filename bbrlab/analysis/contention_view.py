@@ -82,7 +82,7 @@ def vs_achieved_share(tables: Tables, *, col: str | None = "variant", value: str
 
 def vs_asked_share(tables: Tables, *, col: str | None = "variant", value: str = "throughput_mbit",
                    title: str | None = None):
-    """Median ``value`` (band: the 95 % CI of the median) over the share asked (``cpu_share_pct``), a line per contention, a panel per
+    """Median ``value`` (band: the CI of the median, at the level its runs reach) over the share asked (``cpu_share_pct``), a line per contention, a panel per
     ``col``: the same runs as :func:`vs_achieved_share`, on the axis the paper uses."""
     runs = with_contention(tables)
     return facet_lines(runs, x="cpu_share_pct", value=value, hue="contention", row=None, col=col, title=title,

@@ -25,7 +25,7 @@ import pandas as pd
 from bbrlab.core.errors import BbrlabError
 
 from . import authors, records_reader
-from .stats import median_ci
+from .stats import median_interval
 from .table_cache import Layout
 from .table_cache import ingest as _ingest
 from .tables import INTERVAL_COLUMNS, POINT_COLUMNS, RUN_COLUMNS, SS_COLUMNS, Tables, concat  # noqa: F401 - the tables' API, re-exported for notebooks
@@ -250,9 +250,10 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
     Returns
     -------
     pandas.DataFrame
-        One row per group: the ``by`` columns, ``n``, ``median``, ``ci_low`` and ``ci_high`` (the 95 %
-        bootstrap confidence interval of the median, :func:`bbrlab.analysis.stats.median_ci`; NaN for a
-        single run), ``q25``, ``q75`` (the interquartile range), ``mean``, ``std`` (sample standard deviation).
+        One row per group: the ``by`` columns, ``n``, ``median``, ``ci_low`` and ``ci_high`` (the
+        order-statistic confidence interval of the median, :func:`bbrlab.analysis.stats.median_interval`; NaN
+        for a single run), ``ci_level`` (the coverage that interval reaches: 95 % or more from 6 runs, 50 % at
+        2), ``q25``, ``q75`` (the interquartile range), ``mean``, ``std`` (sample standard deviation).
 
     Examples
     --------
@@ -262,15 +263,15 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
     if runs.empty:
         return pd.DataFrame(columns=[*cols, *SUMMARY_COLUMNS])
     g = runs.groupby(cols, dropna=False, observed=True)[value]
-    ci = g.apply(lambda v: median_ci(v.to_numpy()))
-    out = pd.DataFrame({"n": g.count(), "median": g.median(), "ci_low": ci.map(lambda b: b[0]),
-                        "ci_high": ci.map(lambda b: b[1]),
+    ci = g.apply(lambda v: median_interval(v.to_numpy()))
+    out = pd.DataFrame({"n": g.count(), "median": g.median(), "ci_low": ci.map(lambda b: b.low),
+                        "ci_high": ci.map(lambda b: b.high), "ci_level": ci.map(lambda b: b.level),
                         "q25": g.quantile(0.25), "q75": g.quantile(0.75), "mean": g.mean(), "std": g.std()})
     return out.reset_index()
 
 
 #: The statistics :func:`summarise` gives per group, in order.
-SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "q25", "q75", "mean", "std")
+SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "ci_level", "q25", "q75", "mean", "std")
 
 
 def check_dimensions(tables: Tables, varies: Mapping[str, int] | None = None,

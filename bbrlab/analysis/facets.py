@@ -2,7 +2,8 @@
 
 A figure is a grid of panels, one per level of a ``row`` column times one per level of a ``col`` column,
 with one line per level of a ``hue`` column in each panel. :func:`facet_lines` draws the median (with the
-95 % bootstrap confidence interval of the median as its band; the interquartile range stays in the table)
+order-statistic confidence interval of the median as its band, and the legend says the level each n reaches:
+"n = 2: [min, max], 50 %"; the interquartile range stays in the table)
 or the standard deviation over repetitions that way; :mod:`bbrlab.analysis.plots`
 builds the paper's figures on it. :func:`save` writes PDF (for papers) and PNG (for a quick look) plus
 ``<name>.points.json``, the coordinates read back from the figure's lines (:func:`plotted_points`), so
@@ -30,6 +31,7 @@ import pandas as pd
 from matplotlib.collections import LineCollection
 
 from .data import summarise
+from .stats import LEVEL, level_text, median_interval
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight", "font.size": 8, "axes.titlesize": 8,
@@ -151,15 +153,41 @@ def plotted_points(fig) -> list[dict]:
     return out
 
 
-#: What the band around a median line shows (figure legends and points.json say so).
-BAND_SHOWS = "95 % CI of the median"
+#: What the band around a median line shows (figure legends and points.json say so; the level is per point).
+BAND_SHOWS = "CI of the median (order statistics)"
 
 
-def mark_band(artist, label: str, x, low, high, shows: str = BAND_SHOWS):
-    """Keep a band's data on its artist, for :func:`plotted_points` and :func:`fit_y`; returns the artist."""
+def mark_band(artist, label: str, x, low, high, shows: str = BAND_SHOWS, level=None, n=None):
+    """Keep a band's data on its artist, for :func:`plotted_points` and :func:`fit_y`; returns the artist.
+    ``level`` (the coverage each point's interval reaches) and ``n`` (its runs) go to points.json too."""
     artist.bbrlab_band = {"label": label, "shows": shows, "x": np.asarray(x, dtype=float), "low": np.asarray(low, dtype=float),
                           "high": np.asarray(high, dtype=float)}
+    if level is not None:
+        artist.bbrlab_band["level"] = np.asarray(level, dtype=float)
+    if n is not None:
+        artist.bbrlab_band["n"] = np.asarray(n, dtype=float)
     return artist
+
+
+def band_levels(table: pd.DataFrame, asked: float = LEVEL) -> str:
+    """The levels a table's intervals reach, as a legend says them: ``"n >= 6: >= 95 %"`` for the points that
+    reach the asked level, and each smaller n with its own (``"n = 2: [min, max], 50 %"``), joined by ``"; "``."""
+    with_ci = table[table["ci_low"].notna()] if "ci_low" in table else table.iloc[0:0]
+    if with_ci.empty or "ci_level" not in with_ci:
+        return ""
+    reached = with_ci[with_ci["ci_level"] >= asked - 1e-12]
+    parts = [median_interval(range(int(n)), asked).text() for n in sorted(set(with_ci.loc[
+        with_ci["ci_level"] < asked - 1e-12, "n"].astype(int)))]
+    if not reached.empty:
+        parts.append(f"n >= {int(reached['n'].min())}: >= {level_text(asked)}")
+    return "; ".join(parts)
+
+
+def band_title(table: pd.DataFrame) -> str:
+    """``"band: CI of the median (order statistics), n = 2: [min, max], 50 %"``: what the band is and the level
+    its points reach."""
+    levels = band_levels(table)
+    return f"band: {BAND_SHOWS}, {levels}" if levels else f"band: {BAND_SHOWS}"
 
 
 def _plain(values) -> list:
@@ -394,8 +422,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
                 title: str | None = None, hue_label=None, ceiling: bool = False, logx: bool = False):
     """Lines of ``stat`` of ``value`` over ``x``, one per ``hue``, in a ``row`` x ``col`` grid.
 
-    ``stat='median'`` draws the median with the 95 % bootstrap confidence interval of the median as its band
-    (:data:`BAND_SHOWS`; the table also keeps the interquartile range, ``q25``/``q75``); ``'std'`` the standard
+    ``stat='median'`` draws the median with the order-statistic confidence interval of the median as its band
+    (:data:`BAND_SHOWS`, the legend says the level reached, :func:`band_title`; the table also keeps the interquartile range, ``q25``/``q75``); ``'std'`` the standard
     deviation. A title, when given, is followed by what the band shows.
     ``logy``, ``logx``: logarithmic axes.
     ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.campaign.calibrate`)
@@ -433,8 +461,8 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
         if ceiling and value == "throughput_mbit" and not logy:
             _keep_data_in_view(axes, runs, table)
         drew_band = band and stat == "median" and table["ci_low"].notna().any()
-        figure_legend(fig, axes, f"{title}; band: {BAND_SHOWS}" if title and drew_band else
-                      title or (f"band: {BAND_SHOWS}" if drew_band else None))
+        figure_legend(fig, axes, f"{title}; {band_title(table)}" if title and drew_band else
+                      title or (band_title(table) if drew_band else None))
     return fig, table
 
 
@@ -513,7 +541,8 @@ def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str
             linestyle="--" if " patched" in label else "-")  # patched variants: dashed, whatever the colour
     if band and stat == "median" and part["ci_low"].notna().any():
         mark_band(ax.fill_between(part[x], part["ci_low"], part["ci_high"], color=color, alpha=0.18, linewidth=0,
-                                  label=f"_band {label}"), label, part[x], part["ci_low"], part["ci_high"])
+                                  label=f"_band {label}"), label, part[x], part["ci_low"], part["ci_high"],
+                  level=part["ci_level"] if "ci_level" in part else None, n=part["n"])
 
 
 def figure_legend(fig, axes, title: str | None = None) -> None:

@@ -1,17 +1,12 @@
 """Confidence for bbrlab's numbers: the interval of a median, an effect size, a rank test, a threshold's interval.
 
-Every figure's median carries a bootstrap confidence interval (:func:`median_ci`, defined in
-:mod:`bbrlab.core.confidence` so the campaign can use it too: percentile method, 95 %, fixed seed so the same
-runs always give the same interval). Two samples (patched vs original BBR at one point) are compared by the
-Hodges-Lehmann shift (:func:`hodges_lehmann`), Cliff's delta (:func:`cliffs_delta`) and the Mann-Whitney U
-test, all three in :func:`compare`. :func:`threshold_interval` turns a curve of medians with their
+Every figure's median carries the distribution-free order-statistic interval (:func:`median_interval`, defined in
+:mod:`bbrlab.core.confidence` so the campaign can use it too) with the level it really reaches: 95 % asked,
+[min, max] at 1 - 2 x 0.5^n where n is too small for that (50 % at n = 2). Two samples (patched vs original BBR
+at one point) are compared by the Hodges-Lehmann shift (:func:`hodges_lehmann`), Cliff's delta
+(:func:`cliffs_delta`) and the Mann-Whitney U test, all three in :func:`compare`, and only where the runs can
+support them (:func:`too_few_to_compare`). :func:`threshold_interval` turns a curve of medians with their
 intervals into the interval of the share at which the median reaches a target (the paper's 80 % of the rate).
-
-The percentile bootstrap is used rather than BCa: BCa's acceleration comes from a jackknife that degenerates
-when the runs of a point agree to the last digit (common at 100 % share). With
-fewer than :data:`MIN_N` values there is no interval (NaN). With very few runs (below about 8) the percentile
-interval of a median is close to the sample's range and covers less than its nominal level; the adaptive
-repetitions of :mod:`bbrlab.campaign.adaptive` therefore never stop a point below their minimum.
 
 scipy is imported inside the functions (a heavy import the rest of the package does not need).
 """
@@ -24,7 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbrlab.core.confidence import LEVEL, MIN_N, RESAMPLES, SEED, median_ci  # noqa: F401 - re-exported
+from bbrlab.core.confidence import LEVEL, MIN_N, MedianInterval, level_text, median_ci, median_interval  # noqa: F401 - re-exported
+
+#: Significance level a comparison must be able to reach: a pair of samples whose exact two-sided Mann-Whitney
+#: test cannot give p < 0.05 even when every run of one lies above every run of the other gets no test and no
+#: effect size. With equal groups that is fewer than 4 runs a side (3 vs 3: smallest p = 2 / C(6, 3) = 0.1;
+#: 4 vs 4: 2 / C(8, 4) = 0.029). Cliff's delta at 2 vs 2 takes only the values -1, -0.5, 0, 0.5 and 1, so a
+#: magnitude word there says nothing about the effect.
+COMPARE_ALPHA = 0.05
+#: What :meth:`Comparison.magnitude` says for such a pair.
+TOO_FEW = "n too small"
 
 
 def hodges_lehmann(a: Sequence[float], b: Sequence[float]) -> float:
@@ -58,11 +62,13 @@ class Comparison:
     n_a, n_b : int
     median_a, median_b : float
     shift : float
-        Hodges-Lehmann shift of b against a (same unit as the values).
+        Hodges-Lehmann shift of b against a (same unit as the values); NaN when the samples are too small
+        (:func:`too_few_to_compare`).
     cliffs_delta : float
-        In [-1, 1]; |delta| >= 0.474 is conventionally "large", >= 0.33 "medium", >= 0.147 "small".
+        In [-1, 1]; |delta| >= 0.474 is conventionally "large", >= 0.33 "medium", >= 0.147 "small"; NaN when
+        the samples are too small.
     p_value : float
-        Two-sided Mann-Whitney U test (NaN when a sample is empty; with identical samples 1).
+        Two-sided Mann-Whitney U test (NaN when a sample is empty or too small; with identical samples 1).
     """
 
     n_a: int
@@ -75,26 +81,39 @@ class Comparison:
 
     def magnitude(self) -> str:
         """Cliff's delta in words: negligible, small, medium or large (Romano et al.'s cut-offs)."""
+        if too_few_to_compare(self.n_a, self.n_b):
+            return TOO_FEW
         d = abs(self.cliffs_delta)
         if math.isnan(d):
             return "n/a"
         return "large" if d >= 0.474 else "medium" if d >= 0.33 else "small" if d >= 0.147 else "negligible"
 
 
+def too_few_to_compare(n_a: int, n_b: int, alpha: float = COMPARE_ALPHA) -> bool:
+    """Whether samples of ``n_a`` and ``n_b`` runs are too small to compare: the exact two-sided Mann-Whitney
+    test's smallest p, 2 / C(n_a + n_b, n_a), is not below ``alpha`` (True for 3 vs 3, False for 4 vs 4)."""
+    if n_a < 1 or n_b < 1:
+        return True
+    return 2 / math.comb(n_a + n_b, n_a) >= alpha
+
+
 def compare(a: Sequence[float], b: Sequence[float]) -> Comparison:
     """Compare sample ``b`` with sample ``a``: medians, Hodges-Lehmann shift, Cliff's delta, Mann-Whitney U.
 
-    With two runs a side the smallest two-sided p the U test can give is 1/3: a rank test cannot call such a
-    point different, whatever the effect size says.
+    The shift, Cliff's delta and the test are NaN (and :meth:`Comparison.magnitude` says ``"n too small"``)
+    where :func:`too_few_to_compare` holds: with two runs a side the smallest two-sided p the U test can give
+    is 1/3, and Cliff's delta takes five values, so neither can call such a point different.
     """
     x, y = _clean(a), _clean(b)
+    med = lambda v: float(np.median(v)) if len(v) else math.nan  # noqa: E731
+    if too_few_to_compare(len(x), len(y)):
+        return Comparison(len(x), len(y), med(x), med(y), math.nan, math.nan, math.nan)
     p = math.nan
     if len(x) and len(y):
         from scipy.stats import mannwhitneyu
 
         p = 1.0 if np.all(x == x[0]) and np.all(y == x[0]) else float(
             mannwhitneyu(y, x, alternative="two-sided").pvalue)
-    med = lambda v: float(np.median(v)) if len(v) else math.nan  # noqa: E731
     return Comparison(len(x), len(y), med(x), med(y), hodges_lehmann(x, y), cliffs_delta(x, y), p)
 
 

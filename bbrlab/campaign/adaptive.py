@@ -2,12 +2,16 @@
 
 Nothing here runs anything. Each function takes what a campaign has committed (a point's throughputs, in the
 order they were committed) and says what to do next, so a campaign that is killed and resumed makes the same
-decisions: they depend on the inputs alone (the bootstrap has a fixed seed, the search no randomness at all).
+decisions: they depend on the inputs alone (the interval is a pure function of the sorted runs, the search has
+no randomness at all).
 
 **Stopping rule** (:func:`needs_more`). A point gets at least ``min_reps`` and at most ``max_reps`` runs; in
-between it stops once the 95 % bootstrap interval of its median (:func:`bbrlab.core.confidence.median_ci`) has
-a half-width of at most ``half_width`` x the link rate, or (when a ``threshold`` is given) once the interval
-lies wholly on one side of it: a threshold question needs no more from such a point. The campaign asks after
+between it stops once the order-statistic interval of its median
+(:func:`bbrlab.core.confidence.median_interval`) reaches the asked level (95 %: 6 runs or more) and has a
+half-width of at most ``half_width`` x the link rate, or (when a ``threshold`` is given) once such an interval
+lies wholly on one side of it: a threshold question needs no more from such a point. Below 6 runs even
+[min, max] covers the median with less than 95 % (93.75 % at 5), so a point never stops there before its
+maximum, however well its runs agree. The campaign asks after
 each block, so the looks are at ``min_reps``, then every block.
 
 **Threshold search** (:func:`search_step`, :func:`run_search`). The share at which the median throughput
@@ -15,8 +19,7 @@ reaches a target (80 % of the rate) is found by a noisy bisection on a lattice o
 (2.5 points). Each probed share is judged by a sequential sign test of "median >= target": the count of runs
 at or above the target against Binomial(n, 1/2). The sign test is exact and distribution-free at any n, it
 asks exactly the question (is the median above the target?), and it judges a share far from the threshold,
-where every run agrees, with a handful of runs: this is where the repetitions are saved. A bootstrap
-interval is not exact at such small n.
+where every run agrees, with a handful of runs: this is where the repetitions are saved.
 
 Error budget: the result "the threshold is in (low, high]" is wrong only if some probe was judged on the
 wrong side. The search allows at most ``ceil(log2(lattice + 2)) + 1`` probes' worth of error (a plain
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bbrlab.core.confidence import LEVEL, median_ci
+from bbrlab.core.confidence import LEVEL, median_interval
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,10 @@ class RepDecision:
     half_width : float
         Half the interval's width, as a fraction of the rate (NaN below 2 runs).
     reason : str
-        ``below minimum``, ``at maximum``, ``precise``, ``clear of the threshold`` or ``too wide``.
+        ``below minimum``, ``at maximum``, ``precise``, ``clear of the threshold``, ``too few for the level``
+        or ``too wide``.
+    ci_level : float
+        The coverage the interval reaches (NaN below 2 runs).
     """
 
     more: bool
@@ -62,6 +68,7 @@ class RepDecision:
     ci: tuple[float, float]
     half_width: float
     reason: str
+    ci_level: float = math.nan
 
 
 def needs_more(throughputs: Sequence[float], rate: float, *, min_reps: int, max_reps: int, half_width: float,
@@ -86,17 +93,24 @@ def needs_more(throughputs: Sequence[float], rate: float, *, min_reps: int, max_
     RepDecision
     """
     x = [float(v) for v in throughputs if not math.isnan(float(v))]
-    ci = median_ci(x, level)
+    interval = median_interval(x, level)
+    ci = (interval.low, interval.high)
     hw = (ci[1] - ci[0]) / 2 / rate if rate > 0 else math.nan
+
+    def decision(more: bool, reason: str) -> RepDecision:
+        return RepDecision(more, len(x), ci, hw, reason, interval.level)
+
     if len(x) < min_reps:
-        return RepDecision(True, len(x), ci, hw, "below minimum")
+        return decision(True, "below minimum")
     if len(x) >= max_reps:
-        return RepDecision(False, len(x), ci, hw, "at maximum")
+        return decision(False, "at maximum")
+    if not interval.reaches(level):
+        return decision(True, "too few for the level")
     if hw <= half_width:
-        return RepDecision(False, len(x), ci, hw, "precise")
+        return decision(False, "precise")
     if threshold is not None and (ci[0] >= threshold or ci[1] < threshold):
-        return RepDecision(False, len(x), ci, hw, "clear of the threshold")
-    return RepDecision(True, len(x), ci, hw, "too wide")
+        return decision(False, "clear of the threshold")
+    return decision(True, "too wide")
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,14 @@
 A spec that says ``repetitions: {min: 5, max: 30, precision: 0.025}`` plans ``max`` repetitions of every grid
 point in its usual (blocked-random) order, and runs a point's repetition ``r`` only while the point still
 needs it. After each of a point's runs (its block), :func:`decide_point` applies the stopping rule of
-:func:`bbrlab.campaign.adaptive.needs_more`: once the point has ``min`` runs, it stops as soon as the 95 %
-bootstrap interval of its median has a half-width of at most ``precision`` x the link rate, or when its
-``max`` planned repetitions are used. Its later repetitions are then skipped: never run, never counted as
+:func:`bbrlab.campaign.adaptive.needs_more`: once the point has ``min`` runs, it stops as soon as the
+order-statistic interval of its median reaches 95 % (6 runs or more) with a half-width of at most
+``precision`` x the link rate, or when its ``max`` planned repetitions are used. Its later repetitions are then skipped: never run, never counted as
 remaining.
 
 **Exact resume.** A decision reads nothing but the committed runs: the throughput of each of the point's
 runs in ``runs/`` (a run whose attempts are used up counts as settled, without a value), in repetition
-order, and the interval's bootstrap has a fixed seed. A repetition ``r >= min`` is submitted only once
+order, and the interval is a pure function of those values. A repetition ``r >= min`` is submitted only once
 repetitions ``0 .. r-1`` are settled and the rule asked for more, so a campaign killed at any instant and
 resumed replays the same decisions and submits the same next runs (:class:`Gate`). The decisions are
 written to ``decisions.json`` in the campaign directory (atomically, after each settled run) and counted by
@@ -36,9 +36,11 @@ DECISIONS_FILE = "decisions.json"
 DECISIONS_SCHEMA = "bbrlab.decisions/1"
 #: ``precision`` bounds: a half-width of 0.1 % to 50 % of the link rate.
 PRECISION_RANGE = (0.001, 0.5)
-#: The smallest ``min`` accepted: below about 8 runs the percentile interval of a median is close to the sample's
-#: range and covers less than its nominal level (bbrlab.analysis.stats); 5 keeps a tiny campaign possible.
+#: The smallest ``min`` accepted; 5 keeps a tiny campaign possible. The interval of a median reaches 95 % only from
+#: 6 runs ([min, max] at 5 covers 93.75 %), so such a point never stops before its 6th run (bbrlab.core.confidence).
 MIN_OF_MIN = 5
+#: The fewest runs whose interval of the median reaches 95 % (bbrlab.core.confidence.order_statistic_rank).
+FEWEST_AT_LEVEL = 6
 #: The median's standard error is about sqrt(pi/2) x sigma / sqrt(n) for a normal spread; x 1.96 for 95 %.
 _HALF_WIDTH_PER_SIGMA = 1.96 * math.sqrt(math.pi / 2)
 
@@ -46,7 +48,7 @@ _HALF_WIDTH_PER_SIGMA = 1.96 * math.sqrt(math.pi / 2)
 @dataclass(frozen=True)
 class RepetitionRule:
     """A spec's adaptive repetitions: at least ``min_reps`` and at most ``max_reps`` runs per point, stopping
-    once the median's 95 % interval has a half-width of at most ``precision`` x the link rate."""
+    once the median's interval reaches 95 % with a half-width of at most ``precision`` x the link rate."""
 
     min_reps: int
     max_reps: int
@@ -83,11 +85,15 @@ class RepetitionRule:
                                   "fraction of the link rate; 0.025 = 2.5 %)")
         return cls(lo, hi, float(p))
 
+    def fewest_reps(self) -> int:
+        """The fewest runs a point can stop at: ``min_reps``, but never before its interval reaches 95 %."""
+        return min(self.max_reps, max(self.min_reps, FEWEST_AT_LEVEL))
+
     def expected_reps(self, spread: float) -> int:
         """Runs a point takes if its runs spread normally with standard deviation ``spread`` x the rate: the
         first n whose interval's half-width (about 1.96 x 1.25 x spread / sqrt(n)) meets ``precision``,
-        between ``min_reps`` and ``max_reps``. A plan estimate; bimodal points near a threshold take more."""
-        n = math.ceil((_HALF_WIDTH_PER_SIGMA * spread / self.precision) ** 2)
+        at least 6 (:data:`FEWEST_AT_LEVEL`), between ``min_reps`` and ``max_reps``. A plan estimate; bimodal points near a threshold take more."""
+        n = max(math.ceil((_HALF_WIDTH_PER_SIGMA * spread / self.precision) ** 2), FEWEST_AT_LEVEL)
         return max(self.min_reps, min(self.max_reps, n))
 
 
@@ -95,8 +101,8 @@ class RepetitionRule:
 class PointDecision:
     """Where one grid point stands: its settled runs (repetitions ``0 .. settled-1``), whether it is still
     ``running`` or ``stopped`` and why (``precise``, ``at maximum``; while running the last look's
-    ``below minimum`` or ``too wide``), the median and its interval (Mbit/s) and the half-width (fraction
-    of the rate) at the last look."""
+    ``below minimum``, ``too few for the level`` or ``too wide``), the median and its interval (Mbit/s), the
+    level that interval reaches and the half-width (fraction of the rate) at the last look."""
 
     point: str
     scenario: dict
@@ -107,6 +113,7 @@ class PointDecision:
     reason: str = "below minimum"
     median_mbit: float | None = None
     ci_mbit: tuple[float | None, float | None] = (None, None)
+    ci_level: float | None = None
     half_width: float | None = None
 
     def to_dict(self) -> dict:
@@ -138,6 +145,7 @@ def decide_point(values: Sequence[float | None], rate_mbit: float, rule: Repetit
             continue
         verdict = needs_more(ok, rate_mbit, min_reps=rule.min_reps, max_reps=rule.max_reps, half_width=rule.precision)
         d.reason, d.ci_mbit, d.half_width = verdict.reason, (_num(verdict.ci[0]), _num(verdict.ci[1])), _num(verdict.half_width)
+        d.ci_level = _num(verdict.ci_level)
         d.median_mbit = _num(statistics.median(ok)) if ok else None
         if r + 1 >= rule.max_reps:
             d.state, d.reason = "stopped", "at maximum"

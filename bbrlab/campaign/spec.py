@@ -33,7 +33,7 @@ Spec keys (see specs/*.yaml)::
     file_mb: 160                # rsync: the file's size in 10^6 bytes
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
     repetitions: 30             # or adaptive: {min: 5, max: 30, precision: 0.025} (a point stops once its
-                                # median's 95 % interval is within +-2.5 % of the rate; bbrlab.campaign.repetitions)
+                                # median's interval reaches 95 % within +-2.5 % of the rate; bbrlab.campaign.repetitions)
     search: {target: 0.8}       # instead of cpu_shares_pct and repetitions: a threshold search per curve
                                 # (bbrlab.campaign.search; docs/statistics.md)
     duration_s: 20              # iperf3's test duration

@@ -133,7 +133,7 @@ def run_plan(args) -> int:
             raise ValidationError("--spread", args.spread, "0 < spread <= 1 (a fraction of the link rate)")
         points = info["grid_points"] * max(1, len(spec.kernels))
         expected = spec.expected_runs(args.spread)
-        info.update(adaptive=spec.adaptive.to_dict(), min_runs=points * spec.adaptive.min_reps, max_runs=len(runs),
+        info.update(adaptive=spec.adaptive.to_dict(), min_runs=points * spec.adaptive.fewest_reps(), max_runs=len(runs),
                     expected_runs=expected, expected_spread=args.spread,
                     expected_duration_s=spec.expected_duration_s() * expected / len(runs))
     if spec.search is not None:
@@ -150,8 +150,8 @@ def run_plan(args) -> int:
           f"{what}, order {spec.order} (seed {spec.seed})")
     if spec.adaptive is not None:
         a = spec.adaptive
-        print(f"adaptive repetitions: {a.min_reps} to {a.max_reps} per point, stopping once the median's 95 % "
-              f"interval is within +-{a.precision:.3g} x the rate: at least {info['min_runs']} runs, at most "
+        print(f"adaptive repetitions: {a.min_reps} to {a.max_reps} per point, stopping once the median's "
+              f"interval reaches 95 % (6 runs or more) within +-{a.precision:.3g} x the rate: at least {info['min_runs']} runs, at most "
               f"{info['max_runs']}, expected {info['expected_runs']} (if runs spread by {args.spread:g} x the rate; "
               "--spread; points near a threshold spread more)")
     if spec.search is not None:

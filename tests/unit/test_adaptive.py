@@ -6,11 +6,15 @@ import pytest
 from bbrlab.campaign import adaptive
 
 
-def test_a_tight_point_stops_at_its_minimum_a_spread_one_goes_on_to_its_maximum():
+def test_a_tight_point_stops_once_its_interval_reaches_95_a_spread_one_goes_on_to_its_maximum():
+    """Five agreeing runs give [min, max] at 93.75 %, not 95 %: the point goes on to its 6th run (96.9 %)."""
     kw = {"min_reps": 5, "max_reps": 12, "half_width": 0.025}
     assert adaptive.needs_more([94.0, 94.5, 94.2], 100, **kw).reason == "below minimum"
-    tight = adaptive.needs_more([94.0, 94.5, 94.2, 94.1, 94.3], 100, **kw)
+    five = adaptive.needs_more([94.0, 94.5, 94.2, 94.1, 94.3], 100, **kw)
+    assert five.more and five.reason == "too few for the level" and five.ci_level == pytest.approx(0.9375)
+    tight = adaptive.needs_more([94.0, 94.5, 94.2, 94.1, 94.3, 94.2], 100, **kw)
     assert not tight.more and tight.reason == "precise" and tight.half_width <= 0.025
+    assert tight.ci_level == pytest.approx(1 - 2 * 0.5 ** 6)
     spread = [5.0, 90.0, 8.0, 85.0, 50.0, 70.0]
     assert adaptive.needs_more(spread, 100, **kw).more
     assert adaptive.needs_more(spread * 2, 100, **kw).reason == "at maximum"

@@ -96,16 +96,18 @@ def test_the_plan_keeps_its_blocked_random_order_and_the_expected_count_lies_bet
     assert [sc.repetition for sc in runs] == [r for r in range(8) for _ in range(8)]
     assert runs == spec(repetitions=8).plan()  # the same order as a fixed campaign of max repetitions
     rule = s.adaptive
-    assert rule.expected_reps(0.001) == 5 and rule.expected_reps(0.5) == 8
-    assert 5 * 8 <= s.expected_runs(0.05) <= 64
+    assert rule.expected_reps(0.001) == 6 and rule.expected_reps(0.5) == 8  # 95 % needs 6 runs
+    assert 6 * 8 <= s.expected_runs(0.05) <= 64
 
 
 # -- the decision rule -----------------------------------------------------------------------------------
 
-def test_decide_point_stops_a_tight_point_at_its_minimum_and_a_spread_one_at_its_maximum():
+def test_decide_point_stops_a_tight_point_once_95_is_reached_and_a_spread_one_at_its_maximum():
     rule = repetitions.RepetitionRule(5, 8, 0.05)
-    tight = repetitions.decide_point([94.0, 94.1, 94.2, 94.1, 94.0], 100, rule)
-    assert (tight.state, tight.reason, tight.settled) == ("stopped", "precise", 5)
+    five = repetitions.decide_point([94.0, 94.1, 94.2, 94.1, 94.0], 100, rule)
+    assert (five.state, five.reason, five.ci_level) == ("running", "too few for the level", 0.9375)
+    tight = repetitions.decide_point([94.0, 94.1, 94.2, 94.1, 94.0, 94.1], 100, rule)
+    assert (tight.state, tight.reason, tight.settled) == ("stopped", "precise", 6)
     assert tight.half_width <= 0.05 and tight.median_mbit == 94.1
     early = repetitions.decide_point([94.0, 94.1, 94.2, 94.1], 100, rule)
     assert (early.state, early.reason) == ("running", "below minimum")
@@ -119,12 +121,13 @@ def test_a_run_without_a_value_counts_as_settled_and_the_point_goes_on():
     rule = repetitions.RepetitionRule(5, 8, 0.05)
     d = repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0], 100, rule)
     assert d.settled == 5 and d.values == 4 and d.state == "running" and d.reason == "below minimum"
-    assert repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0, 94.2], 100, rule).state == "stopped"
+    assert repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0, 94.2], 100, rule).state == "running"
+    assert repetitions.decide_point([94.0, None, 94.2, 94.1, 94.0, 94.2, 94.1], 100, rule).state == "stopped"
 
 
 # -- the engine with a synthetic run function --------------------------------------------------------------
 
-def test_with_a_synthetic_run_function_tight_points_stop_at_min_and_spread_ones_reach_max(tmp_path):
+def test_with_a_synthetic_run_function_tight_points_stop_at_6_and_spread_ones_reach_max(tmp_path):
     s = spec()
     calls: list = []
     st = campaign.run_campaign(s, tmp_path, synthetic_run(calls), progress=False)
@@ -134,14 +137,14 @@ def test_with_a_synthetic_run_function_tight_points_stop_at_min_and_spread_ones_
             per_point[(sc.flow.cca, sc.contention.timeslice_ms, sc.contention.cpu_share_pct)] = sc.repetition + 1
     spread = {("bbr", 1, 25), ("bbr", 10, 25)}
     assert {k: n for k, n in per_point.items() if k in spread} == {k: 8 for k in spread}
-    assert {k: n for k, n in per_point.items() if k not in spread} == {k: 5 for k in per_point if k not in spread}
-    assert st.done == 2 * 8 + 6 * 5 and st.skipped == 64 - st.done and st.remaining == 0 and st.complete
+    assert {k: n for k, n in per_point.items() if k not in spread} == {k: 6 for k in per_point if k not in spread}
+    assert st.done == 2 * 8 + 6 * 6 and st.skipped == 64 - st.done and st.remaining == 0 and st.complete
     assert st.points == {"point(s) stopped: at maximum": 2, "point(s) stopped: precise": 6}
     order = [sc.run_id for sc in s.plan()]
     assert [r for r, _ in calls] == [r for r in order if r in set(_committed(tmp_path))]  # the plan's order
     d = _decisions(tmp_path)
     assert d["rule"] == RULE and d["skipped_runs"] == 64 - st.done and d["stopped"] == 8
-    assert sorted(p["settled"] for p in d["decisions"]) == [5] * 6 + [8] * 2
+    assert sorted(p["settled"] for p in d["decisions"]) == [6] * 6 + [8] * 2
 
 
 def test_a_failed_run_settles_without_a_value(tmp_path):
@@ -149,7 +152,7 @@ def test_a_failed_run_settles_without_a_value(tmp_path):
     cubic = next(sc for sc in s.plan() if sc.flow.cca == "cubic" and sc.repetition == 1)
     campaign.run_campaign(s, tmp_path, synthetic_run([], {cubic.run_id}), progress=False)
     point = next(p for p in _decisions(tmp_path)["decisions"] if p["point"] == repetitions.point_id(cubic))
-    assert (point["settled"], point["values"], point["reason"]) == (6, 5, "precise")
+    assert (point["settled"], point["values"], point["reason"]) == (7, 6, "precise")
 
 
 @pytest.mark.parametrize("kill_after", [1, 9, 30, 37, 44])

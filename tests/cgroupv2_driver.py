@@ -86,9 +86,11 @@ def exercise(mount: Path, tid: int, token: str, seen: dict) -> None:
     foreign.mkdir(parents=True)
     holder = subprocess.Popen([sys.executable, __file__, "hold", str(mount), str(tid), token],
                               stdout=subprocess.PIPE, text=True)
-    left = Path(holder.stdout.readline().strip())
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
+    try:
+        left = Path(holder.stdout.readline().strip())
+    finally:
+        holder.send_signal(signal.SIGKILL)  # also when the line never came: no holder outlives the driver
+        holder.wait(timeout=30)
     seen["leftover"] = {"path": str(left), "holder_rc": holder.returncode, "thread_cgroup": str(h.thread_cgroup(tid)),
                         "limit": list(h.limit(left)), "cpu_on_outer": cpu_on(outer),
                         "leftovers": [str(o.path) for o in cgroups.leftovers(h)],

@@ -134,9 +134,12 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     holder SIGKILLed with the thread in its cgroup: clear_leftovers() clears exactly that, leaving a
     ``bbrlab-cfs-*`` cgroup no entry names.
 
-    The share the thread got under the quota over 2 s (schedstat): 25 ms per 100 ms is at most 25 % plus a
-    period's 5 points over 2 s (the kernel's bound, not a guess); below, the guest (1 vCPU, TCG, the host
-    busy with other sessions) took ... measured in N runs: ... (the lower bound of 15 % leaves ...)."""
+    The shares (schedstat run time over the guest's monotonic clock): measured in 9 runs on the local testbed
+    (1 vCPU under TCG, the host's 2 cores shared with other sessions' tests), the busy thread got 98.3-99.5 %
+    alone over 0.5 s and 25.2-26.0 % under the 25 ms / 100 ms quota over 2 s (25.19, 25.24, 25.37, 25.55,
+    25.71, 25.75, 25.80, 25.87, 25.95). The bounds, 20-30 % limited and at least 80 % alone, leave 5 points either side of the quota (a whole
+    period's runtime over 2 s is 5 points: window edges and the guest's timers under TCG) and 18 points below
+    the worst share alone; a quota that did not hold, or a thread not busy, falls outside them."""
     g = guest_v2
     env = [f"PYTHONPATH={g.tmp}/lib", f"BBRLAB_LOCK_DIR={g.tmp}/state", "PYTHONDONTWRITEBYTECODE=1"]
     res = g.host.run(["env", *env, "python3", f"{g.tmp}/cgroupv2_driver.py", "exercise", g.mount,
@@ -155,7 +158,8 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     assert made["enabled_cpu"] and made["cpu_on_outer"] and made["cpu_on_parent"] and made["entries"] == 1
     assert seen["limit"] == [25_000, 100_000] and seen["burst"] == 10_000
     assert seen["moved"] == {"members": [g.busy_pid], "thread_cgroup": str(own), "foreign_limits": []}
-    assert 15 <= seen["limited_share_pct"] <= 25 + 5, seen["limited_share_pct"]
+    assert seen["free_share_pct"] >= 80, seen["free_share_pct"]
+    assert 20 <= seen["limited_share_pct"] <= 30, seen["limited_share_pct"]
     assert seen["remove"] == {"problems": [], "thread_cgroup": g.mount, "path_exists": False,
                               "parent_exists": False, "cpu_on_outer": False, "entries": 0, "foreign_limits": []}
     left = seen["leftover"]

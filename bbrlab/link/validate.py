@@ -97,9 +97,10 @@ def _udp_client_argv(server_ip: str, port: int, rate_bit: int, *, duration_s: fl
             "-b", str(rate_bit), "-l", str(UDP_PAYLOAD_BYTES), *amount, "-J", "--get-server-output"]
 
 
-def _with_server(testbed, client_argv: list[str], port: int) -> str:
-    """Run one iperf3 test: server (one-off) on the receiver, client on the sender; the client's JSON text."""
-    with iperf.server(testbed.receiver.host, port=port, lifetime_s=180):
+def _with_server(testbed, client_argv: list[str], port: int, cca: str | None = None) -> str:
+    """Run one iperf3 test: server (one-off) on the receiver, client on the sender; the client's JSON text.
+    ``cca``: the congestion control the client sets (the server, unprivileged, may need a capability for it)."""
+    with iperf.server(testbed.receiver.host, port=port, lifetime_s=180, cca=cca):
         res = testbed.sender.host.run(client_argv, check=False, timeout=180)
     return res.stdout or res.stderr
 
@@ -176,7 +177,7 @@ def measure_tcp(testbed, link: Link, *, duration_s: float = 5.0, cca: str = "cub
                 port: int = VALIDATE_PORT) -> dict:
     """One TCP bulk transfer (``cca``, ``duration_s``) through the link: the receiver's goodput against the configured rate."""
     argv = iperf.client_argv(testbed.receiver.experiment_ip, cca=cca, duration_s=duration_s, port=port)
-    result = iperf.parse_result(_with_server(testbed, argv, port))
+    result = iperf.parse_result(_with_server(testbed, argv, port, cca))
     return {"configured": link.rate_mbit, "measured": round(result.receiver_mbit, 3), "cca": cca,
             "used_cca": result.sender_tcp_congestion, "retransmits": result.retransmits,
             "min_fraction": TCP_MIN_FRACTION, "ok": result.receiver_mbit >= TCP_MIN_FRACTION * link.rate_mbit}

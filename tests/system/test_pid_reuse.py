@@ -44,8 +44,10 @@ SCENARIO = textwrap.dedent("""
         import tempfile
         from bbrlab.sampling import sampler
         folder = tempfile.mkdtemp()
-        wrapper = subprocess.Popen(["sh", "-c", sampler._STREAMED, "bbrlab-sampler", f"{folder}/pid", "true"],
-                                   start_new_session=True)
+        # The sampler lives 0.2 s: a victim started within the same clock tick (10 ms) as the process whose pid
+        # it reuses has its start ticks too, and nothing can tell the two apart (a sampler of `true` did that).
+        wrapper = subprocess.Popen(["sh", "-c", sampler._STREAMED, "bbrlab-sampler", f"{folder}/pid", "sleep",
+                                    "0.2"], start_new_session=True)
         victim = reuse(wrapper.pid)
         subprocess.run(["sh", "-c", sampler._STOP, "bbrlab-stop", f"{folder}/stop", f"{folder}/pid"], check=True)
     else:

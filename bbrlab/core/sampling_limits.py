@@ -18,6 +18,9 @@ SAMPLER_MAX_PORTS = 64
 #: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
 MAX_SAMPLE_RECORDS = 500_000
 SAMPLE_RECORD_BYTES = 700
+#: The byte cap of a sampler's log streamed into the run directory: the largest log the bounds allow and 1 MiB
+#: for its header, footer and messages. A longer log is cut there and its run fails (bbrlab.run.checks.samples).
+SAMPLE_LOG_MAX_BYTES = MAX_SAMPLE_RECORDS * SAMPLE_RECORD_BYTES + (1 << 20)
 
 
 def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:

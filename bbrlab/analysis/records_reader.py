@@ -23,7 +23,7 @@ from bbrlab.run import clocks
 from bbrlab.sampling import bottleneck, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
-from . import fairness, identity
+from . import evidence, fairness, identity
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
 from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
@@ -84,8 +84,10 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 class RunView:
     """One bbrlab record and its iperf3 summary, with the parts the column readers use."""
 
-    def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None):
+    def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
+                 samples_span_s: float | None = None):
         self.record, self.summary, self.path = record, summary, path
+        self.samples_span_s = samples_span_s  # from the ss rows (bbrlab.analysis.evidence.samples_span_s)
         self.fair = fair or {}  # bbrlab.analysis.fairness.run_fairness's run part
         self.scenario = record.get("scenario") or {}
         self.link = self.scenario.get("link") or {}
@@ -124,6 +126,17 @@ class RunView:
         rate = self.link.get("rate_mbit")
         return self.summary.get("throughput_mbit", float("nan")) / rate if rate else float("nan")
 
+    @property
+    def transfer_s(self) -> float | None:
+        """How long the transfer lasted: iperf3's asked duration, an rsync copy's wall time; None when unknown."""
+        return self.transfer.get("elapsed_s") if self.workload == "rsync" else self.flow.get("duration_s")
+
+    @property
+    def samples_cover_transfer(self) -> bool | None:
+        """The socket samples span the transfer (:func:`bbrlab.analysis.evidence.covers_transfer`)."""
+        return evidence.covers_transfer(self.samples_span_s, self.transfer_s,
+                                        self.flow.get("sample_ms") or self.flow.get("sample_ss_ms"))
+
     def sender_sysctl(self, name: str):
         """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
         recorded.
@@ -131,9 +144,11 @@ class RunView:
         return _get(self.meta, "sysctls", "sender", name)
 
 
-def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None) -> dict:
-    """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary and its flows' fairness."""
-    view = RunView(record, summary, path, fair)
+def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
+            samples_span_s: float | None = None) -> dict:
+    """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary, its flows' fairness and
+    its socket samples' span."""
+    view = RunView(record, summary, path, fair, samples_span_s)
     return {col.name: col.of_record(view) for col in RUN_SCHEMA}
 
 
@@ -189,14 +204,6 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
     fair, shares = fairness.run_fairness(streams)
     fair["flows"] = len(flows)
-    row = run_row(record, iperf_summary(report), rel, fair if flows else None)
-    flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
-    intervals = iperf_intervals(row["run_id"], report)
-    if row["workload"] == "rsync":
-        try:
-            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
-        except (OSError, json.JSONDecodeError) as e:
-            notes.append(f"{rel}/transfer.json unreadable: {e}")
     ss: list[dict] = []
     for log in ("ss.log", "samples.log"):
         ss_path = run_dir / log
@@ -205,10 +212,18 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
         ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
-            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log,
+            ss = ss_rows(record.get("run_id"), ss_path.read_text(), ports, log=log,
                          sender_clock=_get(record, "metadata", "clocks", "sender"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
+    row = run_row(record, iperf_summary(report), rel, fair if flows else None, evidence.samples_span_s(ss))
+    flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
+    intervals = iperf_intervals(row["run_id"], report)
+    if row["workload"] == "rsync":
+        try:
+            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            notes.append(f"{rel}/transfer.json unreadable: {e}")
     queue: list[dict] = []
     if (run_dir / bottleneck.LOG_FILE).exists():
         try:

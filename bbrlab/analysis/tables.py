@@ -18,6 +18,7 @@ import pandas as pd
 
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
+from . import evidence
 from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 
@@ -242,6 +243,33 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: _get(v.meta, "vcpu_trace", "longest_gap_ms")),
     Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
            lambda v: _get(v.meta, "vcpu_trace", "schedstat_agrees")),
+    # whether the run's samples and trace are whole (bbrlab.analysis.evidence; docs/run-record.md); <NA> unsampled
+    # resp. untraced, and in the authors' layout
+    Column("sampling_ended", "string", "how the socket sampler ended: stop_file (asked to, after the transfer); "
+           "deadline, signal, error or 'killed (no footer)' in records made before such runs failed",
+           lambda v: _get(v.meta, "sampling", "ended")),
+    Column("samples_dropped", "Int64", "samples the BPF sampler's ring buffer dropped (<NA>: netlink and ss, which "
+           "have none)", lambda v: _get(v.meta, "sampling", "dropped")),
+    Column("ticks_missed", "Int64", "sampling ticks the sampler missed because it did not run (its vCPU was off "
+           "a CPU); the samples' own times show the gap, so the samples are whole (<NA>: the ss loop)",
+           lambda v: _get(v.meta, "sampling", "missed_ticks")),
+    Column("samples_span_s", "float64", "first to last socket sample of the data stream sampled least long [s]",
+           lambda v: v.samples_span_s),
+    Column("samples_cover_transfer", "boolean", "the samples span the transfer (iperf3: duration_s; rsync: "
+           "elapsed_s) to within two sample intervals", lambda v: v.samples_cover_transfer),
+    Column("sampling_complete", "boolean", "the socket samples are whole: ended by the stop file, none dropped, "
+           "they cover the transfer; figures of samples leave out runs where this is False",
+           lambda v: evidence.sampling_complete(_get(v.meta, "sampling", "ended"),
+                                                _get(v.meta, "sampling", "dropped"), v.samples_cover_transfer)),
+    Column("trace_capped", "boolean", "the vCPU trace reached its byte cap: it ends before the transfer did",
+           lambda v: _get(v.meta, "vcpu_trace", "capped")),
+    Column("trace_lost_events", "Int64", "events the trace's ring buffer lost (overruns, dropped events)",
+           lambda v: _get(v.meta, "vcpu_trace", "lost_events")),
+    Column("trace_complete", "boolean", "the vCPU trace is whole: not capped, no event lost, on-CPU time within 2 % "
+           "of schedstat's; timelines leave out runs where this is False",
+           lambda v: evidence.trace_complete(_get(v.meta, "vcpu_trace", "capped"),
+                                             _get(v.meta, "vcpu_trace", "lost_events"),
+                                             _get(v.meta, "vcpu_trace", "schedstat_agrees"))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
            "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta, "alignment", "fraction_inside")),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "

@@ -25,7 +25,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,29 +234,59 @@ def _compare(tid: int, first: vp.Exchange, last: vp.Exchange, line: vp.ThreadTim
             "relative_diff": round(outside / sched * (1 if traced >= sched else -1), 5)}
 
 
-def _runtime_in(events: list[vp.Event], tid: int, first: vp.Exchange, last: vp.Exchange) -> int | None:
-    """The runtime the scheduler accounted to ``tid`` between its two schedstat reads, from the trace's
-    ``sched_stat_runtime`` events; None when the trace has none of them for it."""
-    if tid not in first.schedstat or tid not in last.schedstat:
-        return None
-    t0, t1 = first.schedstat[tid][0], last.schedstat[tid][0]
-    mine = [e.runtime_ns for e in events if e.kind == "runtime" and e.tid == tid and t0 < e.mono_ns <= t1]
-    return sum(mine) if mine else None
-
-
 def build(instance: str, tids: Sequence[int], text_lines: Iterator[str], *, bytes_read: int, capped: bool,
           lost_events: int, reader_cpu_s: float | None) -> VcpuTrace:
     """A :class:`VcpuTrace` from the reader's output lines: the exchanges ``start`` and ``end`` set the window."""
-    events = [e for e in map(vp.parse_line, text_lines) if e is not None]
-    found = vp.exchanges(events)
+    lines = list(text_lines)
+    return _assemble(instance, tids, lambda: iter(lines), bytes_read=bytes_read, capped=capped,
+                     lost_events=lost_events, reader_cpu_s=reader_cpu_s)
+
+
+def read_trace(instance: str, tids: Sequence[int], raw_path: str | Path, *, lost_events: int) -> VcpuTrace:
+    """A :class:`VcpuTrace` from the reader's output in ``raw_path``, read a line at a time (twice: the markers
+    first, which set the window, then the scheduler events), never whole: the same trace as :func:`build` of its
+    lines. Whether it is capped, how many characters were read and the reader's CPU come from the text."""
+    def lines() -> Iterator[str]:
+        with open(raw_path, errors="replace") as f:
+            for line in f:
+                yield line.rstrip("\r\n")
+
+    chars, capped, cpu_tail = 0, False, []
+    with open(raw_path, errors="replace") as f:
+        for number, line in enumerate(f):
+            chars += len(line)
+            capped = capped or (number > 0 and line.startswith("bbrlab-capped "))
+            if _TIMES.match(line):
+                cpu_tail = [*cpu_tail[-1:], line.rstrip("\r\n")]
+    return _assemble(instance, tids, lines, bytes_read=chars, capped=capped, lost_events=lost_events,
+                     reader_cpu_s=vp.parse_times("\n".join(cpu_tail)))
+
+
+_TIMES = re.compile(r"^(\d+)m([\d.]+)s (\d+)m([\d.]+)s$")
+
+
+def _assemble(instance: str, tids: Sequence[int], lines: Callable[[], Iterator[str]], *, bytes_read: int,
+              capped: bool, lost_events: int, reader_cpu_s: float | None) -> VcpuTrace:
+    """The trace from two passes over ``lines()``: the markers and the last event's time, then the timelines and
+    the runtime the scheduler accounted to each thread between its two schedstat reads."""
+    markers, events, last_ns = [], 0, None
+    for e in map(vp.parse_line, lines()):
+        if e is None:
+            continue
+        last_ns = e.mono_ns
+        if e.kind == "marker":
+            markers.append(e)
+        else:
+            events += 1
+    found = vp.exchanges(markers)
     if "start" not in found or ("end" not in found and not capped):
         raise VcpuTraceError(f"{instance}: the trace lacks its {'start' if 'start' not in found else 'end'} "
-                             f"markers ({len(events)} events read)")
+                             f"markers ({len(markers) + events} events read)")
     first, last = found["start"], found.get("end")  # a capped trace ends at its last event, unchecked
     offsets = [x.realtime_offset_ns for x in (first, last) if x is not None]
     if None in offsets:
         raise VcpuTraceError(f"{instance}: a clock exchange lacks its CLOCK_REALTIME marker")
-    window = (first.end_ns, last.begin_ns if last else events[-1].mono_ns)
+    window = (first.end_ns, last.begin_ns if last else last_ns)
     last = last or vp.Exchange("end", window[1], window[1], None, None, {})
     if len(offsets) == 1:
         offsets.append(offsets[0])
@@ -265,15 +295,37 @@ def build(instance: str, tids: Sequence[int], text_lines: Iterator[str], *, byte
         if tid in first.schedstat and tid in last.schedstat:
             ran = last.schedstat[tid][1] - first.schedstat[tid][1]
             silent_on[tid] = ran > (last.schedstat[tid][0] - first.schedstat[tid][0]) / 2
-    sched_events = [e for e in events if e.kind != "marker"]
-    lines = vp.timelines(sched_events, {t: window for t in tids}, silent_on)
-    intervals = sorted((iv for line in lines.values() for iv in line.intervals), key=lambda iv: (iv.start_ns, iv.tid))
+    runtime = _RuntimeSums(tids, first, last)
+    sched_events = (e for e in map(vp.parse_line, lines()) if e is not None and e.kind != "marker")
+    timelines = vp.timelines(map(runtime.count, sched_events), {t: window for t in tids}, silent_on)
+    intervals = sorted((iv for line in timelines.values() for iv in line.intervals),
+                       key=lambda iv: (iv.start_ns, iv.tid))
     (off0, unc0), (off1, unc1) = offsets
     return VcpuTrace(instance, list(tids), intervals, (off0 + off1) // 2, max(unc0, unc1) + abs(off1 - off0) // 2,
-                     off1 - off0, window, len(sched_events), bytes_read, capped, lost_events, reader_cpu_s,
-                     [_compare(t, first, last, lines[t], _runtime_in(sched_events, t, first, last)) for t in tids],
+                     off1 - off0, window, events, bytes_read, capped, lost_events, reader_cpu_s,
+                     [_compare(t, first, last, timelines[t], runtime.of(t)) for t in tids],
                      None if first.steal_ticks is None or last.steal_ticks is None else
                      (last.steal_ticks - first.steal_ticks) / USER_HZ)
+
+
+class _RuntimeSums:
+    """The runtime the scheduler accounted to each thread between its two schedstat reads, summed from the
+    ``sched_stat_runtime`` events as they pass (:meth:`count` hands each event on); None for a thread without any."""
+
+    def __init__(self, tids: Sequence[int], first: vp.Exchange, last: vp.Exchange):
+        self.between = {t: (first.schedstat[t][0], last.schedstat[t][0]) for t in tids
+                        if t in first.schedstat and t in last.schedstat}
+        self.sums: dict[int, int] = {}
+
+    def count(self, e: vp.Event) -> vp.Event:
+        if e.kind == "runtime" and e.tid in self.between:
+            t0, t1 = self.between[e.tid]
+            if t0 < e.mono_ns <= t1:
+                self.sums[e.tid] = self.sums.get(e.tid, 0) + e.runtime_ns
+        return e
+
+    def of(self, tid: int) -> int | None:
+        return self.sums.get(tid)
 
 
 @dataclass
@@ -329,11 +381,8 @@ class TraceSession:
         self._root(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; true', "sh", self.pidfile])
         if self.stream.wait(10) is None:
             raise VcpuTraceError(f"{self.host.name}: the trace reader of {self.path} did not stop")
-        text = self.raw_path.read_text(errors="replace")
-        capped = "\nbbrlab-capped " in text
         lost = stats.get("overrun", 0) + stats.get("dropped events", 0) + stats.get("commit overrun", 0)
-        self.result = build(self.name, self.tids, iter(text.splitlines()), bytes_read=len(text), capped=capped,
-                            lost_events=lost, reader_cpu_s=vp.parse_times(text))
+        self.result = read_trace(self.name, self.tids, self.raw_path, lost_events=lost)  # never read whole
         return self.result
 
     def remove(self) -> None:

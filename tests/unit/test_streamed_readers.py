@@ -1,0 +1,124 @@
+"""The streamed readers (issue 35, item 5) give what the whole-text readers gave, on every real log we have.
+
+The socket-sample log is read a line at a time by :mod:`bbrlab.sampling.logscan` (rows, summary numbers, the guest
+sample times) and the vCPU trace reader's raw text by :func:`bbrlab.sampling.vcputrace.read_trace`; both are
+compared here with the readers that took the whole text (kept: they are the definition), on the fixtures under
+tests/fixtures/sockdiag and tests/fixtures/vcputrace and on the sampled runs of data/demo-sampled (read only).
+Functional, not timed: benchmarks/memory.py measures the memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import random
+from pathlib import Path
+
+import pytest
+
+from bbrlab.sampling import alignment, logscan, sockdiag, vcputrace
+from bbrlab.sampling import vcpuparse as vp
+from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.sampling.summary import _ss_numbers
+
+ROOT = Path(__file__).parents[2]
+SOCK = ROOT / "tests" / "fixtures" / "sockdiag"
+TRACES = ROOT / "tests" / "fixtures" / "vcputrace"
+LOGS = [(p.name, "ss" if ".ss." in p.name else "bpf" if ".bpf." in p.name else "netlink")
+        for p in sorted(SOCK.iterdir()) if p.name.endswith((".log", ".log.gz"))]
+DEMO = sorted((ROOT / "data" / "demo-sampled" / "runs").glob("*/samples.log"))
+
+
+def _text(path: Path) -> str:
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(errors="replace")
+
+
+def _whole(kind: str, text: str, ports=None):
+    """Rows, numbers and guest times as the whole-text readers give them (or the error they raise)."""
+    try:
+        rows = parse_ss_log(text, ports=ports) if kind == "ss" else sockdiag.rows(text, ports=ports)
+    except Exception as e:  # noqa: BLE001 - the error itself is compared
+        rows = repr(e)
+    numbers = _ss_numbers(text) if kind == "ss" else _or_error(sockdiag.summary, text)
+    times = _or_error(alignment.guest_sample_times_ns, text, kind)
+    return rows, numbers, times
+
+
+def _streamed(kind: str, path: Path, ports=None):
+    try:
+        rows = logscan.rows(kind, path, ports)
+    except Exception as e:  # noqa: BLE001 - the error itself is compared
+        rows = repr(e)
+    numbers = _or_error(logscan.scan, kind, path, ports, lambda r: None, check=False)
+    return rows, numbers, _or_error(logscan.guest_sample_times_ns, kind, path)
+
+
+def _or_error(f, *args, **kw):
+    try:
+        return f(*args, **kw)
+    except Exception as e:  # noqa: BLE001 - the error itself is compared
+        return repr(e)
+
+
+@pytest.mark.parametrize(("name", "kind"), LOGS, ids=[n for n, _ in LOGS])
+def test_a_fixture_log_reads_the_same_streamed(tmp_path, name, kind):
+    text = _text(SOCK / name)
+    (tmp_path / "log").write_text(text)
+    assert _streamed(kind, tmp_path / "log") == _whole(kind, text)
+
+
+@pytest.mark.parametrize("log", DEMO, ids=[p.parent.name for p in DEMO])
+def test_a_committed_bpf_log_reads_the_same_streamed_with_and_without_its_ports(log):
+    text = log.read_text()
+    assert _streamed("bpf", log) == _whole("bpf", text)
+    port = logscan.rows("bpf", log)[0]["port"]
+    assert _streamed("bpf", log, [port]) == _whole("bpf", text, [port])
+
+
+def test_a_bpf_log_out_of_slot_order_reads_the_same_streamed(tmp_path):
+    """The ring buffer does not promise order: records shuffled (a real log's) are sorted back by slot and time."""
+    lines = _text(SOCK / "live-bbr-both.bpf.log.gz").splitlines(keepends=True)
+    records = [line for line in lines if line.startswith("R ")]
+    random.Random(35).shuffle(records)
+    text = "".join(lines[:2] + records + [line for line in lines[2:] if not line.startswith("R ")])
+    (tmp_path / "log").write_text(text)
+    assert _streamed("bpf", tmp_path / "log") == _whole("bpf", text)
+
+
+def test_a_failing_check_reads_the_same_streamed(tmp_path):
+    """A BBR socket without BBR's info raises the same error, after the same rows."""
+    text = _text(SOCK / "live-bbr.sockdiag.log.gz")
+    stripped = "\n".join(" ".join(w for w in line.split() if not w.startswith("16:")) if line.startswith("S ")
+                         else line for line in text.splitlines()) + "\n"
+    (tmp_path / "log").write_text(stripped)
+    whole, streamed = _whole("netlink", stripped), _streamed("netlink", tmp_path / "log")
+    assert "INET_DIAG_BBRINFO" in whole[0] and streamed == whole
+
+
+TRACE_CASES = [("deadline-1ms-4ms.txt", 24769), ("sleeper-2ms-on-5ms-off.txt", 24855),
+               ("testbed-sender-vcpu-other.txt.gz", 9726), ("deadline-qemu-vcpu-1ms-25pct.txt.gz", 2653)]
+
+
+def _trace_whole(text: str, tid: int, capped: bool = False) -> vcputrace.VcpuTrace:
+    """As TraceSession.stop built it before: the whole text, split into lines."""
+    return vcputrace.build("x", [tid], iter(text.splitlines()), bytes_read=len(text), capped=capped, lost_events=3,
+                           reader_cpu_s=vp.parse_times(text))
+
+
+@pytest.mark.parametrize(("name", "tid"), TRACE_CASES, ids=[n for n, _ in TRACE_CASES])
+def test_a_fixture_trace_reads_the_same_streamed(tmp_path, name, tid):
+    text = _text(TRACES / name) + "real\t0m0.010s\n0m0.021s 0m0.032s\n0m0.043s 0m0.054s\n"
+    (tmp_path / "trace.txt").write_text(text)
+    streamed = vcputrace.read_trace("x", [tid], tmp_path / "trace.txt", lost_events=3)
+    whole = _trace_whole(text, tid)
+    assert dataclasses.asdict(streamed) == dataclasses.asdict(whole)
+    assert streamed.summary() == whole.summary() and streamed.reader_cpu_s == 0.15
+
+
+def test_a_capped_trace_reads_the_same_streamed(tmp_path):
+    """A trace cut at its cap (no end exchange; the reader's 'bbrlab-capped' line) ends at its last event."""
+    lines = _text(TRACES / "testbed-sender-vcpu-other.txt.gz").splitlines()
+    text = "\n".join(lines[: len(lines) // 2]) + "\nbbrlab-capped 123456\n"
+    (tmp_path / "trace.txt").write_text(text)
+    streamed = vcputrace.read_trace("x", [9726], tmp_path / "trace.txt", lost_events=3)
+    assert streamed.capped and dataclasses.asdict(streamed) == dataclasses.asdict(_trace_whole(text, 9726, True))

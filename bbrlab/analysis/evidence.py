@@ -21,18 +21,31 @@ import pandas as pd
 COVER_INTERVALS = 2
 
 
+class SpanTracker:
+    """Each data stream's first and last sample time, as ``ss`` rows go by (:meth:`add`); :meth:`span_s`."""
+
+    def __init__(self):
+        self.first: dict = {}
+        self.last: dict = {}
+
+    def add(self, row: dict) -> None:
+        port, t = row.get("port"), row.get("t_s")
+        if t is not None:
+            self.first[port] = min(self.first.get(port, t), t)
+            self.last[port] = max(self.last.get(port, t), t)
+
+    def span_s(self) -> float | None:
+        """From the first to the last sample of the data stream sampled least long, in s; None without rows."""
+        return min(self.last[p] - self.first[p] for p in self.first) if self.first else None
+
+
 def samples_span_s(rows: Iterable[dict]) -> float | None:
     """From the first to the last sample of the data stream sampled least long (``t_s`` of the ``ss`` rows), in
     s; None without rows."""
-    first: dict = {}
-    last: dict = {}
+    spans = SpanTracker()
     for r in rows:
-        port, t = r.get("port"), r.get("t_s")
-        if t is None:
-            continue
-        first[port] = min(first.get(port, t), t)
-        last[port] = max(last.get(port, t), t)
-    return min(last[p] - first[p] for p in first) if first else None
+        spans.add(r)
+    return spans.span_s()
 
 
 def covers_transfer(span_s: float | None, transfer_s: float | None, sample_ms: float | None) -> bool | None:

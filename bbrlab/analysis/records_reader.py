@@ -19,14 +19,17 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
+
 from bbrlab.run import clocks
-from bbrlab.sampling import bottleneck, sockdiag
+from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
 from . import evidence, fairness, identity
+from .columns import VCPU_SCHEMA
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
-from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
+from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, typed_frame
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 
@@ -184,6 +187,54 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     return out
 
 
+#: Rows of the ``ss`` table gathered into one DataFrame at a time while a log streams by (bounded memory).
+SS_CHUNK_ROWS = 1 << 16
+
+
+class _SsFrames:
+    """``ss`` rows of one run as they stream from its log (:mod:`bbrlab.sampling.logscan`), gathered into typed
+    DataFrames of :data:`SS_CHUNK_ROWS` rows, and the data streams' span (:class:`evidence.SpanTracker`)."""
+
+    def __init__(self, run_id: str, drift: clocks.ClockDrift | None):
+        self.run_id, self.drift = run_id, drift
+        self.rows: list[dict] = []
+        self.frames: list[pd.DataFrame] = []
+        self.spans = evidence.SpanTracker()
+
+    def add(self, s: dict) -> None:
+        row = {k: s.get(k) for k in SS_COLUMNS}
+        row["run_id"] = self.run_id
+        row["t_host_s"] = self.drift.to_local(s["t_unix_s"]) if self.drift and s.get("t_unix_s") is not None else None
+        self.spans.add(row)
+        self.rows.append(row)
+        if len(self.rows) >= SS_CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.frames.append(typed_frame(self.rows, SS_SCHEMA))
+            self.rows = []
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        if not self.frames:
+            return typed_frame([], SS_SCHEMA)
+        out = self.frames[0] if len(self.frames) == 1 else pd.concat(self.frames, ignore_index=True)
+        self.frames = []
+        return out
+
+
+def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.log",
+             sender_clock: Mapping | None = None) -> tuple[pd.DataFrame, float | None]:
+    """:func:`ss_rows` as a typed DataFrame, the log read from ``path`` a line at a time (never whole), and the
+    data streams' span (:func:`bbrlab.analysis.evidence.samples_span_s`)."""
+    kind = "ss" if log == "ss.log" else logscan.log_kind(path)
+    drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
+    sink = _SsFrames(run_id, drift)
+    logscan.scan(kind, path, sorted(data_ports) or None, sink.add)
+    return sink.frame(), sink.spans.span_s()
+
+
 def read_run(campaign_dir: Path, rel: str) -> RunRows:
     """Read one run directory (``rel`` relative to the campaign) into its table rows."""
     run_dir = campaign_dir / rel
@@ -204,7 +255,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
     fair, shares = fairness.run_fairness(streams)
     fair["flows"] = len(flows)
-    ss: list[dict] = []
+    ss, span_s = [], None
     for log in ("ss.log", "samples.log"):
         ss_path = run_dir / log
         if not ss_path.exists():
@@ -212,11 +263,11 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
         ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
-            ss = ss_rows(record.get("run_id"), ss_path.read_text(), ports, log=log,
-                         sender_clock=_get(record, "metadata", "clocks", "sender"))
+            ss, span_s = ss_frame(record.get("run_id"), ss_path, ports, log=log,
+                                  sender_clock=_get(record, "metadata", "clocks", "sender"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
-    row = run_row(record, iperf_summary(report), rel, fair if flows else None, evidence.samples_span_s(ss))
+    row = run_row(record, iperf_summary(report), rel, fair if flows else None, span_s)
     flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
     intervals = iperf_intervals(row["run_id"], report)
     if row["workload"] == "rsync":
@@ -231,7 +282,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
                                     _get(record, "metadata", "clocks", "emulator"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{bottleneck.LOG_FILE} not parsed: {type(e).__name__}: {e}")
-    return RunRows(row, intervals, ss, notes, vcpu=vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel),
+    return RunRows(row, intervals, ss, notes, vcpu=vcpu_frame(row["run_id"], run_dir / "vcpu.csv", notes, rel),
                    bottleneck=queue, streams=streams, flows=flow_rows)
 
 
@@ -266,6 +317,37 @@ def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]
     except (OSError, ValueError, KeyError) as e:
         notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
         return []
+
+
+_VCPU_CSV_TYPES = {"tid": "int64", "state": "category", "start_ns": "int64", "end_ns": "int64", "length_ns": "int64",
+                   "cpu": "Int64", "left_state": "category", "woken_ns": "Int64", "clipped": "int64",
+                   "inferred": "category"}
+
+
+def _text_or_na(column: pd.Series | None, index: pd.Index) -> pd.Series:
+    """A CSV text column with its empty cells as <NA> (all <NA> when the file has no such column)."""
+    if column is None:
+        return pd.Series(pd.NA, index=index, dtype="string")
+    text = column.astype("string")
+    return text.mask(text == "")
+
+
+def vcpu_frame(run_id: str, path: Path, notes: list[str], rel: str) -> pd.DataFrame | list:
+    """:func:`vcpu_rows` as a typed DataFrame, read column by column (pandas' CSV reader), not a dict per row."""
+    if not path.exists():
+        return []
+    try:
+        raw = pd.read_csv(path, dtype=_VCPU_CSV_TYPES, keep_default_na=False, na_values={"cpu": [""], "woken_ns": [""]})
+        frame = pd.DataFrame({
+            "run_id": pd.Series(run_id, index=raw.index, dtype="string"), "tid": raw["tid"],
+            "on_cpu": raw["state"] == "on", "start_ns": raw["start_ns"], "end_ns": raw["end_ns"],
+            "length_ms": raw["length_ns"] / 1e6, "cpu": raw["cpu"], "left_state": _text_or_na(raw["left_state"], raw.index),
+            "woken_ns": raw["woken_ns"], "clipped": raw["clipped"] == 1,
+            "inferred": _text_or_na(raw.get("inferred"), raw.index)})
+    except (OSError, ValueError, KeyError) as e:
+        notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
+        return []
+    return typed_frame(frame, VCPU_SCHEMA)
 
 
 def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str]) -> list[FlowReport]:

@@ -423,32 +423,61 @@ class Tables:
 @dataclass
 class RunRows:
     """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals,
-    its bottleneck samples, its per-stream interval tuples and per-flow rows."""
+    its bottleneck samples, its per-stream interval tuples and per-flow rows. ``ss`` and ``vcpu`` may be typed
+    DataFrames (:func:`typed_frame`) instead of lists: bbrlab's reader builds them in chunks from large logs."""
 
     run: dict
     intervals: list[tuple]
-    ss: list[dict]
+    ss: list[dict] | pd.DataFrame
     notes: list[str] = field(default_factory=list)
-    vcpu: list[dict] = field(default_factory=list)
+    vcpu: list[dict] | pd.DataFrame = field(default_factory=list)
     bottleneck: list[dict] = field(default_factory=list)
     streams: list[tuple] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
-    """Turn per-run rows into the DataFrames in one go (no row-by-row appends)."""
-    lists: dict[str, list] = {name: [] for name in SCHEMAS}
+    """Turn per-run rows into the DataFrames in one go (no row-by-row appends). A run's rows of a table may come
+    as a list of dicts or as a DataFrame already typed (:func:`typed_frame`: a large log read in chunks); the
+    tables keep the runs' order either way."""
+    parts: dict[str, list] = {name: [] for name in SCHEMAS}
     notes: list[str] = []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
             continue
-        lists["runs"].append(r.run)
+        parts["runs"].append([r.run])
         for name in ("intervals", "ss", "vcpu", "bottleneck", "streams", "flows"):
-            lists[name].extend(getattr(r, name))
-    frames = {name: pd.DataFrame.from_records(lists[name], columns=[c.name for c in schema])
-              for name, schema in SCHEMAS.items()}
-    return normalise(Tables.of_frames(frames, notes, []))
+            parts[name].append(getattr(r, name))
+    frames = {name: _frame_of_parts(parts[name], schema) for name, schema in SCHEMAS.items()}
+    return Tables.of_frames(frames, notes, [])
+
+
+def typed_frame(rows, schema: tuple[Column, ...]) -> pd.DataFrame:
+    """Rows (dicts or tuples in the schema's order, or a DataFrame, which is changed in place) as a DataFrame of
+    exactly the schema's columns and dtypes."""
+    frame = rows if isinstance(rows, pd.DataFrame) else \
+        pd.DataFrame.from_records(rows, columns=[c.name for c in schema])
+    return _normalise_frame(frame, schema, copy=False)
+
+
+def _frame_of_parts(parts: list, schema: tuple[Column, ...]) -> pd.DataFrame:
+    """One table from the runs' parts in order: consecutive lists of rows become one frame, frames stay as they are."""
+    frames, pending = [], []
+    for part in parts:
+        if isinstance(part, pd.DataFrame):
+            if pending:
+                frames.append(typed_frame(pending, schema))
+                pending = []
+            if len(part):
+                frames.append(part)
+        else:
+            pending.extend(part)
+    if pending or not frames:
+        frames.append(typed_frame(pending, schema))
+    if len(frames) == 1:
+        return frames[0]
+    return _normalise_frame(pd.concat(frames, ignore_index=True), schema, copy=False)
 
 
 def _as(series: pd.Series, dtype: str) -> pd.Series:
@@ -463,13 +492,18 @@ def _as(series: pd.Series, dtype: str) -> pd.Series:
     return series.astype(dtype)
 
 
-def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFrame:
-    df = df.copy()
+def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...], copy: bool = True) -> pd.DataFrame:
+    """``df`` with the schema's columns, in its order and dtypes (a column already of its dtype is kept as it is);
+    ``copy=False`` changes ``df`` itself (for a frame nobody else holds)."""
+    if copy:
+        df = df.copy()
     for col in schema:
         if col.name not in df.columns:
             df[col.name] = pd.Series(pd.NA, index=df.index, dtype="object")
-        df[col.name] = _as(df[col.name], col.dtype)
-    return df[[c.name for c in schema]]
+        if str(df[col.name].dtype) != col.dtype:
+            df[col.name] = _as(df[col.name], col.dtype)
+    names = [c.name for c in schema]
+    return df if list(df.columns) == names else df[names]
 
 
 def normalise(t: Tables) -> Tables:

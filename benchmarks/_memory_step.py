@@ -57,7 +57,8 @@ def trace(run: Path) -> None:
     result = _trace(run)
     result.write_csv(run / "vcpu.csv")
     offset = alignment.ClockOffset.of_remote_minus_local(0.0, 0.0005)
-    aligned = alignment.check(_guest_times(run / "samples.log"), result.on_intervals_realtime(), offset, SAMPLE_MS,
+    spans = result.on_spans_realtime() if hasattr(result, "on_spans_realtime") else result.on_intervals_realtime()
+    aligned = alignment.check(_guest_times(run / "samples.log"), spans, offset, SAMPLE_MS,
                               result.window_realtime())
     _update_record(run, vcpu_trace={"file": "vcpu.csv", **result.summary()}, alignment=aligned.to_dict())
 

@@ -226,7 +226,7 @@ class Runner:
             offset = alignment.ClockOffset.of_remote_minus_local(
                 start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
                 measured_at_s=start.measured_at)
-        return alignment.check(times, vcpu.on_intervals_realtime(), offset, flow.sample_ms,
+        return alignment.check(times, vcpu.on_spans_realtime(), offset, flow.sample_ms,
                                vcpu.window_realtime()).to_dict()
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):

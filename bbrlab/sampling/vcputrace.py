@@ -30,6 +30,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from bbrlab.contention.deadline import restore_on_signals
 from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
@@ -117,7 +119,7 @@ class VcpuTrace:
 
     instance: str
     tids: list[int]
-    intervals: list[vp.Interval]
+    intervals: vp.IntervalColumns
     realtime_offset_ns: int
     offset_uncertainty_ns: int
     realtime_drift_ns: int
@@ -139,10 +141,19 @@ class VcpuTrace:
         """The trace's window as CLOCK_REALTIME ns (start, end)."""
         return self.window_ns[0] + self.realtime_offset_ns, self.window_ns[1] + self.realtime_offset_ns
 
+    def on_spans_realtime(self) -> tuple[np.ndarray, np.ndarray]:
+        """The on-CPU intervals of all threads as CLOCK_REALTIME ns: their starts and ends, sorted by start (then
+        end), as numpy arrays."""
+        on = self.intervals.column("on")
+        start = self.intervals.column("start_ns")[on] + self.realtime_offset_ns
+        end = self.intervals.column("end_ns")[on] + self.realtime_offset_ns
+        order = np.lexsort((end, start))
+        return start[order], end[order]
+
     def on_intervals_realtime(self) -> list[tuple[int, int]]:
         """The on-CPU intervals of all threads as CLOCK_REALTIME ns (start, end), sorted by start."""
-        off = self.realtime_offset_ns
-        return sorted((iv.start_ns + off, iv.end_ns + off) for iv in self.intervals if iv.on)
+        start, end = self.on_spans_realtime()
+        return list(zip(start.tolist(), end.tolist(), strict=True))
 
     def schedstat_agrees(self) -> bool | None:
         """True when every thread's on-CPU time from the trace is within 2 % of schedstat's (None: not compared)."""
@@ -151,13 +162,19 @@ class VcpuTrace:
 
     def summary(self) -> dict:
         """``metadata.vcpu_trace`` of the run record (docs/run-record.md)."""
+        ivs = self.intervals
+        tid, on = ivs.column("tid"), ivs.column("on")
+        length = ivs.column("end_ns") - ivs.column("start_ns")
         per_thread = []
-        for tid in self.tids:
-            mine = [iv for iv in self.intervals if iv.tid == tid]
-            on_ns = sum(iv.length_ns for iv in mine if iv.on)
-            per_thread.append({"tid": tid, "on_cpu_share": round(on_ns / max(1, self.window_ns[1] - self.window_ns[0]), 5),
-                               "on_cpu_s": round(on_ns / 1e9, 6), "gaps": vp.gap_stats_ms(mine)})
-        gaps = vp.gap_stats_ms(self.intervals)
+        for t in self.tids:
+            mine = tid == t
+            on_ns = int(length[mine & on].sum())
+            per_thread.append({"tid": t, "on_cpu_share": round(on_ns / max(1, self.window_ns[1] - self.window_ns[0]), 5),
+                               "on_cpu_s": round(on_ns / 1e9, 6), "gaps": _gap_stats(length, on, ivs.column("clipped"),
+                                                                                        mine)})
+        gaps = vp.gap_stats_ms(ivs)
+        codes, labels = ivs.column("inferred"), ivs.labels()
+        inferred = {how: int((codes == labels.index(how)).sum()) if how in labels else 0 for how in vp.INFERRED}
         return {"instance": self.instance, "clock": "mono", "resolution_us": 1, "traced_s": round(self.traced_s, 6),
                 "realtime_offset_ns": self.realtime_offset_ns, "offset_uncertainty_ns": self.offset_uncertainty_ns,
                 "realtime_drift_ns": self.realtime_drift_ns,
@@ -165,7 +182,7 @@ class VcpuTrace:
                 "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
                 "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
                 "capped": self.capped, "lost_events": self.lost_events,
-                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in vp.INFERRED},
+                "inferred_switch_ins": inferred,
                 "reader_cpu_s": self.reader_cpu_s,
                 "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
                                                round(1000 * self.reader_cpu_s / self.traced_s, 4)),
@@ -173,15 +190,33 @@ class VcpuTrace:
                 "host_steal_s": self.host_steal_s}
 
     def write_csv(self, path: str | Path) -> int:
-        """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written."""
-        off = self.realtime_offset_ns
+        """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written. Written in chunks from the
+        columns, never a Python object per interval at once."""
+        ivs, off = self.intervals, self.realtime_offset_ns
+        cols = {name: ivs.column(name) for name in ("tid", "start_ns", "end_ns", "cpu", "woken_ns", "on", "clipped",
+                                                   "left_state", "inferred")}
+        labels = ivs.labels()
         with open(path, "w") as f:
             f.write("tid,state,start_ns,end_ns,length_ns,cpu,left_state,woken_ns,clipped,inferred\n")
-            for iv in self.intervals:
-                woken = "" if iv.woken_ns is None else iv.woken_ns + off
-                f.write(f"{iv.tid},{'on' if iv.on else 'off'},{iv.start_ns + off},{iv.end_ns + off},{iv.length_ns},"
-                        f"{'' if iv.cpu is None else iv.cpu},{iv.left_state},{woken},{int(iv.clipped)},{iv.inferred}\n")
-        return len(self.intervals)
+            for lo in range(0, len(ivs), CSV_CHUNK):
+                part = {name: c[lo:lo + CSV_CHUNK].tolist() for name, c in cols.items()}
+                f.writelines(
+                    f"{tid},{'on' if on else 'off'},{start + off},{end + off},{end - start},"
+                    f"{'' if cpu == vp.NONE else cpu},{labels[left]},{'' if woken == vp.NONE else woken + off},"
+                    f"{int(clipped)},{labels[how]}\n"
+                    for tid, on, start, end, cpu, left, woken, clipped, how in zip(
+                        part["tid"], part["on"], part["start_ns"], part["end_ns"], part["cpu"], part["left_state"],
+                        part["woken_ns"], part["clipped"], part["inferred"], strict=True))
+        return len(ivs)
+
+
+#: Intervals written to the CSV at a time.
+CSV_CHUNK = 1 << 16
+
+
+def _gap_stats(length: np.ndarray, on: np.ndarray, clipped: np.ndarray, mine: np.ndarray) -> dict:
+    """:func:`vcpuparse.gap_stats_ms` of the intervals selected by ``mine``."""
+    return vp._gap_stats(np.sort(length[mine & ~on & ~clipped]).tolist())
 
 
 def _running_for(line: vp.ThreadTimeline, at_ns: int) -> int:
@@ -298,8 +333,7 @@ def _assemble(instance: str, tids: Sequence[int], lines: Callable[[], Iterator[s
     runtime = _RuntimeSums(tids, first, last)
     sched_events = (e for e in map(vp.parse_line, lines()) if e is not None and e.kind != "marker")
     timelines = vp.timelines(map(runtime.count, sched_events), {t: window for t in tids}, silent_on)
-    intervals = sorted((iv for line in timelines.values() for iv in line.intervals),
-                       key=lambda iv: (iv.start_ns, iv.tid))
+    intervals = vp.IntervalColumns.merged([line.intervals for line in timelines.values()])
     (off0, unc0), (off1, unc1) = offsets
     return VcpuTrace(instance, list(tids), intervals, (off0 + off1) // 2, max(unc0, unc1) + abs(off1 - off0) // 2,
                      off1 - off0, window, events, bytes_read, capped, lost_events, reader_cpu_s,

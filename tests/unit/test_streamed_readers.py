@@ -175,3 +175,46 @@ def test_a_vcpu_csv_without_the_inferred_column_or_unreadable_reads_as_before(tm
     assert rr.vcpu_frame("r", tmp_path / "vcpu.csv", new_notes, "r") == [] == \
         rr.vcpu_rows("r", tmp_path / "vcpu.csv", old_notes, "r")
     assert len(new_notes) == len(old_notes) == 1
+
+
+#: SHA-256 of vcpu.csv and of the on-CPU intervals' JSON as the trace wrote them when it kept a Python object per
+#: interval (bbrlab at 9830ade, before the intervals were held column by column), for each fixture trace.
+OBJECT_PER_INTERVAL = {
+    "deadline-1ms-4ms.txt": ("80016539cce18b1ed11fa38dfb57ba19662a6eb1cee26febd3e987e142393c87",
+                             "7f6409ba766cf1cccb8719c76f97585991e5bc7d9a3961230c270e1269dafb73"),
+    "sleeper-2ms-on-5ms-off.txt": ("d6ee42fadeea76a97935e34c873659af665323267041a92723f2a1b3ed4f1c8b",
+                                   "aa6a008dbd89fb7ee78d99c0c69d9892cb9ffe200f9f11164d0d4b7e4419675c"),
+    "testbed-sender-vcpu-other.txt.gz": ("846c890f666e4e85ae516a725a1b92e4d884179f0a1f6be10ffda56671078ce7",
+                                         "f919df30e77199024ca5b2814aedd7489e76278eba787ca1e37f1b21e02d34c3"),
+    "deadline-qemu-vcpu-1ms-25pct.txt.gz": ("c4d0b7bb24220f9469083f9edc05ec461b2b900d20bf1892d21869394f1a9083",
+                                            "06002987b81281304a54413ffb3a8c247b41b52803011ace6ac84531b4c5c20f"),
+}
+
+
+@pytest.mark.parametrize(("name", "tid"), TRACE_CASES, ids=[n for n, _ in TRACE_CASES])
+def test_intervals_held_column_by_column_write_what_objects_wrote(tmp_path, name, tid):
+    import hashlib
+    import json
+
+    trace = _trace_whole(_text(TRACES / name), tid)
+    trace.write_csv(tmp_path / "vcpu.csv")
+    csv_sha, on_sha = OBJECT_PER_INTERVAL[name]
+    assert hashlib.sha256((tmp_path / "vcpu.csv").read_bytes()).hexdigest() == csv_sha
+    assert hashlib.sha256(json.dumps(trace.on_intervals_realtime()).encode()).hexdigest() == on_sha
+    assert list(trace.intervals) == [trace.intervals[i] for i in range(len(trace.intervals))]
+
+
+@pytest.mark.parametrize(("name", "tid"), TRACE_CASES, ids=[n for n, _ in TRACE_CASES])
+def test_the_alignment_counts_at_once_what_it_counted_sample_by_sample(name, tid):
+    """On a real trace's on-CPU intervals, 5000 times spread over its window (and past both ends), with and without
+    slack: the numpy count equals the sum of the per-sample test."""
+    import numpy as np
+
+    trace = _trace_whole(_text(TRACES / name), tid)
+    pairs = trace.on_intervals_realtime()
+    starts, ends = [s for s, _ in pairs], [e for _, e in pairs]
+    lo, hi = trace.window_realtime()
+    times = np.random.default_rng(35).integers(lo - 5_000_000, hi + 5_000_000, 5000)
+    for slack in (0, 100_000):
+        assert alignment._inside_count(times, *trace.on_spans_realtime(), slack) == \
+            sum(alignment._inside(int(t), starts, ends, slack) for t in times)

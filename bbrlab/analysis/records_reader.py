@@ -29,7 +29,7 @@ from . import evidence, fairness, identity
 from .columns import VCPU_SCHEMA
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
-from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, typed_frame
+from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, concat_typed, typed_frame
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 
@@ -187,8 +187,9 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     return out
 
 
-#: Rows of the ``ss`` table gathered into one DataFrame at a time while a log streams by (bounded memory).
-SS_CHUNK_ROWS = 1 << 16
+#: Rows of the ``ss`` table gathered into one DataFrame at a time while a log streams by (bounded memory), and
+#: rows of vcpu.csv read at a time.
+SS_CHUNK_ROWS = VCPU_CHUNK_ROWS = 1 << 13
 
 
 class _SsFrames:
@@ -200,10 +201,13 @@ class _SsFrames:
         self.rows: list[dict] = []
         self.frames: list[pd.DataFrame] = []
         self.spans = evidence.SpanTracker()
+        self.texts: dict[str, str] = {}  # one object per distinct CCA name, not one per row
 
     def add(self, s: dict) -> None:
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = self.run_id
+        if row["cca"] is not None:
+            row["cca"] = self.texts.setdefault(row["cca"], row["cca"])
         row["t_host_s"] = self.drift.to_local(s["t_unix_s"]) if self.drift and s.get("t_unix_s") is not None else None
         self.spans.add(row)
         self.rows.append(row)
@@ -217,9 +221,7 @@ class _SsFrames:
 
     def frame(self) -> pd.DataFrame:
         self._flush()
-        if not self.frames:
-            return typed_frame([], SS_SCHEMA)
-        out = self.frames[0] if len(self.frames) == 1 else pd.concat(self.frames, ignore_index=True)
+        out = concat_typed(self.frames, SS_SCHEMA)
         self.frames = []
         return out
 
@@ -333,21 +335,27 @@ def _text_or_na(column: pd.Series | None, index: pd.Index) -> pd.Series:
 
 
 def vcpu_frame(run_id: str, path: Path, notes: list[str], rel: str) -> pd.DataFrame | list:
-    """:func:`vcpu_rows` as a typed DataFrame, read column by column (pandas' CSV reader), not a dict per row."""
+    """:func:`vcpu_rows` as a typed DataFrame, read column by column (pandas' CSV reader, :data:`VCPU_CHUNK_ROWS`
+    rows at a time), not a dict per row."""
     if not path.exists():
         return []
     try:
-        raw = pd.read_csv(path, dtype=_VCPU_CSV_TYPES, keep_default_na=False, na_values={"cpu": [""], "woken_ns": [""]})
-        frame = pd.DataFrame({
-            "run_id": pd.Series(run_id, index=raw.index, dtype="string"), "tid": raw["tid"],
-            "on_cpu": raw["state"] == "on", "start_ns": raw["start_ns"], "end_ns": raw["end_ns"],
-            "length_ms": raw["length_ns"] / 1e6, "cpu": raw["cpu"], "left_state": _text_or_na(raw["left_state"], raw.index),
-            "woken_ns": raw["woken_ns"], "clipped": raw["clipped"] == 1,
-            "inferred": _text_or_na(raw.get("inferred"), raw.index)})
+        chunks = [_vcpu_chunk(run_id, raw) for raw in pd.read_csv(
+            path, dtype=_VCPU_CSV_TYPES, keep_default_na=False, na_values={"cpu": [""], "woken_ns": [""]},
+            chunksize=VCPU_CHUNK_ROWS)]
     except (OSError, ValueError, KeyError) as e:
         notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
         return []
-    return typed_frame(frame, VCPU_SCHEMA)
+    return concat_typed(chunks, VCPU_SCHEMA) if chunks else []
+
+
+def _vcpu_chunk(run_id: str, raw: pd.DataFrame) -> pd.DataFrame:
+    return typed_frame(pd.DataFrame({
+        "run_id": pd.Series(run_id, index=raw.index, dtype="string"), "tid": raw["tid"],
+        "on_cpu": raw["state"] == "on", "start_ns": raw["start_ns"], "end_ns": raw["end_ns"],
+        "length_ms": raw["length_ns"] / 1e6, "cpu": raw["cpu"], "left_state": _text_or_na(raw["left_state"], raw.index),
+        "woken_ns": raw["woken_ns"], "clipped": raw["clipped"] == 1,
+        "inferred": _text_or_na(raw.get("inferred"), raw.index)}), VCPU_SCHEMA)
 
 
 def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str]) -> list[FlowReport]:

@@ -461,6 +461,19 @@ def typed_frame(rows, schema: tuple[Column, ...]) -> pd.DataFrame:
     return _normalise_frame(frame, schema, copy=False)
 
 
+def concat_typed(frames: list[pd.DataFrame], schema: tuple[Column, ...]) -> pd.DataFrame:
+    """Typed frames of one table end to end, built a column at a time, each column taken out of the parts as it is
+    joined (the parts are emptied): at most one column more than the result is held at once, not two copies."""
+    if len(frames) == 1:
+        return frames[0]
+    if not frames:
+        return typed_frame([], schema)
+    columns = {}
+    for col in schema:
+        columns[col.name] = pd.concat([f.pop(col.name) for f in frames], ignore_index=True)
+    return pd.DataFrame(columns)
+
+
 def _frame_of_parts(parts: list, schema: tuple[Column, ...]) -> pd.DataFrame:
     """One table from the runs' parts in order: consecutive lists of rows become one frame, frames stay as they are."""
     frames, pending = [], []
@@ -475,9 +488,7 @@ def _frame_of_parts(parts: list, schema: tuple[Column, ...]) -> pd.DataFrame:
             pending.extend(part)
     if pending or not frames:
         frames.append(typed_frame(pending, schema))
-    if len(frames) == 1:
-        return frames[0]
-    return _normalise_frame(pd.concat(frames, ignore_index=True), schema, copy=False)
+    return _normalise_frame(concat_typed(frames, schema), schema, copy=False)
 
 
 def _as(series: pd.Series, dtype: str) -> pd.Series:

@@ -218,3 +218,21 @@ def test_the_alignment_counts_at_once_what_it_counted_sample_by_sample(name, tid
     for slack in (0, 100_000):
         assert alignment._inside_count(times, *trace.on_spans_realtime(), slack) == \
             sum(alignment._inside(int(t), starts, ends, slack) for t in times)
+
+
+def test_a_table_written_in_slices_reads_back_as_written_whole(tmp_path, monkeypatch):
+    """The ss and vcpu tables of the committed sampled runs, written 1000 rows at a time, read back equal to the
+    tables and to what one to_parquet call wrote."""
+    from bbrlab.analysis import data, table_cache, tables
+
+    monkeypatch.setattr(table_cache, "PARQUET_SLICE_ROWS", 1000)
+    t = data.load(ROOT / "data" / "demo-sampled", cache=False)
+    for name in ("ss", "vcpu", "runs"):
+        frame = getattr(t, name)
+        table_cache._write_parquet(frame, tmp_path / f"{name}.sliced")
+        frame.to_parquet(tmp_path / f"{name}.whole", index=False)
+        sliced, whole = (tables.typed_frame(pd.read_parquet(tmp_path / f"{name}.{how}"), tables.SCHEMAS[name])
+                         for how in ("sliced", "whole"))
+        pd.testing.assert_frame_equal(sliced, whole)
+        pd.testing.assert_frame_equal(sliced, frame.reset_index(drop=True))
+    assert len(t.vcpu) > 1000 and len(t.ss) > 1000

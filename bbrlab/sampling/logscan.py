@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -154,7 +154,7 @@ def _netlink(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) ->
     log = netlink.SockdiagLog(header, {}, [], {}, [], None)
     out = _NetlinkRows(keep, on_row, check, log)
     current: netlink.Sample | None = None
-    samples, monotonic_ns, request_ms = 0, [], []
+    samples, monotonic_ns, request_ms = 0, array("q"), array("d")
 
     def done(sample: netlink.Sample) -> None:
         if sample.sockets:
@@ -200,7 +200,7 @@ def _netlink(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) ->
     if current is not None:
         done(current)
     out.finish()
-    return _netlink_numbers(log, samples, monotonic_ns, sorted(request_ms))
+    return _netlink_numbers(log, samples, monotonic_ns.tolist(), np.sort(np.frombuffer(request_ms)).tolist())
 
 
 def _netlink_numbers(log: netlink.SockdiagLog, samples_seen: int, monotonic_ns: list[int],
@@ -248,7 +248,7 @@ def _decode(number: int, line: str) -> dict:
 
 def _bpf(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) -> dict:
     log = bpf.BpfLog({}, [], [], None)
-    slot, mono, sport, where = [], [], [], []
+    slot, mono, sport, where = array("Q"), array("Q"), array("q"), array("q")  # 8 bytes a record each
     for number, offset, line in _record_lines(path):
         if number == 1:
             log.header = netlink.read_header([line], bpf.MAGIC, bpf.FORMAT, "BPF sampler")
@@ -269,9 +269,8 @@ def _bpf(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) -> dic
             log.stderr.append(line)
     if check and log.errors:
         raise netlink.SockdiagLogError(f"the BPF sampler failed: {'; '.join(log.errors)}")
-    slots, monos = np.array(slot, dtype=np.uint64), np.array(mono, dtype=np.uint64)
-    ports, offsets = np.array(sport, dtype=np.int64), np.array(where, dtype=np.int64)
-    del slot, mono, sport, where
+    slots, monos = np.frombuffer(slot, dtype=np.uint64), np.frombuffer(mono, dtype=np.uint64)
+    ports, offsets = np.frombuffer(sport, dtype=np.int64), np.frombuffer(where, dtype=np.int64)
     _bpf_rows(path, log, slots, monos, offsets, keep, on_row, check)
     return _bpf_numbers(log, slots, monos, ports)
 
@@ -339,19 +338,19 @@ def _bpf_numbers(log: bpf.BpfLog, slots: np.ndarray, monos: np.ndarray, ports: n
     per_sample = None
     if steady_us is not None and records and prog_ns >= 0:
         per_sample = (steady_us / 1000 + prog_ns / 1e6) / records
-    first_of_slot: dict[int, int] = {}
-    for s, m in zip(slots.tolist(), monos.tolist(), strict=True):
-        first_of_slot[s] = min(first_of_slot.get(s, m), m)
+    distinct, first_index, per_slot = np.unique(slots, return_index=True, return_counts=True)
+    by_slot = np.lexsort((monos, slots))  # each slot's earliest record first
+    firsts = monos[by_slot][np.searchsorted(slots[by_slot], distinct)] if len(slots) else monos
     missed = 0
     for port in np.unique(ports):
         mine = np.unique(slots[ports == port])
         missed += int(mine[-1]) - int(mine[0]) + 1 - len(mine)
-    per_slot = Counter(slots.tolist())
+    counts = np.sort(per_slot[np.argsort(first_index, kind="stable")])
     return {
         "kind": "bpf",
         "asked_interval_ms": log.header.get("interval_ns", 0) / 1e6,
         "samples": records,
-        "slots": len(first_of_slot),
+        "slots": len(distinct),
         "missed_ticks": missed,
         "cpu_s": total_us / 1e6 if total_us is not None else None,
         "cpu_startup_s": startup_us / 1e6 if startup_us is not None else None,
@@ -359,13 +358,21 @@ def _bpf_numbers(log: bpf.BpfLog, slots: np.ndarray, monos: np.ndarray, ports: n
         "bpf_prog_runs": foot.get("prog_runs"),
         "cpu_per_sample_ms": per_sample,
         "dropped": foot.get("dropped"),
-        "interval": netlink.interval_stats(sorted(first_of_slot.values())),
+        "interval": netlink.interval_stats(np.sort(firsts).tolist()),
         "request_median_ms": None,
         "sockets_discovered": sorted(int(p) for p in np.unique(ports)),
         "ended": foot.get("reason", "killed (no footer)"),
         "errors": log.errors,
-        "median_records_per_slot": statistics.median([per_slot[s] for s in first_of_slot]) if first_of_slot else None,
+        "median_records_per_slot": _median(counts) if len(counts) else None,
     }
+
+
+def _median(sorted_counts: np.ndarray) -> int | float:
+    """:func:`statistics.median` of whole numbers already sorted: the middle one, or the mean of the middle two."""
+    n = len(sorted_counts)
+    if n % 2:
+        return int(sorted_counts[n // 2])
+    return (int(sorted_counts[n // 2 - 1]) + int(sorted_counts[n // 2])) / 2
 
 
 def guest_sample_times_ns(kind: str, path: str | Path) -> list[int]:

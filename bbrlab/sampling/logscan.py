@@ -386,16 +386,16 @@ def guest_sample_times_ns(kind: str, path: str | Path) -> list[int]:
                 out.append(int(m.group(1)) * 1_000_000_000 + int(m.group(2).ljust(9, "0")[:9]))
         return out
     if kind == "bpf":
-        header, times = None, set()
+        header, times = None, array("Q")
         for number, _, line in _record_lines(path):
             if number == 1:
                 header = netlink.read_header([line], bpf.MAGIC, bpf.FORMAT, "BPF sampler")
             elif line.startswith("R "):
-                times.add(_decode(number, line)["mono_ns"])
+                times.append(_decode(number, line)["mono_ns"])
         if header is None:
             netlink.read_header([], bpf.MAGIC, bpf.FORMAT, "BPF sampler")
         offset = int(header.get("realtime_minus_monotonic_ns", 0))
-        return sorted(t + offset for t in times)
+        return [t + offset for t in np.unique(np.frombuffer(times, dtype=np.uint64)).tolist()]
     lines = _lines(path)
     netlink.read_header([next(lines, "")], netlink.MAGIC, netlink.FORMAT, "sockdiag sampler")
     return [int(line.split()[2]) for line in lines if line.startswith("T ")]

@@ -240,22 +240,30 @@ class IntervalColumns(Sequence):
 
     @classmethod
     def merged(cls, parts: Sequence[IntervalColumns]) -> IntervalColumns:
-        """The intervals of ``parts`` sorted by (start, thread), stably (in the parts' order where both tie)."""
-        out = cls()
+        """The intervals of ``parts`` sorted by (start, thread), stably (in the parts' order where both tie). The parts
+        are emptied as their columns are taken over (one column more than the result is held at once); a single
+        part already in that order is returned as it is."""
+        parts = [p for p in parts if len(p)]
         if not parts:
-            return out
+            return cls()
         start = np.concatenate([p.column("start_ns") for p in parts])
         tid = np.concatenate([p.column("tid") for p in parts])
         order = np.lexsort((tid, start))
+        del start, tid
+        if len(parts) == 1 and bool(np.all(order[1:] > order[:-1])):
+            return parts[0]
+        out = cls()
         for name in _INT_FIELDS:
             out._ints[name] = array("q", np.concatenate([p.column(name) for p in parts])[order].tobytes())
-        out._flags = array("b", np.concatenate([np.frombuffer(p._flags, np.int8) for p in parts if len(p)]
-                                               or [np.zeros(0, np.int8)])[order].tobytes())
+            for p in parts:
+                p._ints[name] = array("q")
+        out._flags = array("b", np.concatenate([np.frombuffer(p._flags, np.int8) for p in parts])[order].tobytes())
         for field_name in ("_left", "_inferred"):
             recoded = [np.array([out._code(t) for t in p._labels], dtype=np.int16)[np.frombuffer(getattr(p, field_name),
-                       np.int16)] for p in parts if len(p)]
-            merged = np.concatenate(recoded or [np.zeros(0, np.int16)])[order]
-            setattr(out, field_name, array("h", merged.tobytes()))
+                       np.int16)] for p in parts]
+            setattr(out, field_name, array("h", np.concatenate(recoded)[order].tobytes()))
+        for p in parts:
+            p._flags, p._left, p._inferred = array("b"), array("h"), array("h")
         return out
 
 

@@ -333,11 +333,11 @@ def _assemble(instance: str, tids: Sequence[int], lines: Callable[[], Iterator[s
     runtime = _RuntimeSums(tids, first, last)
     sched_events = (e for e in map(vp.parse_line, lines()) if e is not None and e.kind != "marker")
     timelines = vp.timelines(map(runtime.count, sched_events), {t: window for t in tids}, silent_on)
-    intervals = vp.IntervalColumns.merged([line.intervals for line in timelines.values()])
+    compared = [_compare(t, first, last, timelines[t], runtime.of(t)) for t in tids]
+    intervals = vp.IntervalColumns.merged([line.intervals for line in timelines.values()])  # empties the lines
     (off0, unc0), (off1, unc1) = offsets
     return VcpuTrace(instance, list(tids), intervals, (off0 + off1) // 2, max(unc0, unc1) + abs(off1 - off0) // 2,
-                     off1 - off0, window, events, bytes_read, capped, lost_events, reader_cpu_s,
-                     [_compare(t, first, last, timelines[t], runtime.of(t)) for t in tids],
+                     off1 - off0, window, events, bytes_read, capped, lost_events, reader_cpu_s, compared,
                      None if first.steal_ticks is None or last.steal_ticks is None else
                      (last.steal_ticks - first.steal_ticks) / USER_HZ)
 

@@ -236,3 +236,15 @@ def test_a_table_written_in_slices_reads_back_as_written_whole(tmp_path, monkeyp
         pd.testing.assert_frame_equal(sliced, whole)
         pd.testing.assert_frame_equal(sliced, frame.reset_index(drop=True))
     assert len(t.vcpu) > 1000 and len(t.ss) > 1000
+
+
+def test_intervals_of_several_threads_merge_as_sorted_objects_did():
+    """Two threads of a real trace (the vCPU and QEMU's main thread): the columns merged by (start, thread) equal the
+    intervals as objects sorted by the same key, stably."""
+    text = _text(TRACES / "testbed-sender-vcpu-other.txt.gz")
+    events = [e for e in map(vp.parse_line, text.splitlines()) if e is not None and e.kind != "marker"]
+    window = (events[0].mono_ns, events[-1].mono_ns)
+    lines = vp.timelines(events, {9726: window, 9722: window}, {})
+    expected = sorted((iv for line in lines.values() for iv in line.intervals), key=lambda iv: (iv.start_ns, iv.tid))
+    assert len({iv.tid for iv in expected}) == 2
+    assert list(vp.IntervalColumns.merged([line.intervals for line in lines.values()])) == expected

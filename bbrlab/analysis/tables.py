@@ -527,13 +527,23 @@ def concat(parts: list[Tables]) -> Tables:
     """Concatenate tables of several sources (skipping empty frames to keep dtypes)."""
     if not parts:
         return Tables.empty()
+    if len(parts) == 1:  # one source: its tables as they are (typed already), not a copy of a large table
+        return normalise(parts[0]) if any(_untyped(df, SCHEMAS[n]) for n, df in parts[0].frames().items()) \
+            else parts[0]
 
     def cat(name: str) -> pd.DataFrame:
         frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
-        return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
+        if not frames:
+            return _normalise_frame(getattr(parts[0], name), SCHEMAS[name])
+        return _normalise_frame(pd.concat(frames, ignore_index=True), SCHEMAS[name], copy=False)  # a new frame
 
-    return normalise(Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
-                                      [s for p in parts for s in p.sources]))
+    return Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
+                            [s for p in parts for s in p.sources])
+
+
+def _untyped(df: pd.DataFrame, schema: tuple[Column, ...]) -> bool:
+    """Whether ``df`` lacks a column of ``schema`` or holds one in another dtype or order."""
+    return list(df.columns) != [c.name for c in schema] or any(str(df[c.name].dtype) != c.dtype for c in schema)
 
 
 def schema_markdown() -> str:

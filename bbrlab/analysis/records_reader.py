@@ -27,9 +27,10 @@ from bbrlab.sampling.ss import parse_ss_log
 
 from . import evidence, fairness, identity
 from .columns import VCPU_SCHEMA
+from .preallocated import Preallocated
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
-from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, concat_typed, typed_frame
+from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, typed_frame
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 
@@ -187,43 +188,31 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     return out
 
 
-#: Rows of the ``ss`` table gathered into one DataFrame at a time while a log streams by (bounded memory), and
-#: rows of vcpu.csv read at a time.
-SS_CHUNK_ROWS = VCPU_CHUNK_ROWS = 1 << 13
+#: Rows of vcpu.csv read at a time.
+VCPU_CHUNK_ROWS = 1 << 13
 
 
-class _SsFrames:
-    """``ss`` rows of one run as they stream from its log (:mod:`bbrlab.sampling.logscan`), gathered into typed
-    DataFrames of :data:`SS_CHUNK_ROWS` rows, and the data streams' span (:class:`evidence.SpanTracker`)."""
+class _SsSink:
+    """``ss`` rows of one run as they stream from its log (:mod:`bbrlab.sampling.logscan`), put straight into the
+    table's columns (allocated once: :class:`Preallocated`), and the data streams' span
+    (:class:`evidence.SpanTracker`)."""
 
-    def __init__(self, run_id: str, drift: clocks.ClockDrift | None):
+    def __init__(self, run_id: str, drift: clocks.ClockDrift | None, capacity: int):
         self.run_id, self.drift = run_id, drift
-        self.rows: list[dict] = []
-        self.frames: list[pd.DataFrame] = []
+        self.columns = Preallocated(SS_SCHEMA, capacity)
         self.spans = evidence.SpanTracker()
-        self.texts: dict[str, str] = {}  # one object per distinct CCA name, not one per row
 
     def add(self, s: dict) -> None:
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = self.run_id
-        if row["cca"] is not None:
-            row["cca"] = self.texts.setdefault(row["cca"], row["cca"])
         row["t_host_s"] = self.drift.to_local(s["t_unix_s"]) if self.drift and s.get("t_unix_s") is not None else None
         self.spans.add(row)
-        self.rows.append(row)
-        if len(self.rows) >= SS_CHUNK_ROWS:
-            self._flush()
+        self.columns.add(row)
 
-    def _flush(self) -> None:
-        if self.rows:
-            self.frames.append(typed_frame(self.rows, SS_SCHEMA))
-            self.rows = []
 
-    def frame(self) -> pd.DataFrame:
-        self._flush()
-        out = concat_typed(self.frames, SS_SCHEMA)
-        self.frames = []
-        return out
+def _compact(frame: pd.DataFrame, capacity: int) -> pd.DataFrame:
+    """The frame on arrays of its own size when it fills less than half of what was allocated."""
+    return frame.copy(deep=True) if len(frame) < capacity // 2 else frame
 
 
 def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.log",
@@ -232,9 +221,10 @@ def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.lo
     data streams' span (:func:`bbrlab.analysis.evidence.samples_span_s`)."""
     kind = "ss" if log == "ss.log" else logscan.log_kind(path)
     drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
-    sink = _SsFrames(run_id, drift)
-    logscan.scan(kind, path, sorted(data_ports) or None, sink.add)
-    return sink.frame(), sink.spans.span_s()
+    capacity = logscan.row_bound(kind, path)
+    sink = _SsSink(run_id, drift, capacity)
+    logscan.scan(kind, path, sorted(data_ports) or None, sink.add, numbers=False)
+    return _compact(sink.columns.frame(), capacity), sink.spans.span_s()
 
 
 def read_run(campaign_dir: Path, rel: str) -> RunRows:
@@ -336,17 +326,18 @@ def _text_or_na(column: pd.Series | None, index: pd.Index) -> pd.Series:
 
 def vcpu_frame(run_id: str, path: Path, notes: list[str], rel: str) -> pd.DataFrame | list:
     """:func:`vcpu_rows` as a typed DataFrame, read column by column (pandas' CSV reader, :data:`VCPU_CHUNK_ROWS`
-    rows at a time), not a dict per row."""
+    rows at a time) into columns allocated once for the file's lines, not a dict per row."""
     if not path.exists():
         return []
     try:
-        chunks = [_vcpu_chunk(run_id, raw) for raw in pd.read_csv(
-            path, dtype=_VCPU_CSV_TYPES, keep_default_na=False, na_values={"cpu": [""], "woken_ns": [""]},
-            chunksize=VCPU_CHUNK_ROWS)]
+        columns = Preallocated(VCPU_SCHEMA, logscan.row_bound("ss", path))  # lines: at least the rows
+        for raw in pd.read_csv(path, dtype=_VCPU_CSV_TYPES, keep_default_na=False,
+                               na_values={"cpu": [""], "woken_ns": [""]}, chunksize=VCPU_CHUNK_ROWS):
+            columns.put(_vcpu_chunk(run_id, raw))
     except (OSError, ValueError, KeyError) as e:
         notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
         return []
-    return concat_typed(chunks, VCPU_SCHEMA) if chunks else []
+    return _compact(columns.frame(), columns.capacity) if columns.rows else []
 
 
 def _vcpu_chunk(run_id: str, raw: pd.DataFrame) -> pd.DataFrame:

@@ -45,9 +45,11 @@ def log_kind(path: Path) -> str:
         return sockdiag.log_kind(f.readline())
 
 
-def scan(kind: str, path: str | Path, ports: Iterable[int] | None, on_row: RowSink, *, check: bool = True) -> dict:
+def scan(kind: str, path: str | Path, ports: Iterable[int] | None, on_row: RowSink, *, check: bool = True,
+         numbers: bool = True) -> dict:
     """Pass every row of the log at ``path`` (a sampler of ``kind``: ss, netlink or bpf; ``ports`` the data
-    streams' local ports, None for all) to ``on_row``, in order; return the log's summary numbers."""
+    streams' local ports, None for all) to ``on_row``, in order; return the log's summary numbers (an empty dict
+    without ``numbers``: the BPF log's per-slot numbers are then not computed)."""
     path = Path(path)
     keep = set(ports) if ports is not None else None
     if kind == "ss":
@@ -57,7 +59,25 @@ def scan(kind: str, path: str | Path, ports: Iterable[int] | None, on_row: RowSi
         from bbrlab.core.errors import BbrlabError
 
         raise BbrlabError(f"the log is a {actual} sampler's, not a {kind} sampler's")
-    return (_netlink if kind == "netlink" else _bpf)(path, keep, on_row, check)
+    if kind == "netlink":
+        return _netlink(path, keep, on_row, check)
+    return _bpf(path, keep, on_row, check, numbers)
+
+
+#: What starts a line that may give a row, by kind of log (the ss loop: any line).
+_ROW_LINE = {"bpf": b"\nR ", "netlink": b"\nS ", "ss": b"\n"}
+
+
+def row_bound(kind: str, path: str | Path) -> int:
+    """At least as many as the rows :func:`scan` can give from the log at ``path``: its lines that may hold one,
+    counted in the file's bytes (a fast pass, 4 MiB at a time)."""
+    pattern, count, tail = _ROW_LINE[kind], 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(4 << 20):
+            data = tail + block
+            count += data.count(pattern)
+            tail = data[-(len(pattern) - 1):] if len(pattern) > 1 else b""
+    return count + 1
 
 
 def rows(kind: str, path: str | Path, ports: Iterable[int] | None = None, *, check: bool = True) -> list[dict]:
@@ -246,7 +266,7 @@ def _decode(number: int, line: str) -> dict:
             from None
 
 
-def _bpf(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) -> dict:
+def _bpf(path: Path, keep: set[int] | None, on_row: RowSink, check: bool, numbers: bool = True) -> dict:
     log = bpf.BpfLog({}, [], [], None)
     slot, mono, sport, where = array("Q"), array("Q"), array("q"), array("q")  # 8 bytes a record each
     for number, offset, line in _record_lines(path):
@@ -272,7 +292,7 @@ def _bpf(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) -> dic
     slots, monos = np.frombuffer(slot, dtype=np.uint64), np.frombuffer(mono, dtype=np.uint64)
     ports, offsets = np.frombuffer(sport, dtype=np.int64), np.frombuffer(where, dtype=np.int64)
     _bpf_rows(path, log, slots, monos, offsets, keep, on_row, check)
-    return _bpf_numbers(log, slots, monos, ports)
+    return _bpf_numbers(log, slots, monos, ports) if numbers else {}
 
 
 def _sorted_records(path: Path, order: np.ndarray, offsets: np.ndarray) -> Iterator[dict]:

@@ -134,13 +134,13 @@ RUNS = sorted((ROOT / "data" / "demo-sampled" / "runs").iterdir())
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
 def test_a_committed_run_ingests_the_same_rows_streamed(run, monkeypatch):
     """The ``ss`` rows of a committed run (samples.log, its clock) and its ``vcpu`` rows (vcpu.csv), read in
-    chunks of a few rows, equal the whole-text readers' rows, typed as the tables type them."""
+    chunks of a few rows, equal the whole-text readers. rows, typed as the tables type them."""
     import json
 
     from bbrlab.analysis import records_reader as rr
     from bbrlab.analysis import tables
 
-    monkeypatch.setattr(rr, "SS_CHUNK_ROWS", 97)  # several chunks even for a 10 s run
+    monkeypatch.setattr(rr, "VCPU_CHUNK_ROWS", 97)  # several chunks of vcpu.csv even for a 10 s run
     record = json.loads((run / "record.json").read_text())
     clock = record["metadata"]["clocks"]["sender"]
     ports = set(record["metadata"]["flow"]["client_ports"])

@@ -54,7 +54,7 @@ def main() -> None:
         print(f"synthetic largest run in {time.monotonic() - t0:.0f} s: " +
               ", ".join(f"{n} {mb:.0f} MB" for n, mb in sorted(sizes.items())))
         timeout_s = float(os.environ.get("BBRLAB_BENCH_STEP_S", "900"))
-        steps = [a for a in sys.argv[2:] if a in ("samples", "trace", "ingest")] or ["samples", "trace", "ingest"]
+        steps = [a for a in sys.argv[1:] if a in ("samples", "trace", "ingest")] or ["samples", "trace", "ingest"]
         for step in steps:
             mb, s = peak_mb(step, run.parent.parent if step == "ingest" else run, timeout_s)
             if mb is None:

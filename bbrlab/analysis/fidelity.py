@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import confidence_report
+from . import confidence_report, evidence
 from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
 from .paper_claims import (
@@ -213,7 +213,8 @@ def claims_of_one_queue(tables) -> pd.DataFrame:
     Parameters
     ----------
     tables : bbrlab.analysis.data.Tables
-        Throughput claims use its runs without ss sampling, socket claims its ``ss`` samples.
+        Throughput claims use its runs without ss sampling, socket claims its ``ss`` samples (not those of runs
+        whose samples are known to be partial: :mod:`bbrlab.analysis.evidence`).
 
     Returns
     -------
@@ -232,8 +233,9 @@ def claims_of_one_queue(tables) -> pd.DataFrame:
     rows += [(with_rate_prefix(claim_recovery_thresholds(fig4, v), prefix), plain.reasons((v,))) for v in stock]
     rows += [(with_rate_prefix(claim_patch_lowers_threshold(fig4, o, p), prefix), plain.reasons((o, p))) for o, p in pairs]
     rows += [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
-    rows += [(claim_inflight_deficit(tables.ss, every.judged, v), every.reasons((v,))) for v in stock]
-    rows += [(claim_patched_gain(tables.ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
+    whole_ss = evidence.without(tables.ss, evidence.partial_samples(runs))  # not a run's partial samples
+    rows += [(claim_inflight_deficit(whole_ss, every.judged, v), every.reasons((v,))) for v in stock]
+    rows += [(claim_patched_gain(whole_ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
     agree = claim_testbeds_agree(plain.judged)
     if agree is not None:
         rows.append((agree, []))

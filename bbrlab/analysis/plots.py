@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
 
+from . import evidence
 from .data import summarise
 from .explore import representative_runs
 from .facets import (
@@ -291,7 +292,7 @@ SS_YLABELS = {"rates": "rate [Mbit/s]", "inflight": "inflight [BBR BDP]", "gains
 
 
 def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels: Sequence[str] = ("rates",),
-                 max_runs: int = 6, title: str | None = None):
+                 max_runs: int = 6, title: str | None = None, partial_samples: bool = False):
     """Figures 6 (rates), 9 (+ inflight in BBR's BDP, a line at 1 BDP) and 11 (+ gains) of single flows.
 
     One column per sampled run, one row per panel kind.
@@ -307,6 +308,9 @@ def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels
         Among ``"rates"`` (pacing rate, delivery rate, BBR's bw estimate), ``"inflight"`` and ``"gains"``.
     max_runs : int, default 6
     title : str, optional
+    partial_samples : bool, default False
+        Also draw runs whose samples are known to be partial (``sampling_complete`` False: dropped samples, a
+        sampler that did not end by its stop file, samples short of the transfer); left out by default.
 
     Returns
     -------
@@ -320,6 +324,8 @@ def socket_state(tables: Tables, *, run_ids: Sequence[str] | None = None, panels
         An unknown panel name.
     """
     ss, runs = tables.ss, tables.runs
+    if not partial_samples:
+        ss = evidence.without(ss, evidence.partial_samples(runs))
     unknown = set(panels) - set(SS_PANELS)
     if unknown:
         raise ValueError(f"panels must be among {', '.join(SS_PANELS)}; got {', '.join(sorted(unknown))}")

@@ -19,14 +19,18 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
+
 from bbrlab.run import clocks
-from bbrlab.sampling import bottleneck, sockdiag
+from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
-from . import fairness, identity
+from . import evidence, fairness, identity
+from .columns import VCPU_SCHEMA
+from .preallocated import Preallocated
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
-from .tables import RUN_SCHEMA, SS_COLUMNS, RunRows
+from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, typed_frame
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 
@@ -84,8 +88,10 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 class RunView:
     """One bbrlab record and its iperf3 summary, with the parts the column readers use."""
 
-    def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None):
+    def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
+                 samples_span_s: float | None = None):
         self.record, self.summary, self.path = record, summary, path
+        self.samples_span_s = samples_span_s  # from the ss rows (bbrlab.analysis.evidence.samples_span_s)
         self.fair = fair or {}  # bbrlab.analysis.fairness.run_fairness's run part
         self.scenario = record.get("scenario") or {}
         self.link = self.scenario.get("link") or {}
@@ -124,6 +130,17 @@ class RunView:
         rate = self.link.get("rate_mbit")
         return self.summary.get("throughput_mbit", float("nan")) / rate if rate else float("nan")
 
+    @property
+    def transfer_s(self) -> float | None:
+        """How long the transfer lasted: iperf3's asked duration, an rsync copy's wall time; None when unknown."""
+        return self.transfer.get("elapsed_s") if self.workload == "rsync" else self.flow.get("duration_s")
+
+    @property
+    def samples_cover_transfer(self) -> bool | None:
+        """The socket samples span the transfer (:func:`bbrlab.analysis.evidence.covers_transfer`)."""
+        return evidence.covers_transfer(self.samples_span_s, self.transfer_s,
+                                        self.flow.get("sample_ms") or self.flow.get("sample_ss_ms"))
+
     def sender_sysctl(self, name: str):
         """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
         recorded.
@@ -131,9 +148,11 @@ class RunView:
         return _get(self.meta, "sysctls", "sender", name)
 
 
-def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None) -> dict:
-    """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary and its flows' fairness."""
-    view = RunView(record, summary, path, fair)
+def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
+            samples_span_s: float | None = None) -> dict:
+    """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary, its flows' fairness and
+    its socket samples' span."""
+    view = RunView(record, summary, path, fair, samples_span_s)
     return {col.name: col.of_record(view) for col in RUN_SCHEMA}
 
 
@@ -169,6 +188,45 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     return out
 
 
+#: Rows of vcpu.csv read at a time.
+VCPU_CHUNK_ROWS = 1 << 13
+
+
+class _SsSink:
+    """``ss`` rows of one run as they stream from its log (:mod:`bbrlab.sampling.logscan`), put straight into the
+    table's columns (allocated once: :class:`Preallocated`), and the data streams' span
+    (:class:`evidence.SpanTracker`)."""
+
+    def __init__(self, run_id: str, drift: clocks.ClockDrift | None, capacity: int):
+        self.run_id, self.drift = run_id, drift
+        self.columns = Preallocated(SS_SCHEMA, capacity)
+        self.spans = evidence.SpanTracker()
+
+    def add(self, s: dict) -> None:
+        row = {k: s.get(k) for k in SS_COLUMNS}
+        row["run_id"] = self.run_id
+        row["t_host_s"] = self.drift.to_local(s["t_unix_s"]) if self.drift and s.get("t_unix_s") is not None else None
+        self.spans.add(row)
+        self.columns.add(row)
+
+
+def _compact(frame: pd.DataFrame, capacity: int) -> pd.DataFrame:
+    """The frame on arrays of its own size when it fills less than half of what was allocated."""
+    return frame.copy(deep=True) if len(frame) < capacity // 2 else frame
+
+
+def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.log",
+             sender_clock: Mapping | None = None) -> tuple[pd.DataFrame, float | None]:
+    """:func:`ss_rows` as a typed DataFrame, the log read from ``path`` a line at a time (never whole), and the
+    data streams' span (:func:`bbrlab.analysis.evidence.samples_span_s`)."""
+    kind = "ss" if log == "ss.log" else logscan.log_kind(path)
+    drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
+    capacity = logscan.row_bound(kind, path)
+    sink = _SsSink(run_id, drift, capacity)
+    logscan.scan(kind, path, sorted(data_ports) or None, sink.add, numbers=False)
+    return _compact(sink.columns.frame(), capacity), sink.spans.span_s()
+
+
 def read_run(campaign_dir: Path, rel: str) -> RunRows:
     """Read one run directory (``rel`` relative to the campaign) into its table rows."""
     run_dir = campaign_dir / rel
@@ -189,15 +247,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
     fair, shares = fairness.run_fairness(streams)
     fair["flows"] = len(flows)
-    row = run_row(record, iperf_summary(report), rel, fair if flows else None)
-    flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
-    intervals = iperf_intervals(row["run_id"], report)
-    if row["workload"] == "rsync":
-        try:
-            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
-        except (OSError, json.JSONDecodeError) as e:
-            notes.append(f"{rel}/transfer.json unreadable: {e}")
-    ss: list[dict] = []
+    ss, span_s = [], None
     for log in ("ss.log", "samples.log"):
         ss_path = run_dir / log
         if not ss_path.exists():
@@ -205,10 +255,18 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
         ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
-            ss = ss_rows(row["run_id"], ss_path.read_text(), ports, log=log,
-                         sender_clock=_get(record, "metadata", "clocks", "sender"))
+            ss, span_s = ss_frame(record.get("run_id"), ss_path, ports, log=log,
+                                  sender_clock=_get(record, "metadata", "clocks", "sender"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
+    row = run_row(record, iperf_summary(report), rel, fair if flows else None, span_s)
+    flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
+    intervals = iperf_intervals(row["run_id"], report)
+    if row["workload"] == "rsync":
+        try:
+            intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            notes.append(f"{rel}/transfer.json unreadable: {e}")
     queue: list[dict] = []
     if (run_dir / bottleneck.LOG_FILE).exists():
         try:
@@ -216,7 +274,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
                                     _get(record, "metadata", "clocks", "emulator"))
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{bottleneck.LOG_FILE} not parsed: {type(e).__name__}: {e}")
-    return RunRows(row, intervals, ss, notes, vcpu=vcpu_rows(row["run_id"], run_dir / "vcpu.csv", notes, rel),
+    return RunRows(row, intervals, ss, notes, vcpu=vcpu_frame(row["run_id"], run_dir / "vcpu.csv", notes, rel),
                    bottleneck=queue, streams=streams, flows=flow_rows)
 
 
@@ -251,6 +309,44 @@ def vcpu_rows(run_id: str, path: Path, notes: list[str], rel: str) -> list[dict]
     except (OSError, ValueError, KeyError) as e:
         notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
         return []
+
+
+_VCPU_CSV_TYPES = {"tid": "int64", "state": "category", "start_ns": "int64", "end_ns": "int64", "length_ns": "int64",
+                   "cpu": "Int64", "left_state": "category", "woken_ns": "Int64", "clipped": "int64",
+                   "inferred": "category"}
+
+
+def _text_or_na(column: pd.Series | None, index: pd.Index) -> pd.Series:
+    """A CSV text column with its empty cells as <NA> (all <NA> when the file has no such column)."""
+    if column is None:
+        return pd.Series(pd.NA, index=index, dtype="string")
+    text = column.astype("string")
+    return text.mask(text == "")
+
+
+def vcpu_frame(run_id: str, path: Path, notes: list[str], rel: str) -> pd.DataFrame | list:
+    """:func:`vcpu_rows` as a typed DataFrame, read column by column (pandas' CSV reader, :data:`VCPU_CHUNK_ROWS`
+    rows at a time) into columns allocated once for the file's lines, not a dict per row."""
+    if not path.exists():
+        return []
+    try:
+        columns = Preallocated(VCPU_SCHEMA, logscan.row_bound("ss", path))  # lines: at least the rows
+        for raw in pd.read_csv(path, dtype=_VCPU_CSV_TYPES, keep_default_na=False,
+                               na_values={"cpu": [""], "woken_ns": [""]}, chunksize=VCPU_CHUNK_ROWS):
+            columns.put(_vcpu_chunk(run_id, raw))
+    except (OSError, ValueError, KeyError) as e:
+        notes.append(f"{rel}/vcpu.csv not parsed: {type(e).__name__}: {e}")
+        return []
+    return _compact(columns.frame(), columns.capacity) if columns.rows else []
+
+
+def _vcpu_chunk(run_id: str, raw: pd.DataFrame) -> pd.DataFrame:
+    return typed_frame(pd.DataFrame({
+        "run_id": pd.Series(run_id, index=raw.index, dtype="string"), "tid": raw["tid"],
+        "on_cpu": raw["state"] == "on", "start_ns": raw["start_ns"], "end_ns": raw["end_ns"],
+        "length_ms": raw["length_ns"] / 1e6, "cpu": raw["cpu"], "left_state": _text_or_na(raw["left_state"], raw.index),
+        "woken_ns": raw["woken_ns"], "clipped": raw["clipped"] == 1,
+        "inferred": _text_or_na(raw.get("inferred"), raw.index)}), VCPU_SCHEMA)
 
 
 def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str]) -> list[FlowReport]:

@@ -23,7 +23,7 @@ from bbrlab.core.errors import BbrlabError
 from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/14"
+TABLES_SCHEMA = "bbrlab.tables/15"
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 
@@ -135,6 +135,28 @@ def _read_cache(source_dir: Path, kind: str) -> tuple[dict, Tables] | None:
         return None
 
 
+#: Rows converted to Arrow and written at a time: a large table is never copied whole into Arrow's memory.
+PARQUET_SLICE_ROWS = 1 << 16
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as a parquet file (no index), :data:`PARQUET_SLICE_ROWS` rows at a time; it reads back as
+    ``to_parquet`` would have written it."""
+    if len(frame) <= PARQUET_SLICE_ROWS:
+        frame.to_parquet(path, index=False)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = pa.Table.from_pandas(frame.iloc[:PARQUET_SLICE_ROWS], preserve_index=False)
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_table(first)
+        del first
+        for lo in range(PARQUET_SLICE_ROWS, len(frame), PARQUET_SLICE_ROWS):
+            writer.write_table(pa.Table.from_pandas(frame.iloc[lo:lo + PARQUET_SLICE_ROWS], schema=writer.schema,
+                                                    preserve_index=False))
+
+
 def _write_cache(source_dir: Path, manifest: dict, t: Tables) -> None:
     """Write the parquet files, then the manifest: a reader trusts the files only via the manifest,
     which is removed first, so an interrupted write is rebuilt rather than half reused."""
@@ -142,7 +164,7 @@ def _write_cache(source_dir: Path, manifest: dict, t: Tables) -> None:
     tdir.mkdir(exist_ok=True)
     (tdir / "manifest.json").unlink(missing_ok=True)
     for name in SCHEMAS:
-        getattr(t, name).to_parquet(tdir / f"{name}.parquet.tmp", index=False)
+        _write_parquet(getattr(t, name), tdir / f"{name}.parquet.tmp")
         os.replace(tdir / f"{name}.parquet.tmp", tdir / f"{name}.parquet")
     (tdir / "manifest.json.tmp").write_text(json.dumps(manifest))
     os.replace(tdir / "manifest.json.tmp", tdir / "manifest.json")

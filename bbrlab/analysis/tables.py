@@ -18,6 +18,7 @@ import pandas as pd
 
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
+from . import evidence
 from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 
@@ -242,6 +243,33 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: _get(v.meta, "vcpu_trace", "longest_gap_ms")),
     Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
            lambda v: _get(v.meta, "vcpu_trace", "schedstat_agrees")),
+    # whether the run's samples and trace are whole (bbrlab.analysis.evidence; docs/run-record.md); <NA> unsampled
+    # resp. untraced, and in the authors' layout
+    Column("sampling_ended", "string", "how the socket sampler ended: stop_file (asked to, after the transfer); "
+           "deadline, signal, error or 'killed (no footer)' in records made before such runs failed",
+           lambda v: _get(v.meta, "sampling", "ended")),
+    Column("samples_dropped", "Int64", "samples the BPF sampler's ring buffer dropped (<NA>: netlink and ss, which "
+           "have none)", lambda v: _get(v.meta, "sampling", "dropped")),
+    Column("ticks_missed", "Int64", "sampling ticks the sampler missed because it did not run (its vCPU was off "
+           "a CPU); the samples' own times show the gap, so the samples are whole (<NA>: the ss loop)",
+           lambda v: _get(v.meta, "sampling", "missed_ticks")),
+    Column("samples_span_s", "float64", "first to last socket sample of the data stream sampled least long [s]",
+           lambda v: v.samples_span_s),
+    Column("samples_cover_transfer", "boolean", "the samples span the transfer (iperf3: duration_s; rsync: "
+           "elapsed_s) to within two sample intervals", lambda v: v.samples_cover_transfer),
+    Column("sampling_complete", "boolean", "the socket samples are whole: ended by the stop file, none dropped, "
+           "they cover the transfer; figures of samples leave out runs where this is False",
+           lambda v: evidence.sampling_complete(_get(v.meta, "sampling", "ended"),
+                                                _get(v.meta, "sampling", "dropped"), v.samples_cover_transfer)),
+    Column("trace_capped", "boolean", "the vCPU trace reached its byte cap: it ends before the transfer did",
+           lambda v: _get(v.meta, "vcpu_trace", "capped")),
+    Column("trace_lost_events", "Int64", "events the trace's ring buffer lost (overruns, dropped events)",
+           lambda v: _get(v.meta, "vcpu_trace", "lost_events")),
+    Column("trace_complete", "boolean", "the vCPU trace is whole: not capped, no event lost, on-CPU time within 2 % "
+           "of schedstat's; timelines leave out runs where this is False",
+           lambda v: evidence.trace_complete(_get(v.meta, "vcpu_trace", "capped"),
+                                             _get(v.meta, "vcpu_trace", "lost_events"),
+                                             _get(v.meta, "vcpu_trace", "schedstat_agrees"))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
            "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta, "alignment", "fraction_inside")),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "
@@ -395,32 +423,72 @@ class Tables:
 @dataclass
 class RunRows:
     """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals,
-    its bottleneck samples, its per-stream interval tuples and per-flow rows."""
+    its bottleneck samples, its per-stream interval tuples and per-flow rows. ``ss`` and ``vcpu`` may be typed
+    DataFrames (:func:`typed_frame`) instead of lists: bbrlab's reader builds them in chunks from large logs."""
 
     run: dict
     intervals: list[tuple]
-    ss: list[dict]
+    ss: list[dict] | pd.DataFrame
     notes: list[str] = field(default_factory=list)
-    vcpu: list[dict] = field(default_factory=list)
+    vcpu: list[dict] | pd.DataFrame = field(default_factory=list)
     bottleneck: list[dict] = field(default_factory=list)
     streams: list[tuple] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)
 
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
-    """Turn per-run rows into the DataFrames in one go (no row-by-row appends)."""
-    lists: dict[str, list] = {name: [] for name in SCHEMAS}
+    """Turn per-run rows into the DataFrames in one go (no row-by-row appends). A run's rows of a table may come
+    as a list of dicts or as a DataFrame already typed (:func:`typed_frame`: a large log read in chunks); the
+    tables keep the runs' order either way."""
+    parts: dict[str, list] = {name: [] for name in SCHEMAS}
     notes: list[str] = []
     for r in rows:
         notes.extend(r.notes)
         if not r.run:
             continue
-        lists["runs"].append(r.run)
+        parts["runs"].append([r.run])
         for name in ("intervals", "ss", "vcpu", "bottleneck", "streams", "flows"):
-            lists[name].extend(getattr(r, name))
-    frames = {name: pd.DataFrame.from_records(lists[name], columns=[c.name for c in schema])
-              for name, schema in SCHEMAS.items()}
-    return normalise(Tables.of_frames(frames, notes, []))
+            parts[name].append(getattr(r, name))
+    frames = {name: _frame_of_parts(parts[name], schema) for name, schema in SCHEMAS.items()}
+    return Tables.of_frames(frames, notes, [])
+
+
+def typed_frame(rows, schema: tuple[Column, ...]) -> pd.DataFrame:
+    """Rows (dicts or tuples in the schema's order, or a DataFrame, which is changed in place) as a DataFrame of
+    exactly the schema's columns and dtypes."""
+    frame = rows if isinstance(rows, pd.DataFrame) else \
+        pd.DataFrame.from_records(rows, columns=[c.name for c in schema])
+    return _normalise_frame(frame, schema, copy=False)
+
+
+def concat_typed(frames: list[pd.DataFrame], schema: tuple[Column, ...]) -> pd.DataFrame:
+    """Typed frames of one table end to end, built a column at a time, each column taken out of the parts as it is
+    joined (the parts are emptied): at most one column more than the result is held at once, not two copies."""
+    if len(frames) == 1:
+        return frames[0]
+    if not frames:
+        return typed_frame([], schema)
+    columns = {}
+    for col in schema:
+        columns[col.name] = pd.concat([f.pop(col.name) for f in frames], ignore_index=True)
+    return pd.DataFrame(columns)
+
+
+def _frame_of_parts(parts: list, schema: tuple[Column, ...]) -> pd.DataFrame:
+    """One table from the runs' parts in order: consecutive lists of rows become one frame, frames stay as they are."""
+    frames, pending = [], []
+    for part in parts:
+        if isinstance(part, pd.DataFrame):
+            if pending:
+                frames.append(typed_frame(pending, schema))
+                pending = []
+            if len(part):
+                frames.append(part)
+        else:
+            pending.extend(part)
+    if pending or not frames:
+        frames.append(typed_frame(pending, schema))
+    return _normalise_frame(concat_typed(frames, schema), schema, copy=False)
 
 
 def _as(series: pd.Series, dtype: str) -> pd.Series:
@@ -435,13 +503,18 @@ def _as(series: pd.Series, dtype: str) -> pd.Series:
     return series.astype(dtype)
 
 
-def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...]) -> pd.DataFrame:
-    df = df.copy()
+def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...], copy: bool = True) -> pd.DataFrame:
+    """``df`` with the schema's columns, in its order and dtypes (a column already of its dtype is kept as it is);
+    ``copy=False`` changes ``df`` itself (for a frame nobody else holds)."""
+    if copy:
+        df = df.copy()
     for col in schema:
         if col.name not in df.columns:
             df[col.name] = pd.Series(pd.NA, index=df.index, dtype="object")
-        df[col.name] = _as(df[col.name], col.dtype)
-    return df[[c.name for c in schema]]
+        if str(df[col.name].dtype) != col.dtype:
+            df[col.name] = _as(df[col.name], col.dtype)
+    names = [c.name for c in schema]
+    return df if list(df.columns) == names else df[names]
 
 
 def normalise(t: Tables) -> Tables:
@@ -454,13 +527,23 @@ def concat(parts: list[Tables]) -> Tables:
     """Concatenate tables of several sources (skipping empty frames to keep dtypes)."""
     if not parts:
         return Tables.empty()
+    if len(parts) == 1:  # one source: its tables as they are (typed already), not a copy of a large table
+        return normalise(parts[0]) if any(_untyped(df, SCHEMAS[n]) for n, df in parts[0].frames().items()) \
+            else parts[0]
 
     def cat(name: str) -> pd.DataFrame:
         frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
-        return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
+        if not frames:
+            return _normalise_frame(getattr(parts[0], name), SCHEMAS[name])
+        return _normalise_frame(pd.concat(frames, ignore_index=True), SCHEMAS[name], copy=False)  # a new frame
 
-    return normalise(Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
-                                      [s for p in parts for s in p.sources]))
+    return Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
+                            [s for p in parts for s in p.sources])
+
+
+def _untyped(df: pd.DataFrame, schema: tuple[Column, ...]) -> bool:
+    """Whether ``df`` lacks a column of ``schema`` or holds one in another dtype or order."""
+    return list(df.columns) != [c.name for c in schema] or any(str(df[c.name].dtype) != c.dtype for c in schema)
 
 
 def schema_markdown() -> str:

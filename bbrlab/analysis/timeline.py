@@ -21,6 +21,7 @@ import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
 
+from . import evidence
 from .tables import Tables
 
 #: The socket's rates drawn in the rates panel: column -> legend label.
@@ -59,11 +60,16 @@ class Timeline:
         return float(self.socket["t_s"].max()) if len(self.socket) else 0.0
 
 
-def traced_runs(tables: Tables) -> pd.DataFrame:
-    """The ``runs`` rows that can be put on a timeline: a vCPU trace and socket samples on the host's clock."""
+def traced_runs(tables: Tables, *, partial_evidence: bool = False) -> pd.DataFrame:
+    """The ``runs`` rows that can be put on a timeline: a vCPU trace and socket samples on the host's clock; without
+    ``partial_evidence``, not a run whose trace or samples are known to be partial (``trace_complete`` or
+    ``sampling_complete`` False: :mod:`bbrlab.analysis.evidence`)."""
     traced = set(tables.vcpu["run_id"]) if len(tables.vcpu) else set()
     sampled = set(tables.ss.loc[tables.ss["t_host_s"].notna(), "run_id"]) if len(tables.ss) else set()
-    return tables.runs[tables.runs["run_id"].isin(traced & sampled)]
+    usable = traced & sampled
+    if not partial_evidence:
+        usable -= evidence.partial_trace(tables.runs) | evidence.partial_samples(tables.runs)
+    return tables.runs[tables.runs["run_id"].isin(usable)]
 
 
 def pick(tables: Tables, *, cca: str, timeslice_ms: float, cpu_share_pct: float, repetition: int = 0) -> str:
@@ -97,12 +103,18 @@ def _data_port(ss: pd.DataFrame) -> pd.DataFrame:
     return ss[ss["port"] == top]
 
 
-def of_run(tables: Tables, run_id: str) -> Timeline:
+def of_run(tables: Tables, run_id: str, *, partial_evidence: bool = False) -> Timeline:
     """The aligned series of one run (see :class:`Timeline`); :class:`TimelineError` when the run has no vCPU
-    trace, no socket samples, or no measured clock offset for the sender."""
+    trace, no socket samples, or no measured clock offset for the sender, or (without ``partial_evidence``) when
+    its trace or samples are known to be partial."""
     runs = tables.runs[tables.runs["run_id"] == run_id]
     if runs.empty:
         raise TimelineError(f"run_id {run_id!r}: no such run in these tables")
+    partial = [what for what, ids in (("vCPU trace", evidence.partial_trace(runs)),
+                                      ("socket samples", evidence.partial_samples(runs))) if run_id in ids]
+    if partial and not partial_evidence:
+        raise TimelineError(f"run {run_id}: its {' and '.join(partial)} are partial (trace_complete, sampling_complete "
+                            "in the runs table); pass partial_evidence=True to draw it anyway")
     run = runs.iloc[0]
     ss = _data_port(tables.ss[tables.ss["run_id"] == run_id]).sort_values("t_host_s")
     vcpu = tables.vcpu[tables.vcpu["run_id"] == run_id]

@@ -261,7 +261,12 @@ class Streaming:
     """A command started by :meth:`Host.stream`: its output goes into a file on this machine as it comes.
 
     :meth:`wait` says how it ended (its exit code) or None while it runs; :meth:`close` lets go of it (the
-    command itself is stopped by whoever started it, e.g. through a stop file)."""
+    command itself is stopped by whoever started it, e.g. through a stop file). With a byte cap
+    (``max_bytes``) at most that many bytes reach the file: the rest is not read, the command's output is cut
+    (it gets SIGPIPE at its next write; a command on this machine is killed), ``capped`` turns True and
+    :meth:`wait` gives :data:`CAPPED_EXIT`."""
+
+    capped: bool = False
 
     def __init__(self, local_path: Path):
         self.local_path = Path(local_path)
@@ -275,49 +280,93 @@ class Streaming:
         """Stop reading its output (whatever it writes from now on is lost)."""
 
 
-class _LocalStreaming(Streaming):
-    """A process on this machine writing straight into the file."""
+#: What :meth:`Streaming.wait` gives for a command whose output reached the byte cap (no exit code is one).
+CAPPED_EXIT = -1
+COPY_CHUNK_BYTES = 1 << 16
 
-    def __init__(self, local_path: Path, process):
+
+def copy_capped(read, out, max_bytes: int | None) -> bool:
+    """Copy chunks from ``read(n)`` into the open file ``out`` until ``read`` gives nothing or ``max_bytes`` have
+    been written; True when the cap ended it (bytes beyond it are not read)."""
+    written = 0
+    while data := read(COPY_CHUNK_BYTES):
+        if max_bytes is not None and written + len(data) > max_bytes:
+            out.write(data[:max_bytes - written])
+            out.flush()
+            return True
+        out.write(data)
+        out.flush()
+        written += len(data)
+    return False
+
+
+class _LocalStreaming(Streaming):
+    """A process on this machine writing straight into the file, or (with a byte cap) into a pipe a thread
+    copies into the file up to the cap."""
+
+    def __init__(self, local_path: Path, process, max_bytes: int | None = None):
         super().__init__(local_path)
         self.process = process
+        self._thread = None
+        if process.stdout is not None:
+            self._thread = threading.Thread(target=self._copy, args=(max_bytes,), daemon=True,
+                                            name=f"bbrlab-stream-{self.local_path.name}")
+            self._thread.start()
+
+    def _copy(self, max_bytes: int | None) -> None:
+        with open(self.local_path, "ab") as out:
+            self.capped = copy_capped(lambda n: os.read(self.process.stdout.fileno(), n), out, max_bytes)
+        if self.capped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.stdout.close()
 
     def wait(self, timeout_s: float | None = 0) -> int | None:
         import subprocess
 
         try:
-            return self.process.wait(timeout=timeout_s)
+            code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return None
+        return CAPPED_EXIT if self.capped else code
 
     def close(self) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 class _ChannelStreaming(Streaming):
-    """A command on an SSH host: a thread copies its channel's output into the file as it arrives, so
-    neither the host nor this process holds more than the channel's window."""
+    """A command on an SSH host: a thread copies its channel's output into the file as it arrives (up to the
+    byte cap), so neither the host nor this process holds more than the channel's window."""
 
-    CHUNK_BYTES = 1 << 16
+    CHUNK_BYTES = COPY_CHUNK_BYTES
 
-    def __init__(self, local_path: Path, channel):
+    def __init__(self, local_path: Path, channel, max_bytes: int | None = None):
         super().__init__(local_path)
         self.channel = channel
         self.exit_code: int | None = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._copy, name=f"bbrlab-stream-{self.local_path.name}", daemon=True)
+        self._thread = threading.Thread(target=self._copy, args=(max_bytes,), daemon=True,
+                                        name=f"bbrlab-stream-{self.local_path.name}")
         self._thread.start()
 
-    def _copy(self) -> None:
+    def _copy(self, max_bytes: int | None) -> None:
         try:
             with open(self.local_path, "ab") as out:
-                while data := self.channel.recv(self.CHUNK_BYTES):
-                    out.write(data)
-                    out.flush()
-            self.exit_code = self.channel.recv_exit_status()
+                self.capped = copy_capped(self.channel.recv, out, max_bytes)
+            if self.capped:
+                self.channel.close()  # the command's next write fails: it ends (SIGPIPE)
+                self.exit_code = CAPPED_EXIT
+            else:
+                self.exit_code = self.channel.recv_exit_status()
         except BaseException as e:  # noqa: BLE001 - reported by wait() in the caller's thread
             self.error = e
 

@@ -104,9 +104,10 @@ class Host:
         pid, _, ticks = self.output(["sh", "-c", script], sudo=sudo, timeout=30).partition(" ")
         return Spawned(int(pid), int(ticks) if ticks.strip().isdigit() else None)
 
-    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
+    def stream(self, argv: Sequence[str], local_path: str | Path, *, max_bytes: int | None = None) -> Streaming:
         """Start ``argv`` and put its output (stdout and stderr) into ``local_path`` on THIS machine while it
-        runs (the file is truncated first): the host keeps none of it, however long it runs."""
+        runs (the file is truncated first): the host keeps none of it, however long it runs. With ``max_bytes``
+        the file gets at most that many bytes and the command's output is cut there (:class:`Streaming`)."""
         raise NotImplementedError
 
     def read_text(self, path: str, *, sudo: bool = False) -> str:
@@ -220,14 +221,16 @@ class LocalHost(Host):
         """Copy file ``remote_path`` of this machine to ``local_path`` (contents only, not the mode)."""
         shutil.copyfile(remote_path, local_path)
 
-    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
-        """The command in a session of its own (its pid leads its process group), output into the file."""
+    def stream(self, argv: Sequence[str], local_path: str | Path, *, max_bytes: int | None = None) -> Streaming:
+        """The command in a session of its own (its pid leads its process group), output into the file (through
+        a pipe and a copying thread with ``max_bytes``)."""
         import subprocess
 
         with open(local_path, "wb") as out:
-            process = subprocess.Popen([*self.prefix, *_argv(argv)], stdin=subprocess.DEVNULL, stdout=out,
+            process = subprocess.Popen([*self.prefix, *_argv(argv)], stdin=subprocess.DEVNULL,
+                                       stdout=out if max_bytes is None else subprocess.PIPE,
                                        stderr=subprocess.STDOUT, start_new_session=True)
-        return _LocalStreaming(Path(local_path), process)
+        return _LocalStreaming(Path(local_path), process, max_bytes)
 
 
 @dataclass
@@ -315,15 +318,15 @@ class SSHHost(Host):
         """Copy file ``remote_path`` of the host to ``local_path`` on this machine over SFTP."""
         self._opened().get(remote_path, str(local_path))
 
-    def stream(self, argv: Sequence[str], local_path: str | Path) -> Streaming:
+    def stream(self, argv: Sequence[str], local_path: str | Path, *, max_bytes: int | None = None) -> Streaming:
         """The command on a channel of its own (sshd makes it a session leader); its stdout and stderr are
-        copied into the file by a thread as they arrive."""
+        copied into the file by a thread as they arrive, up to ``max_bytes``."""
         Path(local_path).write_bytes(b"")
         conn = self._opened()
         channel = conn.client.get_transport().open_session()
         channel.set_combine_stderr(True)
         channel.exec_command(shlex.join(_argv(argv)))
-        return _ChannelStreaming(Path(local_path), channel)
+        return _ChannelStreaming(Path(local_path), channel, max_bytes)
 
     def close(self) -> None:
         """Close the SSH connection if one is open; the next command opens a new one."""

@@ -14,10 +14,13 @@ DEFAULT_SAMPLER = "bpf"
 #: The netlink and BPF samplers watch at most this many data sockets (MAX_PORTS in bbrlab/sampling/native/sampler_common.h).
 SAMPLER_MAX_PORTS = 64
 #: At most this many socket samples (samples x streams) in one sampled run. A sample takes at most about
-#: :data:`SAMPLE_RECORD_BYTES` in the log and about 4 KB of memory while the run's checks parse it, so a run's
-#: log stays below 350 MB on this machine and its parse below 2 GB (docs/sampling.md derives the bound).
+#: :data:`SAMPLE_RECORD_BYTES` in the log, so a run's log stays below 350 MB on this machine; the checks and the
+#: ingest read it a line at a time (docs/sampling.md derives the bound; benchmarks/memory.py measures its memory).
 MAX_SAMPLE_RECORDS = 500_000
 SAMPLE_RECORD_BYTES = 700
+#: The byte cap of a sampler's log streamed into the run directory: the largest log the bounds allow and 1 MiB
+#: for its header, footer and messages. A longer log is cut there and its run fails (bbrlab.run.checks.samples).
+SAMPLE_LOG_MAX_BYTES = MAX_SAMPLE_RECORDS * SAMPLE_RECORD_BYTES + (1 << 20)
 
 
 def sampled_records(sample_ms: int, streams: int, duration_s: float) -> int:

@@ -14,11 +14,13 @@ from dataclasses import replace
 
 from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
 from bbrlab.core.errors import BbrlabError, RunFailed
+from bbrlab.core.sampling_limits import SAMPLE_LOG_MAX_BYTES
 from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
 from bbrlab.link.emulator import Readback, check_readback
 from bbrlab.link.qdisc import build_tree
-from bbrlab.sampling.summary import SamplingSummary, data_rows, summarize
+from bbrlab.sampling import logscan
+from bbrlab.sampling.summary import SamplingSummary, of_numbers
 
 from . import iperf
 
@@ -68,19 +70,52 @@ def sampler_can_read(sampler: str, cca: str, bbr_version: int | None) -> None:
                         "sampler: netlink")
 
 
+def sampler_ended_whole(sampled) -> None:
+    """The sampler's log is all there: its stream was drained, not cut at the byte cap, and the sampler's
+    command exited 0 (a sampler that could not write its output exits non-zero after the footer)."""
+    if not getattr(sampled, "complete", True):
+        raise RunFailed(f"the {sampled.kind} sampler's log did not arrive whole (its stream was not drained)")
+    if getattr(sampled, "capped", False):
+        raise RunFailed(f"the {sampled.kind} sampler's log reached its cap of {SAMPLE_LOG_MAX_BYTES} bytes and was "
+                        "cut there: more samples than the spec's bounds allow")
+    exit_code = getattr(sampled, "exit_code", 0)
+    if exit_code not in (0, None):
+        raise RunFailed(f"the {sampled.kind} sampler exited with {exit_code}: its log may lack its last samples")
+
+
+class _DataRows:
+    """What the run's checks keep of the data-stream rows as they stream by: how many, and the CCAs of those
+    that carried data."""
+
+    def __init__(self):
+        self.rows, self.ccas, self.carrying = 0, set(), 0
+
+    def add(self, row: dict) -> None:
+        self.rows += 1
+        if row["bytes_sent"] > IPERF_COOKIE_BYTES:
+            self.carrying += 1
+            self.ccas.add(row["cca"])
+
+
 def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> tuple[SamplingSummary, list[str]]:
-    """The sampler saw the data connections (local ``data_ports``), under ``cca``. Returns what the record keeps
-    about sampling (the sampler's kind, program, asked and achieved interval, samples, missed ticks, guest CPU
-    per sample: :class:`~bbrlab.sampling.summary.SamplingSummary`) and the CCAs seen on the data streams."""
+    """The sampler's evidence is whole (:func:`sampler_ended_whole`; it ended by its stop file, with a footer)
+    and it saw the data connections (local ``data_ports``), under ``cca``. Returns what the record keeps about
+    sampling (the sampler's kind, program, asked and achieved interval, samples, missed ticks, guest CPU per
+    sample: :class:`~bbrlab.sampling.summary.SamplingSummary`) and the CCAs seen on the data streams. The log is
+    read from its file a line at a time (:mod:`bbrlab.sampling.logscan`), never whole."""
+    sampler_ended_whole(sampled)
+    seen_rows = _DataRows()
     try:
-        rows = data_rows(sampled.kind, sampled.text, data_ports)
-        summary = summarize(sampled.kind, sampled.text, rows=len(rows), asked_interval_ms=interval_ms,
-                            binary=sampled.binary)
+        numbers = logscan.scan(sampled.kind, sampled.log_file, data_ports, seen_rows.add)
+        summary = of_numbers(sampled.kind, numbers, rows=seen_rows.rows, asked_interval_ms=interval_ms,
+                             binary=sampled.binary)
     except BbrlabError as e:
         raise RunFailed(f"the {sampled.kind} sampler's samples: {e}") from None
-    carrying = [r for r in rows if r["bytes_sent"] > IPERF_COOKIE_BYTES]
-    seen = sorted({r["cca"] for r in carrying})
-    if not carrying:
+    if summary.ended != "stop_file":
+        raise RunFailed(f"the {sampled.kind} sampler ended by {summary.ended!r}, not by its stop file: its samples "
+                        "may not reach the transfer's end")
+    seen = sorted(seen_rows.ccas)
+    if not seen_rows.carrying:
         raise RunFailed("the sampler saw no data connection carrying data")
     if seen != [cca]:
         raise RunFailed(f"the sampler saw congestion control {seen} on the data streams, asked for {cca!r}")

@@ -31,7 +31,7 @@ from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
-from bbrlab.sampling import alignment, vcputrace
+from bbrlab.sampling import alignment, logscan, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 from bbrlab.testbed import hostlock
@@ -229,7 +229,7 @@ class Runner:
         """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
         machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
         its end); recorded as not aligned when the offset was not measured."""
-        times = alignment.guest_sample_times_ns(log.read_text(errors="replace"), flow.sampler)
+        times = logscan.guest_sample_times_ns(flow.sampler, log)  # a line at a time, never the whole log
         offset = None
         if sender_clock and "end" in sender_clock:
             drift = clocks.ClockDrift.from_dict(sender_clock)
@@ -237,7 +237,7 @@ class Runner:
             offset = alignment.ClockOffset.of_remote_minus_local(
                 start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
                 measured_at_s=start.measured_at)
-        return alignment.check(times, vcpu.on_intervals_realtime(), offset, flow.sample_ms,
+        return alignment.check(times, vcpu.on_spans_realtime(), offset, flow.sample_ms,
                                vcpu.window_realtime()).to_dict()
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):

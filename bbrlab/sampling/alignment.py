@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from bbrlab.core.errors import ValidationError
 
 from . import sockdiag
@@ -91,35 +93,63 @@ class AlignmentCheck:
         return d
 
 
+#: How many earlier on-CPU intervals (by start) a sample is compared with: those of other threads overlap.
+LOOK_BACK = 63
+
+
 def _inside(t_ns: int, starts: list[int], ends: list[int], slack_ns: int) -> bool:
     """Whether ``t_ns`` lies in some interval widened by ``slack_ns`` (intervals sorted by start)."""
     i = bisect.bisect_right(starts, t_ns + slack_ns)
     # Intervals of several threads overlap: look back while an earlier one could still reach t_ns.
-    for j in range(i - 1, max(-1, i - 64), -1):
+    for j in range(i - 1, max(-1, i - LOOK_BACK - 1), -1):
         if ends[j] + slack_ns >= t_ns:
             return True
     return False
 
 
-def check(guest_sample_ns: Sequence[int], on_intervals_host_ns: Sequence[tuple[int, int]],
-          offset: ClockOffset | None, sample_interval_ms: float | None = None,
-          window_host_ns: tuple[int, int] | None = None) -> AlignmentCheck:
+def _inside_count(times_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray, slack_ns: int) -> int:
+    """How many of ``times_ns`` :func:`_inside` finds inside, for all of them at once (numpy)."""
+    if not len(times_ns) or not len(starts):
+        return 0
+    after = np.searchsorted(starts, times_ns + slack_ns, side="right")
+    hit = np.zeros(len(times_ns), dtype=bool)
+    for back in range(1, LOOK_BACK + 1):
+        j = after - back
+        hit |= (j >= 0) & (ends[np.maximum(j, 0)] + slack_ns >= times_ns)
+    return int(hit.sum())
+
+
+def _spans(on) -> tuple[np.ndarray, np.ndarray]:
+    """On-CPU intervals given as (start, end) pairs, or as a pair of arrays of starts and ends, as two numpy arrays
+    sorted by start (then end)."""
+    if isinstance(on, tuple) and len(on) == 2 and isinstance(on[0], np.ndarray):
+        start, end = np.asarray(on[0], dtype=np.int64), np.asarray(on[1], dtype=np.int64)
+    else:
+        pairs = np.array(list(on), dtype=np.int64).reshape(-1, 2)
+        start, end = pairs[:, 0], pairs[:, 1]
+    order = np.lexsort((end, start))
+    return start[order], end[order]
+
+
+def check(guest_sample_ns: Sequence[int], on_intervals_host_ns, offset: ClockOffset | None,
+          sample_interval_ms: float | None = None, window_host_ns: tuple[int, int] | None = None) -> AlignmentCheck:
     """The alignment check of one run. Without an ``offset`` the run is recorded as not aligned. With one,
     the samples inside the trace's ``window_host_ns`` (all of them without a window) are checked: when fewer
     than :data:`MIN_INSIDE` of them fall inside an on-CPU interval (allowing the offset's uncertainty), or the
     uncertainty exceeds one sample interval, the check carries a ``warning`` (also printed on stderr): the
-    alignment is worse than the samples' own spacing."""
+    alignment is worse than the samples' own spacing. ``on_intervals_host_ns``: (start, end) pairs, or a pair of
+    numpy arrays of starts and ends (:meth:`bbrlab.sampling.vcputrace.VcpuTrace.on_spans_realtime`)."""
     if offset is None:
         return AlignmentCheck(False, len(guest_sample_ns), sample_interval_ms=sample_interval_ms,
                               warning=None)
-    spans = sorted(on_intervals_host_ns)
-    starts, ends = [s for s, _ in spans], [e for _, e in spans]
+    starts, ends = _spans(on_intervals_host_ns)
     shifted = [offset.to_host_ns(t) for t in guest_sample_ns]
     total = len(shifted)
     if window_host_ns is not None:
         shifted = [t for t in shifted if window_host_ns[0] <= t <= window_host_ns[1]]
-    exact = sum(_inside(t, starts, ends, 0) for t in shifted)
-    loose = sum(_inside(t, starts, ends, offset.uncertainty_ns) for t in shifted)
+    times = np.array(shifted, dtype=np.int64)
+    exact = _inside_count(times, starts, ends, 0)
+    loose = _inside_count(times, starts, ends, offset.uncertainty_ns)
     problems = []
     if shifted and loose / len(shifted) < MIN_INSIDE:
         problems.append(f"only {loose} of {len(shifted)} guest samples ({100 * loose / len(shifted):.1f} %) fall "

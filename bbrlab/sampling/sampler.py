@@ -37,6 +37,7 @@ from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH, SCHEDULE_BASH
 from bbrlab.core.hosts import Host
 from bbrlab.core.ownedpids import KILL_OURS_SH
+from bbrlab.core.sampling_limits import SAMPLE_LOG_MAX_BYTES
 
 from . import sockdiag
 
@@ -115,7 +116,9 @@ class Sampler:
 
     ``text`` is the log (footer included) once the ``with`` block of :func:`sampler` has ended normally and
     the stream is complete (None before, and after a failed block); ``binary`` names the program that ran
-    (netlink and bpf: path, sha256, source_sha256, whether this run copied it)."""
+    (netlink and bpf: path, sha256, source_sha256, whether this run copied it). ``exit_code`` is how the
+    sampler's command ended (:data:`bbrlab.core.commands.CAPPED_EXIT` when its log reached
+    :data:`~bbrlab.core.sampling_limits.SAMPLE_LOG_MAX_BYTES` and was cut: then ``capped``)."""
 
     kind: str
     host: Host
@@ -124,6 +127,8 @@ class Sampler:
     log_file: Path
     binary: sockdiag.Deployed | None = None
     complete: bool = False
+    exit_code: int | None = None
+    capped: bool = False
 
     @property
     def text(self) -> str | None:
@@ -221,7 +226,9 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
     (``mktemp -d``). It stops by itself after ``stop_after_s`` whatever happens to this process (and when
     the channel goes, at its next write). When the block ends, the sampler is asked to stop (stop file; its
     session is killed after 10 s) and the stream is drained: the log is complete and ``Sampler.text`` reads
-    it. When the block fails, whatever arrived stays in ``log_file``.
+    it. When the block fails, whatever arrived stays in ``log_file``. The log on this machine is capped at
+    :data:`~bbrlab.core.sampling_limits.SAMPLE_LOG_MAX_BYTES` (the spec bounds' largest log and a margin): a
+    sampler writing beyond it is cut off there and the run's checks fail it.
     """
     if kind not in ("ss", *sockdiag.KINDS):
         raise ValidationError("sampler", kind, f"one of ss, {', '.join(sockdiag.KINDS)}")
@@ -235,7 +242,8 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
         argv = _argv(kind, deployed.path if deployed else "", interval_ms, stop_after_s, handle.stop_path, ports,
                      server_port)
         wrapper = _STREAMED_SS if kind == "ss" else _STREAMED
-        stream = host.stream(["sh", "-c", wrapper, "bbrlab-sampler", handle.pid_path, *argv], handle.log_file)
+        stream = host.stream(["sh", "-c", wrapper, "bbrlab-sampler", handle.pid_path, *argv], handle.log_file,
+                             max_bytes=SAMPLE_LOG_MAX_BYTES)
         ended_normally = False
         try:
             if deployed is not None:
@@ -262,6 +270,7 @@ def _stop(handle: Sampler, stream, *, drain: bool) -> None:
         with open(handle.log_file, "rb") as f:
             os.fsync(f.fileno())
         handle.complete = True
+    handle.exit_code, handle.capped = ended, stream.capped
 
 
 #: Samplers left by a killed process (private directories of ours holding a log): ask each to stop; a

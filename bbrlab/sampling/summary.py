@@ -117,5 +117,12 @@ def summarize(kind: str, text: str, *, rows: int, asked_interval_ms: float,
             raise BbrlabError(f"the log is a {numbers['kind']} sampler's, not a {kind} sampler's")
     else:
         raise BbrlabError(f"no sampler of kind {kind!r} (one of {', '.join(KEYS)})")
+    return of_numbers(kind, numbers, rows=rows, asked_interval_ms=asked_interval_ms, binary=binary)
+
+
+def of_numbers(kind: str, numbers: dict, *, rows: int, asked_interval_ms: float,
+               binary: Deployed | None = None) -> SamplingSummary:
+    """The summary from what a sampler's log says about itself (:func:`sockdiag.summary`'s numbers, or
+    :func:`bbrlab.sampling.logscan.scan`'s) and what the run says."""
     own = {k: numbers[k] for k in KEYS[kind] if k not in _FROM_RUN}
     return SamplingSummary(kind=kind, binary=binary, asked_interval_ms=asked_interval_ms, rows=rows, **own)

@@ -25,10 +25,12 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from bbrlab.contention.deadline import restore_on_signals
 from bbrlab.core import owners
@@ -117,7 +119,7 @@ class VcpuTrace:
 
     instance: str
     tids: list[int]
-    intervals: list[vp.Interval]
+    intervals: vp.IntervalColumns
     realtime_offset_ns: int
     offset_uncertainty_ns: int
     realtime_drift_ns: int
@@ -139,10 +141,19 @@ class VcpuTrace:
         """The trace's window as CLOCK_REALTIME ns (start, end)."""
         return self.window_ns[0] + self.realtime_offset_ns, self.window_ns[1] + self.realtime_offset_ns
 
+    def on_spans_realtime(self) -> tuple[np.ndarray, np.ndarray]:
+        """The on-CPU intervals of all threads as CLOCK_REALTIME ns: their starts and ends, sorted by start (then
+        end), as numpy arrays."""
+        on = self.intervals.column("on")
+        start = self.intervals.column("start_ns")[on] + self.realtime_offset_ns
+        end = self.intervals.column("end_ns")[on] + self.realtime_offset_ns
+        order = np.lexsort((end, start))
+        return start[order], end[order]
+
     def on_intervals_realtime(self) -> list[tuple[int, int]]:
         """The on-CPU intervals of all threads as CLOCK_REALTIME ns (start, end), sorted by start."""
-        off = self.realtime_offset_ns
-        return sorted((iv.start_ns + off, iv.end_ns + off) for iv in self.intervals if iv.on)
+        start, end = self.on_spans_realtime()
+        return list(zip(start.tolist(), end.tolist(), strict=True))
 
     def schedstat_agrees(self) -> bool | None:
         """True when every thread's on-CPU time from the trace is within 2 % of schedstat's (None: not compared)."""
@@ -151,13 +162,19 @@ class VcpuTrace:
 
     def summary(self) -> dict:
         """``metadata.vcpu_trace`` of the run record (docs/run-record.md)."""
+        ivs = self.intervals
+        tid, on = ivs.column("tid"), ivs.column("on")
+        length = ivs.column("end_ns") - ivs.column("start_ns")
         per_thread = []
-        for tid in self.tids:
-            mine = [iv for iv in self.intervals if iv.tid == tid]
-            on_ns = sum(iv.length_ns for iv in mine if iv.on)
-            per_thread.append({"tid": tid, "on_cpu_share": round(on_ns / max(1, self.window_ns[1] - self.window_ns[0]), 5),
-                               "on_cpu_s": round(on_ns / 1e9, 6), "gaps": vp.gap_stats_ms(mine)})
-        gaps = vp.gap_stats_ms(self.intervals)
+        for t in self.tids:
+            mine = tid == t
+            on_ns = int(length[mine & on].sum())
+            per_thread.append({"tid": t, "on_cpu_share": round(on_ns / max(1, self.window_ns[1] - self.window_ns[0]), 5),
+                               "on_cpu_s": round(on_ns / 1e9, 6), "gaps": _gap_stats(length, on, ivs.column("clipped"),
+                                                                                        mine)})
+        gaps = vp.gap_stats_ms(ivs)
+        codes, labels = ivs.column("inferred"), ivs.labels()
+        inferred = {how: int((codes == labels.index(how)).sum()) if how in labels else 0 for how in vp.INFERRED}
         return {"instance": self.instance, "clock": "mono", "resolution_us": 1, "traced_s": round(self.traced_s, 6),
                 "realtime_offset_ns": self.realtime_offset_ns, "offset_uncertainty_ns": self.offset_uncertainty_ns,
                 "realtime_drift_ns": self.realtime_drift_ns,
@@ -165,7 +182,7 @@ class VcpuTrace:
                 "gaps": gaps, "longest_gap_ms": gaps["max_ms"], "threads": per_thread,
                 "events": self.events, "intervals": len(self.intervals), "bytes_read": self.bytes_read,
                 "capped": self.capped, "lost_events": self.lost_events,
-                "inferred_switch_ins": {how: sum(iv.inferred == how for iv in self.intervals) for how in vp.INFERRED},
+                "inferred_switch_ins": inferred,
                 "reader_cpu_s": self.reader_cpu_s,
                 "reader_cpu_per_traced_s_ms": (None if self.reader_cpu_s is None or self.traced_s <= 0 else
                                                round(1000 * self.reader_cpu_s / self.traced_s, 4)),
@@ -173,15 +190,33 @@ class VcpuTrace:
                 "host_steal_s": self.host_steal_s}
 
     def write_csv(self, path: str | Path) -> int:
-        """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written."""
-        off = self.realtime_offset_ns
+        """The intervals as CSV (times in CLOCK_REALTIME ns); returns the rows written. Written in chunks from the
+        columns, never a Python object per interval at once."""
+        ivs, off = self.intervals, self.realtime_offset_ns
+        cols = {name: ivs.column(name) for name in ("tid", "start_ns", "end_ns", "cpu", "woken_ns", "on", "clipped",
+                                                   "left_state", "inferred")}
+        labels = ivs.labels()
         with open(path, "w") as f:
             f.write("tid,state,start_ns,end_ns,length_ns,cpu,left_state,woken_ns,clipped,inferred\n")
-            for iv in self.intervals:
-                woken = "" if iv.woken_ns is None else iv.woken_ns + off
-                f.write(f"{iv.tid},{'on' if iv.on else 'off'},{iv.start_ns + off},{iv.end_ns + off},{iv.length_ns},"
-                        f"{'' if iv.cpu is None else iv.cpu},{iv.left_state},{woken},{int(iv.clipped)},{iv.inferred}\n")
-        return len(self.intervals)
+            for lo in range(0, len(ivs), CSV_CHUNK):
+                part = {name: c[lo:lo + CSV_CHUNK].tolist() for name, c in cols.items()}
+                f.writelines(
+                    f"{tid},{'on' if on else 'off'},{start + off},{end + off},{end - start},"
+                    f"{'' if cpu == vp.NONE else cpu},{labels[left]},{'' if woken == vp.NONE else woken + off},"
+                    f"{int(clipped)},{labels[how]}\n"
+                    for tid, on, start, end, cpu, left, woken, clipped, how in zip(
+                        part["tid"], part["on"], part["start_ns"], part["end_ns"], part["cpu"], part["left_state"],
+                        part["woken_ns"], part["clipped"], part["inferred"], strict=True))
+        return len(ivs)
+
+
+#: Intervals written to the CSV at a time.
+CSV_CHUNK = 1 << 16
+
+
+def _gap_stats(length: np.ndarray, on: np.ndarray, clipped: np.ndarray, mine: np.ndarray) -> dict:
+    """:func:`vcpuparse.gap_stats_ms` of the intervals selected by ``mine``."""
+    return vp._gap_stats(np.sort(length[mine & ~on & ~clipped]).tolist())
 
 
 def _running_for(line: vp.ThreadTimeline, at_ns: int) -> int:
@@ -234,29 +269,59 @@ def _compare(tid: int, first: vp.Exchange, last: vp.Exchange, line: vp.ThreadTim
             "relative_diff": round(outside / sched * (1 if traced >= sched else -1), 5)}
 
 
-def _runtime_in(events: list[vp.Event], tid: int, first: vp.Exchange, last: vp.Exchange) -> int | None:
-    """The runtime the scheduler accounted to ``tid`` between its two schedstat reads, from the trace's
-    ``sched_stat_runtime`` events; None when the trace has none of them for it."""
-    if tid not in first.schedstat or tid not in last.schedstat:
-        return None
-    t0, t1 = first.schedstat[tid][0], last.schedstat[tid][0]
-    mine = [e.runtime_ns for e in events if e.kind == "runtime" and e.tid == tid and t0 < e.mono_ns <= t1]
-    return sum(mine) if mine else None
-
-
 def build(instance: str, tids: Sequence[int], text_lines: Iterator[str], *, bytes_read: int, capped: bool,
           lost_events: int, reader_cpu_s: float | None) -> VcpuTrace:
     """A :class:`VcpuTrace` from the reader's output lines: the exchanges ``start`` and ``end`` set the window."""
-    events = [e for e in map(vp.parse_line, text_lines) if e is not None]
-    found = vp.exchanges(events)
+    lines = list(text_lines)
+    return _assemble(instance, tids, lambda: iter(lines), bytes_read=bytes_read, capped=capped,
+                     lost_events=lost_events, reader_cpu_s=reader_cpu_s)
+
+
+def read_trace(instance: str, tids: Sequence[int], raw_path: str | Path, *, lost_events: int) -> VcpuTrace:
+    """A :class:`VcpuTrace` from the reader's output in ``raw_path``, read a line at a time (twice: the markers
+    first, which set the window, then the scheduler events), never whole: the same trace as :func:`build` of its
+    lines. Whether it is capped, how many characters were read and the reader's CPU come from the text."""
+    def lines() -> Iterator[str]:
+        with open(raw_path, errors="replace") as f:
+            for line in f:
+                yield line.rstrip("\r\n")
+
+    chars, capped, cpu_tail = 0, False, []
+    with open(raw_path, errors="replace") as f:
+        for number, line in enumerate(f):
+            chars += len(line)
+            capped = capped or (number > 0 and line.startswith("bbrlab-capped "))
+            if _TIMES.match(line):
+                cpu_tail = [*cpu_tail[-1:], line.rstrip("\r\n")]
+    return _assemble(instance, tids, lines, bytes_read=chars, capped=capped, lost_events=lost_events,
+                     reader_cpu_s=vp.parse_times("\n".join(cpu_tail)))
+
+
+_TIMES = re.compile(r"^(\d+)m([\d.]+)s (\d+)m([\d.]+)s$")
+
+
+def _assemble(instance: str, tids: Sequence[int], lines: Callable[[], Iterator[str]], *, bytes_read: int,
+              capped: bool, lost_events: int, reader_cpu_s: float | None) -> VcpuTrace:
+    """The trace from two passes over ``lines()``: the markers and the last event's time, then the timelines and
+    the runtime the scheduler accounted to each thread between its two schedstat reads."""
+    markers, events, last_ns = [], 0, None
+    for e in map(vp.parse_line, lines()):
+        if e is None:
+            continue
+        last_ns = e.mono_ns
+        if e.kind == "marker":
+            markers.append(e)
+        else:
+            events += 1
+    found = vp.exchanges(markers)
     if "start" not in found or ("end" not in found and not capped):
         raise VcpuTraceError(f"{instance}: the trace lacks its {'start' if 'start' not in found else 'end'} "
-                             f"markers ({len(events)} events read)")
+                             f"markers ({len(markers) + events} events read)")
     first, last = found["start"], found.get("end")  # a capped trace ends at its last event, unchecked
     offsets = [x.realtime_offset_ns for x in (first, last) if x is not None]
     if None in offsets:
         raise VcpuTraceError(f"{instance}: a clock exchange lacks its CLOCK_REALTIME marker")
-    window = (first.end_ns, last.begin_ns if last else events[-1].mono_ns)
+    window = (first.end_ns, last.begin_ns if last else last_ns)
     last = last or vp.Exchange("end", window[1], window[1], None, None, {})
     if len(offsets) == 1:
         offsets.append(offsets[0])
@@ -265,15 +330,36 @@ def build(instance: str, tids: Sequence[int], text_lines: Iterator[str], *, byte
         if tid in first.schedstat and tid in last.schedstat:
             ran = last.schedstat[tid][1] - first.schedstat[tid][1]
             silent_on[tid] = ran > (last.schedstat[tid][0] - first.schedstat[tid][0]) / 2
-    sched_events = [e for e in events if e.kind != "marker"]
-    lines = vp.timelines(sched_events, {t: window for t in tids}, silent_on)
-    intervals = sorted((iv for line in lines.values() for iv in line.intervals), key=lambda iv: (iv.start_ns, iv.tid))
+    runtime = _RuntimeSums(tids, first, last)
+    sched_events = (e for e in map(vp.parse_line, lines()) if e is not None and e.kind != "marker")
+    timelines = vp.timelines(map(runtime.count, sched_events), {t: window for t in tids}, silent_on)
+    compared = [_compare(t, first, last, timelines[t], runtime.of(t)) for t in tids]
+    intervals = vp.IntervalColumns.merged([line.intervals for line in timelines.values()])  # empties the lines
     (off0, unc0), (off1, unc1) = offsets
     return VcpuTrace(instance, list(tids), intervals, (off0 + off1) // 2, max(unc0, unc1) + abs(off1 - off0) // 2,
-                     off1 - off0, window, len(sched_events), bytes_read, capped, lost_events, reader_cpu_s,
-                     [_compare(t, first, last, lines[t], _runtime_in(sched_events, t, first, last)) for t in tids],
+                     off1 - off0, window, events, bytes_read, capped, lost_events, reader_cpu_s, compared,
                      None if first.steal_ticks is None or last.steal_ticks is None else
                      (last.steal_ticks - first.steal_ticks) / USER_HZ)
+
+
+class _RuntimeSums:
+    """The runtime the scheduler accounted to each thread between its two schedstat reads, summed from the
+    ``sched_stat_runtime`` events as they pass (:meth:`count` hands each event on); None for a thread without any."""
+
+    def __init__(self, tids: Sequence[int], first: vp.Exchange, last: vp.Exchange):
+        self.between = {t: (first.schedstat[t][0], last.schedstat[t][0]) for t in tids
+                        if t in first.schedstat and t in last.schedstat}
+        self.sums: dict[int, int] = {}
+
+    def count(self, e: vp.Event) -> vp.Event:
+        if e.kind == "runtime" and e.tid in self.between:
+            t0, t1 = self.between[e.tid]
+            if t0 < e.mono_ns <= t1:
+                self.sums[e.tid] = self.sums.get(e.tid, 0) + e.runtime_ns
+        return e
+
+    def of(self, tid: int) -> int | None:
+        return self.sums.get(tid)
 
 
 @dataclass
@@ -329,11 +415,8 @@ class TraceSession:
         self._root(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; true', "sh", self.pidfile])
         if self.stream.wait(10) is None:
             raise VcpuTraceError(f"{self.host.name}: the trace reader of {self.path} did not stop")
-        text = self.raw_path.read_text(errors="replace")
-        capped = "\nbbrlab-capped " in text
         lost = stats.get("overrun", 0) + stats.get("dropped events", 0) + stats.get("commit overrun", 0)
-        self.result = build(self.name, self.tids, iter(text.splitlines()), bytes_read=len(text), capped=capped,
-                            lost_events=lost, reader_cpu_s=vp.parse_times(text))
+        self.result = read_trace(self.name, self.tids, self.raw_path, lost_events=lost)  # never read whole
         return self.result
 
     def remove(self) -> None:

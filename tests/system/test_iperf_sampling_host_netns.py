@@ -103,3 +103,34 @@ def test_link_show_in_one_command_matches_per_port_readback(pair):
     once = link.show(sender, ports)
     assert setup(once) == setup({p: link.readback(sender, p) for p in ports})
     assert once[dev][0]["kind"] == "tbf" and "dev" not in once[dev][0]
+
+
+def _transfer_sampled(pair, tmp_path, *, kill_sampler: bool):
+    """A 2 s cubic transfer sampled by the ss loop through :func:`sampling.sampler` (its log streamed into
+    tmp_path through the byte-capped pipe); with ``kill_sampler`` the sampler's session is SIGKILLed before the
+    stop, as the stop does to one that does not end."""
+    sender, receiver = pair
+    pid = iperf.start_server(receiver, str(tmp_path / "server.log"), lifetime_s=60)
+    try:
+        with sampling.sampler(sender, [24100], 10, 60, log_file=tmp_path / "ss.log", kind="ss") as sampled:
+            sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, streams=1, cport=24100), timeout=60)
+            if kill_sampler:
+                leader = int(sender.output(["cat", sampled.pid_path]))
+                os.killpg(leader, 9)
+    finally:
+        iperf.stop(receiver, pid)
+    return sampled
+
+
+def test_a_sampled_transfer_passes_its_checks_with_the_samplers_exit_code(pair, tmp_path):
+    sampled = _transfer_sampled(pair, tmp_path, kill_sampler=False)
+    assert sampled.exit_code == 0 and not sampled.capped
+    summary, seen = checks.samples(sampled, [24100], "cubic", 10)
+    assert summary.ended == "stop_file" and seen == ["cubic"]
+
+
+def test_a_sampler_killed_mid_run_fails_its_checks(pair, tmp_path):
+    sampled = _transfer_sampled(pair, tmp_path, kill_sampler=True)
+    assert sampled.exit_code != 0
+    with pytest.raises(checks.RunFailed, match="exited with|not by its stop file"):
+        checks.samples(sampled, [24100], "cubic", 10)

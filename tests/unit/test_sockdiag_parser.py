@@ -305,4 +305,4 @@ def test_data_reads_samples_log_into_the_ss_table(tmp_path):
     rows = read_run(tmp_path, "runs/r1")
     assert rows.run["sampler"] == "bpf" and rows.run["ss_sampled"] is True
     assert len(rows.ss) == len(sockdiag.rows(_text("live-bbr-both.bpf.log.gz"))) and not rows.notes
-    assert set(rows.ss[0]) == set(SS_COLUMNS)
+    assert set(rows.ss.columns) == set(SS_COLUMNS)  # a typed DataFrame, read in chunks

@@ -79,7 +79,7 @@ def test_the_sampling_summary_made_from_a_committed_log_is_the_committed_one(run
     """checks.samples on a run's own samples.log gives back its record's ``metadata.sampling`` and ``ss_seen``."""
     meta = _record(run / "record.json")["metadata"]
     kind = meta["sampling"]["kind"]
-    sampled = SimpleNamespace(kind=kind, text=(run / "samples.log").read_text(),
+    sampled = SimpleNamespace(kind=kind, log_file=run / "samples.log", complete=True, exit_code=0, capped=False,
                               binary=Deployed.from_dict(meta["sampling"]["binary"]))
     summary, seen = checks.samples(sampled, meta["flow"]["client_ports"], meta["cca"]["requested"],
                                    meta["sampling"]["asked_interval_ms"])
@@ -103,10 +103,11 @@ def test_the_ss_loop_and_netlink_summaries_write_their_own_keys_in_their_order()
     assert SamplingSummary.from_dict(nl) == summarize("netlink", nl_text, rows=3, asked_interval_ms=10)
 
 
-def test_a_log_of_another_sampler_or_a_summary_of_unknown_shape_is_refused():
+def test_a_log_of_another_sampler_or_a_summary_of_unknown_shape_is_refused(tmp_path):
     nl_text = gzip.decompress((FIX / "live-bbr.sockdiag.log.gz").read_bytes()).decode()
+    (tmp_path / "samples.log").write_text(nl_text)
     with pytest.raises(RunFailed, match="a netlink sampler's, not a bpf sampler's"):
-        checks.samples(SimpleNamespace(kind="bpf", text=nl_text, binary=None), [5201], "bbr", 10)
+        checks.samples(SimpleNamespace(kind="bpf", log_file=tmp_path / "samples.log", binary=None), [5201], "bbr", 10)
     legacy = {"rows": 3, "footer": {"samples": 3}, "interval": {"median_ms": 10.0}}  # before the sampler choice
     with pytest.raises(ValueError, match="no kind"):
         SamplingSummary.from_dict(legacy)

@@ -29,6 +29,7 @@ class SpanTracker:
         self.last: dict = {}
 
     def add(self, row: dict) -> None:
+        """Count one sample row (its ``port`` and ``t_s``) in its stream's span."""
         port, t = row.get("port"), row.get("t_s")
         if t is not None:
             self.first[port] = min(self.first.get(port, t), t)

@@ -8,7 +8,7 @@ or the standard deviation over repetitions that way; :mod:`bbrlab.analysis.plots
 builds the paper's figures on it. :func:`save` writes PDF (for papers) and PNG (for a quick look) plus
 ``<name>.points.json``, the coordinates read back from the figure's lines (:func:`plotted_points`), so
 anyone can verify a figure against the table without parsing an image. Each panel there also carries its
-axis limits, so :func:`points_outside_axes` can tell which drawn points a reader does not see.
+axis limits, so :func:`bbrlab.analysis.offaxis.points_outside_axes` can tell which drawn points a reader does not see.
 
 Axis limits are set once a grid is drawn (:func:`fit_y`), never panel by panel: panels share their y
 axis, and a limit fixed while only the first panel had data would hide every later panel's higher lines.
@@ -206,63 +206,6 @@ def mark_reference(artist):
 
 def _reference_flag(artist) -> dict:
     return {"reference": True} if artist.get_gid() == REFERENCE_GID else {}
-
-
-def points_outside_axes(points: list[dict], rel_tol: float = 1e-9) -> list[dict]:
-    """The drawn points a reader cannot see: those outside their panel's axis limits.
-
-    Parameters
-    ----------
-    points : list of dict
-        :func:`plotted_points` of a figure, or a ``points.json`` read back. Panels without ``xlim`` /
-        ``ylim`` (files written before the limits were recorded) and reference lines are not checked;
-        missing values (None) are not points.
-    rel_tol : float, default 1e-9
-        A point this close to a limit (relative to the axis span) counts as inside.
-
-    Returns
-    -------
-    list of dict
-        One per hidden point: ``panel`` (its title), ``label`` (the line's), ``x``, ``y``.
-
-    Examples
-    --------
-    >>> facets.points_outside_axes(json.loads(Path("fig05_timeseries.points.json").read_text()))  # doctest: +SKIP
-    []
-    """
-    hidden = []
-    for panel in points:
-        if "xlim" not in panel or "ylim" not in panel:
-            continue
-        inside = _inside(panel["xlim"], panel["ylim"], rel_tol)
-        for line in panel["lines"]:
-            if line.get("reference"):
-                continue
-            hidden += [{"panel": panel["title"], "label": line["label"], "x": x, "y": y}
-                       for x, y in _line_points(line) if x is not None and y is not None and not inside(x, y)]
-        for band in panel.get("bands", []):
-            hidden += [{"panel": panel["title"], "label": f"{band['label']} ({band['shows']})", "x": x, "y": y}
-                       for x, y in [*zip(band["x"], band["low"], strict=True), *zip(band["x"], band["high"], strict=True)]
-                       if x is not None and y is not None and not inside(x, y)]
-    return hidden
-
-
-def _line_points(line: dict):
-    if "segments" in line:
-        return [tuple(p) for seg in line["segments"] for p in seg]
-    return list(zip(line["x"], line["y"], strict=True))
-
-
-def _inside(xlim, ylim, rel_tol: float):
-    (x0, x1), (y0, y1) = sorted(xlim), sorted(ylim)
-    dx, dy = rel_tol * max(x1 - x0, 1e-300), rel_tol * max(y1 - y0, 1e-300)
-    return lambda x, y: x0 - dx <= x <= x1 + dx and y0 - dy <= y <= y1 + dy
-
-
-def hidden_points_summary(name: str, hidden: list[dict], shown: int = 3) -> str:
-    """One line saying how many points of figure ``name`` lie outside their panels, with a few examples."""
-    examples = "; ".join(f"{h['panel'] or 'panel'} / {h['label']}: ({h['x']:g}, {h['y']:g})" for h in hidden[:shown])
-    return f"{name}: {len(hidden)} drawn points outside their panel's axes, e.g. {examples}"
 
 
 # -- labels, levels and colours ----------------------------------------------------------------

@@ -27,10 +27,11 @@ from bbrlab.sampling.ss import parse_ss_log
 
 from . import evidence, fairness, identity
 from .columns import VCPU_SCHEMA
+from .frames import typed_frame
 from .preallocated import Preallocated
 from .streams import FlowReport, flow_summary, stream_rows
 from .table_cache import Layout
-from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows, typed_frame
+from .tables import RUN_SCHEMA, SS_COLUMNS, SS_SCHEMA, RunRows
 
 RUN_FILES = ("record.json", "iperf.json", "ss.log", "samples.log", "transfer.json", "bottleneck.log")
 

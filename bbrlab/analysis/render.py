@@ -23,7 +23,7 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.resources import notebooks_dir
 
-from . import data, facets
+from . import data, offaxis
 
 #: A UNIX socket path must fit in 108 bytes; longer runtime folders fall back to a private temp folder.
 MAX_IPC_PREFIX = 90
@@ -143,7 +143,7 @@ def render(data_dir: Path, out_dir: Path, *, notebooks: Path | None = None, only
     print(f"figures in {out_dir}, executed notebooks in {executed_dir}")
     hiding = hidden_data(out_dir, since=started)
     for name, hidden in hiding.items():
-        print(f"ERROR hidden data: {facets.hidden_points_summary(name, hidden)}")
+        print(f"ERROR hidden data: {offaxis.hidden_points_summary(name, hidden)}")
     if failed:
         print(f"failed notebooks: {', '.join(failed)}")
     return 1 if failed or hiding else 0
@@ -151,13 +151,13 @@ def render(data_dir: Path, out_dir: Path, *, notebooks: Path | None = None, only
 
 def hidden_data(out_dir: Path, since: float = 0.0) -> dict[str, list[dict]]:
     """Per figure of ``out_dir`` (its ``<name>.points.json`` written at or after ``since``, a time.time()),
-    the drawn points outside their panel's axes (:func:`bbrlab.analysis.facets.points_outside_axes`);
+    the drawn points outside their panel's axes (:func:`bbrlab.analysis.offaxis.points_outside_axes`);
     figures that show all their data are left out."""
     found = {}
     for path in sorted(Path(out_dir).glob("*.points.json")):
         if path.stat().st_mtime < since:
             continue
-        hidden = facets.points_outside_axes(json.loads(path.read_text()))
+        hidden = offaxis.points_outside_axes(json.loads(path.read_text()))
         if hidden:
             found[path.name.removesuffix(".points.json")] = hidden
     return found

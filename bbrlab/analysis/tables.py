@@ -21,6 +21,7 @@ from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_
 from . import evidence
 from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
+from .frames import frame_of_parts, normalise_frame, untyped
 
 
 def _share(v) -> float | None:
@@ -424,7 +425,7 @@ class Tables:
 class RunRows:
     """What one run contributes: its ``runs`` row, its interval tuples and ss rows, notes, its vCPU intervals,
     its bottleneck samples, its per-stream interval tuples and per-flow rows. ``ss`` and ``vcpu`` may be typed
-    DataFrames (:func:`typed_frame`) instead of lists: bbrlab's reader builds them in chunks from large logs."""
+    DataFrames (:func:`bbrlab.analysis.frames.typed_frame`) instead of lists: bbrlab's reader builds them in chunks from large logs."""
 
     run: dict
     intervals: list[tuple]
@@ -438,7 +439,7 @@ class RunRows:
 
 def build_tables(rows: Iterable[RunRows]) -> Tables:
     """Turn per-run rows into the DataFrames in one go (no row-by-row appends). A run's rows of a table may come
-    as a list of dicts or as a DataFrame already typed (:func:`typed_frame`: a large log read in chunks); the
+    as a list of dicts or as a DataFrame already typed (:func:`bbrlab.analysis.frames.typed_frame`: a large log read in chunks); the
     tables keep the runs' order either way."""
     parts: dict[str, list] = {name: [] for name in SCHEMAS}
     notes: list[str] = []
@@ -449,77 +450,13 @@ def build_tables(rows: Iterable[RunRows]) -> Tables:
         parts["runs"].append([r.run])
         for name in ("intervals", "ss", "vcpu", "bottleneck", "streams", "flows"):
             parts[name].append(getattr(r, name))
-    frames = {name: _frame_of_parts(parts[name], schema) for name, schema in SCHEMAS.items()}
+    frames = {name: frame_of_parts(parts[name], schema) for name, schema in SCHEMAS.items()}
     return Tables.of_frames(frames, notes, [])
-
-
-def typed_frame(rows, schema: tuple[Column, ...]) -> pd.DataFrame:
-    """Rows (dicts or tuples in the schema's order, or a DataFrame, which is changed in place) as a DataFrame of
-    exactly the schema's columns and dtypes."""
-    frame = rows if isinstance(rows, pd.DataFrame) else \
-        pd.DataFrame.from_records(rows, columns=[c.name for c in schema])
-    return _normalise_frame(frame, schema, copy=False)
-
-
-def concat_typed(frames: list[pd.DataFrame], schema: tuple[Column, ...]) -> pd.DataFrame:
-    """Typed frames of one table end to end, built a column at a time, each column taken out of the parts as it is
-    joined (the parts are emptied): at most one column more than the result is held at once, not two copies."""
-    if len(frames) == 1:
-        return frames[0]
-    if not frames:
-        return typed_frame([], schema)
-    columns = {}
-    for col in schema:
-        columns[col.name] = pd.concat([f.pop(col.name) for f in frames], ignore_index=True)
-    return pd.DataFrame(columns)
-
-
-def _frame_of_parts(parts: list, schema: tuple[Column, ...]) -> pd.DataFrame:
-    """One table from the runs' parts in order: consecutive lists of rows become one frame, frames stay as they are."""
-    frames, pending = [], []
-    for part in parts:
-        if isinstance(part, pd.DataFrame):
-            if pending:
-                frames.append(typed_frame(pending, schema))
-                pending = []
-            if len(part):
-                frames.append(part)
-        else:
-            pending.extend(part)
-    if pending or not frames:
-        frames.append(typed_frame(pending, schema))
-    return _normalise_frame(concat_typed(frames, schema), schema, copy=False)
-
-
-def _as(series: pd.Series, dtype: str) -> pd.Series:
-    if dtype == "float64":
-        return pd.to_numeric(series, errors="coerce").astype("float64")
-    if dtype == "Int64":
-        return pd.to_numeric(series, errors="coerce").astype("Int64")
-    if dtype == "bool":
-        return series.astype("boolean").fillna(False).astype(bool)
-    if dtype == "boolean":
-        return series.astype("boolean")
-    return series.astype(dtype)
-
-
-def _normalise_frame(df: pd.DataFrame, schema: tuple[Column, ...], copy: bool = True) -> pd.DataFrame:
-    """``df`` with the schema's columns, in its order and dtypes (a column already of its dtype is kept as it is);
-    ``copy=False`` changes ``df`` itself (for a frame nobody else holds)."""
-    if copy:
-        df = df.copy()
-    for col in schema:
-        if col.name not in df.columns:
-            df[col.name] = pd.Series(pd.NA, index=df.index, dtype="object")
-        if str(df[col.name].dtype) != col.dtype:
-            df[col.name] = _as(df[col.name], col.dtype)
-    names = [c.name for c in schema]
-    return df if list(df.columns) == names else df[names]
 
 
 def normalise(t: Tables) -> Tables:
     """Give every column its declared dtype (and add declared columns a frame lacks, empty)."""
-    return Tables.of_frames({name: _normalise_frame(df, SCHEMAS[name]) for name, df in t.frames().items()},
+    return Tables.of_frames({name: normalise_frame(df, SCHEMAS[name]) for name, df in t.frames().items()},
                             t.notes, t.sources)
 
 
@@ -528,22 +465,17 @@ def concat(parts: list[Tables]) -> Tables:
     if not parts:
         return Tables.empty()
     if len(parts) == 1:  # one source: its tables as they are (typed already), not a copy of a large table
-        return normalise(parts[0]) if any(_untyped(df, SCHEMAS[n]) for n, df in parts[0].frames().items()) \
+        return normalise(parts[0]) if any(untyped(df, SCHEMAS[n]) for n, df in parts[0].frames().items()) \
             else parts[0]
 
     def cat(name: str) -> pd.DataFrame:
         frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
         if not frames:
-            return _normalise_frame(getattr(parts[0], name), SCHEMAS[name])
-        return _normalise_frame(pd.concat(frames, ignore_index=True), SCHEMAS[name], copy=False)  # a new frame
+            return normalise_frame(getattr(parts[0], name), SCHEMAS[name])
+        return normalise_frame(pd.concat(frames, ignore_index=True), SCHEMAS[name], copy=False)  # a new frame
 
     return Tables.of_frames({name: cat(name) for name in SCHEMAS}, [n for p in parts for n in p.notes],
                             [s for p in parts for s in p.sources])
-
-
-def _untyped(df: pd.DataFrame, schema: tuple[Column, ...]) -> bool:
-    """Whether ``df`` lacks a column of ``schema`` or holds one in another dtype or order."""
-    return list(df.columns) != [c.name for c in schema] or any(str(df[c.name].dtype) != c.dtype for c in schema)
 
 
 def schema_markdown() -> str:

@@ -168,7 +168,7 @@ def rendered_data(tmp_path_factory):
 def hidden_points(out: Path) -> dict[str, list[dict]]:
     """Per figure of ``out``, the drawn points outside their panel's axes; every panel must say its limits
     (else the check would pass by seeing nothing)."""
-    from bbrlab.analysis import facets
+    from bbrlab.analysis import offaxis
 
     found = {}
     files = sorted(out.glob("*.points.json"))
@@ -176,9 +176,9 @@ def hidden_points(out: Path) -> dict[str, list[dict]]:
     for path in files:
         panels = json.loads(path.read_text())
         assert all("xlim" in p and "ylim" in p for p in panels), f"{path.name}: panels without axis limits"
-        hidden = facets.points_outside_axes(panels)
+        hidden = offaxis.points_outside_axes(panels)
         if hidden:
-            found[path.name] = facets.hidden_points_summary(path.name.removesuffix(".points.json"), hidden)
+            found[path.name] = offaxis.hidden_points_summary(path.name.removesuffix(".points.json"), hidden)
     return found
 
 

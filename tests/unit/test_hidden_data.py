@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from bbrlab.analysis import facets, plots, render
+from bbrlab.analysis import facets, offaxis, plots, render
 from bbrlab.analysis.tables import Tables
 
 SLOW_MBIT, FAST_MBIT = (3.0, 5.0, 14.0), (80.0, 123.0, 95.0)
@@ -44,7 +44,7 @@ def test_many_run_line_collections_stay_inside_the_shared_y_axis(monkeypatch):
     fig, _ = plots.timeseries(tables)
     assert all(ax.collections and not ax.get_lines() for ax in fig.axes)  # the collection path was taken
     points = plots.plotted_points(fig)
-    assert facets.points_outside_axes(points) == []
+    assert offaxis.points_outside_axes(points) == []
     bottom, top = fig.axes[1].get_ylim()
     assert bottom == 0 and top >= top_of_data(tables)
     assert points[1]["ylim"] == [bottom, top]
@@ -55,7 +55,7 @@ def test_few_run_lines_stay_inside_the_shared_y_axis():
     tables = hand_made(runs_per_variant=2)
     fig, _ = plots.timeseries(tables)
     assert all(ax.get_lines() for ax in fig.axes)
-    assert facets.points_outside_axes(plots.plotted_points(fig)) == []
+    assert offaxis.points_outside_axes(plots.plotted_points(fig)) == []
     assert fig.axes[1].get_ylim()[1] >= top_of_data(tables)
     plt.close(fig)
 
@@ -66,7 +66,7 @@ def test_facet_lines_fit_the_shared_y_axis_to_every_panel():
                          for s in (25.0, 50.0, 100.0)])
     fig, _ = facets.facet_lines(runs, x="cpu_share_pct", value="throughput_mbit", hue="variant",
                                 row="timeslice_ms", col=None)
-    assert facets.points_outside_axes(plots.plotted_points(fig)) == []
+    assert offaxis.points_outside_axes(plots.plotted_points(fig)) == []
     assert fig.axes[0].get_ylim()[0] == 0 and fig.axes[1].get_ylim()[1] >= 120.0
     plt.close(fig)
 
@@ -80,10 +80,10 @@ def test_points_outside_axes_lists_what_a_reader_cannot_see():
         ]},
         {"title": "old file, no limits", "lines": [{"label": "x", "x": [0], "y": [1e9]}]},
     ]
-    hidden = facets.points_outside_axes(points)
+    hidden = offaxis.points_outside_axes(points)
     assert [(h["label"], h["x"], h["y"]) for h in hidden] == [("run", 3, 90), ("many", 2, 16), ("many", 11, 3)]
     assert all(h["panel"] == "low" for h in hidden)
-    assert "3 drawn points outside" in facets.hidden_points_summary("fig", hidden)
+    assert "3 drawn points outside" in offaxis.hidden_points_summary("fig", hidden)
 
 
 def test_a_ceiling_above_the_view_is_a_reference_not_hidden_data():
@@ -94,7 +94,7 @@ def test_a_ceiling_above_the_view_is_a_reference_not_hidden_data():
     points = plots.plotted_points(fig)
     (ceiling,) = [ln for ln in points[0]["lines"] if ln["label"] == facets.CEILING_LABEL]
     assert ceiling["reference"] is True and max(ceiling["y"]) > points[0]["ylim"][1]  # leaves the view on purpose
-    assert facets.points_outside_axes(points) == []
+    assert offaxis.points_outside_axes(points) == []
     plt.close(fig)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bbrlab.analysis import data, facets, stats
+from bbrlab.analysis import data, facets, offaxis, stats
 
 
 def _mixture_median() -> float:
@@ -164,7 +164,7 @@ def test_points_json_carries_the_bands_and_they_stay_in_view(tmp_path):
     assert band["low"] == pytest.approx(table["ci_low"].tolist())
     assert band["high"] == pytest.approx(table["ci_high"].tolist())
     assert band["high"][0] > 100  # the outlier is in the interval ...
-    assert facets.points_outside_axes(points) == []  # ... and in view
+    assert offaxis.points_outside_axes(points) == []  # ... and in view
     assert facets.BAND_SHOWS in fig.legends[0].get_title().get_text()
     plt.close(fig)
 
@@ -172,5 +172,5 @@ def test_points_json_carries_the_bands_and_they_stay_in_view(tmp_path):
 def test_a_band_outside_its_panel_is_reported_as_hidden():
     points = [{"title": "p", "xlim": [0, 100], "ylim": [0, 50], "lines": [],
                "bands": [{"label": "BBRv1", "shows": facets.BAND_SHOWS, "x": [25.0], "low": [10.0], "high": [60.0]}]}]
-    (hidden,) = facets.points_outside_axes(points)
+    (hidden,) = offaxis.points_outside_axes(points)
     assert hidden["y"] == 60.0 and "CI" in hidden["label"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bbrlab.analysis import evidence
+from bbrlab.analysis import evidence, frames
 from bbrlab.sampling import alignment, logscan, sockdiag, vcputrace
 from bbrlab.sampling import vcpuparse as vp
 from bbrlab.sampling.ss import parse_ss_log
@@ -146,7 +146,7 @@ def test_a_committed_run_ingests_the_same_rows_streamed(run, monkeypatch):
     ports = set(record["metadata"]["flow"]["client_ports"])
     streamed, span = rr.ss_frame("r", run / "samples.log", ports, log="samples.log", sender_clock=clock)
     whole = rr.ss_rows("r", (run / "samples.log").read_text(), ports, log="samples.log", sender_clock=clock)
-    pd.testing.assert_frame_equal(streamed, tables.typed_frame(whole, tables.SS_SCHEMA))
+    pd.testing.assert_frame_equal(streamed, frames.typed_frame(whole, tables.SS_SCHEMA))
     assert span == evidence.samples_span_s(whole) and span > 10
     notes: list[str] = []
     vcpu = rr.vcpu_frame("r", run / "vcpu.csv", notes, "r")
@@ -155,7 +155,7 @@ def test_a_committed_run_ingests_the_same_rows_streamed(run, monkeypatch):
     # CSV's own integers are compared, exact
     assert [None if pd.isna(v) else int(v) for v in vcpu["woken_ns"]] == [r["woken_ns"] for r in rows]
     pd.testing.assert_frame_equal(vcpu.drop(columns="woken_ns"),
-                                  tables.typed_frame(rows, tables.VCPU_SCHEMA).drop(columns="woken_ns"))
+                                  frames.typed_frame(rows, tables.VCPU_SCHEMA).drop(columns="woken_ns"))
     assert not notes and len(vcpu) > 1000
 
 
@@ -168,7 +168,7 @@ def test_a_vcpu_csv_without_the_inferred_column_or_unreadable_reads_as_before(tm
     (tmp_path / "vcpu.csv").write_text(old)
     notes: list[str] = []
     pd.testing.assert_frame_equal(rr.vcpu_frame("r", tmp_path / "vcpu.csv", notes, "r").drop(columns="woken_ns"),
-                                  tables.typed_frame(rr.vcpu_rows("r", tmp_path / "vcpu.csv", notes, "r"),
+                                  frames.typed_frame(rr.vcpu_rows("r", tmp_path / "vcpu.csv", notes, "r"),
                                                      tables.VCPU_SCHEMA).drop(columns="woken_ns"))
     (tmp_path / "vcpu.csv").write_text(lines[0] + "\n4281,on,notanumber,1,1,0,,,0,\n")
     new_notes, old_notes = [], []
@@ -231,7 +231,7 @@ def test_a_table_written_in_slices_reads_back_as_written_whole(tmp_path, monkeyp
         frame = getattr(t, name)
         table_cache._write_parquet(frame, tmp_path / f"{name}.sliced")
         frame.to_parquet(tmp_path / f"{name}.whole", index=False)
-        sliced, whole = (tables.typed_frame(pd.read_parquet(tmp_path / f"{name}.{how}"), tables.SCHEMAS[name])
+        sliced, whole = (frames.typed_frame(pd.read_parquet(tmp_path / f"{name}.{how}"), tables.SCHEMAS[name])
                          for how in ("sliced", "whole"))
         pd.testing.assert_frame_equal(sliced, whole)
         pd.testing.assert_frame_equal(sliced, frame.reset_index(drop=True))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.analysis import facets, tables, timeline
+from bbrlab.analysis import facets, offaxis, tables, timeline
 
 ROOT = Path(__file__).parents[2]
 DEMO = ROOT / "data" / "demo-sampled"
@@ -68,7 +68,7 @@ def test_the_figure_draws_only_the_window_and_hides_nothing():
     tl = timeline.of_run(hand_tables(), "r")
     fig = timeline.figure([tl, tl], 0.030, 0.052)
     points = facets.plotted_points(fig)
-    assert facets.points_outside_axes(points) == []
+    assert offaxis.points_outside_axes(points) == []
     bars = points[0]["lines"][0]
     # on-CPU from 39 ms and 79 ms (host t0 + 40k ms, axis from the first sample at +1 ms) for 10 ms, cut at 82 ms
     assert bars["label"] == "vCPU 7 on-CPU"

@@ -115,7 +115,7 @@ def _transfer_sampled(pair, tmp_path, *, kill_sampler: bool):
         with sampling.sampler(sender, [24100], 10, 60, log_file=tmp_path / "ss.log", kind="ss") as sampled:
             sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, streams=1, cport=24100), timeout=60)
             if kill_sampler:
-                leader = int(sender.output(["cat", sampled.pid_path]))
+                leader = int(sender.output(["cat", sampled.pid_path]).split()[0])  # "<pid> <start ticks>"
                 os.killpg(leader, 9)
     finally:
         iperf.stop(receiver, pid)

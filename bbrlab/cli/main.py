@@ -22,6 +22,7 @@ Typical session on one machine (root):
   bbrlab ingest runs/demo            tidy parquet tables for the notebooks
   bbrlab testbed down
   bbrlab cache show                  what ~/.cache/bbrlab holds (bbrlab cache prune frees space)
+  bbrlab claims check                recompute every number the README and docs state about data/
 
 Several testbeds at once (docs/scaling.md):
   bbrlab campaign run SPEC --out DIR --testbed a --testbed b     local testbeds, one CPU partition each
@@ -35,7 +36,7 @@ Several testbeds at once (docs/scaling.md):
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
 COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "tls", "ingest",
-            "figures", "demo", "cache")
+            "figures", "claims", "demo", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ check`` prints what differs; ``tests/unit/test_claims.py`` fails on it.
 
 Statistics (``stat``) of ``column`` over the selected runs:
 
-- ``median``, ``mean``, ``min``, ``max``, ``sum``; ``range`` prints ``low-high``;
+- ``median``, ``mean``, ``min``, ``max``, ``sum``; ``range`` prints ``low-high`` (one value when both print alike);
 - ``count``: the selected runs (no column); ``fraction``: the percentage of them that also match ``where``
   (every other statistic keeps only the runs that match ``where``);
 - ``interval``: the order-statistic interval of the median (:func:`bbrlab.core.confidence.median_interval`,
@@ -89,6 +89,7 @@ class Registry:
     parameters: tuple[str, ...]
 
     def by_id(self) -> dict[str, Claim]:
+        """The claims by their id."""
         return {c.id: c for c in self.claims}
 
 
@@ -134,8 +135,11 @@ def _record_field(root: Path, runs: pd.DataFrame, dotted: str) -> pd.Series:
     """``dotted`` (``metadata.sampling.samples``) of each run's record.json, NaN where absent."""
     def one(rel: str) -> float:
         node: object = json.loads((root / rel / "record.json").read_text())
-        for key in dotted.split("."):
-            node = node.get(key) if isinstance(node, dict) else None
+        for key in dotted.split("."):  # a number indexes a list: phases.1.achieved_share_pct
+            if isinstance(node, list) and key.isdigit():
+                node = node[int(key)] if int(key) < len(node) else None
+            else:
+                node = node.get(key) if isinstance(node, dict) else None
         return float(node) if isinstance(node, int | float) else math.nan
 
     return pd.Series([one(str(p)) for p in runs["path"]], index=runs.index, dtype="float64")
@@ -180,22 +184,24 @@ def _scalar(claim: Claim, runs: pd.DataFrame, root: Path) -> float | str | tuple
     return getattr(x, claim.stat)()
 
 
-def _rows(claim: Claim, tables: Tables) -> pd.DataFrame:
-    """The table the claim counts in: ``runs``, or ``flows`` with each flow's run columns beside it."""
-    if claim.table == "runs":
-        return tables.runs
-    runs = tables.runs[[c for c in tables.runs.columns if c == "run_id" or c not in tables.flows.columns]]
-    return tables.flows.merge(runs, on="run_id", how="inner")
+def selectable(claim: Claim, tables: Tables) -> Tables:
+    """Tables whose ``runs`` is the table the claim counts in: ``runs``, or ``flows`` with each flow's run columns
+    beside it (only that table is kept: a selection then filters nothing else)."""
+    rows = tables.runs
+    if claim.table == "flows":
+        runs = tables.runs[[c for c in tables.runs.columns if c == "run_id" or c not in tables.flows.columns]]
+        rows = tables.flows.merge(runs, on="run_id", how="inner")
+    return Tables.of_frames({"runs": rows, **{name: df.iloc[:0] for name, df in tables.frames().items()
+                                              if name != "runs"}}, [], [])
 
 
 def recompute(claim: Claim, tables: Tables, root: Path) -> str:
-    """The claim's value, as printed, from ``tables`` (a folder's tables) read from folder ``root``."""
+    """The claim's value, as printed, from ``tables`` (:func:`selectable` of a folder's tables) of folder ``root``."""
     from bbrlab.analysis import data
 
     if claim.stat.startswith("threshold_"):
         return _threshold(claim, root)
-    rows = data.Tables.of_frames({"runs": _rows(claim, tables)}, [], [])
-    selected = data.select(rows, dict(claim.select)).runs
+    selected = data.select(tables, dict(claim.select)).runs
     if selected.empty:
         return "(no runs)"
     if not claim.by:
@@ -228,8 +234,9 @@ def _one(value: object, spec: str) -> str:
 
 
 def _printed(value: object, spec: str) -> str:
-    if isinstance(value, tuple):
-        return "-".join(_one(v, spec) for v in value)
+    if isinstance(value, tuple):  # a range; printed once when both ends print alike
+        ends = [_one(v, spec) for v in value]
+        return ends[0] if ends[0] == ends[1] else "-".join(ends)
     return _one(value, spec)
 
 
@@ -239,15 +246,18 @@ def recompute_all(registry: Registry, data_dir: str | Path,
     from bbrlab.analysis import data
 
     load = load or data.load
-    runs_of: dict[str, Tables] = {}
+    loaded: dict[str, Tables] = {}
+    prepared: dict[tuple[str, str], Tables] = {}
     out = {}
     for c in registry.claims:
         folder = Path(data_dir) / c.data
-        if c.data not in runs_of:
+        if c.data not in loaded:
             if not folder.is_dir():
                 raise BbrlabError(f"claim {c.id}: no data folder {folder}")
-            runs_of[c.data] = load(folder)
-        out[c.id] = recompute(c, runs_of[c.data], folder)
+            loaded[c.data] = load(folder)
+        if (c.data, c.table) not in prepared:
+            prepared[c.data, c.table] = selectable(c, loaded[c.data])
+        out[c.id] = recompute(c, prepared[c.data, c.table], folder)
     return out
 
 

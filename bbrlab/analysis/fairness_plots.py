@@ -94,7 +94,7 @@ def fairness_vs_share(tables: Tables, *, title: str | None = None):
 
 def qdisc_vs_share(tables: Tables, *, cca: str = "cubic", title: str | None = None):
     """``cca``'s throughput (median over repetitions) against the CPU share, one line per sender qdisc
-    (default and fq: the authors' figure 13 for Cubic), from single-flow runs."""
+    (default and fq, for Cubic: the figure the authors' repository numbers 13; the paper has none), from single-flow runs."""
     runs = tables.runs[(tables.runs["status"] == "ok") & (tables.runs["cca"] == cca) & (tables.runs["flows"] == 1)]
     if runs["sender_qdisc"].nunique() < 2:
         return empty_figure(f"Nothing to compare: the selection's {cca} runs have one sender qdisc "

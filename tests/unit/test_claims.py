@@ -83,17 +83,31 @@ def test_a_stale_number_in_a_copy_of_the_readme_fails(tmp_path, registry):
     assert any("'7.9'" in n for n in claims.unclaimed_numbers(readme.read_text(), registry.parameters))
 
 
-def test_a_stale_value_in_a_copy_of_the_registry_fails(tmp_path, recomputed):
-    """A registry whose printed value no longer matches the data: `bbrlab claims check` exits 1 and names it."""
-    text = REGISTRY.read_text()
-    line = next(x for x in text.splitlines() if "id: fq-cubic-25-fq," in x)
+def test_a_stale_value_in_a_copy_of_the_registry_fails(tmp_path):
+    """A registry whose printed value no longer matches the data: `bbrlab claims check` exits 1 and names it.
+
+    The copy holds the fq-local claims only (one small folder, so the command takes a second or two) and the
+    root is an empty folder (no prose), so the one difference is the stale value."""
+    lines = REGISTRY.read_text().split("\nclaims:\n")
+    fq = [x for x in lines[1].splitlines() if "data: fq-local," in x]
+    stale_line = next(x for x in fq if "id: fq-cubic-25-fq," in x)
     stale = tmp_path / "claims.yaml"
-    stale.write_text(text.replace(line, line.replace('value: "7.6"', 'value: "7.9"')))
+    stale.write_text(lines[0] + "\nclaims:\n" + "\n".join(fq).replace(stale_line, stale_line.replace(
+        'value: "7.6"', 'value: "7.9"')) + "\n")
     assert claims.load_registry(stale).by_id()["fq-cubic-25-fq"].value == "7.9"
-    res = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "claims", "check", "--root", str(ROOT),
-                          "--registry", str(stale)], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "claims", "check", "--root", str(tmp_path),
+                          "--registry", str(stale), "--data", str(ROOT / "data")],
+                         capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "fq-cubic-25-fq" in res.stdout and "7.9" in res.stdout and "7.6" in res.stdout
+    [header, row] = res.stdout.splitlines()[:2]
+    assert header.split() == ["claim", "where", "stated", "recomputed"]
+    assert row.split() == ["fq-cubic-25-fq", "data/fq-local", "7.9", "7.6"]
+    good = tmp_path / "good.yaml"
+    good.write_text(stale.read_text().replace('value: "7.9"', 'value: "7.6"'))
+    res = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "claims", "check", "--root", str(tmp_path),
+                          "--registry", str(good), "--data", str(ROOT / "data")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "recompute to their values" in res.stdout, res.stdout + res.stderr
 
 
 def test_statistics_on_a_small_table():

@@ -9,7 +9,8 @@ check`` prints what differs; ``tests/unit/test_claims.py`` fails on it.
 Statistics (``stat``) of ``column`` over the selected runs:
 
 - ``median``, ``mean``, ``min``, ``max``, ``sum``; ``range`` prints ``low-high`` (one value when both print alike);
-- ``count``: the selected runs (no column); ``fraction``: the percentage of them that also match ``where``
+- ``count``: the selected runs (no column); ``groups``: the distinct values of ``by`` among them (points);
+  ``fraction``: the percentage of them that also match ``where``
   (every other statistic keeps only the runs that match ``where``);
 - ``interval``: the order-statistic interval of the median (:func:`bbrlab.core.confidence.median_interval`,
   asked at 95 %) as ``low-high``; ``level``: the level that interval reaches, as a percentage (50 at n = 2);
@@ -40,8 +41,8 @@ from bbrlab.core.yamlfile import load_file
 
 from .tables import Tables
 
-STATS = ("median", "mean", "min", "max", "sum", "range", "count", "fraction", "interval", "level", "threshold_low",
-         "threshold_high")
+STATS = ("median", "mean", "min", "max", "sum", "range", "count", "groups", "fraction", "interval", "level",
+         "threshold_low", "threshold_high")
 ACROSS = ("range", "min", "max")
 #: ``runs``: one row per run; ``flows``: one row per flow of a run, with its run's columns beside it.
 TABLES = ("runs", "flows")
@@ -110,7 +111,9 @@ def _claim(raw: object, index: int) -> Claim:
         raise BbrlabError(f"claims[{index}].table = {c.table!r} ({c.id}): one of {', '.join(TABLES)}")
     if c.across is not None and c.across not in ACROSS:
         raise BbrlabError(f"claims[{index}].across = {c.across!r} ({c.id}): one of {', '.join(ACROSS)}")
-    if c.stat not in ("count", "fraction", "threshold_low", "threshold_high") and not c.column:
+    if c.stat == "groups" and not c.by:
+        raise BbrlabError(f"claims[{index}] ({c.id}): stat groups needs by (the columns that make a point)")
+    if c.stat not in ("count", "groups", "fraction", "threshold_low", "threshold_high") and not c.column:
         raise BbrlabError(f"claims[{index}] ({c.id}): stat {c.stat} needs a column")
     return c
 
@@ -204,6 +207,9 @@ def recompute(claim: Claim, tables: Tables, root: Path) -> str:
     selected = data.select(tables, dict(claim.select)).runs
     if selected.empty:
         return "(no runs)"
+    if claim.stat == "groups":
+        return _printed(selected[_match(selected, claim.where)].groupby(list(claim.by), dropna=False).ngroups,
+                        claim.format)
     if not claim.by:
         return _printed(_scalar(claim, selected, root), claim.format)
     per_group = [_scalar(claim, g, root) for _, g in selected.groupby(list(claim.by), dropna=False)]

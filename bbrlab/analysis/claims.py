@@ -276,7 +276,9 @@ def prose_files(root: str | Path) -> list[Path]:
 
 
 def markers(text: str) -> list[tuple[str, str]]:
-    """(claim id, the text before its marker on the same line) for every marker in ``text``."""
+    """(claim id, the text before its marker on the same line) for every marker in ``text`` (a marker inside a
+    code span is an example, not a claim)."""
+    text = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), text)
     out = []
     for m in MARKER.finditer(text):
         line_start = text.rfind("\n", 0, m.start()) + 1

@@ -341,12 +341,17 @@ def _value_start(body: str, end: int) -> int:
 
 def check(registry: Registry, data_dir: str | Path, root: str | Path,
           load: Callable[[Path], Tables] | None = None) -> list[Difference]:
-    """Every difference: recomputed against the registry, the prose against the registry."""
+    """Every difference: recomputed against the registry, the prose against the registry, and each number in a
+    findings section that carries no claim (``(no claim)``)."""
     root = Path(root)
     recomputed = recompute_all(registry, data_dir, load)
     out = [Difference(c.id, f"data/{c.data}", c.value, recomputed[c.id])
            for c in registry.claims if recomputed[c.id] != c.value]
-    return out + prose_differences(registry, prose_files(root), root)
+    out += prose_differences(registry, prose_files(root), root)
+    for path in prose_files(root):
+        out += [Difference("(no claim)", str(path.relative_to(root)), found.split(" in: ")[0], "-")
+                for found in unclaimed_numbers(path.read_text(), registry.parameters)]
+    return out
 
 
 def table(differences: list[Difference]) -> str:

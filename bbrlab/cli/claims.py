@@ -26,8 +26,9 @@ How a number is tied to the data:
   3. Inside <!-- findings --> ... <!-- /findings --> every number needs a marker, unless it is a
      parameter phrase listed under 'parameters:' in the registry (a condition such as '10 ms / 25 %').
 
-Exit status: 0 when every claim recomputes to its value and every marker's number matches; 1 otherwise,
-with a table of what differs (claim, where, stated, recomputed). tests/unit/test_claims.py runs the same check.
+Exit status: 0 when every claim recomputes to its value, every marker's number matches and every number in
+a findings section has a claim; 1 otherwise, with a table of what differs (claim, where, stated, recomputed;
+"(no claim)" for an unmarked number). tests/unit/test_claims.py runs the same check.
 """
 
 

@@ -11,7 +11,8 @@ Statistics (``stat``) of ``column`` over the selected runs:
 - ``median``, ``mean``, ``min``, ``max``, ``sum``; ``range`` prints ``low-high`` (one value when both print alike);
 - ``count``: the selected runs (no column); ``groups``: the distinct values of ``by`` among them (points);
   ``fraction``: the percentage of them that also match ``where``
-  (every other statistic keeps only the runs that match ``where``);
+  (every other statistic keeps only the runs that match ``where``); ``within`` narrows the selection by
+  ranges (``{inflight_bdp: {below: 1}}``) before any statistic, a fraction's denominator included;
 - ``interval``: the order-statistic interval of the median (:func:`bbrlab.core.confidence.median_interval`,
   asked at 95 %) as ``low-high``; ``level``: the level that interval reaches, as a percentage (50 at n = 2);
 - ``threshold_low``, ``threshold_high``: the ends of the share interval (low, high] a threshold search decided
@@ -44,8 +45,9 @@ from .tables import Tables
 STATS = ("median", "mean", "min", "max", "sum", "range", "count", "groups", "fraction", "interval", "level",
          "threshold_low", "threshold_high")
 ACROSS = ("range", "min", "max")
-#: ``runs``: one row per run; ``flows``: one row per flow of a run, with its run's columns beside it.
-TABLES = ("runs", "flows")
+#: ``runs``: one row per run; ``flows``: one row per flow of a run, ``ss``: one row per socket sample, each with
+#: its run's columns beside it.
+TABLES = ("runs", "flows", "ss")
 #: The prose files whose numbers about data/ are tied to claims (relative to the repository root).
 PROSE = ("README.md", "data/README.md", "docs/*.md")
 MARKER = re.compile(r"<!-- claim:([A-Za-z0-9_.-]+) -->")
@@ -64,6 +66,7 @@ class Claim:
     column: str | None = None
     select: Mapping[str, object] = field(default_factory=dict)
     where: Mapping[str, object] = field(default_factory=dict)
+    within: Mapping[str, object] = field(default_factory=dict)
     by: tuple[str, ...] = ()
     across: str | None = None
     format: str = ".1f"
@@ -188,12 +191,13 @@ def _scalar(claim: Claim, runs: pd.DataFrame, root: Path) -> float | str | tuple
 
 
 def selectable(claim: Claim, tables: Tables) -> Tables:
-    """Tables whose ``runs`` is the table the claim counts in: ``runs``, or ``flows`` with each flow's run columns
-    beside it (only that table is kept: a selection then filters nothing else)."""
+    """Tables whose ``runs`` is the table the claim counts in: ``runs``, or ``flows`` or ``ss`` with each row's run
+    columns beside it (only that table is kept: a selection then filters nothing else)."""
     rows = tables.runs
-    if claim.table == "flows":
-        runs = tables.runs[[c for c in tables.runs.columns if c == "run_id" or c not in tables.flows.columns]]
-        rows = tables.flows.merge(runs, on="run_id", how="inner")
+    if claim.table != "runs":
+        table = getattr(tables, claim.table)
+        runs = tables.runs[[c for c in tables.runs.columns if c == "run_id" or c not in table.columns]]
+        rows = table.merge(runs, on="run_id", how="inner")
     return Tables.of_frames({"runs": rows, **{name: df.iloc[:0] for name, df in tables.frames().items()
                                               if name != "runs"}}, [], [])
 
@@ -205,6 +209,7 @@ def recompute(claim: Claim, tables: Tables, root: Path) -> str:
     if claim.stat.startswith("threshold_"):
         return _threshold(claim, root)
     selected = data.select(tables, dict(claim.select)).runs
+    selected = selected[_match(selected, claim.within)]
     if selected.empty:
         return "(no runs)"
     if claim.stat == "groups":

@@ -19,7 +19,8 @@ How a number is tied to the data:
          format: .1f               # a Python format spec, or hh:mm for a time stamp
          value: "7.6"
 
-     'by: [col, ...]' with 'across: range|min|max' takes the statistic per group first (the range of
+     'table: flows|ss' counts flows or socket samples (each with its run's columns); 'within' and 'where'
+     take ranges ({below: 1}, {at_least: 16}); 'by: [col, ...]' with 'across: range|min|max' takes the statistic per group first (the range of
      per-queue medians); 'interval' is the median's order-statistic interval (low-high) and 'level' the
      level it reaches (50 at n = 2: never write 95 % for it).
   2. Write the marker right after the number in the prose: 7.6<!-- claim:fq-cubic-25-fq --> Mbit/s.

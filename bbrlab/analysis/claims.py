@@ -123,6 +123,9 @@ def _claim(raw: object, index: int) -> Claim:
 
 def load_registry(path: str | Path) -> Registry:
     """The registry in YAML file ``path``: ``claims: [...]`` and ``parameters: [regex, ...]``."""
+    if not Path(path).is_file():
+        raise BbrlabError(f"claims registry {path}: no such file (run from the repository's root, or give --root "
+                          "or --registry)")
     doc = load_file(path, "claims", "claims registry")
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
         raise BbrlabError(f"{path}: a mapping with a list 'claims' (and 'parameters')")

@@ -132,6 +132,8 @@ def test_statistics_on_a_small_table():
 
 
 def test_bad_registry_entries_name_the_field(tmp_path):
+    with pytest.raises(Exception, match="no such file .*--root"):
+        claims.load_registry(tmp_path / "docs" / "claims.yaml")
     bad = tmp_path / "claims.yaml"
     bad.write_text("claims:\n  - {id: a, data: demo, stat: modal, column: v, value: '1'}\n")
     with pytest.raises(Exception, match=r"claims\[0\]\.stat = 'modal'"):

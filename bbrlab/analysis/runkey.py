@@ -1,0 +1,119 @@
+"""One definition of "the same condition": the run-identity key.
+
+Two runs are repetitions of one condition when they agree on every column of :data:`RUN_KEY`, the
+``runs`` columns of every spec dimension that changes a run (docs/statistics.md, "The same condition"):
+
+============ ==========================================================================================
+CCA          ``variant`` (BBR version, patch and patch tag: :mod:`bbrlab.analysis.identity`), ``cca``
+             (the module's name), ``kernel`` (the sender's kernel)
+contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``cpu_share_pct``,
+             ``cfs_period_ms``, ``cfs_burst_ms``, ``credit_s``, ``load_pct``
+link         ``rtt_ms``, ``rate_mbit``, ``queue_mode`` and ``buffer_bdp`` (the queue tree and the queue in
+             force), ``loss_model``, ``loss_pct``, ``emulator_offloads``
+sender       ``sender_qdisc`` (fq: paced), ``sampler`` (a socket sampler costs the sender CPU)
+flows        ``streams``, ``flows``, ``extra_flows`` (the other flows' CCA, origin, streams and start)
+workload     ``workload`` (iperf3 bulk or an rsync copy), ``duration_s``, ``file_mb``
+machine      ``source``, ``testbed_kind``, ``hypervisor``, ``accelerator``, and ``machine`` (the CPU model)
+             where the records name it
+============ ==========================================================================================
+
+A column the table lacks is left out of the key (:func:`key_columns`); a missing value (NaN) is a value of
+its own, equal only to another missing value. A run without a CPU policy (``contention_mode`` ``none``, 100 %
+share) has no contention parameters: its recorded timeslice (a grid's) is not part of its identity
+(:func:`identity`). Not in the key: what a run measured (throughput, read-backs such as
+``sender_root_qdisc``), when and where it ran (``campaign``, ``testbed``, ``started_at``) and its
+``repetition``; pooling over those is what repetitions are for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import pandas as pd
+
+#: The congestion control that ran and the kernel it ran on.
+CCA_KEY: Final[tuple[str, ...]] = ("variant", "cca", "kernel")
+#: The CPU contention: its model and every parameter of it (the share included).
+CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "cpu_share_pct", "cfs_period_ms",
+                                          "cfs_burst_ms", "credit_s", "load_pct")
+#: The emulated link and its bottleneck queue.
+LINK_KEY: Final[tuple[str, ...]] = ("rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_model", "loss_pct",
+                                    "emulator_offloads")
+#: The sender's qdisc and its socket sampler.
+SENDER_KEY: Final[tuple[str, ...]] = ("sender_qdisc", "sampler")
+#: The flows of the run.
+FLOWS_KEY: Final[tuple[str, ...]] = ("streams", "flows", "extra_flows")
+#: What the flow carried and for how long.
+WORKLOAD_KEY: Final[tuple[str, ...]] = ("workload", "duration_s", "file_mb")
+#: Where it ran: the layout, the kind of testbed, the hypervisor and the machine (CPU model).
+MACHINE_KEY: Final[tuple[str, ...]] = ("source", "testbed_kind", "hypervisor", "accelerator", "machine")
+
+#: Every column of the run-identity key, in this order.
+RUN_KEY: Final[tuple[str, ...]] = (*CCA_KEY, *CONTENTION_KEY, *LINK_KEY, *SENDER_KEY, *FLOWS_KEY, *WORKLOAD_KEY,
+                                   *MACHINE_KEY)
+#: The contention's parameters: not part of an uncontended run's identity.
+CONTENTION_PARAMETERS: Final[tuple[str, ...]] = tuple(c for c in CONTENTION_KEY
+                                                      if c not in ("contention_mode", "cpu_share_pct"))
+#: The key without the CCA and the contention: the setting a contention curve of one CCA is measured in.
+SETTING_KEY: Final[tuple[str, ...]] = tuple(c for c in RUN_KEY if c not in (*CCA_KEY, *CONTENTION_KEY))
+
+
+def key_columns(runs: pd.DataFrame, key: tuple[str, ...] = RUN_KEY) -> list[str]:
+    """The columns of ``key`` (default: :data:`RUN_KEY`) that ``runs`` has, in the key's order."""
+    return [c for c in key if c in runs.columns]
+
+
+def identity(runs: pd.DataFrame, key: tuple[str, ...] = RUN_KEY) -> pd.DataFrame:
+    """Each run's identity: the :func:`key_columns` of ``runs``, with the contention parameters blanked (NaN) for
+    runs without a CPU policy (``contention_mode`` ``none``). Same index as ``runs``."""
+    frame = runs[key_columns(runs, key)].copy()
+    if "contention_mode" in runs.columns:
+        free = (runs["contention_mode"] == "none").fillna(False).to_numpy(dtype=bool)
+        for col in (c for c in CONTENTION_PARAMETERS if c in frame.columns):
+            frame.loc[free, col] = pd.NA if str(frame[col].dtype) in ("string", "Int64") else math.nan
+    return frame
+
+
+def with_identity(runs: pd.DataFrame, key: tuple[str, ...] = RUN_KEY) -> pd.DataFrame:
+    """``runs`` with its key columns replaced by :func:`identity`'s (for grouping by the key)."""
+    return runs.assign(**{c: v for c, v in identity(runs, key).items()})
+
+
+def mixed(runs: pd.DataFrame, by: list[str], key: tuple[str, ...] = RUN_KEY) -> dict[str, int]:
+    """The key columns (not in ``by``) on which runs of one group of ``by`` differ, each with the number of
+    groups where they do; empty when every group is one condition (or ``runs`` is empty).
+
+    Examples
+    --------
+    >>> mixed(runs, ["variant", "timeslice_ms", "cpu_share_pct"])  # doctest: +SKIP
+    {'loss_pct': 12, 'sender_qdisc': 2}
+    """
+    ids = identity(runs, key)
+    cols = [c for c in ids.columns if c not in by]
+    if runs.empty or not cols:
+        return {}
+    frame = ids[cols].astype("object").where(ids[cols].notna(), "<missing>")
+    groups = [runs[c] for c in by if c in runs.columns]
+    counts = frame.groupby(groups, dropna=False).nunique() if groups else frame.nunique().to_frame().T
+    return {c: int((counts[c] > 1).sum()) for c in cols if (counts[c] > 1).any()}
+
+
+def same(frame: pd.DataFrame, values: dict) -> pd.Series:
+    """Rows of ``frame`` whose columns equal ``values`` (a missing value equals only a missing value)."""
+    mask = pd.Series(True, index=frame.index)
+    for col, value in values.items():
+        missing = value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+        mask &= frame[col].isna() if missing else (frame[col] == value).fillna(False).astype(bool)
+    return mask
+
+
+def settings(runs: pd.DataFrame, key: tuple[str, ...] = SETTING_KEY) -> list[dict]:
+    """The distinct values of ``key``'s columns (default: :data:`SETTING_KEY`) among ``runs``, as dicts."""
+    cols = key_columns(runs, key)
+    if runs.empty:
+        return []
+    if not cols:
+        return [{}]
+    distinct = identity(runs, key)[cols].drop_duplicates()
+    return [dict(zip(cols, row, strict=True)) for row in distinct.itertuples(index=False, name=None)]

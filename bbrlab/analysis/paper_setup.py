@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from . import runkey
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -88,27 +90,8 @@ def restrict(tables) -> Restricted:
 
 def setting_label(setting: dict, varying: list[str]) -> str:
     """A setting named by the columns that set it apart from the others (``varying``), e.g.
-    ``"RTT 20 ms, 100 Mbit/s, 1 BDP, 8 s"``; ``""`` when nothing does."""
-    parts = []
-    authors = setting.get("queue_mode") == "authors"
-    for col in varying:
-        value = setting.get(col)
-        if col == "queue_mode" or (col == "buffer_bdp" and authors):  # the queue in words: "1 BDP", "the authors' queue"
-            parts += ["the authors' queue"] if col == "queue_mode" and authors else []
-            continue
-        missing = value is None or value is pd.NA or (isinstance(value, float) and value != value)
-        parts.append(f"{col} not recorded" if missing else _value_text(col, value))
-    return ", ".join(parts)
-
-
-_FORMATS = {"rtt_ms": "RTT {:g} ms", "rate_mbit": "{:g} Mbit/s", "buffer_bdp": "{:.3g} BDP", "duration_s": "{:g} s",
-            "streams": "{:g} streams", "flows": "{:g} flows", "kernel": "kernel {}", "queue_mode": "{} queue tree",
-            "sender_qdisc": "qdisc {}", "sampler": "sampler {}", "emulator_offloads": "emulator offloads {}",
-            "machine": "machine {}"}
-
-
-def _value_text(col: str, value) -> str:
-    return _FORMATS.get(col, col + " {}").format(value)
+    ``"RTT 20 ms, 100 Mbit/s, 1 BDP, 8 s"`` (:func:`bbrlab.analysis.runkey.label`); ``""`` when nothing does."""
+    return runkey.label({c: setting.get(c) for c in varying})
 
 
 def varying_columns(settings: list[dict]) -> list[str]:

@@ -4,8 +4,8 @@ Two runs are repetitions of one condition when they agree on every column of :da
 ``runs`` columns of every spec dimension that changes a run (docs/statistics.md, "The same condition"):
 
 ============ ==========================================================================================
-CCA          ``variant`` (BBR version, patch and patch tag: :mod:`bbrlab.analysis.identity`), ``cca``
-             (the module's name), ``kernel`` (the sender's kernel)
+CCA          ``variant`` (BBR version, patch and patch tag: :mod:`bbrlab.analysis.identity`), ``kernel``
+             (the sender's kernel), ``cca`` (the module's name)
 contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``cpu_share_pct``,
              ``cfs_period_ms``, ``cfs_burst_ms``, ``credit_s``, ``load_pct``
 link         ``rtt_ms``, ``rate_mbit``, ``queue_mode`` and ``buffer_bdp`` (the queue tree and the queue in
@@ -33,7 +33,7 @@ from typing import Final
 import pandas as pd
 
 #: The congestion control that ran and the kernel it ran on.
-CCA_KEY: Final[tuple[str, ...]] = ("variant", "cca", "kernel")
+CCA_KEY: Final[tuple[str, ...]] = ("variant", "kernel", "cca")
 #: The CPU contention: its model and every parameter of it (the share included).
 CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "cpu_share_pct", "cfs_period_ms",
                                           "cfs_burst_ms", "credit_s", "load_pct")
@@ -117,3 +117,61 @@ def settings(runs: pd.DataFrame, key: tuple[str, ...] = SETTING_KEY) -> list[dic
         return [{}]
     distinct = identity(runs, key)[cols].drop_duplicates()
     return [dict(zip(cols, row, strict=True)) for row in distinct.itertuples(index=False, name=None)]
+
+
+#: How a label names a key column's value ("RTT 20 ms", "loss 1 %", "qdisc fq"); other columns: "<column> <value>".
+FORMATS: Final[dict[str, str]] = {
+    "rtt_ms": "RTT {:g} ms", "rate_mbit": "{:g} Mbit/s", "buffer_bdp": "{:.3g} BDP", "duration_s": "{:g} s",
+    "streams": "{:g} streams", "flows": "{:g} flows", "kernel": "kernel {}", "queue_mode": "{} queue tree",
+    "sender_qdisc": "qdisc {}", "sampler": "sampler {}", "emulator_offloads": "emulator offloads {}",
+    "machine": "machine {}", "loss_pct": "loss {:g} %", "loss_model": "loss model {}", "timeslice_ms": "{:g} ms",
+    "cpu_share_pct": "{:g} % share", "contention_mode": "{}", "cfs_period_ms": "period {:g} ms",
+    "cfs_burst_ms": "burst {:g} ms", "credit_s": "credit {:g} s", "load_pct": "load {:g} %", "extra_flows": "with {}",
+    "workload": "{}", "file_mb": "{:g} MB", "variant": "{}", "cca": "{}"}
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def label(values: dict) -> str:
+    """Key values in words, e.g. ``{"rtt_ms": 20, "loss_pct": 1.0}`` -> ``"RTT 20 ms, loss 1 %"``; the queue as a
+    figure names it (``"1 BDP"``, ``"authors' queue"``, whatever buffer that tree held)."""
+    parts = []
+    authors = values.get("queue_mode") == "authors"
+    for col, value in values.items():
+        if col == "queue_mode" or (col == "buffer_bdp" and authors):
+            parts += ["authors' queue"] if col == "queue_mode" and authors else []
+        elif _missing(value):
+            parts.append(f"{FORMATS.get(col, '').split('{')[0].strip() or col} not recorded")
+        else:
+            parts.append(FORMATS.get(col, col + " {}").format(value))
+    return ", ".join(parts)
+
+
+def split(runs: pd.DataFrame, hue: str, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Keep a figure's points to one condition each: the key columns on which runs of one group of ``by`` (the
+    figure's panels, hue and x) still differ, added one at a time in the key's order until no group mixes
+    conditions (by :func:`identity`: uncontended runs never differ in contention parameters), and ``runs`` with
+    ``hue`` followed by those columns' values in words (``"Cubic [loss 1 %]"``), per hue only those that differ
+    among its runs. Unchanged (and no column) when every group is one condition already."""
+    if runs.empty or hue not in runs.columns:
+        return runs, []
+    ids = identity(runs)
+    added: list[str] = []
+    for col in ids.columns:
+        if col in by:
+            continue
+        frame = runs.assign(**{c: ids[c] for c in [*added, col]})
+        if mixed(frame, [*by, *added], key=(col,)):
+            added.append(col)
+    if not added:
+        return runs, []
+    out = runs  # labels and groups by the recorded values: an uncontended run stays on its grid timeslice's line
+    # per hue only the added columns that differ among its own runs: "BBRv3" stays "BBRv3" beside "BBRv1 [kernel ...]"
+    own = {h: [c for c in added if part[c].nunique(dropna=False) > 1]
+           for h, part in out.groupby(hue, dropna=False, sort=False)}
+    suffix = [label({c: value for c, value in zip(added, row, strict=True) if c in own.get(h, added)})
+              for h, *row in out[[hue, *added]].itertuples(index=False, name=None)]
+    hues = [f"{h} [{s}]" if s else str(h) for h, s in zip(out[hue], suffix, strict=True)]
+    return out.assign(**{hue: hues}), added

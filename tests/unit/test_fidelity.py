@@ -197,7 +197,7 @@ def test_each_bottleneck_queue_is_judged_apart():
     runs = pd.concat([shallow.assign(queue_mode="bbrlab", buffer_bdp=1.0),
                       deep.assign(queue_mode="authors", buffer_bdp=605.6, run_id=deep["run_id"] + "-a")])
     robust = _claims(runs).query("key == 'cubic_robust'").set_index("subject")["verdict"].to_dict()
-    assert robust == {"Cubic [the authors' queue]": "reproduced", "Cubic [1 BDP]": "not reproduced"}
+    assert robust == {"Cubic [authors' queue]": "reproduced", "Cubic [1 BDP]": "not reproduced"}
     # one queue: the subjects stay as they were
     assert set(_claims(shallow.assign(queue_mode="bbrlab", buffer_bdp=1.0)).query("key == 'cubic_robust'")["subject"]) \
         == {"Cubic"}

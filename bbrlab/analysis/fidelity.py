@@ -332,8 +332,9 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
 
 def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The thresholds with their intervals and the patched-vs-original comparisons, on the runs the throughput
-    claims judge: iperf3 runs without ss sampling, below the sender's CPU ceiling (:func:`split_by_ceiling`)."""
-    plain = runs
+    claims judge: iperf3 runs of the paper's setup (:func:`bbrlab.analysis.paper_setup.restrict_runs`) without ss
+    sampling, below the sender's CPU ceiling (:func:`split_by_ceiling`)."""
+    plain = paper_setup.restrict_runs(runs)[0]
     if "ss_sampled" in plain:
         plain = plain[plain["ss_sampled"].fillna(False).astype(bool) == False]  # noqa: E712 - a column mask
     if "workload" in plain:

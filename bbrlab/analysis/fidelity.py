@@ -305,10 +305,11 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "",
-             "| claim | on | verdict | paper | this data |", "|---|---|---|---|---|"]
+    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "", *_scope_lines(runs),
+             "| claim | on | verdict | paper | this data | runs | conditions |", "|---|---|---|---|---|---|---|"]
     for row in table.itertuples():
-        cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured)]
+        cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured,
+                                                    getattr(row, "runs", ""), getattr(row, "points", ""))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _set_aside_lines(table)
     extra = {}
@@ -342,6 +343,18 @@ def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     judged = split_by_ceiling(plain).judged
     pairs = bbr_variants(runs)[1] if {"bbr_version", "patched"} <= set(runs.columns) else []
     return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, pairs)
+
+
+def _scope_lines(runs: pd.DataFrame | None) -> list[str]:
+    """What the claims were judged on: the runs of the paper's setup, and the runs left out and why."""
+    if runs is None:
+        return []
+    kept, notes = paper_setup.restrict_runs(runs)
+    ok = int((runs["status"] == "ok").sum()) if "status" in runs else len(runs)
+    return [f"Judged against the paper: {len(kept)} of {ok} ok runs, those of the paper's setup (one bulk iperf3 "
+            "flow, SCHED_DEADLINE or no policy, no loss, no fq), each claim apart in every setting (queue, RTT, rate, "
+            "duration ...) they hold; `runs` counts a claim's runs, `conditions` its run identities (unsampled).",
+            *[f"- {n}" for n in notes], ""]
 
 
 def _set_aside_lines(table: pd.DataFrame) -> list[str]:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from bbrlab.analysis import data, facets, fidelity, paper_claims, paper_setup, plots, runkey
+from bbrlab.analysis import data, facets, fairness_plots, fidelity, paper_claims, paper_setup, plots, runkey
 
 DATA = Path(__file__).parents[2] / "data"
 #: What a claim compares within one setting: the CCA and the contention point, and (figure 7's claim) the rate.
@@ -66,7 +66,7 @@ def _figures(tables):
     """The throughput figures the notebooks draw from all of data/, with the notebooks' selections."""
     base = data.select(tables, ss_sampled=False, workload="iperf3")
     paper = data.select(base, rate_mbit=100, streams=1, loss_pct=0, contention_mode=["deadline", "none"])
-    sweep = data.select(base, rtt_ms=10, streams=1, loss_pct=0, contention_mode=["deadline", "none"])
+    sweep = data.select(base, rtt_ms=20, streams=1, loss_pct=0, contention_mode=["deadline", "none"])
     yield plots.throughput_vs_share(data.select(paper, cpu_share_pct=[30, 50, 70]), row=None, col="timeslice_ms")
     yield plots.throughput_vs_share(paper)
     yield plots.sweep(sweep, over="rate_mbit")
@@ -93,3 +93,20 @@ def test_no_figure_point_over_all_data_pools_unlike_runs(tables, monkeypatch):
         plt.close(fig)
     assert len(groups) >= 10
     assert [(by, mixed) for by, mixed in groups if mixed] == []
+
+
+def test_no_fairness_figure_point_over_all_data_pools_unlike_runs(tables, monkeypatch):
+    """The fairness notebook's lines (median per line and share, fairness_plots._vs_share) over all of data/."""
+    drawn = []
+    real = fairness_plots._vs_share
+
+    def spy(ax, frame, value, by):
+        table = real(ax, frame, value, by)
+        drawn.append(runkey.mixed(frame, [c for c in table.columns if c in frame.columns and c != value]))
+        return table
+
+    monkeypatch.setattr(fairness_plots, "_vs_share", spy)
+    base = data.select(tables, ss_sampled=False)
+    for fig, _ in (fairness_plots.qdisc_vs_share(base), fairness_plots.fairness_vs_share(base)):
+        plt.close(fig)
+    assert len(drawn) == 3 and drawn == [{}, {}, {}]

@@ -185,10 +185,10 @@ def claims(tables) -> pd.DataFrame:
     there when another setting has data for it. Figure 7's claim compares rates, so it is judged in every setting
     but the rate. Columns ``setting``, ``runs`` and ``points`` say where each claim was judged and on how many
     runs and conditions (run identities). See :func:`claims_of_one_setting`."""
-    runs = paper_setup.restrict(tables).tables.runs
-    frames = [_judged_apart(tables, runs, CLAIM_SETTING, claims_of_one_setting)]
+    paper = paper_setup.restrict(tables).tables
+    frames = [_judged_apart(paper, paper.runs, CLAIM_SETTING, claims_of_one_setting)]
     by_rate = tuple(c for c in CLAIM_SETTING if c != "rate_mbit")
-    frames.append(_judged_apart(tables, runs, by_rate, bandwidth_claims))
+    frames.append(_judged_apart(paper, paper.runs, by_rate, bandwidth_claims))
     table = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
     return _without_empty_repeats(table)
 

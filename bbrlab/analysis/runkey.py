@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
+import numpy as np
 import pandas as pd
 
 #: The congestion control that ran and the kernel it ran on.
@@ -90,13 +91,25 @@ def mixed(runs: pd.DataFrame, by: list[str], key: tuple[str, ...] = RUN_KEY) -> 
     {'loss_pct': 12, 'sender_qdisc': 2}
     """
     ids = identity(runs, key)
-    cols = [c for c in ids.columns if c not in by]
-    if runs.empty or not cols:
-        return {}
-    frame = ids[cols].astype("object").where(ids[cols].notna(), "<missing>")
-    groups = [runs[c] for c in by if c in runs.columns]
-    counts = frame.groupby(groups, dropna=False).nunique() if groups else frame.nunique().to_frame().T
-    return {c: int((counts[c] > 1).sum()) for c in cols if (counts[c] > 1).any()}
+    groups = _group_codes(runs, [c for c in by if c in runs.columns])
+    out = {c: _groups_varying(groups, ids[c]) for c in ids.columns if c not in by}
+    return {c: n for c, n in out.items() if n}
+
+
+def _group_codes(frame: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """Each row's group number over ``cols`` (a missing value is a value); all 0 without columns."""
+    if not cols or frame.empty:
+        return np.zeros(len(frame), dtype=np.int64)
+    return frame.groupby([frame[c] for c in cols], dropna=False, sort=False).ngroup().to_numpy()
+
+
+def _groups_varying(groups: np.ndarray, values: pd.Series) -> int:
+    """How many groups hold more than one of ``values`` (a missing value is one value)."""
+    if not len(values):
+        return 0
+    codes = pd.factorize(values.astype("object"), use_na_sentinel=False)[0]
+    pairs = pd.DataFrame({"g": groups, "v": codes}).drop_duplicates()
+    return int((pairs.groupby("g").size() > 1).sum())
 
 
 def same(frame: pd.DataFrame, values: dict) -> pd.Series:
@@ -159,12 +172,12 @@ def split(runs: pd.DataFrame, hue: str, by: list[str]) -> tuple[pd.DataFrame, li
         return runs, []
     ids = identity(runs)
     added: list[str] = []
+    groups = _group_codes(runs, [c for c in by if c in runs.columns])
     for col in ids.columns:
-        if col in by:
-            continue
-        frame = runs.assign(**{c: ids[c] for c in [*added, col]})
-        if mixed(frame, [*by, *added], key=(col,)):
+        if col not in by and _groups_varying(groups, ids[col]):
             added.append(col)
+            groups = _group_codes(runs.assign(**{c: ids[c] for c in added}), [c for c in [*by, *added]
+                                                                                if c in runs.columns])
     if not added:
         return runs, []
     out = runs  # labels and groups by the recorded values: an uncontended run stays on its grid timeslice's line

@@ -90,14 +90,22 @@ def restrict(tables) -> Restricted:
 
 def setting_label(setting: dict, varying: list[str]) -> str:
     """A setting named by the columns that set it apart from the others (``varying``), e.g.
-    ``"RTT 20 ms, 100 Mbit/s, 1 BDP, 8 s"`` (:func:`bbrlab.analysis.runkey.label`); ``""`` when nothing does."""
-    return runkey.label({c: setting.get(c) for c in varying})
+    ``"RTT 20 ms, 100 Mbit/s, 1 BDP, 8 s"`` (:func:`bbrlab.analysis.runkey.label`); a column the setting has no
+    value in is left out (``"not recorded"`` when none has one); ``""`` when nothing sets it apart."""
+    present = {c: setting.get(c) for c in varying if runkey_text(setting.get(c)) != "<missing>"}
+    return runkey.label(present) if present else ("not recorded" if varying else "")
 
 
 def varying_columns(settings: list[dict]) -> list[str]:
-    """The columns whose value differs between ``settings`` (in the key's order)."""
+    """The columns whose value differs between ``settings`` (in the key's order): those with two values or more
+    where that names every setting apart, else also those that some settings lack (a missing value)."""
     cols = list(settings[0]) if settings else []
-    return [c for c in cols if len({runkey_text(s.get(c)) for s in settings}) > 1]
+    values = {c: {runkey_text(s.get(c)) for s in settings} for c in cols}
+    known = [c for c in cols if len(values[c] - {"<missing>"}) > 1]
+    labels = [setting_label(s, known) for s in settings]
+    if len(set(labels)) == len(labels):
+        return known
+    return [c for c in cols if len(values[c]) > 1]
 
 
 def runkey_text(value) -> str:

@@ -110,3 +110,12 @@ def test_no_fairness_figure_point_over_all_data_pools_unlike_runs(tables, monkey
     for fig, _ in (fairness_plots.qdisc_vs_share(base), fairness_plots.fairness_vs_share(base)):
         plt.close(fig)
     assert len(drawn) == 3 and drawn == [{}, {}, {}]
+
+
+def test_a_representative_run_is_chosen_per_condition():
+    from bbrlab.analysis.explore import representative_runs
+
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "variant": "BBRv1", "timeslice_ms": 10.0,
+                         "cpu_share_pct": 25.0, "loss_pct": [0.0, 0.0, 10.0, 10.0],
+                         "throughput_mbit": [5.0, 6.0, 0.5, 0.7]})
+    assert len(representative_runs(runs)) == 2  # one without loss, one at 10 % loss: never the pooled median

@@ -119,3 +119,14 @@ def test_a_representative_run_is_chosen_per_condition():
                          "cpu_share_pct": 25.0, "loss_pct": [0.0, 0.0, 10.0, 10.0],
                          "throughput_mbit": [5.0, 6.0, 0.5, 0.7]})
     assert len(representative_runs(runs)) == 2  # one without loss, one at 10 % loss: never the pooled median
+
+
+def test_select_names_what_a_selection_still_mixes_and_the_paper_setup_what_it_left_out(tables):
+    vary = ["variant", "timeslice_ms", "cpu_share_pct"]
+    loose = data.select(tables, ss_sampled=False, rate_mbit=20, vary=vary)
+    assert any("differ in" in n and "loss_pct" in n and "contention_mode" in n for n in loose.notes)
+    demo = data.select(tables, ss_sampled=False, campaign="demo", rate_mbit=100, vary=vary)
+    assert not any("differ in" in n for n in demo.notes)  # one setting: every point one condition
+    kept = paper_setup.restrict(tables)
+    assert kept.kept + kept.left_out == int((tables.runs["status"] == "ok").sum())
+    assert any(n.startswith("left out 60 runs with loss_pct 0.1, 1, 10, 30") for n in kept.notes)

@@ -124,7 +124,7 @@ def test_a_representative_run_is_chosen_per_condition():
 def test_select_names_what_a_selection_still_mixes_and_the_paper_setup_what_it_left_out(tables):
     vary = ["variant", "timeslice_ms", "cpu_share_pct"]
     loose = data.select(tables, ss_sampled=False, rate_mbit=20, vary=vary)
-    assert any("differ in" in n and "loss_pct" in n and "contention_mode" in n for n in loose.notes)
+    assert any("differ in" in n and "loss_pct" in n and "kernel" in n for n in loose.notes)
     demo = data.select(tables, ss_sampled=False, campaign="demo", rate_mbit=100, vary=vary)
     assert not any("differ in" in n for n in demo.notes)  # one setting: every point one condition
     kept = paper_setup.restrict(tables)

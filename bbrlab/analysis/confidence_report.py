@@ -24,17 +24,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from bbrlab.analysis import stats
+from bbrlab.analysis import runkey, stats
 from bbrlab.analysis.data import summarise
 from bbrlab.analysis.paper_claims import PAPER_PATCHED_RECOVERY_PCT, PAPER_RECOVERY_PCT, RECOVERED_UTILISATION
 
-#: Columns that make two runs the same experiment apart from the CPU share (those present in the table count).
-CURVE_KEYS = ("contention_mode", "timeslice_ms", "cfs_period_ms", "cfs_burst_ms", "credit_s", "load_pct",
-              "rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_pct", "streams", "flows", "sender_qdisc",
-              "workload", "duration_s")
-#: The link's columns: uncontended runs (share 100) join every contended curve that agrees on them.
-LINK_KEYS = tuple(k for k in CURVE_KEYS if k not in ("contention_mode", "timeslice_ms", "cfs_period_ms",
-                                                     "cfs_burst_ms", "credit_s", "load_pct"))
+#: Columns that make two runs of one variant the same experiment apart from the CPU share: the run-identity key
+#: (:mod:`bbrlab.analysis.runkey`) without the variant and the share (those present in the table count).
+CURVE_KEYS = tuple(k for k in runkey.RUN_KEY if k not in ("variant", "cpu_share_pct"))
+#: The setting's columns: uncontended runs (share 100) join every contended curve that agrees on them (and on
+#: the CCA: cca, kernel).
+LINK_KEYS = tuple(k for k in CURVE_KEYS if k not in runkey.CONTENTION_KEY)
 #: The family-wise error rate of the patched-vs-original calls (Holm over one pair's points).
 ALPHA = 0.05
 THRESHOLD_COLUMNS = ("variant", "timeslice_ms", "rtt_ms", "rate_mbit", "queue", "setting", "shares_tested", "runs",
@@ -89,15 +88,6 @@ def _paper_pct(variant: str, timeslice_ms: float) -> float | None:
     return table.get(float(timeslice_ms)) if variant.startswith("BBR") else None
 
 
-def _same(frame: pd.DataFrame, key: dict) -> pd.Series:
-    """Rows of ``frame`` whose columns equal ``key``'s values (NaN equals NaN)."""
-    mask = pd.Series(True, index=frame.index)
-    for col, value in key.items():
-        missing = value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
-        mask &= frame[col].isna() if missing else frame[col] == value
-    return mask
-
-
 def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) -> pd.DataFrame:
     """Each BBR curve's recovery threshold under SCHED_DEADLINE with its interval (see the module's text).
 
@@ -124,7 +114,7 @@ def threshold_rows(runs: pd.DataFrame, target: float = RECOVERED_UTILISATION) ->
     rows = []
     for (variant, *values), curve in contended.groupby(["variant", *keys], dropna=False, sort=True):
         key = dict(zip(keys, values, strict=True))
-        uncontended = full[(full["variant"] == variant) & _same(full, {k: key[k] for k in link})].copy()
+        uncontended = full[(full["variant"] == variant) & runkey.same(full, {k: key[k] for k in link})].copy()
         uncontended["cpu_share_pct"] = 100.0
         points = summarise(pd.concat([curve, uncontended]), ["cpu_share_pct"], value="link_utilisation")
         found = stats.threshold_interval(points["cpu_share_pct"], points["median"], points["ci_low"], points["ci_high"],
@@ -156,8 +146,8 @@ def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.Data
         patched against original, ``cliffs_delta`` P(patched > original) - P(patched < original), ``p_holm``
         the Mann-Whitney p after Holm's correction over the pair's points, ``call`` the verdict in words.
     """
-    ok = _ok(runs)
-    keys = _keys(ok, ("cpu_share_pct", *CURVE_KEYS))
+    ok = runkey.with_identity(_ok(runs))
+    keys = _keys(ok, ("cpu_share_pct", *(k for k in CURVE_KEYS if k != "cca")))  # the pair's modules differ in name
     rows = []
     for original, patched in pairs:
         both = ok[ok["variant"].isin([original, patched])]

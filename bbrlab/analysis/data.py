@@ -24,7 +24,7 @@ import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
 
-from . import authors, records_reader
+from . import authors, records_reader, runkey
 from .stats import median_interval
 from .table_cache import Layout
 from .table_cache import ingest as _ingest
@@ -133,7 +133,7 @@ def _shown(values) -> str:
 
 
 def select(tables: Tables, filters: Mapping[str, object] | None = None, /, *, ok_only: bool = True,
-           **columns) -> Tables:
+           vary: Sequence[str] | None = None, **columns) -> Tables:
     """The runs whose columns have the wanted values; intervals and ss follow. Strict, and says so.
 
     A value the data does not have gives an EMPTY selection with a note naming what the data has; it
@@ -147,6 +147,11 @@ def select(tables: Tables, filters: Mapping[str, object] | None = None, /, *, ok
         ``{column: value or list of values}``, e.g. a notebook's ``filters`` parameter.
     ok_only : bool, default True
         Keep only runs with status ``ok`` (failed and excluded runs have no throughput to plot).
+    vary : sequence of str, optional
+        The columns the caller compares over (e.g. ``["variant", "cpu_share_pct"]``): a note then names every
+        column of the run-identity key (:data:`bbrlab.analysis.runkey.RUN_KEY`) on which the selected runs of one
+        combination of them still differ, i.e. what else must be selected on (or split by) so that each point
+        is one condition.
     **columns
         More conditions, ``column=value`` or ``column=[values]``; ``None`` means any value.
 
@@ -195,7 +200,19 @@ def select(tables: Tables, filters: Mapping[str, object] | None = None, /, *, ok
             notes.append(f"{col} in {_shown(values)}: kept {int(match.sum())} of {len(runs)} runs (left out {col} "
                          f"{left})")
         runs = runs[match]
+    if vary is not None and len(runs):
+        notes += conditions_note(runs, list(vary))
     return tables.with_runs(runs, notes)
+
+
+def conditions_note(runs: pd.DataFrame, vary: list[str]) -> list[str]:
+    """A note naming the key columns on which runs of one combination of ``vary`` differ (empty when none do)."""
+    mixed = runkey.mixed(runs, vary)
+    if not mixed:
+        return []
+    parts = [f"{col} {_shown(sorted(runkey.identity(runs)[col].dropna().unique().tolist()))}" for col in mixed]
+    return [f"runs of one {' x '.join(vary)} differ in {', '.join(parts)}: more than one condition per point "
+            "(select on them, or figures draw a line per condition)"]
 
 
 def sweeps(tables: Tables, column: str, at_least: int = 2) -> Tables:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from . import runkey
 from .facets import show
 from .tables import Tables
 
@@ -56,7 +57,8 @@ def run_options(tables: Tables, candidates: Sequence[str] | None = None) -> list
 
 def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "timeslice_ms", "cpu_share_pct"),
                         have: Sequence[str] | None = None) -> list[str]:
-    """One typical run per group: the run whose throughput is closest to its group's median.
+    """One typical run per group and condition: the run whose throughput is closest to its group's median, where a
+    group never mixes conditions (the run-identity key, :mod:`bbrlab.analysis.runkey`, splits it further).
 
     Parameters
     ----------
@@ -77,8 +79,9 @@ def representative_runs(runs: pd.DataFrame, by: Sequence[str] = ("variant", "tim
     if pool.empty:
         return []
     cols = [c for c in by if c in pool.columns]
+    cols += [c for c in runkey.key_columns(pool) if c not in cols]
     chosen = []
-    for _, g in pool.groupby(cols, dropna=False, sort=True):
+    for _, g in runkey.with_identity(pool).groupby(cols, dropna=False, sort=True):
         distance = (g["throughput_mbit"] - g["throughput_mbit"].median()).abs()
         chosen.append(g.loc[distance.idxmin(), "run_id"] if distance.notna().any() else g["run_id"].iloc[0])
     return chosen

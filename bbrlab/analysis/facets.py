@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
 
+from . import runkey
 from .data import summarise
 from .stats import LEVEL, level_text, median_interval
 
@@ -338,26 +339,6 @@ def spread_full_share(runs: pd.DataFrame, facet: str = "timeslice_ms") -> pd.Dat
     return pd.concat([runs.drop(loose.index), *copies], ignore_index=True)
 
 
-def queue_label(mode, bdp) -> str:
-    """How a figure names a bottleneck queue: ``1 BDP`` (bbrlab's tree, the buffer asked is the queue) or
-    ``authors' queue`` (netem's 100000 packets, whatever buffer was asked)."""
-    return "authors' queue" if mode == "authors" else f"{bdp:g} BDP"
-
-
-def split_by_queue(runs: pd.DataFrame, hue: str) -> pd.DataFrame:
-    """``runs`` with the bottleneck queue appended to ``hue`` (``Cubic [8 BDP]``) when they were measured with more
-    than one queue, so a line never merges a queue that drops a contended sender's bursts with one that absorbs
-    them (as it never merges two BBR versions); unchanged when there is one queue or no queue columns."""
-    if hue not in runs or "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
-        return runs
-    queues = [queue_label(m, b) if pd.notna(b) else None for m, b in zip(runs["queue_mode"], runs["buffer_bdp"],
-                                                                              strict=True)]
-    if len({q for q in queues if q is not None}) <= 1:  # the authors' queue is one queue at every rate and RTT
-        return runs
-    labels = [f"{h} [{q}]" if q is not None else h for h, q in zip(runs[hue], queues, strict=True)]
-    return runs.assign(**{hue: labels})
-
-
 # -- the median-with-spread line figure all summary plots share ------------------------------------
 
 def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | None, col: str | None,
@@ -373,15 +354,14 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
     when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
     """
-    if x != "buffer_bdp":  # the queue on the x axis is its own dimension
-        runs = split_by_queue(runs, hue)
     needed = [x, value]
     lacking = missing_columns(runs, needed)
     if runs.empty or lacking:
         why = "no runs match the selection" if runs.empty else f"the data has no {', '.join(lacking)}"
         return empty_figure(f"Nothing to plot: {why}."), summarise(runs.iloc[0:0], [x], value)
     by = [c for c in (row, col, hue, x) if c is not None]
-    table = summarise(runs, by, value)
+    runs, added = runkey.split(runs, hue, by)  # a point is one condition: what else differs joins the hue
+    table = summarise(runs, [*by, *added], value)
     rows, cols, hues = levels(table, row), levels(table, col), levels(table, hue)
     with style():
         fig, axes = grid(len(rows), len(cols))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import fairness
+from . import fairness, runkey
 from .facets import FALLBACK, LABELS, empty_figure, grid, label_edges, style
 from .tables import Tables
 
@@ -57,8 +57,10 @@ def flows_over_time(tables: Tables, *, run_ids: list[str] | None = None, title: 
 
 
 def _vs_share(ax, frame: pd.DataFrame, value: str, by: str) -> pd.DataFrame:
-    """Median of ``value`` per ``by`` and CPU share, one line per ``by``; the medians drawn."""
-    medians = frame.groupby([by, "cpu_share_pct"], as_index=False)[value].median()
+    """Median of ``value`` per ``by`` and CPU share, one line per ``by`` and condition (a line whose points would mix
+    conditions is split, :func:`bbrlab.analysis.runkey.split`); the medians drawn."""
+    frame, added = runkey.split(frame, by, [by, "cpu_share_pct"])
+    medians = frame.groupby([by, "cpu_share_pct", *added], as_index=False, dropna=False)[value].median()
     for k, (label, part) in enumerate(medians.groupby(by)):
         part = part.sort_values("cpu_share_pct")
         ax.plot(part["cpu_share_pct"], part[value], marker="o", color=FALLBACK[k % len(FALLBACK)], label=str(label))
@@ -74,7 +76,8 @@ def fairness_vs_share(tables: Tables, *, title: str | None = None):
     runs = _pairs(tables)
     if runs.empty:
         return empty_figure("Nothing to plot: no runs of several flows in the selection."), runs
-    harm = fairness.harm(tables.runs, tables.flows).merge(runs[["run_id", "pair", "cpu_share_pct"]], on="run_id")
+    harm = fairness.harm(tables.runs, tables.flows).drop(columns="cca").merge(
+        runs[["run_id", "pair", *runkey.key_columns(runs)]], on="run_id")
     harm = harm[harm["flow"] > 0]
     with style():
         fig, axes = grid(1, 2, sharey=False)
@@ -92,10 +95,25 @@ def fairness_vs_share(tables: Tables, *, title: str | None = None):
     return fig, pd.concat([jain.rename(columns={"jain_index": "value"}), harmed.rename(columns={"harm": "value"})])
 
 
+#: What may differ between the runs :func:`qdisc_vs_share` compares: the qdisc and the contention point.
+_QDISC_COMPARED = ("sender_qdisc", "cpu_share_pct", "contention_mode")
+
+
+def _beside_fq(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs measured in a setting that also has fq runs: the same identity (:mod:`bbrlab.analysis.runkey`) but
+    for the qdisc and the contention point, so a line without fq is the same experiment as the fq line."""
+    cols = runkey.key_columns(runs, tuple(c for c in runkey.RUN_KEY if c not in _QDISC_COMPARED))
+    if runs.empty or "sender_qdisc" not in runs:
+        return runs
+    text = runkey.identity(runs, tuple(cols)).astype("string").fillna("<missing>").agg("|".join, axis=1)
+    return runs[text.isin(set(text[runs["sender_qdisc"] == "fq"]))]
+
+
 def qdisc_vs_share(tables: Tables, *, cca: str = "cubic", title: str | None = None):
     """``cca``'s throughput (median over repetitions) against the CPU share, one line per sender qdisc
     (default and fq, for Cubic: the figure the authors' repository numbers 13; the paper has none), from single-flow runs."""
-    runs = tables.runs[(tables.runs["status"] == "ok") & (tables.runs["cca"] == cca) & (tables.runs["flows"] == 1)]
+    runs = _beside_fq(tables.runs[(tables.runs["status"] == "ok") & (tables.runs["cca"] == cca)
+                                  & (tables.runs["flows"] == 1)])
     if runs["sender_qdisc"].nunique() < 2:
         return empty_figure(f"Nothing to compare: the selection's {cca} runs have one sender qdisc "
                             f"({', '.join(map(str, runs['sender_qdisc'].dropna().unique())) or 'none'})."), runs

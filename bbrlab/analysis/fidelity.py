@@ -27,12 +27,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import confidence_report, evidence
+from . import confidence_report, evidence, paper_setup, runkey
 from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
 from .paper_claims import (
     LOW_SHARES_PCT,
-    at_paper_rate,
     claim_bandwidth_independent,
     claim_bbr_capped,
     claim_cubic_robust,
@@ -42,12 +41,7 @@ from .paper_claims import (
     claim_recovery_thresholds,
     claim_testbeds_agree,
     medians,
-    with_rate_prefix,
 )
-
-#: Columns that make one point for the ceiling filter (its ceiling depends on timeslice, share and RTT).
-CEILING_POINT = ["variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit"]
-
 
 
 @dataclass
@@ -59,7 +53,7 @@ class CeilingSplit:
     judged : pandas.DataFrame
         The runs of points below their ceiling, or without one.
     set_aside : pandas.DataFrame
-        One row per point set aside: :data:`CEILING_POINT`, ``ceiling_mbit``, ``throughput_mbit`` (medians),
+        One row per point set aside: the run-identity key (:data:`bbrlab.analysis.runkey.RUN_KEY`), ``ceiling_mbit``, ``throughput_mbit`` (medians),
         ``n`` and ``reason``.
     points, unchecked : int
         Points in all, and points without a ceiling.
@@ -97,17 +91,18 @@ def split_by_ceiling(runs: pd.DataFrame) -> CeilingSplit:
     -------
     CeilingSplit
     """
+    keys = runkey.key_columns(runs)
     if runs.empty or "ceiling_mbit" not in runs.columns:
-        n = 0 if runs.empty else len(runs.groupby(CEILING_POINT, dropna=False))
-        return CeilingSplit(runs, pd.DataFrame(columns=[*CEILING_POINT, "reason"]), n, n)
-    g = runs.groupby(CEILING_POINT, dropna=False)
+        n = 0 if runs.empty else len(runkey.identity(runs).drop_duplicates())
+        return CeilingSplit(runs, pd.DataFrame(columns=[*keys, "reason"]), n, n)
+    g = runkey.with_identity(runs).groupby(keys, dropna=False, sort=True)
     per_point = g.agg(ceiling_mbit=("ceiling_mbit", "median"), throughput_mbit=("throughput_mbit", "median"),
                       n=("run_id", "count")).reset_index()
-    aside = per_point[per_point["ceiling_mbit"].notna() & (per_point["rate_mbit"] >= per_point["ceiling_mbit"])]
-    aside = aside.assign(reason=[_aside_reason(r) for r in aside.itertuples()])
-    flagged = runs[CEILING_POINT].merge(aside[CEILING_POINT].assign(_aside=True), how="left", on=CEILING_POINT)
-    judged = runs[~flagged["_aside"].fillna(False).astype(bool).to_numpy()]
-    return CeilingSplit(judged, aside.reset_index(drop=True), len(per_point),
+    aside = (per_point["ceiling_mbit"].notna() & (per_point["rate_mbit"] >= per_point["ceiling_mbit"])).to_numpy()
+    judged = runs[~aside[g.ngroup().to_numpy()]]
+    set_aside = per_point[aside]
+    set_aside = set_aside.assign(reason=[_aside_reason(r) for r in set_aside.itertuples()])
+    return CeilingSplit(judged, set_aside.reset_index(drop=True), len(per_point),
                         int(per_point["ceiling_mbit"].isna().sum()))
 
 
@@ -171,44 +166,88 @@ def bbr_variants(runs: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 
-def queue_groups(runs: pd.DataFrame) -> list[tuple[str, dict]]:
-    """The bottleneck queues the runs were measured with, each as (label, ``select`` conditions): bbrlab's tree once
-    per queue in force (``buffer_bdp``, in BDP), the authors' tree once (its queue is netem's 100000 packets at
-    every rate and RTT, whatever buffer was asked, so its size in BDP varies with the point, not the queue)."""
-    if "queue_mode" not in runs or "buffer_bdp" not in runs or runs.empty:
-        return []
-    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
-    ok = ok[ok["buffer_bdp"].notna()]  # an unshaped run has no queue: not a group
-    out = []
-    if (ok["queue_mode"] == "authors").any():
-        out.append(("the authors' queue, netem's 100000 packets", {"queue_mode": "authors"}))
-    for bdp in sorted(ok.loc[ok["queue_mode"] != "authors", "buffer_bdp"].unique()):
-        out.append((f"bbrlab's queue, {bdp:.3g} BDP", {"queue_mode": "bbrlab", "buffer_bdp": bdp}))
-    return out
+#: What the claims are judged apart in: the run-identity key without the CCA and the contention (which the claims
+#: compare) and without the sampler (the throughput claims take unsampled runs, the socket claims the sampled runs'
+#: samples; neither pools the two).
+CLAIM_SETTING = tuple(c for c in runkey.SETTING_KEY if c != "sampler")
+
+
+def _sort_key(setting: dict) -> list:
+    return [(1, "") if paper_setup.runkey_text(v) == "<missing>" else (0, v) if isinstance(v, int | float) else (0, str(v))
+            for v in setting.values()]
 
 
 def claims(tables) -> pd.DataFrame:
-    """Every claim as a row, judged apart for each bottleneck queue the data holds (:func:`queue_groups`; the
-    subject then names the queue, e.g. ``Cubic [bbrlab's queue, 1 BDP]``): a queue that absorbs a contended
-    sender's bursts and one that drops them are different experiments. See :func:`claims_of_one_queue`."""
-    groups = queue_groups(tables.runs)
-    if len(groups) <= 1:
-        return claims_of_one_queue(tables)
+    """Every claim as a row, on the runs whose identity matches the paper's setup (:mod:`bbrlab.analysis.paper_setup`:
+    one bulk iperf3 flow, SCHED_DEADLINE, no loss, no fq), judged apart in every setting they hold
+    (:data:`CLAIM_SETTING`: queue, RTT, rate, duration, kernel, machine ...; the subject then names what sets the
+    setting apart, e.g. ``Cubic [RTT 20 ms, 100 Mbit/s, 1 BDP, 8 s]``). A claim with no data in a setting gets no row
+    there when another setting has data for it. Figure 7's claim compares rates, so it is judged in every setting
+    but the rate. Columns ``setting``, ``runs`` and ``points`` say where each claim was judged and on how many
+    runs and conditions (run identities). See :func:`claims_of_one_setting`."""
+    paper = paper_setup.restrict(tables).tables
+    frames = [_judged_apart(paper, paper.runs, CLAIM_SETTING, claims_of_one_setting)]
+    by_rate = tuple(c for c in CLAIM_SETTING if c != "rate_mbit")
+    frames.append(_judged_apart(paper, paper.runs, by_rate, bandwidth_claims))
+    table = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    return _without_empty_repeats(table)
+
+
+def _judged_apart(tables, runs: pd.DataFrame, key: tuple[str, ...], judge) -> pd.DataFrame:
+    """``judge`` (tables -> claims table) on the runs of each setting of ``key`` in ``runs``."""
+    groups = sorted(runkey.settings(runs, key), key=_sort_key) or [{}]
+    varying = paper_setup.varying_columns(groups)
+    ids = runkey.identity(runs, key)
     frames = []
-    for label, where in groups:
-        table = claims_of_one_queue(select(tables, **where))
-        table["subject"] = table["subject"] + f" [{label}]"
+    for setting in groups:
+        part = runs[runkey.same(ids, setting)] if setting else runs
+        table = judge(tables.with_runs(part, []))
+        label = paper_setup.setting_label(setting, varying)
+        table["subject"] = table["subject"] + (f" [{label}]" if label else "")
+        plain = part[~part["ss_sampled"].fillna(False).astype(bool)] if "ss_sampled" in part else part
+        table = table.assign(setting=label, runs=len(part), points=len(runkey.identity(plain).drop_duplicates()))
         frames.append(table)
     return pd.concat(frames, ignore_index=True)
 
 
-def claims_of_one_queue(tables) -> pd.DataFrame:
-    """Every claim as a row: key, subject, verdict, paper, measured (and evidence).
+def _without_empty_repeats(table: pd.DataFrame) -> pd.DataFrame:
+    """Drop a claim's ``no data`` rows where the same claim (key and subject's variant) has data elsewhere."""
+    if table.empty:
+        return table
+    base = table["subject"].str.replace(r" \[.*\]$", "", regex=True)
+    has_data = (table["verdict"] != "no data").groupby([table["key"], base]).transform("any")
+    drop = (table["verdict"] == "no data") & has_data
+    keep = table[~drop]
+    first_empty = keep[keep["verdict"] == "no data"].assign(_b=base).drop_duplicates(["key", "_b"]).index
+    return keep[(keep["verdict"] != "no data") | keep.index.isin(first_empty)].reset_index(drop=True)
+
+
+def bandwidth_claims(tables) -> pd.DataFrame:
+    """Figure 7's claim (BBR's throughput at low shares does not depend on the rate) on every stock BBR variant,
+    judged below the sender's CPU ceiling on unsampled iperf3 runs."""
+    plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)
+    med = medians(plain.judged)
+    stock, _ = bbr_variants(tables.runs)
+    rows = [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
+    return _rows_table(rows)
+
+
+def _rows_table(rows) -> pd.DataFrame:
+    for claim, aside in rows:
+        claim.set_aside = aside
+        if aside:
+            claim.measured += f" [judged below the sender's CPU ceiling; {len(aside)} point(s) set aside]"
+    return pd.DataFrame([c.to_dict() for c, _ in rows])
+
+
+def claims_of_one_setting(tables) -> pd.DataFrame:
+    """Every claim but figure 7's as a row: key, subject, verdict, paper, measured (and evidence), on runs of one
+    setting (:func:`claims`).
 
     BBR's claims are checked on every stock BBR version in the data, the patch's on every version
     with both stock and patched runs. Each claim is judged only on points whose link rate is below the
     sender's CPU ceiling (:func:`split_by_ceiling`); ``set_aside`` lists the points of the claim's
-    variants left out. With several rates, the figure-4 claims are judged at 100 Mbit/s.
+    variants left out. Every point is one run identity (:func:`bbrlab.analysis.paper_claims.medians`).
 
     Parameters
     ----------
@@ -225,25 +264,18 @@ def claims_of_one_queue(tables) -> pd.DataFrame:
     plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)  # throughput: sampling costs the sender CPU
     every = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)  # the ss claims
     med = medians(plain.judged)
-    fig4, prefix = at_paper_rate(med)
     stock, pairs = bbr_variants(runs)
     rows = [(claim_cubic_robust(med), plain.reasons(("Cubic",), contended_only=True))]
-    rows += [(with_rate_prefix(claim_bbr_capped(fig4, v), prefix), plain.reasons((v, "Cubic"), shares=LOW_SHARES_PCT))
-             for v in stock]
-    rows += [(with_rate_prefix(claim_recovery_thresholds(fig4, v), prefix), plain.reasons((v,))) for v in stock]
-    rows += [(with_rate_prefix(claim_patch_lowers_threshold(fig4, o, p), prefix), plain.reasons((o, p))) for o, p in pairs]
-    rows += [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
+    rows += [(claim_bbr_capped(med, v), plain.reasons((v, "Cubic"), shares=LOW_SHARES_PCT)) for v in stock]
+    rows += [(claim_recovery_thresholds(med, v), plain.reasons((v,))) for v in stock]
+    rows += [(claim_patch_lowers_threshold(med, o, p), plain.reasons((o, p))) for o, p in pairs]
     whole_ss = evidence.without(tables.ss, evidence.partial_samples(runs))  # not a run's partial samples
     rows += [(claim_inflight_deficit(whole_ss, every.judged, v), every.reasons((v,))) for v in stock]
     rows += [(claim_patched_gain(whole_ss, every.judged, o, p), every.reasons((o, p))) for o, p in pairs]
     agree = claim_testbeds_agree(plain.judged)
     if agree is not None:
         rows.append((agree, []))
-    for claim, aside in rows:
-        claim.set_aside = aside
-        if aside:
-            claim.measured += f" [judged below the sender's CPU ceiling; {len(aside)} point(s) set aside]"
-    return pd.DataFrame([c.to_dict() for c, _ in rows])
+    return _rows_table(rows)
 
 
 
@@ -273,10 +305,11 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "",
-             "| claim | on | verdict | paper | this data |", "|---|---|---|---|---|"]
+    lines = ["# Fidelity: the paper's claims vs this dataset", "", f"Data: {note}.", "", *_scope_lines(runs),
+             "| claim | on | verdict | paper | this data | runs | conditions |", "|---|---|---|---|---|---|---|"]
     for row in table.itertuples():
-        cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured)]
+        cells = [str(x).replace("|", "/") for x in (row.key, row.subject, row.verdict, row.paper, row.measured,
+                                                    getattr(row, "runs", ""), getattr(row, "points", ""))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _set_aside_lines(table)
     extra = {}
@@ -300,8 +333,9 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
 
 def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The thresholds with their intervals and the patched-vs-original comparisons, on the runs the throughput
-    claims judge: iperf3 runs without ss sampling, below the sender's CPU ceiling (:func:`split_by_ceiling`)."""
-    plain = runs
+    claims judge: iperf3 runs of the paper's setup (:func:`bbrlab.analysis.paper_setup.restrict_runs`) without ss
+    sampling, below the sender's CPU ceiling (:func:`split_by_ceiling`)."""
+    plain = paper_setup.restrict_runs(runs)[0]
     if "ss_sampled" in plain:
         plain = plain[plain["ss_sampled"].fillna(False).astype(bool) == False]  # noqa: E712 - a column mask
     if "workload" in plain:
@@ -309,6 +343,18 @@ def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     judged = split_by_ceiling(plain).judged
     pairs = bbr_variants(runs)[1] if {"bbr_version", "patched"} <= set(runs.columns) else []
     return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, pairs)
+
+
+def _scope_lines(runs: pd.DataFrame | None) -> list[str]:
+    """What the claims were judged on: the runs of the paper's setup, and the runs left out and why."""
+    if runs is None:
+        return []
+    kept, notes = paper_setup.restrict_runs(runs)
+    ok = int((runs["status"] == "ok").sum()) if "status" in runs else len(runs)
+    return [f"Judged against the paper: {len(kept)} of {ok} ok runs, those of the paper's setup (one bulk iperf3 "
+            "flow, SCHED_DEADLINE or no policy, no loss, no fq), each claim apart in every setting (queue, RTT, rate, "
+            "duration ...) they hold; `runs` counts a claim's runs, `conditions` its run identities (unsampled).",
+            *[f"- {n}" for n in notes], ""]
 
 
 def _set_aside_lines(table: pd.DataFrame) -> list[str]:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
+from . import runkey
+
 #: "exceed 80 % of the bandwidth in the median" (paper, section 5.1)
 RECOVERED_UTILISATION = 0.8
 
@@ -85,7 +87,9 @@ class Claim:
 
 
 def medians(runs: pd.DataFrame) -> pd.DataFrame:
-    """Median link utilisation and throughput per variant x timeslice x share (x RTT x rate).
+    """Median link utilisation and throughput per condition: one row per run identity (every column of
+    :data:`bbrlab.analysis.runkey.RUN_KEY` the table has), so no row pools runs of different loss, qdisc, flows,
+    contention model, queue, duration, kernel or machine.
 
     Parameters
     ----------
@@ -95,14 +99,15 @@ def medians(runs: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``variant``, ``timeslice_ms``, ``cpu_share_pct``, ``rtt_ms``, ``rate_mbit``,
+        The key columns (``variant``, ``timeslice_ms``, ``cpu_share_pct``, ``rtt_ms``, ``rate_mbit`` ...; an
+        uncontended run's contention parameters blanked, :func:`bbrlab.analysis.runkey.identity`),
         ``utilisation``, ``throughput_mbit``, ``n``.
     """
-    keys = ["variant", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit"]
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    keys = runkey.key_columns(ok)
     if ok.empty:
         return pd.DataFrame(columns=[*keys, "utilisation", "throughput_mbit", "n"])
-    g = ok.groupby(keys, dropna=False)
+    g = runkey.with_identity(ok).groupby(keys, dropna=False, sort=True)
     return g.agg(utilisation=("link_utilisation", "median"), throughput_mbit=("throughput_mbit", "median"),
                  n=("run_id", "count")).reset_index()
 
@@ -310,23 +315,6 @@ def claim_patch_lowers_threshold(med: pd.DataFrame, original: str = "BBRv1", pat
     parts.append("(shift = lower recovery share at 80 %, or >= 70 % of the rate where stock BBR gets <= 20 %)")
     return Claim("patch_lowers_threshold", paper, "; ".join(parts), verdict, subject,
                  {"largest_utilisation_gain": gains})
-
-
-
-def at_paper_rate(med: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The medians at the paper's 100 Mbit/s when the data has several rates including it (the figure-4
-    claims are about that rate), and the prefix that says so; otherwise all of them and no prefix."""
-    rates = set(med["rate_mbit"].dropna()) if "rate_mbit" in med else set()
-    if len(rates) > 1 and PAPER_RATE_MBIT in rates:
-        return med[med["rate_mbit"] == PAPER_RATE_MBIT], f"at {PAPER_RATE_MBIT:g} Mbit/s: "
-    return med, ""
-
-
-
-def with_rate_prefix(claim: Claim, prefix: str) -> Claim:
-    """``claim`` with ``prefix`` (from :func:`at_paper_rate`, e.g. ``"at 100 Mbit/s: "``) before its ``measured``."""
-    claim.measured = prefix + claim.measured
-    return claim
 
 
 

@@ -22,6 +22,7 @@ from . import evidence
 from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 from .frames import frame_of_parts, normalise_frame, untyped
+from .runkey import RUN_KEY
 
 
 def _share(v) -> float | None:
@@ -126,6 +127,15 @@ def sampler_of(flow: Mapping) -> str | None:
     if flow.get("sample_ss_ms") is not None:
         return "ss"
     return flow.get("sampler") if flow.get("sample_ms") is not None else None
+
+
+def extra_flows_text(flows) -> str | None:
+    """The other flows a run's scenario asked for (``scenario.flows``), one text per flow joined by ``"; "``:
+    ``"competitor cubic x1 from 3 s for 30 s"``; None for a run of one flow."""
+    parts = [f"{f.get('origin', 'sender')} {f.get('cca')} x{f.get('streams', 1)} from {f.get('start_s', 0):g} s"
+             + (f" for {f['duration_s']:g} s" if f.get("duration_s") is not None else "")
+             for f in flows or [] if isinstance(f, Mapping)]
+    return "; ".join(parts) or None
 
 
 RUN_SCHEMA: tuple[Column, ...] = (
@@ -295,6 +305,9 @@ RUN_SCHEMA: tuple[Column, ...] = (
     # several flows (bbrlab.analysis.fairness); a single-flow run has flows 1 and the rest <NA>
     Column("flows", "Int64", "iperf3 flows in the run (each with its own CCA, streams, start and origin)",
            lambda v: v.fair.get("flows")),
+    Column("extra_flows", "string", "the run's other flows as its scenario asked them (origin, CCA, streams, start, "
+           "duration), e.g. 'competitor cubic x1 from 3 s for 30 s'; <NA> for a single-flow run",
+           lambda v: extra_flows_text(v.scenario.get("flows"))),
     Column("overlap_s", "float64", "how long every flow was sending at once (the window the fairness columns "
            "cover) [s]", lambda v: v.fair.get("overlap_s")),
     Column("jain_index", "float64", "Jain's fairness index of the flows' throughputs over the overlap window "
@@ -349,10 +362,9 @@ FLOW_COLUMNS = tuple(c.name for c in FLOW_SCHEMA)
 #: The tables, in the order the cache writes them, with their schemas.
 SCHEMAS = {"runs": RUN_SCHEMA, "intervals": INTERVAL_SCHEMA, "ss": SS_SCHEMA, "vcpu": VCPU_SCHEMA,
            "bottleneck": BOTTLENECK_SCHEMA, "streams": STREAM_SCHEMA, "flows": FLOW_SCHEMA}
-#: Columns that identify one experimental point (everything but the repetition).
-POINT_COLUMNS = ("source", "workload", "variant", "cca", "bbr_version", "patched", "kernel", "contention_mode", "timeslice_ms",
-                 "cfs_period_ms", "cfs_burst_ms", "credit_s", "cpu_share_pct", "load_pct", "rtt_ms", "rate_mbit", "buffer_bdp", "queue_mode", "emulator_offloads",
-                 "loss_pct", "streams", "hypervisor", "sender_qdisc")
+#: Columns that identify one experimental point (everything but the repetition): the run-identity key,
+#: :data:`bbrlab.analysis.runkey.RUN_KEY` (a table may lack some, e.g. ``machine``).
+POINT_COLUMNS = RUN_KEY
 
 
 @dataclass

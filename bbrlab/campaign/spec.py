@@ -412,6 +412,8 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
+    if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
+        search = dataclasses.replace(search, seed=scalars.get("seed", CampaignSpec.seed))
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec

@@ -171,9 +171,10 @@ def run_plan(args) -> int:
 
 
 def run_thresholds(args) -> int:
-    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval and the paper's value
-    (:mod:`bbrlab.analysis.thresholds`); with ``--figure`` draw them. Returns 0."""
-    from bbrlab.analysis.thresholds import format_table, threshold_figure, threshold_table
+    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval, the level it holds
+    at and the paper's value, then the coverage per curve and jointly (:mod:`bbrlab.analysis.thresholds`);
+    with ``--figure`` draw them. Returns 0."""
+    from bbrlab.analysis.thresholds import coverage_lines, format_table, threshold_figure, threshold_table
     from bbrlab.core.errors import BbrlabError
 
     try:
@@ -184,6 +185,7 @@ def run_thresholds(args) -> int:
         print(table.to_json(orient="records"))
     else:
         print(format_table(table))
+        print("\n".join(coverage_lines(args.dir)))
     if args.figure:
         threshold_figure(table).savefig(args.figure)
         print(f"figure: {args.figure}")

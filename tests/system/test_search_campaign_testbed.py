@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from bbrlab.campaign import directory, search
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run import record
 from tests import killed_campaign
 
@@ -42,7 +43,8 @@ def test_search_killed_and_resumed_reaches_the_probes_of_a_replay(testbed, tmp_p
 
     plan = directory.load_plan(out)
     runs = [(r.run_id, r.scenario) for r in plan.runs]
-    replayed = search.make_gate(None, search.SearchRule.from_value(RULE), runs, out,
+    rule = CampaignSpec.from_dict(_spec(testbed.name)).search  # its seed (5) is the spec's
+    replayed = search.make_gate(None, rule, runs, out,
                                 settled=lambda run_id: record.is_complete(out, run_id)
                                 or len(record.failed_attempts(out, run_id)) >= 2)
     written = search.read_decisions(out)

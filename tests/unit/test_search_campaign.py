@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign import adaptive, directory, search
+from bbrlab.campaign import adaptive, directory, search, search_coverage
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
@@ -117,6 +117,11 @@ def test_with_a_synthetic_run_function_the_search_brackets_each_edge_as_the_pure
         meta = json.loads((tmp_path / record.RUNS / run_id / record.RECORD_FILE).read_text())["metadata"]
         assert meta["search"] == {"position": position, "round": round_number}
     assert len({run_id.split("-")[0] for run_id in calls[:10]}) == 2  # the two curves' first probes mixed
+    error = search_coverage.plan_error(s.search.plan(100.0))
+    for c in curves.values():  # each decided probe at 1 - error, the curve at 1 - decided x error
+        assert [p["level"] for p in c["probes"]] == [1 - error] * c["decided"] == [1 - error] * len(c["probes"])
+        assert c["level"] == pytest.approx(1 - c["decided"] * error)
+    assert decisions["coverage"]["joint_level"] == pytest.approx(1 - sum(c["decided"] for c in curves.values()) * error)
     grid_runs = len(EDGE) * 19 * 30  # the paper's way: every 5 % from 10 to 100 at 30 repetitions
     assert len(calls) == st.done == sum(c["runs"] for c in curves.values()) < grid_runs / 5
     assert st.remaining == 0 and st.skipped == s.runs - st.done and st.points == {"curve(s) searching": 0,

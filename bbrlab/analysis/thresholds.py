@@ -118,7 +118,8 @@ def coverage_lines(campaign_dir: str | Path) -> list[str]:
     for c in d["decisions"]:
         curve = c["curve"]
         probes = ", ".join(_probe_text(p) for p in c["probes"])
-        lines.append(f"{curve['flow']['cca']} {float(curve['contention']['timeslice_ms']):g} ms: "
+        lines.append(f"{curve['flow']['cca']} {float(curve['contention']['timeslice_ms']):g} ms, "
+                     f"{curve['link']['rtt_ms']:g} ms RTT, {c['rate_mbit']:g} Mbit/s: "
                      f"{level_text(c['level'])} over {c['decided']} decided probe(s): {probes}")
     return lines
 

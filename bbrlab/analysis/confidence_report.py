@@ -244,7 +244,8 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
                          f"{r.queue} | {r.setting} | {r.shares_tested} | {r.runs} | {r.interval} | "
                          f"{stats.level_text(r.point_level)} | {paper} | {inside} |")
     if searched is not None and not searched.empty:
-        lines += ["", "Found by threshold search campaigns (noisy bisection, docs/statistics.md):", "",
+        lines += ["", "Found by threshold search campaigns (noisy bisection, docs/statistics.md; each interval at "
+                  "the level its decided probes give together):", "",
                   "| campaign | CCA | timeslice | RTT | rate | threshold in | runs | done | paper |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for r in searched.itertuples():
@@ -252,7 +253,7 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
             high = "never" if r.high_pct is None or pd.isna(r.high_pct) else f"{r.high_pct:g}"
             paper = "-" if r.paper_pct is None or pd.isna(r.paper_pct) else f"{r.paper_pct:g} %"
             lines.append(f"| {r.campaign} | {r.cca} | {r.timeslice_ms:g} ms | {r.rtt_ms:g} ms | "
-                         f"{r.rate_mbit:g} Mbit/s | ({low}, {high}] % at {r.confidence:.0%} | {r.runs} | "
+                         f"{r.rate_mbit:g} Mbit/s | ({low}, {high}] % at {stats.level_text(r.level)} | {r.runs} | "
                          f"{'yes' if r.done else 'no'} | {paper} |")
     lines += ["", "## Patched against original at every point", "",
               "Both variants at the same contention, link, queue and flows: medians, the Hodges-Lehmann shift "

@@ -316,14 +316,15 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                          settled=lambda run_id: run_id not in used or run_id in done or used[run_id] >= last[run_id])
         gate.write(out)
         order_of = {run_id: i for i, (run_id, _) in enumerate(runs)}
+        place = getattr(gate, "place", order_of.__getitem__)  # a search's own order (bbrlab.campaign.interleave)
         submitted: set[str] = set()
 
         def submit_open(run_ids) -> None:
-            for run_id in sorted(run_ids, key=order_of.__getitem__):
+            for run_id in sorted(run_ids, key=place):
                 if run_id in used and used[run_id] < last[run_id] and run_id not in submitted and gate.is_open(run_id):
                     submitted.add(run_id)
                     executor.submit(Attempt(run_id, used[run_id] + 1, plan.runs[order_of[run_id]].scenario,
-                                            order_of[run_id]))
+                                            place(run_id)))
 
         open_todo = [run_id for run_id, _ in runs if run_id in used and used[run_id] < last[run_id]]
         bar = _progress_bar(len(runs) - gate.skipped(), len(runs) - len(open_todo), spec.name, enabled=progress)
@@ -334,6 +335,8 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                 a = finished.attempt
                 if finished.status == "ok":
                     _check_kernel(out, finished, mixed, seen)
+                if hasattr(gate, "record_of"):  # a search's run records its place in the order
+                    finished.metadata = {**finished.metadata, **gate.record_of(a.run_id)}
                 record = commit_finished(out, spec.name, finished, mixed)
                 used[a.run_id] = a.attempt
                 if record["status"] == "ok":

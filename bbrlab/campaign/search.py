@@ -6,29 +6,37 @@ A spec with ``search: {target: 0.8, low: 10, high: 100, step: 2.5, resolution: 2
 max: 40, confidence: 0.95}`` (every key but ``target`` optional) and no ``cpu_shares_pct`` plans the whole
 lattice of shares ``low, low + step, ... high`` at ``max`` repetitions per curve, a plan no search ever
 runs in full: :class:`SearchGate` opens only the runs :func:`bbrlab.campaign.adaptive.search_step` asks
-for, in the plan's order, and drops the rest once a curve's search is done. As for adaptive repetitions
-(:mod:`bbrlab.campaign.repetitions`), every decision is replayed from the committed runs alone (a share's
-settled repetitions 0 .. n-1, in order; a run whose attempts are used up settles without a value), so a
-SIGKILLed search resumes to the same probes; ``decisions.json`` holds each curve's probes, verdicts and
-interval.
+for and drops the rest once a curve's search is done. The runs go in rounds, a block of every open probe of
+every curve per round, in an order seeded by the spec's ``seed`` (:mod:`bbrlab.campaign.interleave`), so a
+slow drift spreads over the curves and shares instead of following them. As for adaptive repetitions
+(:mod:`bbrlab.campaign.repetitions`), every decision and the order itself are replayed from the committed runs
+alone (a share's settled repetitions 0 .. n-1, in order; a run whose attempts are used up settles without a
+value), so a SIGKILLed search resumes to the same probes in the same order; ``decisions.json`` holds each
+curve's probes, verdicts, levels and interval, the coverage per curve and jointly
+(:mod:`bbrlab.campaign.search_coverage`), and every run's place in the order.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bbrlab.core.confidence import LEVEL
+from bbrlab.core.confidence import LEVEL, median_interval
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Scenario
 
-from .adaptive import SearchPlan, search_step
+from . import search_coverage
+from .adaptive import SearchPlan
+from .interleave import Schedule, Slot, replay
 from .repetitions import DECISIONS_FILE, Gate, RepetitionRule, measured_mbit
 
-SEARCH_SCHEMA = "bbrlab.search/1"
+SEARCH_SCHEMA = "bbrlab.search/2"
+#: The schema of a search recorded before the interleaved order (each probe's runs back to back); still read.
+SEARCH_SCHEMA_BACK_TO_BACK = "bbrlab.search/1"
 _KEYS = {"target": None, "low": 10.0, "high": 100.0, "step": 2.5, "resolution": 2.5, "min": 10, "block": 5,
          "max": 40, "confidence": LEVEL}
 
@@ -37,9 +45,11 @@ _KEYS = {"target": None, "low": 10.0, "high": 100.0, "step": 2.5, "resolution": 
 class SearchRule:
     """A spec's ``search``: the :class:`SearchPlan` of every curve, its ``target`` a fraction of the rate (the
     range and lattice of shares in percent, the resolution in points, a probe's looks, ``alpha`` = 1 - the
-    search's confidence)."""
+    search's confidence). ``seed`` is the spec's ``seed``: it orders the runs of each round
+    (:mod:`bbrlab.campaign.interleave`); it is not part of the ``search`` mapping."""
 
     shape: SearchPlan
+    seed: int = 1
 
     @property
     def target(self) -> float:
@@ -128,79 +138,130 @@ def curve_id(scenario: Scenario) -> str:
 
 
 class SearchGate(Gate):
-    """Which runs of a search campaign are open now: those :func:`search_step` asks for, per curve.
+    """Which runs of a search campaign are open now: those of the round in progress
+    (:func:`bbrlab.campaign.interleave.replay`), a block of each curve's open probe.
 
-    ``runs``, ``settled`` and ``value`` as for :class:`~bbrlab.campaign.repetitions.Gate`."""
+    ``runs``, ``settled`` and ``value`` as for :class:`~bbrlab.campaign.repetitions.Gate`; ``place(run_id)`` is a
+    run's position in the search's order, which the campaign loop runs it by."""
 
     def __init__(self, search: SearchRule, runs: Sequence[tuple[str, Scenario]],
                  settled: Callable[[str], bool], value: Callable[[str], float | None]):
         self.search = search
         self.curves: dict[str, dict[float, list[str]]] = {}
-        self.where: dict[str, tuple[str, float, int]] = {}
         self.first: dict[str, Scenario] = {}
-        for run_id, sc in runs:
+        self.order_in_plan: dict[str, int] = {}
+        for i, (run_id, sc) in enumerate(runs):
             cid = curve_id(sc)
             share = float(sc.contention.cpu_share_pct)
-            self.curves.setdefault(cid, {}).setdefault(share, []).append(run_id)
-            self.where[run_id] = (cid, share, sc.repetition)
+            self.curves.setdefault(cid, {}).setdefault(share, []).append((sc.repetition, run_id))
             self.first.setdefault(cid, sc)
-        self.states: dict[str, dict] = {}
+            self.order_in_plan[run_id] = i
+        for shares in self.curves.values():
+            for share, reps in shares.items():
+                shares[share] = [run_id for _, run_id in sorted(reps)]
+        self.plans = {cid: search.plan(sc.link.rate_mbit) for cid, sc in self.first.items()}
+        self.schedule = Schedule()
+        self.slot_of: dict[str, Slot] = {}
         super().__init__(None, runs, settled, value)
         self.rule = search  # the loop asks for decisions whenever a gate has a rule
-        for cid in self.curves:
-            self._search(cid)
+        self._replay()
 
-    def _search(self, cid: str) -> None:
-        sc = self.first[cid]
-        plan = self.search.plan(sc.link.rate_mbit)
-        values, prefix = {}, {}
-        for share, run_ids in self.curves[cid].items():
-            got, n = [], 0
-            for run_id in run_ids:  # in repetition order (the plan's order within a share)
-                if not self.settled(run_id):
-                    break
-                if run_id not in self._values:
-                    self._values[run_id] = self.value(run_id)
-                n += 1
-                if self._values[run_id] is not None:
-                    got.append(self._values[run_id])
-            values[share], prefix[share] = got, n
-        state = search_step(values, plan)
-        opened = set()
-        if not state.done:
-            first = prefix[state.next_share]
-            opened = set(range(first, first + state.runs_needed))
-        low, high = state.interval()
-        self.states[cid] = {"curve": {**sc.to_dict(), "repetition": None}, "rate_mbit": sc.link.rate_mbit,
-                            "target_mbit": plan.target, "done": state.done, "next_share": state.next_share,
-                            "open_reps": sorted(opened), "threshold_low_pct": low, "threshold_high_pct": high,
-                            "undecided": state.undecided, "probes": state.decisions,
-                            "runs": sum(prefix.values())}
+    def _outcome(self, cid: str, share: float, rep: int) -> tuple[bool, float | None]:
+        reps = self.curves[cid].get(share, [])
+        if rep >= len(reps) or not self.settled(reps[rep]):
+            return False, None
+        run_id = reps[rep]
+        if run_id not in self._values:
+            self._values[run_id] = self.value(run_id)
+        return True, self._values[run_id]
+
+    def _replay(self) -> None:
+        self.schedule = replay(self.plans, self._outcome, self.search.seed)
+        self.slot_of = {self.curves[s.curve][s.share][s.repetition]: s for s in self.schedule.slots}
+        self.open = {run_id for run_id, s in self.slot_of.items() if s.round == self.schedule.current}
+
+    def place(self, run_id: str) -> int:
+        """The run's position in the search's order (after every asked-for run: its place in the plan)."""
+        slot = self.slot_of.get(run_id)
+        return slot.position if slot is not None else len(self.order_in_plan) * 2 + self.order_in_plan[run_id]
+
+    def record_of(self, run_id: str) -> dict:
+        """What a run's record says of its place in the search: ``{"search": {"position", "round"}}``."""
+        slot = self.slot_of.get(run_id)
+        return {"search": {"position": slot.position, "round": slot.round}} if slot is not None else {}
 
     def is_open(self, run_id: str) -> bool:
         """Whether the search asks for this run now (or ran it already)."""
-        cid, share, rep = self.where[run_id]
-        st = self.states[cid]
-        return (share == st["next_share"] and rep in st["open_reps"]) or self.settled(run_id)
+        return run_id in self.open or self.settled(run_id)
 
     def is_skipped(self, run_id: str) -> bool:
         """Whether the search has not asked for this run (it never will once the curve is done)."""
         return not self.is_open(run_id)
 
     def settle(self, run_id: str) -> list[str]:
-        """Replay the run's curve; return the runs open now."""
-        cid = self.where[run_id][0]
-        self._search(cid)
-        st = self.states[cid]
-        return list(self.curves[cid].get(st["next_share"], [])) if not st["done"] else []
+        """Replay the search; return the runs open now (those of the round in progress)."""
+        self._replay()
+        return sorted(self.open, key=self.place)
+
+    def _probes(self, cid: str) -> list[dict]:
+        """Each decision of a curve with its level, exact p-value, median and interval, and its runs' span in
+        the order (first and last position, rounds)."""
+        plan, values = self.plans[cid], self.schedule.values[cid]
+        error = search_coverage.plan_error(plan)
+        out = []
+        for d in self.schedule.states[cid].decisions:
+            share, n = d["share"], d["n"]
+            x = values.get(share, [])[:n]
+            slots = [self.slot_of[r] for r in self.curves[cid][share] if r in self.slot_of and self.settled(r)]
+            ci = median_interval(x)
+            out.append({**d, "level": None if d["verdict"] == "undecided" else 1 - error,
+                        "p_value": _p_value(x, plan.target, d["verdict"]),
+                        "median_mbit": _num(statistics.median(x)) if x else None,
+                        "interval_mbit": [_num(ci.low), _num(ci.high)], "interval_level": _num(ci.level),
+                        "positions": [min((s.position for s in slots), default=None),
+                                      max((s.position for s in slots), default=None)],
+                        "rounds": sorted({s.round for s in slots})})
+        return out
+
+    def _curve(self, cid: str) -> dict:
+        sc, plan, state = self.first[cid], self.plans[cid], self.schedule.states[cid]
+        opened = sorted(self.slot_of[r].repetition for r in self.open if self.slot_of[r].curve == cid)
+        low, high = state.interval()
+        decided = sum(d["verdict"] != "undecided" for d in state.decisions)
+        runs = sum(self.settled(r) for share in self.curves[cid].values() for r in share if r in self.slot_of)
+        return {"curve": {**sc.to_dict(), "repetition": None}, "rate_mbit": sc.link.rate_mbit,
+                "target_mbit": plan.target, "done": state.done, "next_share": state.next_share,
+                "open_reps": opened, "threshold_low_pct": low, "threshold_high_pct": high,
+                "undecided": state.undecided, "decided": decided,
+                "level": search_coverage.curve_level(decided, search_coverage.plan_error(plan)),
+                "probes": self._probes(cid), "runs": runs}
 
     def to_dict(self) -> dict:
-        """``decisions.json`` of a search: the rule and each curve's probes, verdicts and interval."""
-        states = list(self.states.values())
-        return {"schema": SEARCH_SCHEMA, "search": self.search.to_dict(), "curves": len(states),
-                "done": sum(s["done"] for s in states), "reasons": {"curve(s) searching": sum(not s["done"] for s in states),
-                                                                    "curve(s) done": sum(s["done"] for s in states)},
-                "planned_runs": len(self.where), "runs": sum(s["runs"] for s in states), "decisions": states}
+        """``decisions.json`` of a search: the rule, the seed, the coverage, each curve's probes, verdicts, levels
+        and interval, and every run asked for in order (``[position, round, run_id]``)."""
+        states = [self._curve(cid) for cid in self.curves]
+        coverage = search_coverage.statement(self.search.plan(1.0), [s["decided"] for s in states])
+        order = [[s.position, s.round, self.curves[s.curve][s.share][s.repetition]] for s in self.schedule.slots]
+        return {"schema": SEARCH_SCHEMA, "search": self.search.to_dict(), "seed": self.search.seed,
+                "order": "interleaved", "curves": len(states), "done": sum(s["done"] for s in states),
+                "reasons": {"curve(s) searching": sum(not s["done"] for s in states),
+                            "curve(s) done": sum(s["done"] for s in states)},
+                "planned_runs": len(self.order_in_plan), "runs": sum(s["runs"] for s in states),
+                "round": self.schedule.current, "coverage": coverage, "decisions": states, "runs_in_order": order}
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else round(float(x), 4)
+
+
+def _p_value(values: Sequence[float], target: float, verdict: str) -> float | None:
+    """The exact one-sided sign test's p-value of a probe's verdict at its deciding look (None: undecided)."""
+    if verdict == "undecided" or not values:
+        return None
+    from scipy.stats import binom
+
+    k, n = sum(v >= target for v in values), len(values)
+    return float(binom.sf(k - 1, n, 0.5) if verdict == "above" else binom.cdf(k, n, 0.5))
 
 
 def make_gate(adaptive: RepetitionRule | None, search: SearchRule | None, runs: Sequence[tuple[str, Scenario]],

@@ -34,7 +34,8 @@ Spec keys (see specs/*.yaml)::
     transfer_timeout_s: 1200    # rsync: a copy still running then is ended and recorded as timed out
     repetitions: 30             # or adaptive: {min: 5, max: 30, precision: 0.025} (a point stops once its
                                 # median's interval reaches 95 % within +-2.5 % of the rate; bbrlab.campaign.repetitions)
-    search: {target: 0.8}       # instead of cpu_shares_pct and repetitions: a threshold search per curve
+    search: {target: 0.8}       # instead of cpu_shares_pct and repetitions: a threshold search per curve,
+                                # its probes interleaved in rounds ordered by seed
                                 # (bbrlab.campaign.search; docs/statistics.md)
     duration_s: 20              # iperf3's test duration
     sample_ms: null             # e.g. 10: sample the data sockets every 10 ms (figures 5, 6, 9, 11)
@@ -412,6 +413,8 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
+    if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
+        search = dataclasses.replace(search, seed=scalars.get("seed", CampaignSpec.seed))
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec

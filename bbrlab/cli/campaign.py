@@ -159,7 +159,9 @@ def run_plan(args) -> int:
         print(f"threshold search: {info['curves']} curve(s), median >= {r.target:g} x the rate, shares {r.low:g} to "
               f"{r.high:g} % every {r.step:g}, +-{r.resolution:g} points at {spec.search.confidence:g}: the plan lists "
               f"the whole lattice ({info['max_runs']} runs, the most it could take); clear curves take about "
-              f"{info['expected_runs']} (a bisection's probes x min {r.min_reps}), shares near a threshold more")
+              f"{info['expected_runs']} (a bisection's probes x min {r.min_reps}), shares near a threshold more; "
+              f"run in rounds of {r.block} runs of every open probe, ordered by seed {spec.search.seed}, not in the "
+              "plan's order below")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
           "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
                        spec.workloads else "") + ")")
@@ -171,9 +173,10 @@ def run_plan(args) -> int:
 
 
 def run_thresholds(args) -> int:
-    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval and the paper's value
-    (:mod:`bbrlab.analysis.thresholds`); with ``--figure`` draw them. Returns 0."""
-    from bbrlab.analysis.thresholds import format_table, threshold_figure, threshold_table
+    """``bbrlab campaign thresholds DIR``: print each searched threshold with its interval, the level it holds
+    at and the paper's value, then the coverage per curve and jointly (:mod:`bbrlab.analysis.thresholds`);
+    with ``--figure`` draw them. Returns 0."""
+    from bbrlab.analysis.thresholds import coverage_lines, format_table, threshold_figure, threshold_table
     from bbrlab.core.errors import BbrlabError
 
     try:
@@ -184,6 +187,7 @@ def run_thresholds(args) -> int:
         print(table.to_json(orient="records"))
     else:
         print(format_table(table))
+        print("\n".join(coverage_lines(args.dir)))
     if args.figure:
         threshold_figure(table).savefig(args.figure)
         print(f"figure: {args.figure}")

@@ -1,10 +1,11 @@
-"""The threshold search on the local testbed (issue #30): SIGKILLed mid-way, resumed, the same probes.
+"""The threshold search on the local testbed (issues #30, #36): SIGKILLed mid-way, resumed, the same probes.
 
 A tiny search (bbr at 10 ms timeslices, 20 Mbit/s, 20 ms RTT, runs of 2 s; shares 50 and 100 only, 3 runs a
 probe at 50 % confidence so that a unanimous probe decides) is started with ``bbrlab campaign run`` as a
 subprocess, killed with SIGKILL once two runs are complete and a third is in flight, and run again. The runs
 committed and ``decisions.json`` must be what a replay of the search over the committed runs gives, each
-probed share holding its repetitions 0 .. n-1 and no other; ``bbrlab campaign thresholds`` shows the interval.
+probed share holding its repetitions 0 .. n-1 and no other, and each record saying its place in the search's
+order (round after round, one run a round here); ``bbrlab campaign thresholds`` shows the interval.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from bbrlab.campaign import directory, search
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run import record
 from tests import killed_campaign
 
@@ -41,7 +43,8 @@ def test_search_killed_and_resumed_reaches_the_probes_of_a_replay(testbed, tmp_p
 
     plan = directory.load_plan(out)
     runs = [(r.run_id, r.scenario) for r in plan.runs]
-    replayed = search.make_gate(None, search.SearchRule.from_value(RULE), runs, out,
+    rule = CampaignSpec.from_dict(_spec(testbed.name)).search  # its seed (5) is the spec's
+    replayed = search.make_gate(None, rule, runs, out,
                                 settled=lambda run_id: record.is_complete(out, run_id)
                                 or len(record.failed_attempts(out, run_id)) >= 2)
     written = search.read_decisions(out)
@@ -57,6 +60,11 @@ def test_search_killed_and_resumed_reaches_the_probes_of_a_replay(testbed, tmp_p
     for share, reps in probed.items():
         assert sorted(reps) == list(range(len(reps))), (share, reps)  # 0 .. n-1: none skipped, none beyond
     assert curve["runs"] == len(committed) == sum(p["n"] for p in curve["probes"])
+    in_order = written["runs_in_order"]  # every run in the search's order, each record saying its place
+    assert [p for p, _, _ in in_order] == list(range(len(committed))) and {r for *_, r in in_order} == committed
+    for position, round_number, run_id in in_order:
+        meta = json.loads((out / "runs" / run_id / "record.json").read_text())["metadata"]
+        assert meta["search"] == {"position": position, "round": round_number}, run_id
 
     shown = subprocess.run([killed_campaign.BBRLAB, "campaign", "thresholds", str(out)], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr

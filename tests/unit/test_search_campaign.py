@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.campaign import adaptive, directory, search
+from bbrlab.campaign import adaptive, directory, search, search_coverage
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
@@ -68,6 +68,11 @@ def _curves(out: Path) -> dict[str, dict]:
     return {c["curve"]["flow"]["cca"]: c for c in search.read_decisions(out)["decisions"]}
 
 
+def _verdicts(curve: dict) -> list[dict]:
+    """A curve's probes as the pure search states them (share, verdict, runs)."""
+    return [{k: p[k] for k in ("share", "verdict", "n")} for p in curve["probes"]]
+
+
 def test_the_spec_plans_the_lattice_at_max_repetitions_and_round_trips():
     s = spec()
     assert s.cpu_shares_pct == tuple(10 + 2.5 * i for i in range(37)) and s.repetitions == 20
@@ -104,7 +109,19 @@ def test_with_a_synthetic_run_function_the_search_brackets_each_edge_as_the_pure
         assert c["done"] and c["threshold_low_pct"] < edge <= c["threshold_high_pct"]
         assert c["threshold_high_pct"] - c["threshold_low_pct"] <= 5
         pure = adaptive.run_search(_response(cca), plan)
-        assert c["probes"] == pure.decisions and c["runs"] == pure.runs()
+        assert _verdicts(c) == pure.decisions and c["runs"] == pure.runs()
+    decisions = search.read_decisions(tmp_path)
+    assert decisions["schema"] == "bbrlab.search/2" and decisions["seed"] == s.seed
+    assert [run_id for _, _, run_id in decisions["runs_in_order"]] == calls  # run in the search's order
+    for position, round_number, run_id in decisions["runs_in_order"]:
+        meta = json.loads((tmp_path / record.RUNS / run_id / record.RECORD_FILE).read_text())["metadata"]
+        assert meta["search"] == {"position": position, "round": round_number}
+    assert len({run_id.split("-")[0] for run_id in calls[:10]}) == 2  # the two curves' first probes mixed
+    error = search_coverage.plan_error(s.search.plan(100.0))
+    for c in curves.values():  # each decided probe at 1 - error, the curve at 1 - decided x error
+        assert [p["level"] for p in c["probes"]] == [1 - error] * c["decided"] == [1 - error] * len(c["probes"])
+        assert c["level"] == pytest.approx(1 - c["decided"] * error)
+    assert decisions["coverage"]["joint_level"] == pytest.approx(1 - sum(c["decided"] for c in curves.values()) * error)
     grid_runs = len(EDGE) * 19 * 30  # the paper's way: every 5 % from 10 to 100 at 30 repetitions
     assert len(calls) == st.done == sum(c["runs"] for c in curves.values()) < grid_runs / 5
     assert st.remaining == 0 and st.skipped == s.runs - st.done and st.points == {"curve(s) searching": 0,
@@ -120,13 +137,16 @@ def test_an_interrupted_search_resumes_to_the_same_probes(tmp_path, kill_after, 
         return campaign.InProcess(run_fn, out) if executor == "in-process" else Reversed(run_fn, out)
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    campaign.drive(s, whole, make(whole, synthetic_run([])), progress=False)
+    uninterrupted: list = []
+    campaign.drive(s, whole, make(whole, synthetic_run(uninterrupted)), progress=False)
     first: list = []
     with pytest.raises(Interrupted):
         campaign.drive(s, cut, make(cut, synthetic_run(first, interrupt_at=kill_after + 1)), progress=False)
     second: list = []
     campaign.drive(s, cut, make(cut, synthetic_run(second)), progress=False)
     assert not set(first) & set(second)
+    if executor == "in-process":  # one testbed: the same runs in the same order, across the interruption
+        assert first + second == uninterrupted
 
     def committed(out):
         return sorted(p.parent.name for p in (out / record.RUNS).glob("*/record.json"))

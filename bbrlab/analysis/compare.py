@@ -7,7 +7,7 @@ the order-statistic interval of its median with the level it reaches (:func:`bbr
 that decides "the same condition") and counts, per level A states, how many of B's point medians lie inside A's
 interval. A second median is itself noisy, so even two recordings that differ in nothing but their runs' chance
 put fewer of B's medians inside than the level states (at n = 2 a side about 39 % inside [min, max], stated 50 %;
-at 20 a side about 86 % inside a 95.9 % interval): :func:`expected_inside` computes that reference for each point's
+at 20 a side about 86 % inside a 95.8 % interval): :func:`expected_inside` computes that reference for each point's
 n, and a fraction well below it says A's intervals miss a variation that lies between the recordings.
 
 Beside it: how many of B's medians lie within ±10 % of A's; the median half-width of A's intervals as a

@@ -25,7 +25,7 @@ fall inside A's intervals.
 How to read it: the last column is the fraction expected when nothing but the runs' chance differs (B's
 runs drawn again from A's own distribution, simulated for each point's n). A second median is noisy
 itself, so even then it falls inside less often than the level states: about 39 % at 2 runs a side
-(stated 50 %), 86 % at 20 (stated 95.9 %). A fraction well below that column says A's intervals miss a
+(stated 50 %), 86 % at 20 (stated 95.8 %). A fraction well below that column says A's intervals miss a
 variation that lies between the recordings (another sender boot, day or machine): the "A intervals cover"
 line says what A's runs did span, the "machines" line whether A and B ran on different machines (records
 name their machine from 2026-11-28 on).

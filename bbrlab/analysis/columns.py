@@ -1,6 +1,6 @@
-"""A table column (:class:`Column`: name, dtype, unit and meaning) and the schemas of the per-run detail
-tables: the vCPU trace's intervals, the emulator's bottleneck samples, iperf3's per-stream intervals and
-per-flow summaries. :mod:`bbrlab.analysis.tables` holds the main tables and builds them all."""
+"""A table column (:class:`Column`: name, dtype, unit and meaning), the ``runs`` columns that name the machine and
+the boots a run ran on, and the schemas of the per-run detail tables: the vCPU trace's intervals, the emulator's
+bottleneck samples, iperf3's per-stream intervals and per-flow summaries. :mod:`bbrlab.analysis.tables` holds the main tables and builds them all."""
 
 from __future__ import annotations
 
@@ -100,4 +100,24 @@ FLOW_SCHEMA: tuple[Column, ...] = (
     Column("overlap_throughput_mbit", "float64", "the flow's mean throughput in the window when every flow "
            "sent (bbrlab.analysis.fairness); <NA> for one flow [Mbit/s]"),
     Column("share", "float64", "overlap_throughput_mbit over the sum of the flows' (0..1); <NA> for one flow"),
+)
+
+
+def _machine(v) -> dict:
+    machine = v.testbed.get("machine")
+    return machine if isinstance(machine, dict) else {}
+
+
+#: ``runs`` columns: the machine and the boots a run ran on (``metadata.testbed``; bbrlab.core.machine). Records made
+#: before bbrlab named the machine read <NA> in the machine's three.
+MACHINE_SCHEMA: tuple[Column, ...] = (
+    Column("machine", "string", "the host that ran the sender VM, '<CPU model> @ <MHz> MHz' (nominal speed, else "
+           "maximum, else current to 10 MHz); <NA> in records made before bbrlab named it",
+           lambda v: _machine(v).get("label")),
+    Column("machine_id", "string", "that host's anonymised machine id (16 hex digits of a SHA-256 of "
+           "/etc/machine-id; clones of one VM image share it)", lambda v: _machine(v).get("machine_id")),
+    Column("host_boot_id", "string", "that host's anonymised boot id: another value after every boot of the host",
+           lambda v: _machine(v).get("boot_id")),
+    Column("sender_boot_id", "string", "the sender VM's boot id: the runs of one sender boot share it",
+           lambda v: v.testbed.get("sender_boot_id")),
 )

@@ -20,7 +20,7 @@ from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_
 
 from . import evidence
 from .ceiling_check import above_ceiling
-from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
+from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, MACHINE_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 from .frames import frame_of_parts, normalise_frame, untyped
 from .runkey import RUN_KEY
 
@@ -231,6 +231,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
            lambda v: v.testbed.get("accelerator")),
     Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.get("kind")),
+    *MACHINE_SCHEMA,
     Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
            "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
            lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),

@@ -24,6 +24,7 @@ from bbrlab.contention.vcpu import (
     qmp_vcpu_threads,
     qmp_vcpu_threads_remote,
 )
+from bbrlab.core import machine
 from bbrlab.core.errors import TestbedError
 from bbrlab.core.giventhreads import parse_given_threads
 from bbrlab.core.hosts import Host, LocalHost, NetnsHost, SSHHost
@@ -161,9 +162,14 @@ class Testbed:
         return {"sender": self.sender, "emulator": self.emulator, "receiver": self.receiver}
 
     def describe(self) -> dict:
-        """What a run record needs to know about the testbed, measured now."""
+        """What a run record needs to know about the testbed, measured now: ``host_kernel`` is this machine's (the
+        one driving the testbed), ``machine`` the sender's hypervisor host (:mod:`bbrlab.core.machine`)."""
         out = {"name": self.name, "kind": self.kind, "accelerator": self.accelerator, "hypervisor": self.hypervisor_name,
                "host_kernel": platform.release(), **(asdict(self.local) if self.local else {})}
+        try:
+            out["machine"] = machine.measure(self.sender.hypervisor).to_dict()
+        except Exception as e:  # noqa: BLE001 - an unreachable hypervisor host is recorded, not fatal here
+            out["machine"] = {"error": f"unreachable: {e}"[:500]}
         for name, role in self.roles.items():
             try:
                 out[f"{name}_kernel"] = role.kernel_release()

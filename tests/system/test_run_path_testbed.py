@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bbrlab.analysis import records_reader
 from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
 from bbrlab.contention.deadline import show_policies
-from bbrlab.core.hosts import SSHHost
+from bbrlab.core import machine
+from bbrlab.core.hosts import LocalHost, SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.link.validate import validate as validate_link
@@ -134,6 +136,22 @@ def test_a_refused_sysctl_on_the_sender_fails_the_run(testbed, tmp_path):
     finally:
         s.run(["sh", "-c", f"umount {SYSCTL}; echo 1 > {SYSCTL}"], check=False)
     assert sender.prepare(s).sysctls["net.ipv4.tcp_no_metrics_save"] == "1"
+
+
+def test_a_fresh_record_names_its_machine(testbed, tmp_path):
+    """The local testbed's sender VM runs on this machine: a 2 s run's record names it as bbrlab.core.machine
+    reads it here (CPU model and speed, CPUs, kernel, anonymised machine and boot id), and the runs table's
+    machine column reads its label."""
+    rec = run_once(testbed, Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2)),
+                   tmp_path)
+    assert rec["status"] == "ok", rec["reason"]
+    named = rec["metadata"]["testbed"]["machine"]
+    here = machine.measure(LocalHost("here")).to_dict()
+    same = ("label", "cpu_model", "cpu_mhz_nominal", "cpu_mhz_max", "cpus", "machine_id", "boot_id", "kernel")
+    assert {k: named[k] for k in same} == {k: here[k] for k in same}
+    assert named["machine_id"] and named["boot_id"] and named["cpu_mhz_current"] > 0
+    summary = records_reader.iperf_summary(json.loads((tmp_path / "iperf.json").read_text()))
+    assert records_reader.run_row(rec, summary, str(tmp_path))["machine"] == here["label"]
 
 
 def test_no_per_run_file_at_a_predictable_tmp_name(testbed, tmp_path):

@@ -196,6 +196,8 @@ README_NOT_RUN = {
     "bbrlab figures --data runs/demo --out build/figures": "test_figures renders every notebook",
     "bbrlab campaign run SPEC --testbed lab.yaml --out DIR": "a lab's testbed file (placeholders)",
     "bbrlab figures --data DIR": "a placeholder (the figures command above)",
+    "bbrlab compare data/demo runs/demo": "needs a second demo recording; tests/unit/test_compare.py runs the "
+                                          "command on data/demo and data/fq-local",
     "bbrlab calibrate": "the command's name in the text",
     "bbrlab calibrate specs/demo.yaml --out runs/demo": "5-10 minutes for the demo grid; test_calibrate_testbed "
                                                        "runs the command on a small grid",

@@ -28,11 +28,11 @@ import pandas as pd
 from bbrlab.core.confidence import LEVEL, MedianInterval, level_text, median_interval, order_statistic_rank
 from bbrlab.core.errors import BbrlabError
 
-from .confidence_report import CURVE_KEYS
+from . import runkey
 
-#: The dimensions of one condition (those present in both tables count). The variant and the CPU share set a point
-#: apart on a curve of :data:`~bbrlab.analysis.confidence_report.CURVE_KEYS`; the socket sampler costs the sender CPU.
-POINT_KEYS = ("variant", "cpu_share_pct", *CURVE_KEYS, "sampler")
+#: The dimensions of one condition (those present in both tables count): the run-identity key
+#: (:data:`bbrlab.analysis.runkey.RUN_KEY`), the one definition of "the same condition".
+POINT_KEYS = runkey.RUN_KEY
 #: Columns never matched on, even when a run-identity key holds them: comparing machines is what compare is for.
 NOT_MATCHED_ON = ("machine", "machine_id", "host_boot_id", "sender_boot_id", "block")
 #: The values compare reads, and whether each is in Mbit/s (its half-width is then divided by the link rate).
@@ -334,6 +334,7 @@ def calibration(a_runs: pd.DataFrame, b_runs: pd.DataFrame, *, value: str = "thr
     if not 0 < level < 1:
         raise BbrlabError(f"level {level!r}: must lie strictly between 0 and 1 (0.95 is 95 %)")
     a, b = _ok(a_runs, value, "A", names[0]), _ok(b_runs, value, "B", names[1])
+    a, b = runkey.with_identity(a), runkey.with_identity(b)  # an uncontended run's timeslice is no dimension
     keys = point_keys(a, b)
     both, pa, pb = match_points(a, b, keys)
     if not both:

@@ -29,8 +29,9 @@ def fq() -> pd.DataFrame:
 
 def test_demo_against_itself_every_median_inside(demo):
     cal = compare.calibration(demo, demo)
-    assert (cal.matched, cal.points_a, cal.points_b, cal.inside, cal.agree) == (48, 48, 48, 48, 48)
-    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("50 % (n = 2)", 48, 48)]
+    assert (cal.matched, cal.points_a, cal.points_b, cal.inside, cal.agree) == (42, 42, 42, 42, 42)
+    # the 6 uncontended points were recorded under both grid timeslices: one condition each (runkey), 4 runs
+    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("87.5 % (n = 4)", 6, 6), ("50 % (n = 2)", 36, 36)]
     assert cal.half_width["reaching_n"] == 0  # two runs a point: no interval reaches 95 %
     assert cal.covers["runs"] == 2 and cal.covers["boots"] == 1 and cal.covers["machines"] is None
     assert cal.machines["verdict"] == "unknown"  # recorded before records named the machine
@@ -106,11 +107,11 @@ def test_synthetic_bad_input_is_named():
 def test_cli_table_json_and_errors(capsys, tmp_path):
     assert main(["compare", str(DATA / "demo"), str(DATA / "fq-local"), "--no-cache", "--points"]) == 0
     out = capsys.readouterr().out
-    assert "50 % (n = 2)                  3       1    33.3 %" in out and "matched 3 points" in out
+    assert "all                           3       1    33.3 %" in out and "matched 3 points" in out
     assert "they do not cover the variation between sender boots" in out and "[47.8, 52.8]" in out
     assert main(["compare", str(DATA / "demo"), str(DATA / "fq-local"), "--no-cache", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["matched"] == 3 and len(result["points"]) == 3 and result["levels"][0]["fraction"] == 1 / 3
+    assert result["matched"] == 3 and len(result["points"]) == 3 and result["levels"][0]["fraction"] == 0 and result["levels"][1]["fraction"] == 1 / 2
     assert main(["compare", str(DATA / "demo"), str(tmp_path), "--no-cache"]) == 1
     assert "B: " + str(tmp_path) + " holds no runs" in capsys.readouterr().err
     assert main(["compare", str(DATA / "fq-local"), str(DATA / "fairness-baseline-local"), "--no-cache"]) == 1

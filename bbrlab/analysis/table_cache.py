@@ -23,7 +23,7 @@ from bbrlab.core.errors import BbrlabError
 from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/15"
+TABLES_SCHEMA = "bbrlab.tables/16"
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 

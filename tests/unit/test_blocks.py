@@ -197,3 +197,36 @@ def test_blocks_of_two_campaigns_are_two_units():
                          "throughput_mbit": [1.0, 2.0, 3.0, 4.0]})
     row = summarise(runs, ["variant"]).iloc[0]
     assert row["unit"] == "block" and row["blocks"] == 2
+
+
+def _blocked_runs() -> pd.DataFrame:
+    """Two variants at one point, 4 blocks of 2 runs each, the patched one higher in every block."""
+    rows = []
+    for variant, base in (("BBRv1", 40.0), ("BBRv1 patched", 60.0)):
+        for block in range(4):
+            for run in range(2):
+                rows.append({"campaign": "c", "variant": variant, "block": block, "contention_mode": "deadline",
+                             "timeslice_ms": 10.0, "cpu_share_pct": 25.0, "rtt_ms": 20.0, "rate_mbit": 100.0,
+                             "status": "ok", "throughput_mbit": base + 3 * block + run,
+                             "link_utilisation": (base + 3 * block + run) / 100})
+    frame = pd.DataFrame(rows)
+    frame["block"] = frame["block"].astype("Int64")
+    return frame
+
+
+def test_the_report_compares_block_medians_and_shows_the_spread():
+    from bbrlab.analysis import confidence_report as cr
+
+    runs = _blocked_runs()
+    comparison = cr.comparison_rows(runs, [("BBRv1", "BBRv1 patched")]).iloc[0]
+    assert comparison["unit"] == "block" and (comparison["n_original"], comparison["n_patched"]) == (4, 4)
+    assert comparison["call"] == "patched higher"  # 4 vs 4 blocks, every patched block above: p = 0.029
+    rows = cr.block_rows(runs)
+    assert list(rows["blocks"]) == [4, 4] and list(rows["runs"]) == [8, 8]
+    assert rows["within_block_sd_mbit"].iloc[0] == pytest.approx(math.sqrt(0.5))
+    assert rows["between_block_sd_mbit"].iloc[0] == pytest.approx(np.std([40.5, 43.5, 46.5, 49.5], ddof=1))
+    text = "\n".join(cr.block_lines(rows))
+    assert "Spread within and between blocks" in text and "blocks = 4: [min, max], 87.5 %" in text
+    unblocked = runs.drop(columns="block")
+    assert cr.comparison_rows(unblocked, [("BBRv1", "BBRv1 patched")]).iloc[0]["unit"] == "run"
+    assert cr.block_rows(unblocked).empty and cr.block_lines(cr.block_rows(unblocked)) == []

@@ -107,7 +107,7 @@ class Runner:
                 self.session.hosts_retaken()
             try:
                 self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams),
-                         block=block)
+                         **({} if block is None else {"block": block}))
             except Exception:
                 # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
                 # would otherwise refuse the leftover (or measure under it).

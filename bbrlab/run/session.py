@@ -41,23 +41,23 @@ class TestbedSession:
         block; the first run of a process checks it (a resumed campaign boots into the kernel of its next run).
         A kernel switch is itself a fresh boot. Only the sender reboots (and the emulator when the block asks);
         the link stays, or is set again after the emulator rebooted."""
-        switch = kernel is not None and kernel != self._kernel
-        fresh = block is not None and not switch and needs_fresh_boot(block, self._block, self._boot_id())
-        if switch or fresh:
-            self._check_local(kernel, block)
-        if switch:
-            with meta.timed("kernel_boot"):
+        new_block = block is not None and block.block != self._block
+        before = self._boot_id() if new_block else None
+        if kernel is not None and kernel != self._kernel:
+            self._check_local(kernel, None)
+            with meta.timed("kernel_boot"):  # a sender already on the kernel is reused (the first run of a process)
                 self._reboot(lambda name, vcpus: self._testbed_mod().up(name, sender_vcpus=vcpus, kernel=kernel,
                                                                         progress=False))
             self._kernel = kernel
-        if switch and block is not None and block.emulator and block.block != self._block:
-            fresh = True  # the kernel's boot was the sender's; the block asks the emulator's too
-        if fresh:
+        booted = new_block and self._boot_id() != before  # a kernel's real boot is the block's boot too
+        if new_block and ((not booted and needs_fresh_boot(block, self._block, before)) or (booted and block.emulator)):
+            self._check_local(None, block)
             with meta.timed("block_boot"):
                 self._reboot(lambda name, vcpus: self._testbed_mod().reboot(
-                    name, sender=not switch, emulator=block.emulator, progress=False))
+                    name, sender=not booted, emulator=block.emulator, progress=False))
+            booted = True
         if block is not None:
-            meta.block = block.record(booted=switch or fresh)
+            meta.block = block.record(booted=booted)
             self._block = block.block
 
     @staticmethod

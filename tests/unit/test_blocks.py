@@ -230,3 +230,26 @@ def test_the_report_compares_block_medians_and_shows_the_spread():
     unblocked = runs.drop(columns="block")
     assert cr.comparison_rows(unblocked, [("BBRv1", "BBRv1 patched")]).iloc[0]["unit"] == "run"
     assert cr.block_rows(unblocked).empty and cr.block_lines(cr.block_rows(unblocked)) == []
+
+
+def test_legend_and_points_count_blocks_where_the_block_is_the_unit():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bbrlab.analysis import facets
+
+    runs = pd.DataFrame([{"campaign": "c", "variant": "Cubic", "cpu_share_pct": share, "block": b,
+                          "throughput_mbit": share / 2 + 3 * b + r} for share in (25.0, 100.0) for b in range(2)
+                         for r in range(2)])
+    runs["block"] = runs["block"].astype("Int64")
+    table = summarise(runs, ["variant", "cpu_share_pct"])
+    assert facets.band_title(table).endswith("blocks = 2: [min, max], 50 %")  # not "n = 4: ..., 87.5 %"
+    fig, ax = plt.subplots()
+    facets._draw_line(ax, table, "cpu_share_pct", "median", True, "Cubic", "C0")
+    band = facets.plotted_points(fig)[0]["bands"][0]
+    plt.close(fig)
+    assert band["blocks"] == [2.0, 2.0] and band["n"] == [4.0, 4.0] and band["level"] == [0.5, 0.5]
+    assert facets.band_title(summarise(runs.drop(columns="block"), ["variant", "cpu_share_pct"])).endswith(
+        "n = 4: [min, max], 87.5 %")

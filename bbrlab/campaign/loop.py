@@ -288,6 +288,10 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     :class:`bbrlab.campaign.search.SearchGate`): each settled run may open more runs or drop the rest, and
     ``decisions.json`` is rewritten; the decisions follow from the committed runs alone.
 
+    With blocks (``spec.blocks`` > 1) each attempt carries its :class:`~bbrlab.run.blockboot.BlockBoot`: its block
+    and the sender boot ids the block's committed runs ran on (:class:`bbrlab.campaign.blocks.BlockBoots`), from
+    which the run function boots the testbed afresh for a new block, as it would have without the interruption.
+
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
     resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with

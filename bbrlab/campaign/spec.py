@@ -101,6 +101,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ESTIMATED_OVERHEAD_S = 2.0
 #: Seconds an rsync run costs beyond its copy (the receiver's sshd, keys, the SSH handshake).
 ESTIMATED_RSYNC_OVERHEAD_S = 8.0
+#: Seconds a block's fresh boot of the sender costs (TCG, bbr2b and the samplers put back; tests/system/test_blocks_testbed.py).
+ESTIMATED_BLOCK_BOOT_S = 35.0
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ class CampaignSpec:
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
-        rate less its loss, at most ``transfer_timeout_s``."""
+        rate less its loss, at most ``transfer_timeout_s``; each block's boot :data:`ESTIMATED_BLOCK_BOOT_S`."""
         total = 0.0
         for s in self.grid():
             if s.flow.workload == "rsync":
@@ -269,7 +271,8 @@ class CampaignSpec:
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
                 total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
-        return total * self.repetitions
+        boots = self.blocks * max(1, len(self.kernels)) if self.blocks > 1 else 0
+        return total * self.repetitions + boots * ESTIMATED_BLOCK_BOOT_S
 
 
 def check_unique_ids(runs: list[Scenario]) -> None:

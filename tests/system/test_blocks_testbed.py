@@ -27,7 +27,12 @@ def _campaign(testbed, tmp_path, **over) -> list[dict]:
         runner.close()
     assert (st.done, st.failed_attempts) == (2, 0)
     plan = [r["run_id"] for r in json.loads((tmp_path / "plan.json").read_text())["runs"]]
-    return [json.loads((tmp_path / "runs" / r / "record.json").read_text()) for r in plan]
+    records = [json.loads((tmp_path / "runs" / r / "record.json").read_text()) for r in plan]
+    for r in records:  # what a block's boot costs here (pytest -s shows it)
+        timing = r["metadata"]["timing"]
+        print(f"block {r['metadata']['block']['block']}: boot {timing.get('block_boot_s')} s, run "
+              f"{timing.get('run_wall_s')} s, attempt {timing.get('attempt_wall_s')} s")
+    return records
 
 
 def test_each_block_runs_on_a_fresh_sender_boot(testbed, tmp_path):

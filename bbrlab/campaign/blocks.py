@@ -22,7 +22,7 @@ from pathlib import Path
 from bbrlab.core.errors import ValidationError
 from bbrlab.run.blockboot import REBOOTS, BlockBoot
 
-#: The most blocks a spec may ask for (each costs a boot of the sender: 10-25 s under TCG).
+#: The most blocks a spec may ask for (each costs a boot of the sender: about 30 s under TCG).
 MAX_BLOCKS = 100
 
 

@@ -253,3 +253,17 @@ def test_legend_and_points_count_blocks_where_the_block_is_the_unit():
     assert band["blocks"] == [2.0, 2.0] and band["n"] == [4.0, 4.0] and band["level"] == [0.5, 0.5]
     assert facets.band_title(summarise(runs.drop(columns="block"), ["variant", "cpu_share_pct"])).endswith(
         "n = 4: [min, max], 87.5 %")
+
+
+@pytest.mark.mock_only
+def test_a_lab_testbed_refuses_blocks_before_anything_runs_mock_only():
+    """A lab (its sender on a remote host) cannot exist here: a stand-in naming its kind. bbrlab boots only a local
+    testbed's sender, so the pre-flight refuses ``blocks`` above 1 for a lab, naming the key and the testbed."""
+    from types import SimpleNamespace
+
+    from bbrlab.campaign.preflight import check_testbed
+
+    lab = SimpleNamespace(name="lab-a", kind="lab")
+    with pytest.raises(ValidationError) as e:
+        check_testbed(spec(blocks=2), lab)
+    assert e.value.field == "blocks" and "lab-a" in str(e.value) and "local testbed" in str(e.value)

@@ -42,6 +42,16 @@ def slow_run(scenario, staging, *, run_id, attempt):
     return {"pid": os.getpid()}
 
 
+def block_run(scenario, staging, *, run_id, attempt, block=None):
+    """:func:`slow_run` that says which block the worker was handed (a :class:`~bbrlab.run.blockboot.BlockBoot`,
+    or None) in ``metadata.block``, as the runner does."""
+    from bbrlab.run.blockboot import BlockBoot
+
+    metadata = slow_run(scenario, staging, run_id=run_id, attempt=attempt)
+    assert block is None or isinstance(block, BlockBoot)
+    return {**metadata, "block": None if block is None else block.record(False)}
+
+
 def dying_run(scenario, staging, *, run_id, attempt):
     """:func:`slow_run`, except that the run named ``BBRLAB_TEST_DIE_RUN`` kills its worker process (as the
     kernel's OOM killer would), so Dask gives up on it with ``KilledWorker``."""

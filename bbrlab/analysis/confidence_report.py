@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from bbrlab.analysis import runkey, stats
-from bbrlab.analysis.data import summarise
+from bbrlab.analysis.data import block_units, summarise
 from bbrlab.analysis.paper_claims import PAPER_PATCHED_RECOVERY_PCT, PAPER_RECOVERY_PCT, RECOVERED_UTILISATION
 
 #: Columns that make two runs of one variant the same experiment apart from the CPU share: the run-identity key
@@ -40,7 +40,7 @@ THRESHOLD_COLUMNS = ("variant", "timeslice_ms", "rtt_ms", "rate_mbit", "queue", 
                      "estimate_pct", "low_pct", "high_pct", "interval", "point_level", "paper_pct",
                      "paper_inside")
 COMPARISON_COLUMNS = ("original", "patched", "contention_mode", "timeslice_ms", "cpu_share_pct", "rtt_ms",
-                      "rate_mbit", "queue", "setting", "n_original", "n_patched", "median_original_mbit",
+                      "rate_mbit", "queue", "setting", "unit", "n_original", "n_patched", "median_original_mbit",
                       "median_patched_mbit", "shift_mbit", "shift_pct_of_rate", "cliffs_delta", "magnitude",
                       "p_value", "p_holm", "call")
 
@@ -153,8 +153,7 @@ def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.Data
         both = ok[ok["variant"].isin([original, patched])]
         first = len(rows)
         for values, point in both.groupby(keys, dropna=False, sort=True):
-            a = point.loc[point["variant"] == original, "throughput_mbit"].to_numpy(dtype=float)
-            b = point.loc[point["variant"] == patched, "throughput_mbit"].to_numpy(dtype=float)
+            a, b, unit = _samples(point[point["variant"] == original], point[point["variant"] == patched])
             if not len(a) or not len(b):
                 continue
             key = dict(zip(keys, values, strict=True))
@@ -163,7 +162,7 @@ def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.Data
             rows.append({"original": original, "patched": patched, "contention_mode": key.get("contention_mode"),
                          "timeslice_ms": key.get("timeslice_ms"), "cpu_share_pct": key["cpu_share_pct"],
                          "rtt_ms": key.get("rtt_ms"), "rate_mbit": rate, "queue": _queue(key),
-                         "setting": _setting(key), "n_original": c.n_a, "n_patched": c.n_b, "median_original_mbit": c.median_a,
+                         "setting": _setting(key), "unit": unit, "n_original": c.n_a, "n_patched": c.n_b, "median_original_mbit": c.median_a,
                          "median_patched_mbit": c.median_b, "shift_mbit": c.shift,
                          "shift_pct_of_rate": 100 * c.shift / rate if rate else math.nan,
                          "cliffs_delta": c.cliffs_delta, "magnitude": c.magnitude(), "p_value": c.p_value})
@@ -172,6 +171,62 @@ def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.Data
             row["p_holm"] = p
             row["call"] = _call(row)
     return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
+
+
+def _samples(a: pd.DataFrame, b: pd.DataFrame) -> tuple:
+    """The two sides' values to compare and their unit: each block's median when every run of both sides carries
+    a block and each side has two blocks or more (blocks, not runs, are the independent units), else the runs."""
+    ua, ub = block_units(a), block_units(b)
+    if ua.notna().all() and ub.notna().all() and ua.nunique() > 1 and ub.nunique() > 1:
+        medians = lambda part, u: part.groupby(u)["throughput_mbit"].median().to_numpy(dtype=float)  # noqa: E731
+        return medians(a, ua), medians(b, ub), "block"
+    return a["throughput_mbit"].to_numpy(dtype=float), b["throughput_mbit"].to_numpy(dtype=float), "run"
+
+
+#: The columns of :func:`block_rows`.
+BLOCK_COLUMNS = ("variant", "contention_mode", "timeslice_ms", "cpu_share_pct", "rtt_ms", "rate_mbit", "queue",
+                 "setting", "runs", "blocks", "median_mbit", "interval", "within_block_sd_mbit",
+                 "between_block_sd_mbit")
+
+
+def block_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every point whose runs came in blocks (each on a boot of its own): its runs and blocks, the median and the
+    interval over the blocks' medians with its level, and the throughput's spread within and between blocks."""
+    ok = _ok(runs)
+    if "block" not in ok.columns or ok["block"].isna().all():
+        return pd.DataFrame(columns=list(BLOCK_COLUMNS))
+    keys = _keys(ok, ("cpu_share_pct", *CURVE_KEYS))
+    table = summarise(ok[ok["block"].notna()], ["variant", *keys])
+    rows = []
+    for r in table[table["unit"] == "block"].to_dict(orient="records"):
+        ranks = stats.median_interval(range(int(r["blocks"]))).text().replace("n = ", "blocks = ")  # its ranks, level
+        rows.append({"variant": r["variant"], "contention_mode": r.get("contention_mode"),
+                     "timeslice_ms": r.get("timeslice_ms"), "cpu_share_pct": r["cpu_share_pct"],
+                     "rtt_ms": r.get("rtt_ms"), "rate_mbit": r.get("rate_mbit"), "queue": _queue(r),
+                     "setting": _setting(r), "runs": int(r["n"]), "blocks": int(r["blocks"]), "median_mbit": r["median"],
+                     "interval": f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}] ({ranks})",
+                     "within_block_sd_mbit": r["within_block_sd"], "between_block_sd_mbit": r["between_block_sd"]})
+    return pd.DataFrame(rows, columns=list(BLOCK_COLUMNS))
+
+
+def block_lines(rows: pd.DataFrame) -> list[str]:
+    """The report's section on points run in blocks (nothing when there are none)."""
+    if rows.empty:
+        return []
+    lines = ["", "## Spread within and between blocks", "",
+             "Points whose repetitions ran in blocks, each block on a fresh boot of the sender (`blocks:` in the "
+             "spec). The block, not the run, is the unit of replication: the interval is the order-statistic "
+             "interval over the blocks' medians, its level exact for that many blocks (docs/statistics.md). "
+             "`within` is the runs' standard deviation inside their block (pooled), `between` that of the blocks' "
+             "medians: a `between` well above `within` is variation that runs on one boot cannot show.", "",
+             "| variant | contention | share | RTT | rate | queue | also | runs | blocks | median (Mbit/s) | interval "
+             "| within | between |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        contention = r.contention_mode if pd.isna(r.timeslice_ms) else f"{r.contention_mode} {r.timeslice_ms:g} ms"
+        lines.append(f"| {r.variant} | {contention} | {r.cpu_share_pct:g} % | {r.rtt_ms:g} ms | {r.rate_mbit:g} Mbit/s "
+                     f"| {r.queue} | {r.setting} | {r.runs} | {r.blocks} | {r.median_mbit:.1f} | {r.interval} | "
+                     f"{_signed(r.within_block_sd_mbit, '.2f')} | {_signed(r.between_block_sd_mbit, '.2f')} |")
+    return lines
 
 
 def holm_adjust(p_values: list[float]) -> list[float]:
@@ -186,7 +241,7 @@ def holm_adjust(p_values: list[float]) -> list[float]:
 
 def _call(row: dict) -> str:
     if stats.too_few_to_compare(row["n_original"], row["n_patched"], ALPHA):
-        return f"too few runs for the test ({row['n_original']} vs {row['n_patched']})"
+        return f"too few {row.get('unit', 'run')}s for the test ({row['n_original']} vs {row['n_patched']})"
     if math.isnan(row["p_holm"]):
         return "no test"
     if row["p_holm"] < ALPHA:
@@ -268,7 +323,8 @@ def report_lines(thresholds: pd.DataFrame, comparisons: pd.DataFrame, searched: 
     for r in comparisons.itertuples():
         contention = r.contention_mode if pd.isna(r.timeslice_ms) else f"{r.contention_mode} {r.timeslice_ms:g} ms"
         lines.append(f"| {r.original} vs {r.patched} | {contention} | {r.cpu_share_pct:g} % | {r.rtt_ms:g} ms | "
-                     f"{r.rate_mbit:g} Mbit/s | {r.queue} | {r.setting} | {r.n_original} vs {r.n_patched} | "
+                     f"{r.rate_mbit:g} Mbit/s | {r.queue} | {r.setting} | {r.n_original} vs {r.n_patched}"
+                     f"{' blocks' if r.unit == 'block' else ''} | "
                      f"{r.median_original_mbit:.1f} -> {r.median_patched_mbit:.1f} | {_shift(r)} | "
                      f"{_signed(r.cliffs_delta, '+.2f')} ({r.magnitude}) | "
                      f"{_p_text(r)} | {r.call} |")

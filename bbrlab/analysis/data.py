@@ -17,15 +17,17 @@ Columns, units and dtypes are declared in :mod:`bbrlab.analysis.tables`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
 
 from . import authors, records_reader, runkey
-from .stats import median_interval
+from .stats import BlockedInterval, blocked_median_interval, median_interval
 from .table_cache import Layout
 from .table_cache import ingest as _ingest
 from .tables import INTERVAL_COLUMNS, POINT_COLUMNS, RUN_COLUMNS, SS_COLUMNS, Tables, concat  # noqa: F401 - the tables' API, re-exported for notebooks
@@ -270,7 +272,11 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
         One row per group: the ``by`` columns, ``n``, ``median``, ``ci_low`` and ``ci_high`` (the
         order-statistic confidence interval of the median, :func:`bbrlab.analysis.stats.median_interval`; NaN
         for a single run), ``ci_level`` (the coverage that interval reaches: 95 % or more from 6 runs, 50 % at
-        2), ``q25``, ``q75`` (the interquartile range), ``mean``, ``std`` (sample standard deviation).
+        2), ``unit`` (``block`` where every run of the group carries a block and there are two or more: the
+        interval is then over the blocks' medians and its level counts blocks,
+        :func:`bbrlab.core.confidence.blocked_median_interval`; else ``run``), ``blocks`` (how many), the spread
+        ``within_block_sd`` (pooled within the blocks) and ``between_block_sd`` (of the blocks' medians), NaN
+        without blocks, ``q25``, ``q75`` (the interquartile range), ``mean``, ``std`` (sample standard deviation).
 
     Examples
     --------
@@ -280,15 +286,39 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
     if runs.empty:
         return pd.DataFrame(columns=[*cols, *SUMMARY_COLUMNS])
     g = runs.groupby(cols, dropna=False, observed=True)[value]
-    ci = g.apply(lambda v: median_interval(v.to_numpy()))
-    out = pd.DataFrame({"n": g.count(), "median": g.median(), "ci_low": ci.map(lambda b: b.low),
-                        "ci_high": ci.map(lambda b: b.high), "ci_level": ci.map(lambda b: b.level),
+    units = block_units(runs)
+    ci = runs.assign(_unit=units).groupby(cols, dropna=False, observed=True)[[value, "_unit"]].apply(
+        lambda part: _interval(part[value].to_numpy(dtype=float), part["_unit"]))
+    out = pd.DataFrame({"n": g.count(), "median": g.median(), "ci_low": ci.map(lambda b: b.interval.low),
+                        "ci_high": ci.map(lambda b: b.interval.high), "ci_level": ci.map(lambda b: b.interval.level),
+                        "unit": ci.map(lambda b: b.unit),
+                        "blocks": ci.map(lambda b: b.interval.n if b.unit == "block" else pd.NA).astype("Int64"),
+                        "within_block_sd": ci.map(lambda b: b.within_sd), "between_block_sd": ci.map(lambda b: b.between_sd),
                         "q25": g.quantile(0.25), "q75": g.quantile(0.75), "mean": g.mean(), "std": g.std()})
     return out.reset_index()
 
 
+def block_units(runs: pd.DataFrame) -> pd.Series:
+    """Each run's unit of replication: its campaign and block (``"demo/1"``) where the run carries a block
+    (a campaign with ``blocks``: each block ran on a boot of its own), else <NA> (the run is its own unit)."""
+    if "block" not in runs.columns:
+        return pd.Series(pd.NA, index=runs.index, dtype="string")
+    campaign = runs["campaign"].astype("string") if "campaign" in runs.columns else pd.Series("", index=runs.index)
+    units = campaign.fillna("") + "/" + runs["block"].astype("string")
+    return units.where(runs["block"].notna())
+
+
+def _interval(values: np.ndarray, units: pd.Series) -> BlockedInterval:
+    """A group's interval: over its blocks' medians when every run of it carries a block and there are two
+    blocks or more; else over its runs (unit ``run``, no spreads)."""
+    if units.notna().all() and units.nunique() > 1:
+        return blocked_median_interval(values, units.to_numpy())
+    return BlockedInterval(median_interval(values), len(values), math.nan, math.nan, unit="run")
+
+
 #: The statistics :func:`summarise` gives per group, in order.
-SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "ci_level", "q25", "q75", "mean", "std")
+SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "ci_level", "unit", "blocks", "within_block_sd",
+                   "between_block_sd", "q25", "q75", "mean", "std")
 
 
 def check_dimensions(tables: Tables, varies: Mapping[str, int] | None = None,

@@ -158,29 +158,36 @@ def plotted_points(fig) -> list[dict]:
 BAND_SHOWS = "CI of the median (order statistics)"
 
 
-def mark_band(artist, label: str, x, low, high, shows: str = BAND_SHOWS, level=None, n=None):
+def mark_band(artist, label: str, x, low, high, shows: str = BAND_SHOWS, level=None, n=None, blocks=None):
     """Keep a band's data on its artist, for :func:`plotted_points` and :func:`fit_y`; returns the artist.
-    ``level`` (the coverage each point's interval reaches) and ``n`` (its runs) go to points.json too."""
+    ``level`` (the coverage each point's interval reaches), ``n`` (its runs) and ``blocks`` (the blocks its
+    interval counts, where the block is the unit; NaN elsewhere) go to points.json too."""
     artist.bbrlab_band = {"label": label, "shows": shows, "x": np.asarray(x, dtype=float), "low": np.asarray(low, dtype=float),
                           "high": np.asarray(high, dtype=float)}
     if level is not None:
         artist.bbrlab_band["level"] = np.asarray(level, dtype=float)
     if n is not None:
         artist.bbrlab_band["n"] = np.asarray(n, dtype=float)
+    if blocks is not None:
+        artist.bbrlab_band["blocks"] = pd.Series(blocks).astype("Float64").to_numpy(dtype=float, na_value=np.nan)
     return artist
 
 
 def band_levels(table: pd.DataFrame, asked: float = LEVEL) -> str:
     """The levels a table's intervals reach, as a legend says them: ``"n >= 6: >= 95 %"`` for the points that
-    reach the asked level, and each smaller n with its own (``"n = 2: [min, max], 50 %"``), joined by ``"; "``."""
+    reach the asked level, and each smaller n with its own (``"n = 2: [min, max], 50 %"``), joined by ``"; "``.
+    Points whose unit is the block (``unit`` = ``block``) count blocks: ``"blocks = 2: [min, max], 50 %"``."""
     with_ci = table[table["ci_low"].notna()] if "ci_low" in table else table.iloc[0:0]
     if with_ci.empty or "ci_level" not in with_ci:
         return ""
-    reached = with_ci[with_ci["ci_level"] >= asked - 1e-12]
-    parts = [median_interval(range(int(n)), asked).text() for n in sorted(set(with_ci.loc[
-        with_ci["ci_level"] < asked - 1e-12, "n"].astype(int)))]
-    if not reached.empty:
-        parts.append(f"n >= {int(reached['n'].min())}: >= {level_text(asked)}")
+    parts = []
+    blocked = with_ci["unit"].eq("block") if "unit" in with_ci else pd.Series(False, index=with_ci.index)
+    for word, rows, count in (("n", with_ci[~blocked], "n"), ("blocks", with_ci[blocked], "blocks")):
+        below = sorted(set(rows.loc[rows["ci_level"] < asked - 1e-12, count].astype(int)))
+        parts += [median_interval(range(k), asked).text().replace("n = ", f"{word} = ") for k in below]
+        reached = rows[rows["ci_level"] >= asked - 1e-12]
+        if not reached.empty:
+            parts.append(f"{word} >= {int(reached[count].min())}: >= {level_text(asked)}")
     return "; ".join(parts)
 
 
@@ -465,7 +472,8 @@ def _draw_line(ax, part: pd.DataFrame, x: str, stat: str, band: bool, label: str
     if band and stat == "median" and part["ci_low"].notna().any():
         mark_band(ax.fill_between(part[x], part["ci_low"], part["ci_high"], color=color, alpha=0.18, linewidth=0,
                                   label=f"_band {label}"), label, part[x], part["ci_low"], part["ci_high"],
-                  level=part["ci_level"] if "ci_level" in part else None, n=part["n"])
+                  level=part["ci_level"] if "ci_level" in part else None, n=part["n"],
+                  blocks=part["blocks"] if "unit" in part and part["unit"].eq("block").any() else None)
 
 
 def figure_legend(fig, axes, title: str | None = None) -> None:

@@ -319,6 +319,9 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
         thresholds, comparisons = confidence_tables(runs)
         searched = confidence_report.search_rows(data_dir) if data_dir is not None else None
         lines += confidence_report.report_lines(thresholds, comparisons, searched)
+        blocks = confidence_report.block_rows(runs)
+        lines += confidence_report.block_lines(blocks)
+        extra["blocks"] = blocks.to_dict(orient="records")
         extra["thresholds"] = thresholds.to_dict(orient="records")
         extra["patched_vs_original"] = comparisons.to_dict(orient="records")
         if searched is not None:

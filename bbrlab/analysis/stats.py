@@ -19,7 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbrlab.core.confidence import LEVEL, MIN_N, MedianInterval, level_text, median_ci, median_interval  # noqa: F401 - re-exported
+from bbrlab.core.confidence import (  # noqa: F401 - re-exported
+    LEVEL,
+    MIN_N,
+    BlockedInterval,
+    MedianInterval,
+    blocked_median_interval,
+    level_text,
+    median_ci,
+    median_interval,
+)
 
 #: Significance level a comparison must be able to reach: a pair of samples whose exact two-sided Mann-Whitney
 #: test cannot give p < 0.05 even when every run of one lies above every run of the other gets no test and no

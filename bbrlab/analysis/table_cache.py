@@ -23,7 +23,7 @@ from bbrlab.core.errors import BbrlabError
 from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/17"
+TABLES_SCHEMA = "bbrlab.tables/18"
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 

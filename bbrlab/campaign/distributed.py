@@ -275,7 +275,7 @@ class DaskExecutor:
         token = self.context.token
         future = self.client.submit(
             run_on_worker, attempt.scenario.to_dict(), attempt.run_id, attempt.attempt, self.context,
-            attempt.order + 1, resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
+            attempt.order + 1, None if attempt.block is None else attempt.block.to_dict(), resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
             key=f"bbrlab-{self.context.campaign}-{attempt.run_id}-a{attempt.attempt}-{token[:8]}")
         self._submitted[future.key] = attempt
         self._futures[future.key] = future

@@ -40,11 +40,13 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import interruptible
 from bbrlab.run import record as rec
+from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.record import failure_record  # noqa: F401 - where callers found it
 from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from . import watchdog
+from .blocks import BlockBoots
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
 from .search import make_gate
@@ -123,6 +125,7 @@ class Attempt:
     attempt: int  # 1, 2, ... numbered across processes (``failed/<run_id>.a<N>``)
     scenario: Scenario
     order: int  # the run's place in the plan (0 first): executors run lower places first
+    block: BlockBoot | None = None  # the run's block when the spec has blocks (a fresh boot per block)
 
 
 @dataclass
@@ -195,7 +198,9 @@ class InProcess:
         started = rec.now_iso()
         try:
             with watchdog.bounded(self.bound_s(attempt.scenario), staging):
-                metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt)
+                block = {} if attempt.block is None else {"block": attempt.block}
+                metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt,
+                                       **block)
             status, reason = "ok", None
         except watchdog.AttemptHung as e:  # the run's context managers restored the testbed on the way out
             status, reason, metadata = "failed", str(e), {"hang": {"bound_s": round(e.bound_s, 1)}}
@@ -283,6 +288,10 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     :class:`bbrlab.campaign.search.SearchGate`): each settled run may open more runs or drop the rest, and
     ``decisions.json`` is rewritten; the decisions follow from the committed runs alone.
 
+    With blocks (``spec.blocks`` > 1) each attempt carries its :class:`~bbrlab.run.blockboot.BlockBoot`: its block
+    and the sender boot ids the block's committed runs ran on (:class:`bbrlab.campaign.blocks.BlockBoots`), from
+    which the run function boots the testbed afresh for a new block, as it would have without the interruption.
+
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
     resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
@@ -318,13 +327,15 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
         order_of = {run_id: i for i, (run_id, _) in enumerate(runs)}
         place = getattr(gate, "place", order_of.__getitem__)  # a search's own order (bbrlab.campaign.interleave)
         submitted: set[str] = set()
+        boots = BlockBoots(spec, out, runs)
 
         def submit_open(run_ids) -> None:
             for run_id in sorted(run_ids, key=place):
                 if run_id in used and used[run_id] < last[run_id] and run_id not in submitted and gate.is_open(run_id):
                     submitted.add(run_id)
-                    executor.submit(Attempt(run_id, used[run_id] + 1, plan.runs[order_of[run_id]].scenario,
-                                            place(run_id)))
+                    scenario = plan.runs[order_of[run_id]].scenario
+                    executor.submit(Attempt(run_id, used[run_id] + 1, scenario, place(run_id),
+                                            boots.request(scenario)))
 
         open_todo = [run_id for run_id, _ in runs if run_id in used and used[run_id] < last[run_id]]
         bar = _progress_bar(len(runs) - gate.skipped(), len(runs) - len(open_todo), spec.name, enabled=progress)
@@ -339,10 +350,11 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                     finished.metadata = {**finished.metadata, **gate.record_of(a.run_id)}
                 record = commit_finished(out, spec.name, finished, mixed)
                 used[a.run_id] = a.attempt
+                boots.add(a.scenario, record)
                 if record["status"] == "ok":
                     done.add(a.run_id)
                 if record["status"] != "ok" and a.attempt < last[a.run_id]:
-                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order))
+                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order, boots.request(a.scenario)))
                     continue
                 if gate.rule is not None:  # the run is settled: its point's decision may open or drop runs
                     submit_open(gate.settle(a.run_id))

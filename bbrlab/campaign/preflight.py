@@ -44,6 +44,9 @@ def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
     :class:`ValidationError` naming the spec's field and the testbed; changes nothing."""
 
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)
+    if getattr(spec, "blocks", 1) > 1 and tb.kind != "local":
+        raise ValidationError("blocks", spec.blocks, "1 for a lab testbed (each block boots the sender afresh, which "
+                              "bbrlab does on a local testbed only)", f"testbed {tb.name}")
     limits = read_kernel_limits(tb.sender.hypervisor)
     if cpus:
         limits = replace(limits, online_cpus=len(cpus))  # a partition is its own root domain

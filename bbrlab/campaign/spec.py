@@ -44,6 +44,9 @@ Spec keys (see specs/*.yaml)::
     bottleneck_ms: auto         # the emulator's queue every 5 ms in sampled runs; 0 off, 1-1000 ms
     order: blocked-random       # or sequential, random
     seed: 1
+    blocks: 1                   # split each point's repetitions into this many blocks, each on a fresh boot
+                                # of the sender (a divisor of repetitions; docs/statistics.md, "Blocks")
+    block_reboot: sender        # what a block boots afresh: sender, or sender+emulator
     max_attempts: 3             # a failing run is tried at most this often
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
 
@@ -56,11 +59,9 @@ that runs the sender's vCPUs (:func:`check_admission`). A key given twice is ref
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
-import random
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -83,6 +84,8 @@ from bbrlab.core.scenario import (
 )
 from bbrlab.core.yamlfile import read_capped
 
+from .blocks import check_blocks
+from .order import plan_order
 from .repetitions import RepetitionRule
 from .search import SearchRule
 from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
@@ -99,6 +102,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ESTIMATED_OVERHEAD_S = 2.0
 #: Seconds an rsync run costs beyond its copy (the receiver's sshd, keys, the SSH handshake).
 ESTIMATED_RSYNC_OVERHEAD_S = 8.0
+#: Seconds a block's fresh boot of the sender costs: measured 29.9 and 30.9 s under TCG (boot to SSH, bbr2b and
+#: the samplers put back; tests/system/test_blocks_testbed.py), 50 s with the emulator too.
+ESTIMATED_BLOCK_BOOT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ class CampaignSpec:
     max_attempts: int = 3
     delay_split: str = "symmetric"
     description: str = ""
+    blocks: int = 1  # each point's repetitions in this many blocks, each on a fresh boot (bbrlab.campaign.blocks)
+    block_reboot: str = "sender"  # what a block boots afresh: sender, or sender+emulator
     adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
     search: SearchRule | None = None  # a threshold search: cpu_shares_pct is its lattice, repetitions its max
 
@@ -221,31 +229,17 @@ class CampaignSpec:
                     sampler=self.sampler, vcpu_trace=self.vcpu_trace, bottleneck_ms=self.bottleneck_ms)
 
     def plan(self) -> list[Scenario]:
-        """All runs (grid x repetitions) in execution order, reproducible from ``seed``.
-
-        With several sender kernels the runs of one kernel stay together (in the order the spec lists
-        the kernels), ordered within the block as ``order`` says: the sender boots once per kernel.
-        Raises :class:`ValidationError` if two runs would share a run id (see :func:`check_unique_ids`).
-        """
-        rng = random.Random(self.seed)
-        out = [s for kernel in (self.kernels or (None,)) for s in self._ordered(self.grid(kernel), rng)]
+        """All runs (grid x repetitions) in execution order, reproducible from ``seed``: block after block, kernel
+        after kernel within a block, each as ``order`` says (:func:`bbrlab.campaign.order.plan_order`). Raises
+        :class:`ValidationError` if two runs would share a run id (see :func:`check_unique_ids`)."""
+        out = plan_order(self)
         check_unique_ids(out)
         return out
 
-    def _ordered(self, grid: list[Scenario], rng: random.Random) -> list[Scenario]:
-        with_rep = [[_with_repetition(s, r) for s in grid] for r in range(self.repetitions)]
-        if self.order == "sequential":
-            out = [with_rep[r][i] for i in range(len(grid)) for r in range(self.repetitions)]
-        elif self.order == "random":
-            out = [s for block in with_rep for s in block]
-            rng.shuffle(out)
-        else:
-            out = []
-            for block in with_rep:  # blocked-random: each repetition block is its own permutation
-                block = list(block)
-                rng.shuffle(block)
-                out.extend(block)
-        return out
+    def block_of(self, repetition: int) -> int:
+        """The block (0 first) that runs ``repetition``: the repetitions split into ``blocks`` equal runs of
+        consecutive repetitions."""
+        return repetition // (self.repetitions // self.blocks)
 
     @property
     def runs(self) -> int:
@@ -268,7 +262,7 @@ class CampaignSpec:
 
     def expected_duration_s(self, overhead_s: float = ESTIMATED_OVERHEAD_S) -> float:
         """A plan estimate: iperf3 runs last ``duration_s``; an rsync copy the file's size at the link's
-        rate less its loss, at most ``transfer_timeout_s``."""
+        rate less its loss, at most ``transfer_timeout_s``; each block's boot :data:`ESTIMATED_BLOCK_BOOT_S`."""
         total = 0.0
         for s in self.grid():
             if s.flow.workload == "rsync":
@@ -279,11 +273,8 @@ class CampaignSpec:
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
                 total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
-        return total * self.repetitions
-
-
-def _with_repetition(s: Scenario, r: int) -> Scenario:
-    return dataclasses.replace(s, repetition=r)
+        boots = self.blocks * max(1, len(self.kernels)) if self.blocks > 1 else 0
+        return total * self.repetitions + boots * ESTIMATED_BLOCK_BOOT_S
 
 
 def check_unique_ids(runs: list[Scenario]) -> None:
@@ -320,7 +311,7 @@ _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
                      "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
-                     "sender_qdiscs": ["default"], "flows": []}
+                     "sender_qdiscs": ["default"], "flows": [], "blocks": 1, "block_reboot": "sender"}
 
 
 def _list(data: dict, key: str) -> list:
@@ -415,6 +406,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     scalars = check_scalars(d)
     if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
         search = dataclasses.replace(search, seed=scalars.get("seed", CampaignSpec.seed))
+    scalars.update(check_blocks(d, scalars.get("repetitions", 30), adaptive="adaptive" in scalars or search is not None))
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec

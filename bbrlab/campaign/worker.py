@@ -35,6 +35,7 @@ from bbrlab import testbed as testbed_mod
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import Interrupted, clear_pending, raise_in_thread
 from bbrlab.run import record as rec
+from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.ceiling import CalibrationMismatch
 from bbrlab.run.recovery import recover
 from bbrlab.run.runmeta import failure_reason, of_error
@@ -314,7 +315,7 @@ def plugin() -> TestbedPlugin:
 
 
 def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignContext | None = None,
-                  index: int | None = None) -> Outcome:
+                  index: int | None = None, block: dict | None = None) -> Outcome:
     """The task: one attempt of one run on this worker's testbed. Never raises for the run's own failure.
     A run its driver stopped returns status :data:`STOPPED` (never committed); when the worker itself is
     closing it raises Dask's ``Reschedule`` instead, and the run goes to another testbed."""
@@ -329,7 +330,8 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
                 announce_start(context)
                 try:
                     run_fn = owner.prepared(context, run_id, attempt, index)
-                    metadata = run_fn(sc, Path(staging), run_id=run_id, attempt=attempt)
+                    boot = {} if block is None else {"block": BlockBoot.from_dict(block)}
+                    metadata = run_fn(sc, Path(staging), run_id=run_id, attempt=attempt, **boot)
                     status_, reason = "ok", None
                 except Exception as e:  # noqa: BLE001 - the reason (with where) travels to the driver, which records it
                     metadata, status_, reason = of_error(e), "failed", failure_reason(e)

@@ -127,7 +127,8 @@ def run_plan(args) -> int:
     runs = spec.plan()
     info = {"campaign": spec.name, "grid_points": len(spec.grid()), "repetitions": spec.repetitions,
             "runs": len(runs), "duration_s": spec.duration_s, "overhead_s_estimate": ESTIMATED_OVERHEAD_S,
-            "expected_duration_s": spec.expected_duration_s(), "order": spec.order, "seed": spec.seed}
+            "expected_duration_s": spec.expected_duration_s(), "order": spec.order, "seed": spec.seed,
+            "blocks": spec.blocks, "block_reboot": spec.block_reboot}
     if spec.adaptive is not None:
         if not 0 < args.spread <= 1:
             raise ValidationError("--spread", args.spread, "0 < spread <= 1 (a fraction of the link rate)")
@@ -147,7 +148,9 @@ def run_plan(args) -> int:
         what = (f"(iperf3: {spec.duration_s:g} s; rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)"
                 if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
-          f"{what}, order {spec.order} (seed {spec.seed})")
+          f"{what}, order {spec.order} (seed {spec.seed})" + (f", in {spec.blocks} blocks, each on a fresh boot of the "
+                                                             f"{spec.block_reboot.replace('+', ' and ')}"
+                                                             if spec.blocks > 1 else ""))
     if spec.adaptive is not None:
         a = spec.adaptive
         print(f"adaptive repetitions: {a.min_reps} to {a.max_reps} per point, stopping once the median's "

@@ -87,6 +87,7 @@ class RunMetadata:
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
+    block: dict | None = None  # blocks: K campaigns: the run's block and whether it booted afresh (bbrlab.run.blockboot)
     bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).

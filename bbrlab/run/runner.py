@@ -38,6 +38,7 @@ from bbrlab.testbed import hostlock
 
 from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
+from .blockboot import BlockBoot
 from .ceiling import Calibration
 from .runmeta import CcaUse, RunMetadata
 from .session import TestbedSession
@@ -95,15 +96,18 @@ class Runner:
         """The emulated link this runner's session holds."""
         return self.session.link
 
-    def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1, **_) -> dict:
-        """Run ``scenario`` once, its files into ``staging``; the record's metadata (its JSON). Raises
+    def __call__(self, scenario: Scenario, staging: Path, *, run_id: str, attempt: int = 1,
+                 block: BlockBoot | None = None, **_) -> dict:
+        """Run ``scenario`` once, its files into ``staging``; the record's metadata (its JSON). ``block``: the
+        run's block in a campaign with blocks (the sender is booted afresh for a new one). Raises
         :class:`~bbrlab.run.runmeta.FailedRun` if the run fails (an interruption as itself)."""
         meta = RunMetadata()
         with meta.carried_by_errors():
             if hostlock.check_held(self.testbed):  # taken again after it was lost: the hosts may have changed
                 self.session.hosts_retaken()
             try:
-                self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams))
+                self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams),
+                         **({} if block is None else {"block": block}))
             except Exception:
                 # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
                 # would otherwise refuse the leftover (or measure under it).
@@ -117,21 +121,23 @@ class Runner:
         """Take bbrlab's qdiscs off the emulator (the end of a campaign)."""
         self.link.close()
 
-    def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int]) -> None:
+    def run(self, scenario: Scenario, out: Path, meta: RunMetadata, *, ports: list[int],
+            block: BlockBoot | None = None) -> None:
         """The recipe: run ``scenario`` with its files into ``out``, filling ``meta``; raises when the run fails.
         Flows beside flow 0 (``scenario.flows``) run alongside it (:mod:`bbrlab.run.flows`)."""
         with meta.timed("flows_prepare"):
             flows.check_origins(self.testbed, scenario.flows)
             extra = flows.prepare(self.testbed, scenario.flows, ports) if scenario.flows else []
         try:
-            self._run(scenario, out, meta, ports, extra)
+            self._run(scenario, out, meta, ports, extra, block)
         finally:
             with meta.timed("flows_close"):
                 flows.close(extra)
 
-    def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list) -> None:
+    def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list,
+             block: BlockBoot | None = None) -> None:
         work = workloads.for_flow(scenario.flow)
-        self.session.boot(scenario.kernel, meta)
+        self.session.boot(scenario.kernel, meta, block)
         with meta.timed("describe"):
             self.session.describe(meta)
         with meta.timed("probe"):

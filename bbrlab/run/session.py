@@ -16,6 +16,7 @@ from bbrlab.link import emulator as link
 
 from . import record as rec
 from . import sender
+from .blockboot import BlockBoot, needs_fresh_boot
 from .recovery import recover
 from .runmeta import RunMetadata
 
@@ -28,29 +29,74 @@ class TestbedSession:
         self.link = link.EmulatorLink(testbed.emulator.host, testbed.emulator.ports)
         self.identities = CcaIdentities()
         self._kernel: str | None = None  # the kernel this session made sure the sender runs
+        self._block: int | None = None  # the block whose boot this session made or found (blocks: K)
         self._static: dict | None = None  # measured once per sender boot
         self._recovered: dict | None = None  # what the first run found and restored
         self.recovery_recorded = False  # an ok run's record carries it (a failed attempt's may be replaced)
 
-    def boot(self, kernel: str | None, meta: RunMetadata) -> None:
-        """Make the sender run ``kernel`` (None: whatever it runs). A plan keeps each kernel's runs together,
-        so the sender reboots once per kernel block; the first run of a process checks it (a resumed
-        campaign boots into the kernel of its next run). Only the sender reboots; the link stays."""
-        if kernel is None or kernel == self._kernel:
-            return
-        if self.testbed.kind != "local":
-            raise RunFailed(f"the scenario asks for sender kernel {kernel!r}, but a lab's sender kernel is the lab's "
-                            "own: leave kernels out of a lab's spec")
+    def boot(self, kernel: str | None, meta: RunMetadata, block: BlockBoot | None = None) -> None:
+        """Make the sender run ``kernel`` (None: whatever it runs), on a boot of the run's ``block`` when the
+        campaign has blocks (:func:`bbrlab.run.blockboot.needs_fresh_boot`; ``metadata.block`` says whether
+        this run booted afresh). A plan keeps each kernel's runs together, so the sender reboots once per kernel
+        block; the first run of a process checks it (a resumed campaign boots into the kernel of its next run).
+        A kernel switch is itself a fresh boot. Only the sender reboots (and the emulator when the block asks);
+        the link stays, or is set again after the emulator rebooted."""
+        new_block = block is not None and block.block != self._block
+        before = self._boot_id() if new_block else None
+        if kernel is not None and kernel != self._kernel:
+            self._check_local(kernel, None)
+            with meta.timed("kernel_boot"):  # a sender already on the kernel is reused (the first run of a process)
+                self._reboot(lambda name, vcpus: self._testbed_mod().up(name, sender_vcpus=vcpus, kernel=kernel,
+                                                                        progress=False))
+            self._kernel = kernel
+        booted = new_block and self._boot_id() != before  # a kernel's real boot is the block's boot too
+        if new_block and ((not booted and needs_fresh_boot(block, self._block, before)) or (booted and block.emulator)):
+            self._check_local(None, block)
+            with meta.timed("block_boot"):
+                self._reboot(lambda name, vcpus: self._testbed_mod().reboot(
+                    name, sender=not booted, emulator=block.emulator, progress=False))
+            booted = True
+        if block is not None:
+            meta.block = block.record(booted=booted)
+            self._block = block.block
+
+    @staticmethod
+    def _testbed_mod():
         from bbrlab import testbed as testbed_mod
 
-        with meta.timed("kernel_boot"):
-            name, vcpus = self.testbed.name, self.testbed.local.sender_vcpus or 1
-            self.testbed.close()
-            self.testbed = testbed_mod.up(name, sender_vcpus=vcpus, kernel=kernel, progress=False)
+        return testbed_mod
+
+    def _check_local(self, kernel: str | None, block: BlockBoot | None) -> None:
+        if self.testbed.kind == "local":
+            return
+        if kernel is not None:
+            raise RunFailed(f"the scenario asks for sender kernel {kernel!r}, but a lab's sender kernel is the lab's "
+                            "own: leave kernels out of a lab's spec")
+        raise RunFailed(f"block {block.block} of {block.blocks} asks for a fresh boot of the sender, which bbrlab "
+                        "makes only on a local testbed: leave blocks out of a lab's spec (or give 1)")
+
+    def _boot_id(self) -> str:
+        """The sender's boot id now (one command)."""
+        return self.testbed.sender.host.output(["cat", "/proc/sys/kernel/random/boot_id"]).strip()
+
+    def _reboot(self, boot) -> None:
+        """``boot(name, vcpus)`` brings up the testbed anew (a new object); the link is kept on an emulator that
+        did not reboot and set again on one that did (its boot id changed)."""
+        name, vcpus = self.testbed.name, self.testbed.local.sender_vcpus or 1
+        emulator_before = self._emulator_boot_id()
+        self.testbed.close()
+        self.testbed = boot(name, vcpus)
         current = self.link.current
         self.link = link.EmulatorLink(self.testbed.emulator.host, self.testbed.emulator.ports)
-        self.link.current = current  # the emulator did not reboot: its qdiscs are as they were
-        self._kernel, self._static = kernel, None
+        if self._emulator_boot_id() == emulator_before:
+            self.link.current = current  # the emulator did not reboot: its qdiscs are as they were
+        self._static = None
+
+    def _emulator_boot_id(self) -> str | None:
+        try:
+            return self.testbed.emulator.host.output(["cat", "/proc/sys/kernel/random/boot_id"]).strip()
+        except Exception:  # noqa: BLE001 - unknown: the link is then set again, which is always safe
+            return None
 
     def describe(self, meta: RunMetadata) -> None:
         """Fill what is measured once per sender boot (testbed, kernel, versions, offloads) into ``meta``, and
@@ -64,6 +110,7 @@ class TestbedSession:
                 "hypervisor": tb.hypervisor_name, "bbrlab": __version__, "bbrlab_git": rec.git_commit(),
                 **sender.tool_versions(tb.sender.host)},
                 "kernel": identity.to_dict() if identity else {"origin": tb.kind}}
+            self._static["testbed"]["emulator_boot_id"] = self._emulator_boot_id()
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
         meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
         if self._recovered is None:

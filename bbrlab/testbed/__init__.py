@@ -26,7 +26,7 @@ from .roles import EmulatorRole, LocalDetails, Role, SenderRole, Testbed, from_s
 
 __all__ = ["Testbed", "LocalDetails", "Role", "SenderRole", "EmulatorRole", "TestbedSpec", "SenderKernel",
            "DEFAULT_KERNEL", "up", "down", "load", "status", "load_file", "testbed_lock", "image_lock", "lock_path",
-           "check_kernel", "check_campaign_kernels", "sender_kernel"]
+           "check_kernel", "check_campaign_kernels", "sender_kernel", "reboot"]
 
 
 def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_bbr2b: bool = True,
@@ -58,6 +58,24 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
         lifecycle.up(name, sender_vcpus=sender_vcpus, progress=progress, kernel=resolved)
     tb = load(name)
     if load_bbr2b:
+        _load_bbr2b(tb, resolved, progress)
+    _install_samplers(tb, progress)
+    return tb
+
+
+def reboot(name: str = "local", *, sender: bool = True, emulator: bool = False, progress: bool = True) -> Testbed:
+    """Boot the running local testbed ``name``'s sender (and with ``emulator`` its emulator) afresh, into the
+    kernel it runs now, and return the testbed: a campaign's block of repetitions starts on a boot of its own
+    (:mod:`bbrlab.campaign.blocks`). The namespaces, taps and bridges stay. The sender gets bbr2b and the
+    samplers again, as :func:`up` gives them."""
+    from .local import reboot as rebooting
+    from .local.state import check_name
+
+    check_name(name)
+    with testbed_lock(name):
+        resolved = rebooting.reboot(name, sender=sender, emulator=emulator, progress=progress)
+    tb = load(name)
+    if sender:
         _load_bbr2b(tb, resolved, progress)
     _install_samplers(tb, progress)
     return tb

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bbrlab.campaign import directory
-from tests.engine_runs import slow_run, spec
+from tests.engine_runs import block_run, slow_run, spec
 
 pytestmark = pytest.mark.system
 #: How long after its bound a hung attempt is noticed: the driver looks every second
@@ -53,6 +53,24 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
     assert {r["metadata"]["worker"]["testbed"] for r in records} == {"a", "b"}
     assert all(r["metadata"]["worker"]["host"] for r in records)
     assert len({r["metadata"]["pid"] for r in records}) == 2  # two worker processes did the work
+
+
+def test_a_blocked_campaign_hands_each_worker_its_runs_block(tmp_path):
+    """``blocks: 2`` over two workers: every run reaches its worker with its block (issue #36 item 3)."""
+    from distributed import Client
+
+    from bbrlab.campaign import distributed as d
+    from bbrlab.campaign.spec import CampaignSpec
+
+    blocked = CampaignSpec.from_dict({**spec().to_dict(), "repetitions": 2, "blocks": 2, "cpu_shares_pct": [25, 100]})
+    with d.local_cluster(["a", "b"], run_function=block_run) as cluster, Client(cluster) as client:
+        d.wait_for_workers(client, 2)
+        st = d.run_campaign_distributed(blocked, tmp_path, client, progress=False)
+    assert (st.done, st.failed_attempts) == (16, 0)
+    records = _records(tmp_path)
+    assert [r["metadata"]["block"]["block"] for r in records] == [blocked.block_of(r["scenario"]["repetition"])
+                                                                   for r in records]
+    assert {r["metadata"]["block"]["blocks"] for r in records} == {2}
 
 
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypatch):

@@ -61,6 +61,8 @@ plausible = {
     "seed": st.integers(min_value=-1, max_value=2**64),
     "max_attempts": st.integers(min_value=-1, max_value=12),
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
+    "blocks": st.one_of(st.integers(min_value=-1, max_value=7), st.sampled_from([True, "2", 1.5, None])),
+    "block_reboot": st.sampled_from(["sender", "sender+emulator", "emulator", "", None, 1]),
     "description": st.one_of(st.text(max_size=20), st.integers()),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
     "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "cfs-burst", "credit", "competing-load",

@@ -298,6 +298,18 @@ def _reboot_sender(state: State, sender_vcpus: int, resolved: sender_kernel.Reso
     say(f"sender rebooted into {resolved.kernel.release} in {time.monotonic() - t_start:.1f} s")
 
 
+def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:
+    """Open tap ``ifname`` again after its QEMU exited (the kernel may still be tearing the old one down)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return plumbing.open_tap(ns, ifname)
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise TestbedError(f"cannot open tap {ifname} in {ns} again: {e}") from e
+            time.sleep(0.05)
+
+
 def _choose_accelerator(say: Progress) -> str:
     result = accel.cached_kvm_probe()
     if result is None:
@@ -317,18 +329,6 @@ def _ensure_ssh_key(folder: Path) -> Path:
                         "-f", str(key)], check=True, capture_output=True, timeout=30)
     key.chmod(0o600)
     return key
-
-
-def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:
-    """Open tap ``ifname`` again after its QEMU exited (the kernel may still be tearing the old one down)."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            return plumbing.open_tap(ns, ifname)
-        except OSError as e:
-            if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise TestbedError(f"cannot open tap {ifname} in {ns} again: {e}") from e
-            time.sleep(0.05)
 
 
 def new_host_key(state: State, role: str) -> Path:
@@ -364,13 +364,17 @@ def _vm_specs(state: State, sender_vcpus: int, accelerator: str, key: Path, fds:
               boot: qemu.BootFiles) -> dict[str, qemu.VmSpec]:
     return {
         "sender": _sender_spec(state, sender_vcpus, accelerator, key, fds["s"], boot),
-        "emulator": qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
-                                folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"),
-                                host_key_file=new_host_key(state, "emulator"),
-                                setup_script=_setup_script(state, "emulator", EMULATOR_SETUP),
-                                tap_fds=[fds["ea"], fds["eb"]], mac_tag=2, ssh_port=qemu.free_local_port(),
-                                receive_offloads=False),
+        "emulator": _emulator_spec(state, accelerator, key, fds),
     }
+
+
+def _emulator_spec(state: State, accelerator: str, key: Path, fds: dict[str, int], ssh_port: int = 0) -> qemu.VmSpec:
+    return qemu.VmSpec(vm_name=vm_name(state.name, "emulator"), hostname="emulator", vcpus=1,
+                       folder=state.dir, accelerator=accelerator, authorized_key_file=Path(f"{key}.pub"),
+                       host_key_file=new_host_key(state, "emulator"),
+                       setup_script=_setup_script(state, "emulator", EMULATOR_SETUP),
+                       tap_fds=[fds["ea"], fds["eb"]], mac_tag=2, ssh_port=ssh_port or qemu.free_local_port(),
+                       receive_offloads=False)
 
 
 def _launch(state: State, role: str, spec: qemu.VmSpec, img: image.GuestImage, say: Progress) -> None:

@@ -102,6 +102,20 @@ def set_address(ns: str, ifname: str, address: str, prefix_len: int) -> None:
         ipr.link("set", index=idx, state="up")
 
 
+def link_address(ns: str, ifname: str) -> str | None:
+    """The MAC address of ``ifname`` in ``ns`` (None when there is no such interface)."""
+    with IPRoute(netns=ns) as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        return ipr.get_links(found[0])[0].get_attr("IFLA_ADDRESS") if found else None
+
+
+def set_link_address(ns: str, ifname: str, address: str) -> None:
+    """Give ``ifname`` in ``ns`` the MAC address ``address`` (a tap made anew keeps its predecessor's, so the
+    peers' neighbour caches stay right)."""
+    with IPRoute(netns=ns) as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], address=address)
+
+
 def interface_names(ns: str) -> list[str]:
     """The names of the interfaces in network namespace ``ns``, sorted."""
     with IPRoute(netns=ns) as ipr:

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from bbrlab.core.ownedpids import KILL_OURS_SH
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.run.runner import SAMPLE_FILES, run_once
 from bbrlab.sampling import sampler as sampling
@@ -22,14 +23,13 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 #: For every sampler directory in the guest: its size in bytes (du, apparent sizes), then what the
 #: sampler's stdout is (readlink of /proc/PID/fd/1); "none" when no sampler runs.
-_LOOK = r"""
+_LOOK = KILL_OURS_SH + r"""
 found=0
 for d in /tmp/bbrlab-sampler.*; do
     [ -d "$d" ] || continue
     found=1
     size=$(du -sb "$d" | cut -f1)
-    pid=
-    read -r pid _ < "$d/pid" 2>/dev/null  # the pid file holds "<pid> <start ticks>"
+    read_pid_line "$d/pid"
     out=$( [ -n "$pid" ] && readlink "/proc/$pid/fd/1" )
     echo "$size $out $(ls "$d" | tr '\n' ,)"
 done

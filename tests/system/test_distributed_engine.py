@@ -55,6 +55,9 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
     assert len({r["metadata"]["pid"] for r in records}) == 2  # two worker processes did the work
 
 
+# make test-slow: test_worker_killed_testbed kills a worker during a real contended run and checks the same (the
+# run goes again on the Nanny's new worker, each run recorded once, none failed).
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypatch):
     from distributed import Client
 

@@ -48,7 +48,7 @@ from .commands import (  # noqa: F401 - re-exported: callers import them from he
     invoke_config,
 )
 from .errors import BbrlabError
-from .ownedpids import KILL_OURS_SH, Spawned
+from .ownedpids import KILL_OURS_SH, Spawned, parse_pid_line
 
 #: Seconds of silence on an SSH connection before a keepalive goes out (paramiko's transport keepalive).
 KEEPALIVE_S = 10
@@ -100,9 +100,8 @@ class Host:
         sends SIGKILL (:mod:`bbrlab.core.ownedpids`)."""
         cmd = shlex.join(_argv(argv))
         script = (KILL_OURS_SH + f"nohup setsid {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &\n"
-                  'pid=$!; echo "$pid $(start_ticks "$pid")"')
-        pid, _, ticks = self.output(["sh", "-c", script], sudo=sudo, timeout=30).partition(" ")
-        return Spawned(int(pid), int(ticks) if ticks.strip().isdigit() else None)
+                  'pid_line $!')
+        return parse_pid_line(self.output(["sh", "-c", script], sudo=sudo, timeout=30), f"spawn of {argv[0]}")
 
     def stream(self, argv: Sequence[str], local_path: str | Path, *, max_bytes: int | None = None) -> Streaming:
         """Start ``argv`` and put its output (stdout and stderr) into ``local_path`` on THIS machine while it

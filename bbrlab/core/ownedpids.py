@@ -7,7 +7,10 @@ that started at the same time (``/proc/<pid>/stat``, clock ticks since boot; see
 
 - :class:`Spawned`: a started process's pid and start ticks.
 - :data:`KILL_OURS_SH`: the shell functions ``start_ticks PID``, ``same PID TICKS`` and ``kill_ours PID TICKS`` for scripts run on
-  a host (a guest, over SSH), pasted before the script that uses them.
+  a host (a guest, over SSH), pasted before the script that uses them; with them ``pid_line PID`` and
+  ``read_pid_line FILE``, which write and read the one form a pid is kept in (a pid file, a spawn's answer):
+  ``<pid> <start ticks>``.
+- :func:`parse_pid_line`: that form read here, in Python.
 - :func:`signal_if_same`: the same check here, in Python.
 """
 
@@ -34,6 +37,8 @@ class Spawned:
 #: ``kill_ours PID TICKS`` sends SIGKILL to PID's process group and to PID when PID still names the process
 #: that started at TICKS; otherwise (it ended, and the pid may be another's now) it sends nothing. An empty
 #: TICKS (a caller that could not read them) kills as before: the group and the pid.
+#: ``pid_line PID`` prints ``<pid> <start ticks>`` (the ticks empty when PID is gone already); ``read_pid_line
+#: FILE`` sets ``pid`` and ``ticks`` from a file holding that line (both empty while there is none).
 KILL_OURS_SH = r"""
 start_ticks() {
     line=
@@ -49,7 +54,26 @@ kill_ours() {
     kill -KILL -- "-$1" 2>/dev/null; kill -KILL "$1" 2>/dev/null
     return 0
 }
+pid_line() {
+    echo "$1 $(start_ticks "$1")"
+}
+read_pid_line() {
+    pid=; ticks=
+    read -r pid ticks < "$1" 2>/dev/null
+    return 0
+}
 """
+
+
+def parse_pid_line(text: str, where: str = "pid line") -> Spawned:
+    """``<pid> <start ticks>`` (what ``pid_line`` wrote) as :class:`Spawned`; the ticks are None where the line
+    has none (the process had ended before they were read). :class:`ValueError` naming ``where`` for a line
+    without a positive pid first."""
+    words = text.split()
+    if not words or not words[0].isdigit() or int(words[0]) <= 0:
+        raise ValueError(f"{where}: {text.strip()[:80]!r} is not '<pid> <start ticks>'")
+    ticks = words[1] if len(words) > 1 and words[1].isdigit() else None
+    return Spawned(int(words[0]), int(ticks) if ticks is not None else None)
 
 
 def signal_if_same(pid: int, ticks: int | None, sig: int) -> bool:

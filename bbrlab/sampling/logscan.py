@@ -15,7 +15,6 @@ file is out of order, the second pass reads the records in sorted order by their
 from __future__ import annotations
 
 import re
-import statistics
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from . import sockdiag
 from .sampler import parse_sampler_footer
 from .sockdiag import bpf
 from .sockdiag import parse as netlink
-from .ss import _check_fields, _connections, parse_ss_line
+from .ss import sample_rows
 
 RowSink = Callable[[dict], None]
 _T_LINE = re.compile(r"^# t=([0-9.]+)\s*$")
@@ -95,13 +94,8 @@ def _ss(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) -> dict
     footer_line = None
 
     def flush() -> None:
-        for conn in _connections(lines):
-            row = parse_ss_line(conn, check=False)
-            if keep is not None and row["port"] not in keep:
-                continue
-            if check:
-                _check_fields(row, conn)
-            on_row({"sample": index, "t_unix_s": current, "t_s": current - t0, **row})
+        for row in sample_rows(index, current, t0, lines, keep, check=check):
+            on_row(row)
 
     for line in _lines(path):
         m = _T_LINE.match(line)
@@ -173,78 +167,16 @@ def _netlink(path: Path, keep: set[int] | None, on_row: RowSink, check: bool) ->
     header = netlink.read_header([next(lines, "")], netlink.MAGIC, netlink.FORMAT, "sockdiag sampler")
     log = netlink.SockdiagLog(header, {}, [], {}, [], None)
     out = _NetlinkRows(keep, on_row, check, log)
-    current: netlink.Sample | None = None
     samples, monotonic_ns, request_ms = 0, array("q"), array("d")
-
-    def done(sample: netlink.Sample) -> None:
+    for sample in netlink.samples_of(log, enumerate(lines, start=2)):
+        monotonic_ns.append(sample.monotonic_ns)
+        out.t0 = sample.realtime_ns / 1e9 if out.t0 is None else out.t0
         if sample.sockets:
             request_ms.append(sample.request_ns / 1e6)
-        out.sample(samples - 1, sample)
-
-    for number, line in enumerate(lines, start=2):
-        words = line.split()
-        if not words:
-            continue
-        try:
-            kind = words[0]
-            if kind == "T":
-                if current is not None:
-                    done(current)
-                current = netlink.Sample(*(int(w) for w in words[1:5]))
-                samples += 1
-                monotonic_ns.append(current.monotonic_ns)
-                out.t0 = current.realtime_ns / 1e9 if out.t0 is None else out.t0
-            elif kind == "S":
-                if current is None:
-                    raise ValueError("a socket before the first sample")
-                current.sockets.append(netlink._socket(words))
-            elif kind == "D":
-                d = netlink.Discovered(int(words[1]), int(words[2]), words[3], words[4], int(words[5]), words[6],
-                                       int(words[7]))
-                log.discovered[d.sport] = d
-            elif kind == "G":
-                log.gone[int(words[1])] = (int(words[2]), words[3])
-            elif line.startswith("# error "):
-                log.errors.append(line[len("# error "):])
-            elif line.startswith("# end "):
-                log.footer = netlink._key_values(words[2:])
-            elif line.startswith("# ready "):
-                log.ready = netlink._key_values(words[2:])
-            elif line.startswith("sockdiag_sampler: "):
-                log.stderr.append(line[len("sockdiag_sampler: "):])
-            elif not line.startswith("#"):
-                raise ValueError("unknown record")
-        except (ValueError, IndexError, TypeError) as e:
-            raise netlink.SockdiagLogError(f"line {number} of the sockdiag log is malformed ({e}): "
-                                           f"{line[:120]!r}") from None
-    if current is not None:
-        done(current)
+        out.sample(samples, sample)
+        samples += 1
     out.finish()
-    return _netlink_numbers(log, samples, monotonic_ns.tolist(), np.sort(np.frombuffer(request_ms)).tolist())
-
-
-def _netlink_numbers(log: netlink.SockdiagLog, samples_seen: int, monotonic_ns: list[int],
-                     request_ms: list[float]) -> dict:
-    """:func:`sockdiag.parse.summary`'s numbers from what the pass kept."""
-    foot, ready = log.footer or {}, log.ready or {}
-    samples = foot.get("samples", samples_seen)
-    cpu_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
-    startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0)
-    return {
-        "kind": "netlink",
-        "asked_interval_ms": log.header.get("interval_ns", 0) / 1e6,
-        "samples": samples,
-        "ticks": foot.get("ticks"),
-        "missed_ticks": foot.get("missed"),
-        "cpu_s": cpu_us / 1e6 if cpu_us is not None else None,
-        "cpu_startup_s": startup_us / 1e6 if log.ready else None,
-        "cpu_per_sample_ms": (cpu_us - startup_us) / 1000 / samples if cpu_us is not None and samples else None,
-        "request_median_ms": statistics.median(request_ms) if request_ms else None,
-        "interval": netlink.interval_stats(monotonic_ns),
-        "sockets_discovered": sorted(log.discovered),
-        "ended": foot.get("reason", "killed (no footer)"),
-        "errors": log.errors,
-    }
+    return netlink.summary_numbers(log, samples, monotonic_ns.tolist(), np.sort(np.frombuffer(request_ms)).tolist())
 
 
 # -- the BPF sampler ------------------------------------------------------------------------------
@@ -349,15 +281,8 @@ def _bpf_rows(path: Path, log: bpf.BpfLog, slots: np.ndarray, monos: np.ndarray,
 
 def _bpf_numbers(log: bpf.BpfLog, slots: np.ndarray, monos: np.ndarray, ports: np.ndarray) -> dict:
     """:func:`bpf.summary`'s numbers from the records' slots, times and ports."""
-    foot, ready = log.footer or {}, log.ready or {}
+    foot = log.footer or {}
     records = len(slots)
-    startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0) if ready else None
-    total_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
-    prog_ns = foot.get("prog_run_ns", -1)
-    steady_us = total_us - (startup_us or 0) if total_us is not None else None
-    per_sample = None
-    if steady_us is not None and records and prog_ns >= 0:
-        per_sample = (steady_us / 1000 + prog_ns / 1e6) / records
     distinct, first_index, per_slot = np.unique(slots, return_index=True, return_counts=True)
     by_slot = np.lexsort((monos, slots))  # each slot's earliest record first
     firsts = monos[by_slot][np.searchsorted(slots[by_slot], distinct)] if len(slots) else monos
@@ -372,11 +297,7 @@ def _bpf_numbers(log: bpf.BpfLog, slots: np.ndarray, monos: np.ndarray, ports: n
         "samples": records,
         "slots": len(distinct),
         "missed_ticks": missed,
-        "cpu_s": total_us / 1e6 if total_us is not None else None,
-        "cpu_startup_s": startup_us / 1e6 if startup_us is not None else None,
-        "bpf_prog_s": prog_ns / 1e9 if prog_ns >= 0 else None,
-        "bpf_prog_runs": foot.get("prog_runs"),
-        "cpu_per_sample_ms": per_sample,
+        **bpf.cpu_numbers(log, records),
         "dropped": foot.get("dropped"),
         "interval": netlink.interval_stats(np.sort(firsts).tolist()),
         "request_median_ms": None,

@@ -150,7 +150,7 @@ class Sampler:
 #: The shell is the session leader (sshd, resp. :meth:`LocalHost.stream`, made it one) and becomes the
 #: sampler, whose stdout and stderr are the stream: nothing of the log is kept on the host.
 #: The pid file holds ``<pid> <start ticks>``: the stop kills only that process (:mod:`bbrlab.core.ownedpids`).
-_PID_LINE = KILL_OURS_SH + 'echo "$$ $(start_ticks $$)" > "$1"'
+_PID_LINE = KILL_OURS_SH + 'pid_line $$ > "$1"'
 _STREAMED = _PID_LINE + ' && shift && exec "$@" 2>&1'
 #: The ss loop writes every sample the moment it is taken; ``dd`` collects them into blocks of
 #: :data:`STREAM_BLOCK_BYTES` (written when full and at the end), so the channel wakes once a block, not once a
@@ -165,11 +165,10 @@ READY_TIMEOUT_S = 60.0
 #: its pid still names the process the pid file names (pid and start ticks).
 _STOP = RUNNING_SH + KILL_OURS_SH + r"""
 touch "$1"
-pid=
 ticks=
 i=0
 while [ -z "$ticks" ] && [ $i -lt 20 ]; do
-    read -r pid ticks < "$2" 2>/dev/null; [ -n "$ticks" ] || sleep 0.05; i=$((i + 1))
+    read_pid_line "$2"; [ -n "$ticks" ] || sleep 0.05; i=$((i + 1))
 done
 [ -n "$pid" ] && [ -n "$ticks" ] || exit 0
 i=0

@@ -8,7 +8,7 @@ parses one connection. Units are normalised: rates in Mbit/s, times in ms, sizes
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from bbrlab.core.errors import BbrlabError
 
@@ -216,14 +216,22 @@ def parse_ss_log(text: str, *, ports: Iterable[int] | None = None, t0_unix_s: fl
         return rows
     t0 = samples[0][0] if t0_unix_s is None else t0_unix_s
     for index, (t_unix_s, lines) in enumerate(samples):
-        for conn in _connections(lines):
-            row = parse_ss_line(conn, check=False)
-            if keep is not None and row["port"] not in keep:
-                continue
-            if check:
-                _check_fields(row, conn)
-            rows.append({"sample": index, "t_unix_s": t_unix_s, "t_s": t_unix_s - t0, **row})
+        rows.extend(sample_rows(index, t_unix_s, t0, lines, keep, check=check))
     return rows
+
+
+def sample_rows(index: int, t_unix_s: float, t0_unix_s: float, lines: list[str], keep: set[int] | None, *,
+                check: bool = True) -> Iterator[dict]:
+    """The rows of sample number ``index`` (taken at ``t_unix_s``; ``t_s`` counts from ``t0_unix_s``), one per
+    connection in its ss output ``lines`` whose local port is in ``keep`` (None: all), each checked as
+    :func:`parse_ss_log` says when ``check``."""
+    for conn in _connections(lines):
+        row = parse_ss_line(conn, check=False)
+        if keep is not None and row["port"] not in keep:
+            continue
+        if check:
+            _check_fields(row, conn)
+        yield {"sample": index, "t_unix_s": t_unix_s, "t_s": t_unix_s - t0_unix_s, **row}
 
 
 def filter_log_by_ports(text: str, local_ports: Iterable[int]) -> str:

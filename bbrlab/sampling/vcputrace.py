@@ -36,6 +36,7 @@ from bbrlab.contention.deadline import restore_on_signals
 from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
+from bbrlab.core.ownedpids import KILL_OURS_SH
 
 from . import vcpuparse as vp
 
@@ -74,7 +75,7 @@ fi
 #: woken by every event, preempting the traced thread each time: the trace would disturb what it measures).
 #: SIGTERM makes it read once more and end; it reports its own and its children's CPU with ``times``.
 READ_PERIOD_S = 0.2
-_READER = r"""p=$1; max=$3; err=$4; period=$5; echo $$ > "$2"
+_READER = KILL_OURS_SH + r"""p=$1; max=$3; err=$4; period=$5; pid_line $$ > "$2"
 stop=0; total=0; trap 'stop=1' TERM
 mkfifo "$err.wait"; exec 9<>"$err.wait"  # read -t on a fifo nobody writes: a sleep without a fork
 while [ -e "$p" ]; do
@@ -86,6 +87,8 @@ while [ -e "$p" ]; do
 done
 times
 """
+#: $1 the reader's pid file: SIGTERM to the reader while its pid still names it (:mod:`bbrlab.core.ownedpids`).
+_STOP_READER = KILL_OURS_SH + 'read_pid_line "$1"; [ -n "$pid" ] && same "$pid" "$ticks" && kill -TERM "$pid" 2>/dev/null; true'
 _EXCHANGE = r"""m=$1/trace_marker; k=$2; shift 2
 echo "bbrlab-b $k" > "$m"
 echo "bbrlab-rt $k $EPOCHREALTIME" > "$m"
@@ -412,7 +415,7 @@ class TraceSession:
         self.exchange("end")
         self._root(["sh", "-c", f"echo 0 > {self.path}/tracing_on"])
         stats = self._stats()
-        self._root(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; true', "sh", self.pidfile])
+        self._root(["sh", "-c", _STOP_READER, "sh", self.pidfile])
         if self.stream.wait(10) is None:
             raise VcpuTraceError(f"{self.host.name}: the trace reader of {self.path} did not stop")
         lost = stats.get("overrun", 0) + stats.get("dropped events", 0) + stats.get("commit overrun", 0)

@@ -1,6 +1,6 @@
 """The campaign engine on the local testbed: killed with SIGKILL mid-way, resumed, nothing lost or doubled.
 
-A 2 x 2 x 2 grid (cubic/bbr x 25/100 % CPU share x 1/10 ms timeslice) of 5 s runs is started with the
+A 2 x 2 x 2 grid (cubic/bbr x 25/100 % CPU share x 1/10 ms timeslice) of 2 s runs is started with the
 ``bbrlab campaign run`` command as a subprocess, killed with SIGKILL once three runs are complete (a
 fourth is then usually half-way, with its deadline policy applied), and run again. The end state must
 be exactly 8 complete run records whose metadata show the requested CCA, the deadline policy read back
@@ -32,7 +32,7 @@ def _spec(testbed_name: str, **over) -> dict:
     return {
         "name": "resume-2x2x2", "testbed": testbed_name, "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10],
         "cpu_shares_pct": [25, 100], "rtts_ms": [20], "rates_mbit": [100], "buffers_bdp": [1],
-        "repetitions": 1, "duration_s": 5, "seed": 1, "max_attempts": 2, **over,
+        "repetitions": 1, "duration_s": 2, "seed": 1, "max_attempts": 2, **over,
     }
 
 

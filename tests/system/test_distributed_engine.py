@@ -73,6 +73,9 @@ def test_a_blocked_campaign_hands_each_worker_its_runs_block(tmp_path):
     assert {r["metadata"]["block"]["blocks"] for r in records} == {2}
 
 
+# make test-slow: test_worker_killed_testbed kills a worker during a real contended run and checks the same (the
+# run goes again on the Nanny's new worker, each run recorded once, none failed).
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypatch):
     from distributed import Client
 

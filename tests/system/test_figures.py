@@ -38,15 +38,71 @@ def campaign(tmp_path_factory):
     return directory
 
 
+class _Render:
+    """``bbrlab figures --data DATA --out OUT ARGS`` started in the background (its output into files: no pipe
+    fills while another render is waited for)."""
+
+    def __init__(self, data: Path, out: Path, *args: str, timeout_s: float):
+        self.out, self.timeout_s = out, timeout_s
+        self._log = out.with_name(out.name + ".log")
+        self._files = [open(self._log.with_suffix(f".{n}"), "w+") for n in ("stdout", "stderr")]  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(data),
+                                      "--out", str(out), *args], stdout=self._files[0], stderr=self._files[1],
+                                     text=True, cwd=ROOT)
+        self._result: subprocess.CompletedProcess | None = None
+
+    def result(self) -> subprocess.CompletedProcess:
+        """The render's return code and output, once it has ended (killed past its timeout)."""
+        if self._result is None:
+            try:
+                self.proc.wait(timeout=self.timeout_s)
+            finally:
+                self.end()
+            texts = []
+            for f in self._files:
+                f.seek(0)
+                texts.append(f.read())
+                f.close()
+            self._result = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, *texts)
+        return self._result
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="module")
-def rendered(campaign, tmp_path_factory):
+def renders(tmp_path_factory):
+    """The renders of the authors' layout and of data/ (each a copy: load writes its cache), started on first
+    use. Each takes tens of seconds of one core running every notebook, so they go on beside each other and
+    beside the campaign's render (on this 2-core machine the module took 140 s with one render after another)."""
+    import shutil
+
+    started: dict[str, _Render] = {}
+
+    def start(name: str) -> _Render:
+        if name not in started:
+            root = tmp_path_factory.mktemp(name)
+            source, copy = (ROOT / "tests" / "fixtures" / "authors", "dataset") if name == "authors" else \
+                (ROOT / "data", "data")
+            shutil.copytree(source, root / copy)
+            started[name] = _Render(root / copy, root / "figures", timeout_s=1200)
+        return started[name]
+
+    yield start
+    for render in started.values():
+        render.end()
+
+
+@pytest.fixture(scope="module")
+def rendered(campaign, renders, tmp_path_factory):
+    renders("authors")  # started once the campaign is recorded (its runs are timed), to run beside this one
+    renders("data")
     out = tmp_path_factory.mktemp("figures")
     # every run of this campaign is ss-sampled (throughput figures leave sampled runs out unless asked) and
     # lossless (the poster's figure selects 0.1 % loss by default)
-    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(campaign),
-                           "--out", str(out), "-p", "include_sampled=true", "-p", "loss_pct=0"],
-                          capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+    proc = _Render(campaign, out, "-p", "include_sampled=true", "-p", "loss_pct=0", timeout_s=600).result()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc.stdout
 
@@ -121,17 +177,12 @@ def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):
 
 
 @pytest.fixture(scope="module")
-def rendered_authors(tmp_path_factory):
-    """Every notebook, through the CLI, on the authors'-layout fixture (a copy: load writes its cache)."""
-    import shutil
-
-    root = tmp_path_factory.mktemp("authors")
-    shutil.copytree(ROOT / "tests" / "fixtures" / "authors", root / "dataset")
-    out = root / "figures"
-    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(root / "dataset"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+def rendered_authors(renders):
+    """Every notebook, through the CLI, on the authors'-layout fixture."""
+    render = renders("authors")
+    proc = render.result()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+    return render.out
 
 
 def labels_of(out: Path, figure: str) -> set[str]:
@@ -159,17 +210,11 @@ def bare(labels) -> set[str]:
 # -- no figure hides data it was given (issue 31): every notebook on data/ and on the authors' layout ---------
 
 @pytest.fixture(scope="module")
-def rendered_data(tmp_path_factory):
-    """Every notebook, through the CLI, on the committed data/ (a copy: load writes its cache). The
-    return code is checked by the test, after the hidden points (their list says more)."""
-    import shutil
-
-    root = tmp_path_factory.mktemp("data")
-    shutil.copytree(ROOT / "data", root / "data")
-    out = root / "figures"
-    proc = subprocess.run([sys.executable, "-m", "bbrlab.cli.main", "figures", "--data", str(root / "data"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
-    return out, proc
+def rendered_data(renders):
+    """Every notebook, through the CLI, on the committed data/. The return code is checked by the test, after
+    the hidden points (their list says more)."""
+    render = renders("data")
+    return render.out, render.result()
 
 
 def hidden_points(out: Path) -> dict[str, list[dict]]:

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from bbrlab.core.ownedpids import parse_pid_line
 from bbrlab.run import checks, iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling.ss import parse_ss_log
@@ -115,7 +116,7 @@ def _transfer_sampled(pair, tmp_path, *, kill_sampler: bool):
         with sampling.sampler(sender, [24100], 10, 60, log_file=tmp_path / "ss.log", kind="ss") as sampled:
             sender.run(iperf.client_argv(RECEIVER_IP, cca="cubic", duration_s=2, streams=1, cport=24100), timeout=60)
             if kill_sampler:
-                leader = int(sender.output(["cat", sampled.pid_path]).split()[0])  # "<pid> <start ticks>"
+                leader = parse_pid_line(sender.output(["cat", sampled.pid_path])).pid
                 os.killpg(leader, 9)
     finally:
         iperf.stop(receiver, pid)

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from bbrlab.core.ownedpids import KILL_OURS_SH
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.run.runner import SAMPLE_FILES, run_once
 from bbrlab.sampling import sampler as sampling
@@ -22,14 +23,13 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 #: For every sampler directory in the guest: its size in bytes (du, apparent sizes), then what the
 #: sampler's stdout is (readlink of /proc/PID/fd/1); "none" when no sampler runs.
-_LOOK = r"""
+_LOOK = KILL_OURS_SH + r"""
 found=0
 for d in /tmp/bbrlab-sampler.*; do
     [ -d "$d" ] || continue
     found=1
     size=$(du -sb "$d" | cut -f1)
-    pid=
-    read -r pid _ < "$d/pid" 2>/dev/null  # the pid file holds "<pid> <start ticks>"
+    read_pid_line "$d/pid"
     out=$( [ -n "$pid" ] && readlink "/proc/$pid/fd/1" )
     echo "$size $out $(ls "$d" | tr '\n' ,)"
 done
@@ -86,6 +86,13 @@ def test_the_log_streams_here_and_the_guest_holds_no_log(testbed, tmp_path, kind
     if kind == "bpf":  # 10 s x 500 samples/s x ~620 bytes: 1 MiB blocks arrived during the run
         assert max(s[3] for s in running) >= sampling.STREAM_BLOCK_BYTES, watch.seen
         assert len(sockdiag.rows(text, ports=record["metadata"]["flow"]["client_ports"])) >= 2000
+        # what test_sockdiag_testbed's run-path test checks of a netlink-sampled run (its BPF case is slow)
+        s = record["metadata"]["sampling"]
+        assert s["kind"] == "bpf" and s["binary"]["sha256"] == sockdiag.build("bpf").sha256
+        assert s["asked_interval_ms"] == sample_ms and s["samples"] >= 500, s
+        assert {"median_ms", "p99_ms", "longest_gap_ms"} <= set(s["interval"]) and s["missed_ticks"] is not None
+        assert s["cpu_per_sample_ms"] > 0 and record["metadata"]["cca"]["ss_seen"] == ["bbr"]
+        assert record["scenario"]["flow"]["sampler"] == "bpf" and not (tmp_path / "ss.log").exists()
     else:
         assert sampling.parse_sampler_footer(text)["samples"] >= 20  # a fork of ss takes 170-520 ms under TCG
     assert record["metadata"]["sampling"]["samples"] > 0

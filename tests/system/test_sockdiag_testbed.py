@@ -493,7 +493,9 @@ def test_deploy_copies_only_when_the_hash_differs(testbed, deployed, deployed_bp
     assert fixed.copied and fixed.sha256 == sockdiag.build(kind).sha256 == sockdiag.remote_sha256(host, fixed.path)
 
 
-@pytest.mark.parametrize("kind", ["bpf", "netlink"])
+# The BPF case runs with make test-slow: test_sampler_stream_testbed's BPF run (10 s, sampled every 2 ms) goes
+# through the same run path and checks the same record fields.
+@pytest.mark.parametrize("kind", [pytest.param("bpf", marks=pytest.mark.slow), "netlink"])
 def test_sampled_run_through_the_run_path(testbed, tmp_path, kind):
     """The done-when criterion: 10 s at 100 % share sampled at 10 ms holds >= 500 samples; the record says
     which sampler (and binary) took them, the achieved interval, missed ticks and CPU per sample."""

@@ -205,6 +205,27 @@ def missed_slots(records: list[dict]) -> int:
     return sum(max(s) - min(s) + 1 - len(s) for s in by_port.values())
 
 
+def cpu_numbers(log: BpfLog, records: int) -> dict:
+    """The CPU the sampler took, from its ready line and footer, for ``records`` records: ``cpu_s`` in all,
+    ``cpu_startup_s`` until it was ready, the BPF program's own run time and runs, and ``cpu_per_sample_ms``
+    (see :func:`summary`)."""
+    foot, ready = log.footer or {}, log.ready or {}
+    startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0) if ready else None
+    total_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
+    prog_ns = foot.get("prog_run_ns", -1)
+    steady_us = total_us - (startup_us or 0) if total_us is not None else None
+    per_sample = None
+    if steady_us is not None and records and prog_ns >= 0:
+        per_sample = (steady_us / 1000 + prog_ns / 1e6) / records
+    return {
+        "cpu_s": total_us / 1e6 if total_us is not None else None,
+        "cpu_startup_s": startup_us / 1e6 if startup_us is not None else None,
+        "bpf_prog_s": prog_ns / 1e9 if prog_ns >= 0 else None,
+        "bpf_prog_runs": foot.get("prog_runs"),
+        "cpu_per_sample_ms": per_sample,
+    }
+
+
 def summary(text: str | BpfLog) -> dict:
     """What a run record keeps about the BPF sampler (the same keys as the netlink sampler's summary).
 
@@ -213,15 +234,8 @@ def summary(text: str | BpfLog) -> dict:
     until then (loading the program, relocating against the kernel's BTF).
     """
     log = text if isinstance(text, BpfLog) else parse_log(text)
-    foot, ready = log.footer or {}, log.ready or {}
+    foot = log.footer or {}
     records = len(log.records)
-    startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0) if ready else None
-    total_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
-    prog_ns = foot.get("prog_run_ns", -1)
-    steady_us = total_us - (startup_us or 0) if total_us is not None else None
-    per_sample = None
-    if steady_us is not None and records and prog_ns >= 0:
-        per_sample = (steady_us / 1000 + prog_ns / 1e6) / records
     first_of_slot: dict[int, int] = {}
     per_slot: dict[int, int] = defaultdict(int)
     for r in log.records:
@@ -233,11 +247,7 @@ def summary(text: str | BpfLog) -> dict:
         "samples": records,
         "slots": len(first_of_slot),
         "missed_ticks": missed_slots(log.records),
-        "cpu_s": total_us / 1e6 if total_us is not None else None,
-        "cpu_startup_s": startup_us / 1e6 if startup_us is not None else None,
-        "bpf_prog_s": prog_ns / 1e9 if prog_ns >= 0 else None,
-        "bpf_prog_runs": foot.get("prog_runs"),
-        "cpu_per_sample_ms": per_sample,
+        **cpu_numbers(log, records),
         "dropped": foot.get("dropped"),
         "interval": interval_stats(sorted(first_of_slot.values())),
         "request_median_ms": None,

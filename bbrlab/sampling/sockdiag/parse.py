@@ -16,7 +16,7 @@ achieved interval (median, p99, longest gap) from the samples' monotonic timesta
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from bbrlab.core.errors import BbrlabError
@@ -141,18 +141,29 @@ def parse_log(text: str) -> SockdiagLog:
     lines = text.splitlines()
     header = read_header(lines, MAGIC, FORMAT, "sockdiag sampler")
     log = SockdiagLog(header, {}, [], {}, [], None)
-    for number, line in enumerate(lines[1:], start=2):
+    log.samples.extend(samples_of(log, enumerate(lines[1:], start=2)))
+    return log
+
+
+def samples_of(log: SockdiagLog, numbered_lines: Iterable[tuple[int, str]]) -> Iterator[Sample]:
+    """Each sample of the log's ``(line number, text)`` lines after its header, once its last socket is read;
+    what is not a sample (sockets discovered and gone, errors, the ready line, the footer, the sampler's
+    stderr) goes into ``log`` as it comes. Raises :class:`SockdiagLogError` at a malformed line."""
+    current: Sample | None = None
+    for number, line in numbered_lines:
         words = line.split()
         if not words:
             continue
         try:
             kind = words[0]
             if kind == "T":
-                log.samples.append(Sample(*(int(w) for w in words[1:5])))
+                if current is not None:
+                    yield current
+                current = Sample(*(int(w) for w in words[1:5]))
             elif kind == "S":
-                if not log.samples:
+                if current is None:
                     raise ValueError("a socket before the first sample")
-                log.samples[-1].sockets.append(_socket(words))
+                current.sockets.append(_socket(words))
             elif kind == "D":
                 d = Discovered(int(words[1]), int(words[2]), words[3], words[4], int(words[5]), words[6],
                                int(words[7]))
@@ -171,7 +182,8 @@ def parse_log(text: str) -> SockdiagLog:
                 raise ValueError("unknown record")
         except (ValueError, IndexError, TypeError) as e:
             raise SockdiagLogError(f"line {number} of the sockdiag log is malformed ({e}): {line[:120]!r}") from None
-    return log
+    if current is not None:
+        yield current
 
 
 # -- rows as the ss parser makes them ---------------------------------------------------------------
@@ -278,11 +290,18 @@ def summary(text: str | SockdiagLog) -> dict:
     own ``getrusage`` after it was ready, per sample; ``cpu_startup_s`` before), the achieved interval, how
     the sampler ended, and its errors."""
     log = text if isinstance(text, SockdiagLog) else parse_log(text)
+    return summary_numbers(log, len(log.samples), [s.monotonic_ns for s in log.samples],
+                           sorted(s.request_ns / 1e6 for s in log.samples if s.sockets))
+
+
+def summary_numbers(log: SockdiagLog, samples_seen: int, monotonic_ns: list[int], request_ms: list[float]) -> dict:
+    """:func:`summary` from the log's header, ready line, footer and errors and what its samples gave: how many
+    were read, their monotonic times [ns] and their netlink requests' times [ms], sorted (a streamed read
+    keeps only these, not the samples: :mod:`bbrlab.sampling.logscan`)."""
     foot, ready = log.footer or {}, log.ready or {}
-    samples = foot.get("samples", len(log.samples))
+    samples = foot.get("samples", samples_seen)
     cpu_us = foot["cpu_user_us"] + foot["cpu_sys_us"] if log.footer else None
     startup_us = ready.get("cpu_user_us", 0) + ready.get("cpu_sys_us", 0)
-    request_ms = sorted(s.request_ns / 1e6 for s in log.samples if s.sockets)
     return {
         "kind": "netlink",
         "asked_interval_ms": log.header.get("interval_ns", 0) / 1e6,
@@ -293,7 +312,7 @@ def summary(text: str | SockdiagLog) -> dict:
         "cpu_startup_s": startup_us / 1e6 if log.ready else None,
         "cpu_per_sample_ms": (cpu_us - startup_us) / 1000 / samples if cpu_us is not None and samples else None,
         "request_median_ms": statistics.median(request_ms) if request_ms else None,
-        "interval": interval_stats([s.monotonic_ns for s in log.samples]),
+        "interval": interval_stats(monotonic_ns),
         "sockets_discovered": sorted(log.discovered),
         "ended": foot.get("reason", "killed (no footer)"),
         "errors": log.errors,

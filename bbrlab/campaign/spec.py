@@ -64,7 +64,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
@@ -405,8 +405,9 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
                                            lambda v: Flow("cubic", workload=v))
     scalars = check_scalars(d)
     if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
-        search = dataclasses.replace(search, seed=scalars.get("seed", CampaignSpec.seed))
-    scalars.update(check_blocks(d, scalars.get("repetitions", 30), adaptive="adaptive" in scalars or search is not None))
+        search = replace(search, seed=scalars.get("seed", CampaignSpec.seed))
+    scalars.update(check_blocks(d, scalars.get("repetitions", 30),
+                                adaptive="adaptive" in scalars or search is not None))
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
     _check_combinations(spec)
     return spec

@@ -212,8 +212,6 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
     Column("block", "Int64", "the run's block in a campaign with blocks (each on a fresh boot of the sender; "
            "docs/statistics.md); <NA> without blocks", lambda v: (v.meta.get("block") or {}).get("block")),
-    Column("sender_boot_id", "string", "the sender's boot id during the run (/proc/sys/kernel/random/boot_id)",
-           lambda v: v.testbed.get("sender_boot_id")),
     Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
            "other flows of a run of several: table flows) [Mbit/s]",
            lambda v: v.summary.get("throughput_mbit")),

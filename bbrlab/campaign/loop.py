@@ -44,7 +44,7 @@ from bbrlab.run.record import failure_record  # noqa: F401 - where callers found
 from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
-from . import watchdog
+from . import hostguard, watchdog
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
 from .search import make_gate
@@ -317,6 +317,7 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
         gate.write(out)
         order_of = {run_id: i for i, (run_id, _) in enumerate(runs)}
         submitted: set[str] = set()
+        guard = hostguard.effective(getattr(spec, "host_guard", None))
 
         def submit_open(run_ids) -> None:
             for run_id in sorted(run_ids, key=order_of.__getitem__):
@@ -334,12 +335,14 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                 a = finished.attempt
                 if finished.status == "ok":
                     _check_kernel(out, finished, mixed, seen)
+                    finished = hostguard.judged(finished, guard)
                 record = commit_finished(out, spec.name, finished, mixed)
                 used[a.run_id] = a.attempt
                 if record["status"] == "ok":
                     done.add(a.run_id)
                 if record["status"] != "ok" and a.attempt < last[a.run_id]:
-                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order))
+                    later = len(runs) if hostguard.is_host_busy(record["reason"]) else 0  # after the queued runs
+                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order + later))
                     continue
                 if gate.rule is not None:  # the run is settled: its point's decision may open or drop runs
                     submit_open(gate.settle(a.run_id))

@@ -44,6 +44,8 @@ Spec keys (see specs/*.yaml)::
     order: blocked-random       # or sequential, random
     seed: 1
     max_attempts: 3             # a failing run is tried at most this often
+    host_guard: {max_other_busy_pct: 25}  # or off: a run whose host was busier outside the testbed fails as
+                                # "host busy" and is tried again later (bbrlab.campaign.hostguard)
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
 
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
@@ -82,6 +84,7 @@ from bbrlab.core.scenario import (
 )
 from bbrlab.core.yamlfile import read_capped
 
+from .hostguard import HostGuard
 from .repetitions import RepetitionRule
 from .search import SearchRule
 from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
@@ -136,6 +139,7 @@ class CampaignSpec:
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
+    host_guard: HostGuard | None = None  # None: the default (or BBRLAB_HOST_GUARD), resolved when it runs
     delay_split: str = "symmetric"
     description: str = ""
     adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
@@ -159,6 +163,8 @@ class CampaignSpec:
             del d["search"]
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
+        if self.host_guard is not None:
+            d["host_guard"] = self.host_guard.to_value()
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
@@ -319,7 +325,7 @@ _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
                      "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
-                     "sender_qdiscs": ["default"], "flows": []}
+                     "sender_qdiscs": ["default"], "flows": [], "host_guard": None}
 
 
 def _list(data: dict, key: str) -> list:

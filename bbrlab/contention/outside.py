@@ -156,15 +156,17 @@ def _same(a: ProcTimes | None, b: ProcTimes) -> bool:
     return a is not None and a.start_ticks == b.start_ticks
 
 
-def _window_ticks(first: Snapshot, last: Snapshot, pids: set[int]) -> dict[int, int]:
-    """Each of ``pids``' CPU ticks within the window (all its ticks when it started within it)."""
+def _window_ticks(first: Snapshot, last: Snapshot, pids: set[int], *, own: bool = False) -> dict[int, int]:
+    """Each of ``pids``' CPU ticks within the window (all its ticks when it started within it), with its reaped
+    children's unless ``own``."""
     out = {}
     for pid in pids:
         p = last.procs.get(pid)
         if p is None:
             continue
         before = first.procs.get(pid)
-        out[pid] = p.ticks - (before.ticks if _same(before, p) else 0)
+        ticks = (lambda q: q.own_ticks) if own else (lambda q: q.ticks)
+        out[pid] = ticks(p) - (ticks(before) if _same(before, p) else 0)
     return out
 
 
@@ -185,7 +187,8 @@ def between(first: Snapshot, last: Snapshot, ours: Ours) -> dict:
     """The CPU used outside the testbed between two snapshots, as recorded (``metadata.host_other``): the share
     of all CPUs (``other_busy_pct``), in CPUs (``other_cpus``), the testbed's own share (``testbed_pct``), the
     host's process busy share, softirq and steal, the ticks they rest on, and the busiest processes outside
-    the testbed (``top``: pid, name, % of one CPU)."""
+    the testbed (``top``: pid, name, % of one CPU, their own threads' time: a shell's reaped children, which
+    may have run before the window, are not added to it)."""
     d = {k: last.cpu.ticks["cpu"].get(k, 0) - first.cpu.ticks["cpu"].get(k, 0) for k in last.cpu.ticks["cpu"]}
     total = sum(d.values())
     cpus = sum(1 for name in last.cpu.ticks if name != "cpu")
@@ -194,7 +197,7 @@ def between(first: Snapshot, last: Snapshot, ours: Ours) -> dict:
     mine = _window_ticks(first, last, ours_first | ours_last)
     ours_ticks = sum(mine.values()) - _ended_in_parents(first, last, ours_first, ours_last)
     other = process_busy - ours_ticks
-    others = _window_ticks(first, last, set(last.procs) - ours_first - ours_last)
+    others = _window_ticks(first, last, set(last.procs) - ours_first - ours_last, own=True)
     per_cpu_ticks = total / cpus if cpus else 0
 
     def pct(ticks: float) -> float | None:

@@ -1,12 +1,16 @@
 """The host guard on the local testbed: a run during which a busy loop outside the testbed ran on the host
-fails as "host busy" (the value and the loop named in its record) and is tried again after the runs queued
-behind it; the same run without the loop is recorded ok, with the host's CPU outside the testbed beside it.
+fails as "host busy" (the value and the loop named in its record, the campaign's start warned), and the same
+run without the loop is recorded ok, with the host's CPU outside the testbed beside it.
 
-One run of 2 s at 100 % share per campaign (the shortest transfer that shows the mechanism). The busy loop is
-started detached (its parent exits, so it is no descendant of this process and in no testbed namespace): the
-guard must count it as someone else's work. The limit both tests use, 25 %, is the default; the quiet run's
-limit must stay above what the suite's runs see on the shared 2-core machine and the loop's value above it:
-the distributions measured for it are in docs/run-record.md ("Host load outside the testbed").
+One run of 2 s at 100 % share per campaign (the shortest transfer that shows the mechanism), at the default
+limit (25 % of the host's CPUs). The busy loop is started detached (its parent exits, so it is no descendant
+of this process and in no testbed namespace): the guard must count it as someone else's work. One loop on the
+2-core machine measured 45-50 % outside the testbed (docs/run-record.md, "Host load outside the testbed").
+
+The quiet run needs a quiet host, which the suite's shared machine is not always: other developers' work
+measured up to 100 % of its CPUs outside the testbed. The test waits (up to 2 minutes, sampling /proc) for a
+moment under half the limit, then allows the run its retries, as a campaign would; when the host never
+calms down it is skipped, saying how busy the host was and with what.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 
 from bbrlab.campaign import hostguard
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.single import run_on_testbed
+from bbrlab.contention import outside
 from bbrlab.core import owners
 from bbrlab.core.ownedpids import signal_if_same
 from bbrlab.run.runner import Runner
@@ -60,8 +67,23 @@ def _run(testbed, spec, out):
         runner.close()
 
 
-def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_path, busy_loop):
-    st = _run(testbed, _spec(testbed, "guard-busy"), tmp_path)
+def _wait_until_quiet(testbed, below_pct: float, timeout_s: float = 120.0) -> dict:
+    """Sample the host (2 s windows) until its CPU outside the testbed is below ``below_pct``; skip the test
+    when it is not within ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        found = outside.sample_now(outside.of_testbed(testbed), 2.0)
+        if found["other_busy_pct"] < below_pct:
+            return found
+        if time.monotonic() > end:
+            top = ", ".join(f"{p['comm']} {p['cpu_pct']} %" for p in found["top"][:3])
+            pytest.skip(f"the shared host stayed busy outside the testbed for {timeout_s:g} s "
+                        f"({found['other_busy_pct']} %; {top}): a quiet run cannot be shown now")
+
+
+def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_path, busy_loop, capsys):
+    st = run_on_testbed(_spec(testbed, "guard-busy"), tmp_path, testbed, progress=False)
+    assert "the host is busy now" in capsys.readouterr().err  # said at the campaign's start
     assert (st.done, st.failed_attempts) == (0, 1)
     (record,) = _records(tmp_path, "failed")
     assert hostguard.is_host_busy(record["reason"]), record["reason"]
@@ -73,8 +95,10 @@ def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_p
 
 
 def test_quiet_run_passes_the_guard(testbed, tmp_path):
-    st = _run(testbed, _spec(testbed, "guard-quiet"), tmp_path)
-    assert (st.done, st.failed_attempts) == (1, 0)
+    _wait_until_quiet(testbed, LIMIT_PCT / 2)
+    st = _run(testbed, _spec(testbed, "guard-quiet", max_attempts=3), tmp_path)
+    assert st.done == 1
+    assert all(hostguard.is_host_busy(r["reason"]) for r in _records(tmp_path, "failed"))
     (record,) = _records(tmp_path, "runs")
     other = record["metadata"]["host_other"]
     assert other["testbed_processes"] >= 2  # the two QEMUs, at least

@@ -61,6 +61,8 @@ plausible = {
     "seed": st.integers(min_value=-1, max_value=2**64),
     "max_attempts": st.integers(min_value=-1, max_value=12),
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
+    "host_guard": st.one_of(st.sampled_from(["off", "on", False, None, 25]), st.fixed_dictionaries({}, optional={
+        "max_other_busy_pct": st.sampled_from([-1, 0, 0.5, 25, 100, 101, "25", True]), "x": scalars})),
     "description": st.one_of(st.text(max_size=20), st.integers()),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
     "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "cfs-burst", "credit", "competing-load",

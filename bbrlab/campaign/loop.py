@@ -276,7 +276,9 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     carries ``metadata.mixed``), the plan is written or repaired, half-written attempts are cleared. Then each
     remaining run is submitted in plan order; a failed attempt is submitted again until ``max_attempts``
     (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
-    differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded).
+    differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded). An ok run
+    whose host was busier outside the testbed than the spec's ``host_guard`` allows is recorded as a failed
+    attempt "host busy" and submitted again after the runs queued (:mod:`bbrlab.campaign.hostguard`).
 
     With adaptive repetitions (``spec.adaptive``) or a threshold search (``spec.search``) a run is submitted only
     once the stopping rule or the search wants it (:class:`bbrlab.campaign.repetitions.Gate`,

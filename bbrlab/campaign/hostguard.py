@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from bbrlab.contention import outside
 from bbrlab.core.errors import ValidationError
 
 #: The default limit, % of all the host's CPUs used outside the testbed during a transfer: far above a quiet
@@ -108,6 +109,34 @@ def busy_reason(metadata: dict, guard: HostGuard) -> str:
 def is_host_busy(reason: str | None) -> bool:
     """Whether a failed attempt's reason is the guard's."""
     return bool(reason) and reason.startswith(REASON_PREFIX + ":")
+
+
+def _local_testbed_processes():
+    """The processes of the local testbed ``$BBRLAB_TESTBED`` (default ``local``) when it is up, so that its
+    own QEMUs are not taken for other work; else only this process's tree."""
+    name = os.environ.get("BBRLAB_TESTBED") or "local"
+    if os.path.sep not in name and not name.endswith((".yaml", ".yml")):
+        try:
+            from bbrlab import testbed
+
+            return outside.of_testbed(testbed.load(name))
+        except Exception:  # noqa: BLE001 - not up, or no such testbed: nothing of it runs here
+            pass
+    return outside.Ours()
+
+
+def host_load_check(seconds: float = 1.5):
+    """``bbrlab doctor``'s check of how busy this machine's CPUs are right now outside the testbed (``seconds``
+    of /proc): a :class:`~bbrlab.testbed.doctor.Check` that warns above the default limit, where a campaign's
+    runs would fail as "host busy"."""
+    from bbrlab.testbed.doctor import Check
+
+    found = outside.sample_now(_local_testbed_processes(), seconds)
+    line = busy_now_line(found, HostGuard())
+    if line:
+        return Check("host load", "warn", line, "wait for that work to end, or stop it, before a campaign")
+    return Check("host load", "ok", f"{found['other_busy_pct']} % of the {found['cpus']} CPUs went to work outside "
+                                    f"the testbed over {found['window_s']} s")
 
 
 def busy_now_line(found: dict, guard: HostGuard) -> str | None:

@@ -205,37 +205,6 @@ def check_sender_kernel_tools() -> list[Check]:
     return out
 
 
-def _local_testbed_processes():
-    """The processes of the local testbed ``$BBRLAB_TESTBED`` (default ``local``) when it is up, so that its
-    own QEMUs are not taken for other work; else only this process's tree."""
-    from bbrlab.contention import outside
-
-    name = os.environ.get("BBRLAB_TESTBED") or "local"
-    if os.path.sep not in name and not name.endswith((".yaml", ".yml")):
-        try:
-            from bbrlab import testbed
-
-            return outside.of_testbed(testbed.load(name))
-        except Exception:  # noqa: BLE001 - not up, or no such testbed: nothing of it runs here
-            pass
-    return outside.Ours()
-
-
-def check_host_load(seconds: float = 1.5) -> Check:
-    """How busy this machine's CPUs are right now outside the testbed (``seconds`` of /proc, see
-    :mod:`bbrlab.contention.outside`); warn above the host guard's default limit, where a campaign's runs
-    would fail as "host busy" (:mod:`bbrlab.campaign.hostguard`)."""
-    from bbrlab.campaign.hostguard import HostGuard, busy_now_line
-    from bbrlab.contention import outside
-
-    found = outside.sample_now(_local_testbed_processes(), seconds)
-    line = busy_now_line(found, HostGuard())
-    if line:
-        return Check("host load", "warn", line, "wait for that work to end, or stop it, before a campaign")
-    return Check("host load", "ok", f"{found['other_busy_pct']} % of the {found['cpus']} CPUs went to work outside "
-                                    f"the testbed over {found['window_s']} s")
-
-
 def run_checks(probe_kvm: bool = False) -> list[Check]:
     """Every check, in the order ``bbrlab doctor`` prints them; ``probe_kvm`` boots a guest to test KVM."""
     checks = [
@@ -247,6 +216,5 @@ def run_checks(probe_kvm: bool = False) -> list[Check]:
         *check_tools(),
         *check_guest_kernel_sources(),
         *check_sender_kernel_tools(),
-        check_host_load(),
     ]
     return checks

@@ -133,9 +133,9 @@ def test_a_process_in_a_testbed_namespace_is_ours(detached_loop):
 def test_doctor_says_the_host_is_busy_while_a_loop_runs(detached_loop):
     """One busy loop alone reads 32-46 % of this 2-core machine's CPUs (docs/run-record.md), above the
     default limit of 25 %; other developers' work only adds to it."""
-    from bbrlab.testbed.doctor import check_host_load
+    from bbrlab.campaign.hostguard import host_load_check
 
     _until_ticks(detached_loop, 2)
-    check = check_host_load()
+    check = host_load_check()
     assert check.status == "warn" and check.detail.startswith("the host is busy now: "), check
     assert "(limit 25 %)" in check.detail and check.fix

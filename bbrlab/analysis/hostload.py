@@ -61,21 +61,21 @@ def ok_records(campaign: Path) -> list[dict]:
 
 
 def summarise(folder: str | Path, name: str | None = None) -> HostLoad:
-    """The host load of the campaign folder ``folder``'s ok runs: the first of :data:`MEASURES` that at least half
-    of them carry (the runs without it are counted, not guessed)."""
+    """The host load of the campaign folder ``folder``'s ok runs: the first of :data:`MEASURES` that at least
+    half of them carry (the runs without it are counted, not guessed)."""
     records = ok_records(Path(folder))
     name = name or Path(folder).name
     for measure, keys, meaning in MEASURES:
         values = [float(v) for v in (_get(r.get("metadata"), keys) for r in records) if v is not None]
         if values and 2 * len(values) >= len(records):
-            return HostLoad(name, measure, meaning, len(values), len(records), round(statistics.median(values), 2),
-                            round(min(values), 2), round(max(values), 2))
+            return HostLoad(name, measure, meaning, len(values), len(records),
+                            round(statistics.median(values), 2), round(min(values), 2), round(max(values), 2))
     return HostLoad(name, None, None, 0, len(records), None, None, None)
 
 
 def summarise_folders(root: str | Path) -> list[HostLoad]:
-    """:func:`summarise` of every campaign folder (a folder with ``runs/``) at or under ``root``, each named by
-    its path below ``root``'s parent (``demo``, ``demo/calibration/<testbed>``)."""
+    """:func:`summarise` of every campaign folder (a folder with ``runs/``) at or under ``root``, each named
+    by its path below ``root``'s parent (``demo``, ``demo/calibration/<testbed>``)."""
     root = Path(root)
     campaigns = sorted(p.parent for p in root.rglob("runs") if p.is_dir() and (p.parent / "runs") == p)
     return [summarise(c, str(c.relative_to(root.parent))) for c in campaigns]

@@ -56,7 +56,8 @@ class HostGuard:
             raise ValidationError(field_name, value, "off, or {max_other_busy_pct: N} with 0 < N <= 100")
         unknown = sorted(set(value) - {"max_other_busy_pct"})
         if unknown:
-            raise ValidationError(f"{field_name}.{unknown[0]}", value[unknown[0]], "a known key: max_other_busy_pct")
+            raise ValidationError(f"{field_name}.{unknown[0]}", value[unknown[0]],
+                                  "a known key: max_other_busy_pct")
         limit = value.get("max_other_busy_pct", DEFAULT_MAX_OTHER_BUSY_PCT)
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= 100:
             raise ValidationError(f"{field_name}.max_other_busy_pct", limit,
@@ -126,17 +127,17 @@ def _local_testbed_processes():
 
 
 def host_load_check(seconds: float = 1.5):
-    """``bbrlab doctor``'s check of how busy this machine's CPUs are right now outside the testbed (``seconds``
-    of /proc): a :class:`~bbrlab.testbed.doctor.Check` that warns above the default limit, where a campaign's
-    runs would fail as "host busy"."""
+    """``bbrlab doctor``'s check of how busy this machine's CPUs are right now outside the testbed
+    (``seconds`` of /proc): a :class:`~bbrlab.testbed.doctor.Check` that warns above the default limit,
+    where a campaign's runs would fail as "host busy"."""
     from bbrlab.testbed.doctor import Check
 
     found = outside.sample_now(_local_testbed_processes(), seconds)
     line = busy_now_line(found, HostGuard())
     if line:
         return Check("host load", "warn", line, "wait for that work to end, or stop it, before a campaign")
-    return Check("host load", "ok", f"{found['other_busy_pct']} % of the {found['cpus']} CPUs went to work outside "
-                                    f"the testbed over {found['window_s']} s")
+    return Check("host load", "ok", f"{found['other_busy_pct']} % of the {found['cpus']} CPUs went to work "
+                                    f"outside the testbed over {found['window_s']} s")
 
 
 def busy_now_line(found: dict, guard: HostGuard) -> str | None:
@@ -149,12 +150,13 @@ def busy_now_line(found: dict, guard: HostGuard) -> str | None:
         return None
     top = ", ".join(f"{p['comm']} (pid {p['pid']}) {p['cpu_pct']} %" for p in found.get("top", [])[:3])
     return (f"the host is busy now: {pct} % of its {found.get('cpus')} CPUs went to processes outside the "
-            f"testbed over {found.get('window_s')} s (limit {limit:g} %); busiest: {top or 'short-lived processes'}")
+            f"testbed over {found.get('window_s')} s (limit {limit:g} %); "
+            f"busiest: {top or 'short-lived processes'}")
 
 
 def judged(finished, guard: HostGuard):
-    """An ok :class:`~bbrlab.campaign.loop.Finished` as the guard sees it: with ``metadata.host_guard`` when it
-    applies, and failed "host busy" when the host was above the limit (the same object when it does not
+    """An ok :class:`~bbrlab.campaign.loop.Finished` as the guard sees it: with ``metadata.host_guard`` when
+    it applies, and failed "host busy" when the host was above the limit (the same object when it does not
     apply)."""
     said = verdict(finished.metadata, guard)
     if said is None:

@@ -5,8 +5,8 @@ it, and the loop with the testbed's lock told what runs.
 :func:`run_campaign_on` takes the lock and runs the pre-flight first, for the command line and the notebook
 API. This module neither prints progress of its own beyond the ceilings' source nor parses options.
 
-May import: ``bbrlab.core``, ``bbrlab.contention``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``, ``.hostguard``,
-``.loop``, ``.preflight``.
+May import: ``bbrlab.core``, ``bbrlab.contention``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``,
+``.hostguard``, ``.loop``, ``.preflight``.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def runner_for_campaign(tb, out_dir: str | Path, scenarios, calibration_path: Pa
 
 
 def say_if_host_busy(spec, tb) -> None:
-    """Sample this machine for a second and a half and say on stderr when it is busy outside the testbed now
-    (:func:`bbrlab.campaign.hostguard.busy_now_line`): the guard would fail the runs as "host busy". Only where
-    the sender's QEMU runs on this machine (the host the guard measures)."""
+    """Sample this machine for a second and a half and say on stderr when it is busy outside the testbed
+    now (:func:`bbrlab.campaign.hostguard.busy_now_line`): the guard would fail the runs as "host busy".
+    Only where the sender's QEMU runs on this machine (the host the guard measures)."""
     if not tb.sender.hypervisor.is_local:
         return
     guard = hostguard.effective(getattr(spec, "host_guard", None))

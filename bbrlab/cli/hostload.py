@@ -10,10 +10,10 @@ from bbrlab.core.errors import BbrlabError
 def register(sub) -> None:
     """Add ``bbrlab hostload`` to the subparsers ``sub``."""
     p = sub.add_parser("hostload", help="the host's measured CPU load during a data folder's runs",
-                       description="For a campaign folder (or each campaign folder in a folder of them): the median "
-                                   "and range over its ok runs of the host's CPU used outside the testbed "
-                                   "(metadata.host_other), or for older records of the host's CPU with the testbed "
-                                   "(metadata.cpu_load.sender_hypervisor).")
+                       description="For a campaign folder (or each campaign folder in a folder of them): the "
+                                   "median and range over its ok runs of the host's CPU used outside the "
+                                   "testbed (metadata.host_other), or for older records of the host's CPU "
+                                   "with the testbed (metadata.cpu_load.sender_hypervisor).")
     p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="a campaign folder or a folder of them")
     p.set_defaults(func=run)
 

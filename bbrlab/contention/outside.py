@@ -158,8 +158,8 @@ def _same(a: ProcTimes | None, b: ProcTimes) -> bool:
 
 
 def _window_ticks(first: Snapshot, last: Snapshot, pids: set[int], *, own: bool = False) -> dict[int, int]:
-    """Each of ``pids``' CPU ticks within the window (all its ticks when it started within it), with its reaped
-    children's unless ``own``."""
+    """Each of ``pids``' CPU ticks within the window (all its ticks when it started within it), with its
+    reaped children's unless ``own``."""
     out = {}
     for pid in pids:
         p = last.procs.get(pid)
@@ -185,11 +185,11 @@ def _ended_in_parents(first: Snapshot, last: Snapshot, ours_first: set[int], our
 
 
 def between(first: Snapshot, last: Snapshot, ours: Ours) -> dict:
-    """The CPU used outside the testbed between two snapshots, as recorded (``metadata.host_other``): the share
-    of all CPUs (``other_busy_pct``), in CPUs (``other_cpus``), the testbed's own share (``testbed_pct``), the
-    host's process busy share, softirq and steal, the ticks they rest on, and the busiest processes outside
-    the testbed (``top``: pid, name, % of one CPU, their own threads' time: a shell's reaped children, which
-    may have run before the window, are not added to it)."""
+    """The CPU used outside the testbed between two snapshots, as recorded (``metadata.host_other``): the
+    share of all CPUs (``other_busy_pct``), in CPUs (``other_cpus``), the testbed's own share
+    (``testbed_pct``), the host's process busy share, softirq and steal, the ticks they rest on, and the
+    busiest processes outside the testbed (``top``: pid, name, % of one CPU, their own threads' time: a
+    shell's reaped children, which may have run before the window, are not added to it)."""
     d = {k: last.cpu.ticks["cpu"].get(k, 0) - first.cpu.ticks["cpu"].get(k, 0) for k in last.cpu.ticks["cpu"]}
     total = sum(d.values())
     cpus = sum(1 for name in last.cpu.ticks if name != "cpu")
@@ -210,7 +210,8 @@ def between(first: Snapshot, last: Snapshot, ours: Ours) -> dict:
             "testbed_pct": pct(ours_ticks), "process_busy_pct": pct(process_busy),
             "softirq_pct": pct(d.get("softirq", 0) + d.get("irq", 0)), "steal_pct": pct(d.get("steal", 0)),
             "window_s": round(last.at_s - first.at_s, 3), "cpus": cpus, "ticks": total,
-            "other_ticks": other, "testbed_ticks": ours_ticks, "testbed_processes": len(ours_first | ours_last),
+            "other_ticks": other, "testbed_ticks": ours_ticks,
+            "testbed_processes": len(ours_first | ours_last),
             "top": [{"pid": pid, "comm": last.procs[pid].comm,
                      "cpu_pct": round(100.0 * t / per_cpu_ticks, 1) if per_cpu_ticks else None}
                     for t, pid in top]}

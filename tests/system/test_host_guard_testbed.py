@@ -9,9 +9,9 @@ such runs read 37.0-62.4 % outside the testbed, on a quiet host 0.0-0.48 % (8 ru
 "Host load outside the testbed").
 
 The quiet run needs a quiet host, which the suite's shared machine is not always: while other developers'
-suites ran, 2 s samples read a median of 97.5 % outside the testbed. The test waits (up to 2 minutes, sampling /proc) for a
-moment under half the limit, then allows the run its retries, as a campaign would; when the host never
-calms down it is skipped, saying how busy the host was and with what.
+suites ran, 2 s samples read a median of 97.5 % outside the testbed. The test waits (up to 2 minutes,
+sampling /proc) for a moment under half the limit, then allows the run its retries, as a campaign would;
+when the host never calms down it is skipped, saying how busy the host was and with what.
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ LIMIT_PCT = hostguard.DEFAULT_MAX_OTHER_BUSY_PCT
 
 def _spec(testbed, name: str, *, repetitions: int = 1, max_attempts: int = 1):
     return campaign_spec.CampaignSpec.from_dict({
-        "name": name, "testbed": testbed.name, "ccas": ["cubic"], "timeslices_ms": [10], "cpu_shares_pct": [100],
-        "rtts_ms": [20], "rates_mbit": [50], "repetitions": repetitions, "duration_s": 2,
-        "max_attempts": max_attempts, "host_guard": {"max_other_busy_pct": LIMIT_PCT}})
+        "name": name, "testbed": testbed.name, "ccas": ["cubic"], "timeslices_ms": [10],
+        "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50], "repetitions": repetitions,
+        "duration_s": 2, "max_attempts": max_attempts, "host_guard": {"max_other_busy_pct": LIMIT_PCT}})
 
 
 @pytest.fixture
 def busy_loop():
     """A shell busy loop orphaned at once (reparented away from this process): its pid."""
-    out = subprocess.run(["sh", "-c", "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $!"],
-                         capture_output=True, text=True, check=True, timeout=10).stdout
+    script = "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $!"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=10).stdout
     pid = int(out.strip())
     ticks = owners.start_ticks(pid)
     assert ticks is not None

@@ -47,8 +47,8 @@ def _until_ticks(pid: int, ticks: int, timeout_s: float = 60.0) -> None:
 @pytest.fixture
 def detached_loop():
     """A busy loop whose parent exits at once: no descendant of this process. Its pid."""
-    out = subprocess.run(["sh", "-c", "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $!"],
-                         capture_output=True, text=True, check=True, timeout=10).stdout
+    script = "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $!"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=10).stdout
     pid = int(out)
     ticks = owners.start_ticks(pid)
     yield pid

@@ -16,8 +16,8 @@ from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 
-BASE = {"name": "guard", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [100], "rtts_ms": [20],
-        "rates_mbit": [100], "repetitions": 1, "duration_s": 2, "max_attempts": 2}
+BASE = {"name": "guard", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [100],
+        "rtts_ms": [20], "rates_mbit": [100], "repetitions": 1, "duration_s": 2, "max_attempts": 2}
 
 
 def spec(**over) -> CampaignSpec:
@@ -87,16 +87,19 @@ def test_a_bad_environment_value_is_refused_before_any_run(tmp_path, monkeypatch
 def test_a_busy_attempt_fails_and_is_retried_after_the_queued_runs(tmp_path):
     calls: list = []
     st = campaign.run_campaign(spec(host_guard={"max_other_busy_pct": 25}, repetitions=2), tmp_path,
-                               loads_run(calls, lambda r, a: 60.0 if (len(calls) == 1) else 4.0), progress=False)
+                               loads_run(calls, lambda r, a: 60.0 if (len(calls) == 1) else 4.0),
+                               progress=False)
     assert (st.done, st.failed_attempts) == (4, 1)
     first = calls[0][0]
     assert calls[-1] == (first, 2) and [a for _, a in calls[1:-1]] == [1, 1, 1]  # the others ran in between
     (failed,) = [json.loads(p.read_text()) for p in (tmp_path / "failed").glob("*/record.json")]
     assert hostguard.is_host_busy(failed["reason"])
-    assert "60.0 %" in failed["reason"] and "cc1 (pid 4242)" in failed["reason"] and "25 %" in failed["reason"]
-    assert failed["metadata"]["host_guard"] == {"max_other_busy_pct": 25.0, "other_busy_pct": 60.0, "busy": True}
+    assert all(part in failed["reason"] for part in ("60.0 %", "cc1 (pid 4242)", "25 %"))
+    said = {"max_other_busy_pct": 25.0, "other_busy_pct": 60.0, "busy": True}
+    assert failed["metadata"]["host_guard"] == said
     ok = json.loads((tmp_path / "runs" / first / "record.json").read_text())
-    assert ok["metadata"]["host_guard"]["busy"] is False and ok["metadata"]["host_other"]["other_busy_pct"] == 4.0
+    assert ok["metadata"]["host_guard"]["busy"] is False
+    assert ok["metadata"]["host_other"]["other_busy_pct"] == 4.0
 
 
 def test_a_host_that_stays_busy_ends_the_campaign_with_the_reason(tmp_path):
@@ -110,7 +113,8 @@ def test_a_host_that_stays_busy_ends_the_campaign_with_the_reason(tmp_path):
 def test_off_records_a_busy_run_as_ok(tmp_path, monkeypatch):
     monkeypatch.delenv(hostguard.ENV, raising=False)
     calls: list = []
-    st = campaign.run_campaign(spec(host_guard="off"), tmp_path, loads_run(calls, lambda r, a: 95.0), progress=False)
+    st = campaign.run_campaign(spec(host_guard="off"), tmp_path, loads_run(calls, lambda r, a: 95.0),
+                               progress=False)
     assert (st.done, st.failed_attempts) == (2, 0)
     ok = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/record.json")]
     assert all("host_guard" not in r["metadata"] for r in ok)
@@ -120,7 +124,8 @@ def test_the_default_applies_when_the_spec_leaves_the_key_out(tmp_path, monkeypa
     monkeypatch.delenv(hostguard.ENV, raising=False)
     calls: list = []
     pct = hostguard.DEFAULT_MAX_OTHER_BUSY_PCT + 1
-    st = campaign.run_campaign(spec(max_attempts=1), tmp_path, loads_run(calls, lambda r, a: pct), progress=False)
+    st = campaign.run_campaign(spec(max_attempts=1), tmp_path, loads_run(calls, lambda r, a: pct),
+                               progress=False)
     assert (st.done, st.failed_attempts) == (0, 2)
 
 

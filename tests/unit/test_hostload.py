@@ -13,8 +13,8 @@ from bbrlab.analysis import hostload
 from bbrlab.cli.main import main
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-ROW = re.compile(r"^\| `(?P<folder>[^`]+)/` \| `(?P<measure>\w+)` \| (?P<median>[\d.]+) \| (?P<lo>[\d.]+)-(?P<hi>[\d.]+) "
-                 r"\| (?P<runs>\d+) \|$")
+ROW = re.compile(r"^\| `(?P<folder>[^`]+)/` \| `(?P<measure>\w+)` \| (?P<median>[\d.]+) "
+                 r"\| (?P<lo>[\d.]+)-(?P<hi>[\d.]+) \| (?P<runs>\d+) \|$")
 
 
 def _readme_rows() -> dict[str, dict]:
@@ -53,7 +53,8 @@ def test_new_records_are_summarised_by_the_cpu_outside_the_testbed(tmp_path):
         run.joinpath("record.json").write_text(json.dumps({"status": "ok", "metadata": {
             "host_other": {"other_busy_pct": other}, "cpu_load": {"sender_hypervisor": {"busy_pct": busy}}}}))
     (h,) = hostload.summarise_folders(tmp_path / "c")
-    assert (h.measure, h.median_pct, h.min_pct, h.max_pct, h.runs) == ("host_other_busy_pct", 4.0, 2.0, 30.0, 3)
+    assert (h.measure, h.median_pct, h.min_pct, h.max_pct, h.runs) == (
+        "host_other_busy_pct", 4.0, 2.0, 30.0, 3)
 
 
 def test_the_command_prints_a_line_per_folder(capsys):

@@ -9,14 +9,17 @@ such runs read 37.0-62.4 % outside the testbed, on a quiet host 0.0-0.48 % (8 ru
 "Host load outside the testbed").
 
 The quiet run needs a quiet host, which the suite's shared machine is not always: while other developers'
-suites ran, 2 s samples read a median of 97.5 % outside the testbed. The test waits (up to 2 minutes,
-sampling /proc) for a moment under half the limit, then allows the run its retries, as a campaign would;
-when the host never calms down it is skipped, saying how busy the host was and with what.
+suites ran, 2 s samples read a median of 97.5 % outside the testbed, and a test of theirs may start between
+a quiet sample and the run. The test waits (up to a minute a round, sampling /proc) for a moment under half
+the limit and gives the run two attempts, in up to two rounds; an attempt that fails must have met someone
+else's work (named in its record, never the testbed's own processes), and when every attempt did the test is
+skipped, naming that work.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -68,18 +71,20 @@ def _run(testbed, spec, out):
         runner.close()
 
 
-def _wait_until_quiet(testbed, below_pct: float, timeout_s: float = 120.0) -> dict:
-    """Sample the host (2 s windows) until its CPU outside the testbed is below ``below_pct``; skip the test
-    when it is not within ``timeout_s``."""
+def _wait_until_quiet(testbed, below_pct: float, timeout_s: float = 60.0) -> dict | None:
+    """Sample the host (2 s windows) until its CPU outside the testbed is below ``below_pct``: the last
+    sample, or None when it was not within ``timeout_s``."""
     end = time.monotonic() + timeout_s
     while True:
         found = outside.sample_now(outside.of_testbed(testbed), 2.0)
         if found["other_busy_pct"] < below_pct:
             return found
         if time.monotonic() > end:
-            top = ", ".join(f"{p['comm']} {p['cpu_pct']} %" for p in found["top"][:3])
-            pytest.skip(f"the shared host stayed busy outside the testbed for {timeout_s:g} s "
-                        f"({found['other_busy_pct']} %; {top}): a quiet run cannot be shown now")
+            return None
+
+
+def _named(other: dict) -> str:
+    return ", ".join(f"{p['comm']} (pid {p['pid']}) {p['cpu_pct']} %" for p in other["top"][:3])
 
 
 def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_path, busy_loop, capsys):
@@ -96,12 +101,27 @@ def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_p
 
 
 def test_quiet_run_passes_the_guard(testbed, tmp_path):
-    _wait_until_quiet(testbed, LIMIT_PCT / 2)
-    st = _run(testbed, _spec(testbed, "guard-quiet", max_attempts=3), tmp_path)
-    assert st.done == 1
-    assert all(hostguard.is_host_busy(r["reason"]) for r in _records(tmp_path, "failed"))
-    (record,) = _records(tmp_path, "runs")
-    other = record["metadata"]["host_other"]
-    assert other["testbed_processes"] >= 2  # the two QEMUs, at least
-    assert other["testbed_pct"] > 0
-    assert record["metadata"]["host_guard"]["busy"] is False
+    """Up to two rounds of a quiet moment and a campaign of one run with two attempts. An attempt failed as
+    host busy must name work that is not the testbed's (another developer's test, not our QEMU or this
+    process); when every attempt met such work the test is skipped with it named."""
+    testbed_pids = {pid for pid in testbed.local.qemu_pids.values() if pid} | {os.getpid()}
+    busy: list[str] = []
+    for round_ in range(2):
+        if _wait_until_quiet(testbed, LIMIT_PCT / 2) is None:
+            busy.append("no quiet moment in 60 s")
+            continue
+        out = tmp_path / f"round{round_}"
+        st = _run(testbed, _spec(testbed, "guard-quiet", max_attempts=2), out)
+        for failed in _records(out, "failed"):
+            assert hostguard.is_host_busy(failed["reason"]), failed["reason"]
+            other = failed["metadata"]["host_other"]
+            assert not testbed_pids & {p["pid"] for p in other["top"]}, other  # never the testbed's own
+            busy.append(f"{other['other_busy_pct']} %: {_named(other)}")
+        if st.done == 1:
+            (record,) = _records(out, "runs")
+            other = record["metadata"]["host_other"]
+            assert other["testbed_processes"] >= 2  # the two QEMUs, at least
+            assert other["testbed_pct"] > 0
+            assert record["metadata"]["host_guard"]["busy"] is False
+            return
+    pytest.skip(f"the shared host was busy with other work at every attempt: {'; '.join(busy)}")

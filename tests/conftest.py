@@ -80,6 +80,11 @@ def pytest_configure(config):
     if not os.environ.get(STATE_DIR_ENV):
         os.environ[STATE_DIR_ENV] = str(_private_dir(TEST_STATE_DIR))
     os.environ["BBRLAB_TESTBED"] = suite_testbed()  # commands the tests start: never the user's `local`
+    # The host guard (bbrlab.campaign.hostguard) is off for specs that leave host_guard out: the suite's
+    # ordinary tests check mechanisms on a 2-core machine shared by several developers, whose work outside the
+    # testbed kept its CPUs busy most of the time (median 97.5 % of 2 s samples; docs/run-record.md). Its own
+    # tests (test_host_guard*.py) set host_guard in their specs. A value set beforehand wins.
+    os.environ.setdefault("BBRLAB_HOST_GUARD", "off")
 
 
 def _recount_deadline_bandwidth() -> None:

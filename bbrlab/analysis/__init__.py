@@ -1,7 +1,7 @@
 """From run directories to tables, figures and claims (README steps "tables" and "figures"): loading
 (``data``), the tidy tables and their cache (``tables``, ``table_cache``), readers of both layouts
 (``records_reader``, ``authors``), run identity (``identity``), the figures (``plots``), the paper's claims
-(``fidelity``) and interactive picking (``explore``).
+(``fidelity``), interactive picking (``explore``) and the host's load during a folder's runs (``hostload``).
 
 May import: ``bbrlab.core``, ``bbrlab.run`` (the record and calibration formats). Never ``campaign``, ``cli``.
 """

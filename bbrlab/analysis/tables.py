@@ -228,6 +228,13 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("above_ceiling", "boolean", "the run's throughput exceeds its ceiling_mbit: the ceiling does not bound "
            "it (bbrlab.analysis.ceiling_check); <NA> without a ceiling or a throughput",
            lambda v: above_ceiling(v.summary.get("throughput_mbit"), (v.meta.get("ceiling") or {}).get("value_mbit"))),
+    Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
+           "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",
+           lambda v: _get(v.meta, "cpu_load", "sender_hypervisor", "busy_pct")),
+    Column("host_other_busy_pct", "float64", "the host's CPU used by processes outside the testbed during the "
+           "transfer (metadata.host_other; bbrlab.contention.outside); <NA> in records made before it was "
+           "measured and where the sender's QEMU ran on another machine [% of all its CPUs]",
+           lambda v: _get(v.meta, "host_other", "other_busy_pct")),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",

@@ -45,7 +45,7 @@ from bbrlab.run.record import failure_record  # noqa: F401 - where callers found
 from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
-from . import watchdog
+from . import hostguard, watchdog
 from .blocks import BlockBoots
 from .directory import Planned, check_out_dir, prepare, status
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
@@ -281,7 +281,9 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
     carries ``metadata.mixed``), the plan is written or repaired, half-written attempts are cleared. Then each
     remaining run is submitted in plan order; a failed attempt is submitted again until ``max_attempts``
     (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
-    differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded).
+    differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded). An ok run
+    whose host was busier outside the testbed than the spec's ``host_guard`` allows is recorded as a failed
+    attempt "host busy" and submitted again after the runs queued (:mod:`bbrlab.campaign.hostguard`).
 
     With adaptive repetitions (``spec.adaptive``) or a threshold search (``spec.search``) a run is submitted only
     once the stopping rule or the search wants it (:class:`bbrlab.campaign.repetitions.Gate`,
@@ -328,6 +330,14 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
         place = getattr(gate, "place", order_of.__getitem__)  # a search's own order (bbrlab.campaign.interleave)
         submitted: set[str] = set()
         boots = BlockBoots(spec, out, runs)
+        guard = hostguard.effective(getattr(spec, "host_guard", None))
+        # a host-busy attempt goes again after the runs queued behind it; in a blocked campaign, at its block's
+        # end, so that the block keeps its one boot
+        block_end: dict[int, int] = {}
+        if boots.blocks > 1:
+            for run_id, scenario in runs:
+                block = spec.block_of(scenario.repetition)
+                block_end[block] = max(block_end.get(block, 0), order_of[run_id])
 
         def submit_open(run_ids) -> None:
             for run_id in sorted(run_ids, key=place):
@@ -346,6 +356,7 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                 a = finished.attempt
                 if finished.status == "ok":
                     _check_kernel(out, finished, mixed, seen)
+                    finished = hostguard.judged(finished, guard)
                 if hasattr(gate, "record_of"):  # a search's run records its place in the order
                     finished.metadata = {**finished.metadata, **gate.record_of(a.run_id)}
                 record = commit_finished(out, spec.name, finished, mixed)
@@ -354,7 +365,12 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                 if record["status"] == "ok":
                     done.add(a.run_id)
                 if record["status"] != "ok" and a.attempt < last[a.run_id]:
-                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, a.order, boots.request(a.scenario)))
+                    place_again = a.order
+                    if hostguard.is_host_busy(record["reason"]):  # after the queued runs (of its block)
+                        place_again = (block_end[spec.block_of(a.scenario.repetition)] if block_end
+                                       else a.order + len(runs))
+                    executor.submit(Attempt(a.run_id, a.attempt + 1, a.scenario, place_again,
+                                            boots.request(a.scenario)))
                     continue
                 if gate.rule is not None:  # the run is settled: its point's decision may open or drop runs
                     submit_open(gate.settle(a.run_id))

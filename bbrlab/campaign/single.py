@@ -5,7 +5,8 @@ it, and the loop with the testbed's lock told what runs.
 :func:`run_campaign_on` takes the lock and runs the pre-flight first, for the command line and the notebook
 API. This module neither prints progress of its own beyond the ceilings' source nor parses options.
 
-May import: ``bbrlab.core``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``, ``.loop``, ``.preflight``.
+May import: ``bbrlab.core``, ``bbrlab.contention``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``,
+``.hostguard``, ``.loop``, ``.preflight``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bbrlab.contention import outside
 from bbrlab.run.ceiling import for_campaign
 from bbrlab.run.recovery import clear_partitions
 from bbrlab.run.runner import Runner
 from bbrlab.testbed.driving import driving
 from bbrlab.testbed.target import resolve
 
+from . import hostguard
 from .directory import CampaignStatus
 from .loop import announcing, run_campaign
 from .preflight import check_testbed
@@ -38,6 +41,20 @@ def runner_for_campaign(tb, out_dir: str | Path, scenarios, calibration_path: Pa
     return Runner(tb, calibration=calibration, calibration_source=source)
 
 
+def say_if_host_busy(spec, tb) -> None:
+    """Sample this machine for a second and a half and say on stderr when it is busy outside the testbed
+    now (:func:`bbrlab.campaign.hostguard.busy_now_line`): the guard would fail the runs as "host busy".
+    Only where the sender's QEMU runs on this machine (the host the guard measures)."""
+    if not tb.sender.hypervisor.is_local:
+        return
+    guard = hostguard.effective(getattr(spec, "host_guard", None))
+    line = hostguard.busy_now_line(outside.sample_now(outside.of_testbed(tb)), guard)
+    if line:
+        state = ("runs measured so fail as host busy and are tried again later" if guard.max_other_busy_pct
+                 else "host_guard is off: runs measured so are recorded as ok")
+        _say(f"bbrlab: warning: {line}; {state}")
+
+
 def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | None = None, progress: bool = True,
                    retry_failed: bool = False, keep_link: bool = False, allow_mixed: bool = False,
                    runner: Runner | None = None, on_run: Callable[[dict], None] | None = None) -> dict:
@@ -53,6 +70,7 @@ def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | No
     ``on_run`` gets each run's record as it is committed. Call it holding ``tb``'s lock."""
     for path in clear_partitions(tb):  # refused while the campaign that made it runs
         _say(f"removed the CPU partition {path} a killed campaign left")
+    say_if_host_busy(spec, tb)
     own = runner is None
     if own:
         runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)

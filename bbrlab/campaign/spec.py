@@ -48,6 +48,8 @@ Spec keys (see specs/*.yaml)::
                                 # of the sender (a divisor of repetitions; docs/statistics.md, "Blocks")
     block_reboot: sender        # what a block boots afresh: sender, or sender+emulator
     max_attempts: 3             # a failing run is tried at most this often
+    host_guard: {max_other_busy_pct: 25}  # or off: a run whose host was busier outside the testbed fails as
+                                # "host busy" and is tried again later (bbrlab.campaign.hostguard)
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
 
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
@@ -80,14 +82,15 @@ from bbrlab.core.scenario import (
     Link,
     Scenario,
     check_cca,
-    check_sampling_load,
 )
 from bbrlab.core.yamlfile import read_capped
 
 from .blocks import check_blocks
+from .hostguard import HostGuard
 from .order import plan_order
 from .repetitions import RepetitionRule
 from .search import SearchRule
+from .spec_combinations import MAX_RUNS, check_combinations  # noqa: F401 - MAX_RUNS is known from here
 from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
     UNUSED_TIMESLICE_MS,
     check_admission,
@@ -143,6 +146,7 @@ class CampaignSpec:
     order: str = "blocked-random"
     seed: int = 1
     max_attempts: int = 3
+    host_guard: HostGuard | None = None  # None: the default (or BBRLAB_HOST_GUARD), resolved when it runs
     delay_split: str = "symmetric"
     description: str = ""
     blocks: int = 1  # each point's repetitions in this many blocks, each on a fresh boot (bbrlab.campaign.blocks)
@@ -168,6 +172,8 @@ class CampaignSpec:
             del d["search"]
         if not d["kernels"]:
             del d["kernels"]  # as in directories made before kernels were a dimension
+        if self.host_guard is not None:
+            d["host_guard"] = self.host_guard.to_value()
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
@@ -301,17 +307,13 @@ _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "b
 #: Lists of names, not numbers.
 _NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models", "sender_qdiscs")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
-#: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
-MAX_RUNS = 100_000
-#: The Link fields a combination check can name, and the spec list each comes from.
-_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp",
-               "link.queue": "queues"}
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
                      "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
-                     "sender_qdiscs": ["default"], "flows": [], "blocks": 1, "block_reboot": "sender"}
+                     "sender_qdiscs": ["default"], "flows": [], "blocks": 1, "block_reboot": "sender",
+                     "host_guard": None}
 
 
 def _list(data: dict, key: str) -> list:
@@ -409,7 +411,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     scalars.update(check_blocks(d, scalars.get("repetitions", 30),
                                 adaptive="adaptive" in scalars or search is not None))
     spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
-    _check_combinations(spec)
+    check_combinations(spec)
     return spec
 
 
@@ -448,71 +450,6 @@ def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object
         except BufferBelowMinimum:
             pass
     return checked
-
-
-def _check_combinations(spec: CampaignSpec) -> None:
-    """What is invalid only together: the number of runs, a deadline period out of the kernel's range
-    (timeslice / share), a link beyond the qdiscs' kernel limits (rate x RTT x buffer), rsync over several
-    streams."""
-    if spec.runs > MAX_RUNS:
-        raise ValidationError("grid x repetitions", spec.runs,
-                              f"at most {MAX_RUNS} runs (the product of the list lengths x repetitions); "
-                              "split the campaign")
-    if "rsync" in spec.workloads:
-        for j, streams in enumerate(spec.streams):
-            if streams != 1:
-                raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
-                                      "1 for the rsync workload (one SSH connection); run other stream counts "
-                                      "in an iperf3-only campaign")
-    check_contentions(spec)
-    _check_links(spec)
-    _check_sampling(spec)
-    _check_flows(spec)
-
-
-def _check_flows(spec: CampaignSpec) -> None:
-    """The extra flows beside each workload's flow 0 (iperf3 only; each starting before flow 0 ends)."""
-    if not spec.flows:
-        return
-    for i, workload in enumerate(spec.workloads):
-        try:
-            Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), spec.flow(workload, spec.ccas[0], 1),
-                     flows=spec.flows)
-        except ValidationError as e:
-            raise ValidationError(f"{e.field} with duration_s" if workload == "iperf3" else
-                                  f"flows with workloads[{i}]", e.value, e.allowed) from None
-
-
-def _check_sampling(spec: CampaignSpec) -> None:
-    """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
-    workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
-    if spec.sample_ms is None:
-        return
-    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
-    for j, streams in enumerate(spec.streams):
-        for workload in spec.workloads:
-            key, seconds = durations[workload]
-            check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
-                                fields=("sample_ms", f"streams[{j}]", key))
-
-
-def _check_links(spec: CampaignSpec) -> None:
-    """Every rate x RTT x buffer x queue tree builds a :class:`Link`, which checks the kernel's limits of the
-    qdiscs and the buffer's bounds (each loss was checked on its own: loss changes no size or time in the
-    qdiscs). The queue tree is named in an error only when the spec lists one besides bbrlab's."""
-    keys = ("rates_mbit", "rtts_ms", "buffers_bdp", "queues")
-    indexed = [list(enumerate(getattr(spec, key))) for key in keys]
-    for (i, rate), (j, rtt), (k, buf), (q, queue) in itertools.product(*indexed):
-        try:
-            spec.link(rate, rtt, buf, 0, queue)
-        except ValidationError as e:
-            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k, "queues": q}
-            if spec.queues == ("bbrlab",):
-                del index["queues"]
-            lead = _LINK_LISTS.get(e.field, "buffers_bdp")
-            others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
-            values = (rate, rtt, buf) if "queues" not in index else (rate, rtt, buf, queue)
-            raise ValidationError(f"{lead}[{index[lead]}] with {others}", values, e.allowed) from None
 
 
 def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:

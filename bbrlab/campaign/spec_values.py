@@ -133,6 +133,10 @@ def check_scalars(d: dict) -> dict:
         out["seed"] = number("seed", d["seed"], integer=True)
         if not 0 <= out["seed"] < 2**63:
             raise ValidationError("seed", out["seed"], "0 <= seed < 2**63")
+    if "host_guard" in d:
+        from .hostguard import HostGuard
+
+        out["host_guard"] = HostGuard.from_value(d["host_guard"])
     if "max_attempts" in d:
         out["max_attempts"] = number("max_attempts", d["max_attempts"], integer=True)
         if not 1 <= out["max_attempts"] <= 10:

@@ -19,11 +19,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """``bbrlab doctor``: run the machine's checks (:func:`bbrlab.testbed.doctor.run_checks`) and print each
+    """``bbrlab doctor``: run the machine's checks (:func:`bbrlab.testbed.doctor.run_checks`, then how busy the host
+    is now: :func:`bbrlab.campaign.hostguard.host_load_check`) and print each
     with its fix (a JSON list with ``--json``); returns 1 when something required is missing, else 0."""
+    from bbrlab.campaign.hostguard import host_load_check
     from bbrlab.testbed.doctor import run_checks
 
-    checks = run_checks(probe_kvm=args.probe_kvm)
+    checks = [*run_checks(probe_kvm=args.probe_kvm), host_load_check()]
     if args.json:
         print(json.dumps([c.to_dict() for c in checks], indent=2))
     else:

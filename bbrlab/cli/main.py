@@ -36,7 +36,7 @@ Several testbeds at once (docs/scaling.md):
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
 COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "tls", "ingest",
-            "figures", "claims", "compare", "demo", "cache")
+            "hostload", "figures", "claims", "compare", "demo", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@ threads (``deadline``: applying and restoring), the host's limits for it (``limi
 scheduler (``schedulers``: syscalls here or chrt on a host; ``sched``: the syscalls themselves), the policy
 watch and stall guard (``watch``), finding the vCPU threads (``vcpu``), which host CPUs a testbed's QEMU
 threads may run on (``placement``), what a thread and the host's CPUs really got (``threadstat``,
-``hostcpu``).
+``hostcpu``), and what the host spent outside the testbed (``outside``).
 
 May import: ``bbrlab.core``, ``bbrlab.testbed``. Never ``run``, ``campaign``, ``analysis``, ``cli``.
 """

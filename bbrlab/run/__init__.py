@@ -5,6 +5,6 @@ metadata (``record``, ``runmeta``), the calibration file it is checked against (
 recovery after a killed process (``recovery``).
 
 May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.link`` (``emulator``, ``qdisc``,
-``counters``), ``bbrlab.contention`` (``deadline``, ``evidence``, ``hostcpu``, ``placement``), ``bbrlab.sampling``
+``counters``), ``bbrlab.contention`` (``deadline``, ``evidence``, ``hostcpu``, ``outside``, ``placement``), ``bbrlab.sampling``
 (``sampler``, ``summary``). Never ``campaign``, ``analysis``, ``cli``.
 """

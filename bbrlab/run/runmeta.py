@@ -52,8 +52,8 @@ class CcaUse:
 
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
-#: worker that ran it); :meth:`RunMetadata.from_dict` keeps them in ``added``.
-CAMPAIGN_KEYS = ("mixed", "worker")
+#: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard); :meth:`RunMetadata.from_dict` keeps them in ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker", "host_guard")
 #: The fields that are typed records of their own, each read back by its ``from_dict``.
 _TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
@@ -82,6 +82,7 @@ class RunMetadata:
     vcpu_trace: dict | None = None  # the host trace of the vCPU threads' on/off-CPU intervals (bbrlab.sampling.vcputrace)
     alignment: dict | None = None  # guest samples inside on-CPU intervals once aligned (bbrlab.sampling.alignment)
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
+    host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
     ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left

@@ -25,7 +25,7 @@ import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
-from bbrlab.contention import hostcpu
+from bbrlab.contention import hostcpu, outside
 from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
@@ -193,6 +193,8 @@ class Runner:
             with ExitStack() as contended:
                 with meta.timed("contend"):
                     cpu_load = contended.enter_context(hostcpu.watching(self.session.watched_hosts()))
+                    ours = self.session.testbed_processes()
+                    host_other = contended.enter_context(outside.watching(ours) if ours else nullcontext())
                     held = contended.enter_context(contention.contended(
                         tb.sender.hypervisor, vcpus, scenario.contention, expected=tb.sender.vcpu_pins(),
                         accelerator=getattr(tb, "accelerator", None)))
@@ -204,7 +206,7 @@ class Runner:
                     flows.wait(threads, extra)
                 with meta.timed("release"):
                     contended.close()
-            meta.contention, meta.cpu_load = held.record(), cpu_load
+            meta.contention, meta.cpu_load, meta.host_other = held.record(), cpu_load, host_other
             with meta.timed("trace"):
                 vcpu = self._record_trace(trace, out, meta)
             with meta.timed("stop"):

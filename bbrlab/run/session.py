@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bbrlab import __version__
 from bbrlab.contention import deadline as contention
+from bbrlab.contention import outside
 from bbrlab.core.errors import RunFailed
 from bbrlab.kernel.ccaprobe import CcaIdentities
 from bbrlab.link import emulator as link
@@ -135,3 +136,10 @@ class TestbedSession:
     def watched_hosts(self) -> dict:
         """The hosts whose CPU load a run records (:func:`bbrlab.contention.hostcpu.watching`)."""
         return {"emulator": self.testbed.emulator.host, "sender_hypervisor": self.testbed.sender.hypervisor}
+
+    def testbed_processes(self) -> outside.Ours | None:
+        """The testbed's processes on this machine, whose CPU a run tells apart from the rest of the host's
+        (:mod:`bbrlab.contention.outside`); None when the sender's hypervisor is another machine."""
+        if not self.testbed.sender.hypervisor.is_local:
+            return None
+        return outside.of_testbed(self.testbed)

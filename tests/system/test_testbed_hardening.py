@@ -219,6 +219,7 @@ README_NOT_RUN = {
     "bbrlab contention recount": "rebuilds this machine's root domains; test_deadline_accounting runs it after "
                                  "making the kernel's count drift",
     "bbrlab claims check": "reads data/, not the testbed; tests/unit/test_claims.py runs it",
+    "bbrlab hostload data": "reads the committed data/ only; tests/unit/test_hostload.py runs it",
     "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
                                                    "real (this machine's shared image must stay)",
 }

@@ -63,6 +63,8 @@ plausible = {
     "delay_split": st.sampled_from(["symmetric", "forward", "both"]),
     "blocks": st.one_of(st.integers(min_value=-1, max_value=7), st.sampled_from([True, "2", 1.5, None])),
     "block_reboot": st.sampled_from(["sender", "sender+emulator", "emulator", "", None, 1]),
+    "host_guard": st.one_of(st.sampled_from(["off", "on", False, None, 25]), st.fixed_dictionaries({}, optional={
+        "max_other_busy_pct": st.sampled_from([-1, 0, 0.5, 25, 100, 101, "25", True]), "x": scalars})),
     "description": st.one_of(st.text(max_size=20), st.integers()),
     "queues": st.lists(st.sampled_from(["bbrlab", "authors", "fifo", ""]), max_size=3),
     "contention_models": st.lists(st.sampled_from(["deadline", "cfs-quota", "cfs-burst", "credit", "competing-load",

@@ -1,0 +1,87 @@
+"""Campaign spec checks that hold only across keys: the number of runs, each link of the grid against the
+qdiscs' kernel limits, the sampler's load, rsync's single stream and the extra flows
+(:func:`check_combinations`, called by :func:`bbrlab.campaign.spec.load_spec` once every key passed on its own)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from bbrlab.core.errors import ValidationError
+from bbrlab.core.scenario import Contention, Link, Scenario, check_sampling_load
+
+from .spec_models import check_contentions
+
+if TYPE_CHECKING:
+    from .spec import CampaignSpec
+
+#: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
+MAX_RUNS = 100_000
+#: The Link fields a combination check can name, and the spec list each comes from.
+_LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.buffer_bdp": "buffers_bdp",
+               "link.queue": "queues"}
+
+
+def check_combinations(spec: CampaignSpec) -> None:
+    """What is invalid only together: the number of runs, a deadline period out of the kernel's range
+    (timeslice / share), a link beyond the qdiscs' kernel limits (rate x RTT x buffer), rsync over several
+    streams."""
+    if spec.runs > MAX_RUNS:
+        raise ValidationError("grid x repetitions", spec.runs,
+                              f"at most {MAX_RUNS} runs (the product of the list lengths x repetitions); "
+                              "split the campaign")
+    if "rsync" in spec.workloads:
+        for j, streams in enumerate(spec.streams):
+            if streams != 1:
+                raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
+                                      "1 for the rsync workload (one SSH connection); run other stream counts "
+                                      "in an iperf3-only campaign")
+    check_contentions(spec)
+    _check_links(spec)
+    _check_sampling(spec)
+    _check_flows(spec)
+
+
+def _check_flows(spec: CampaignSpec) -> None:
+    """The extra flows beside each workload's flow 0 (iperf3 only; each starting before flow 0 ends)."""
+    if not spec.flows:
+        return
+    for i, workload in enumerate(spec.workloads):
+        try:
+            Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), spec.flow(workload, spec.ccas[0], 1),
+                     flows=spec.flows)
+        except ValidationError as e:
+            raise ValidationError(f"{e.field} with duration_s" if workload == "iperf3" else
+                                  f"flows with workloads[{i}]", e.value, e.allowed) from None
+
+
+def _check_sampling(spec: CampaignSpec) -> None:
+    """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
+    workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
+    if spec.sample_ms is None:
+        return
+    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
+    for j, streams in enumerate(spec.streams):
+        for workload in spec.workloads:
+            key, seconds = durations[workload]
+            check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
+                                fields=("sample_ms", f"streams[{j}]", key))
+
+
+def _check_links(spec: CampaignSpec) -> None:
+    """Every rate x RTT x buffer x queue tree builds a :class:`Link`, which checks the kernel's limits of the
+    qdiscs and the buffer's bounds (each loss was checked on its own: loss changes no size or time in the
+    qdiscs). The queue tree is named in an error only when the spec lists one besides bbrlab's."""
+    keys = ("rates_mbit", "rtts_ms", "buffers_bdp", "queues")
+    indexed = [list(enumerate(getattr(spec, key))) for key in keys]
+    for (i, rate), (j, rtt), (k, buf), (q, queue) in itertools.product(*indexed):
+        try:
+            spec.link(rate, rtt, buf, 0, queue)
+        except ValidationError as e:
+            index = {"rates_mbit": i, "rtts_ms": j, "buffers_bdp": k, "queues": q}
+            if spec.queues == ("bbrlab",):
+                del index["queues"]
+            lead = _LINK_LISTS.get(e.field, "buffers_bdp")
+            others = " and ".join(f"{key}[{n}]" for key, n in index.items() if key != lead)
+            values = (rate, rtt, buf) if "queues" not in index else (rate, rtt, buf, queue)
+            raise ValidationError(f"{lead}[{index[lead]}] with {others}", values, e.allowed) from None

@@ -30,8 +30,8 @@ ESCAPE_NAME = "../../../escaped-x"
 def _forging(real):
     calls = itertools.count()
 
-    def run_on_worker(scenario, run_id, attempt, context=None, index=None):
-        outcome = real(scenario, run_id, attempt, context, index)
+    def run_on_worker(scenario, run_id, attempt, context=None, index=None, block=None):
+        outcome = real(scenario, run_id, attempt, context, index, block)
         if next(calls) % 2 == 0:
             plan = json.loads((Path(context.out) / "plan.json").read_text())
             other = next(r["run_id"] for r in plan["runs"] if r["run_id"] != run_id)

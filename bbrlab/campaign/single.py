@@ -75,6 +75,7 @@ def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | No
     if own:
         runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)
     try:
+        runner.session.recover_first()  # before the testbed is described: leftovers may stall the sender
         return run_campaign(spec, out_dir, announcing(runner, tb.name, spec, out_dir), progress=progress,
                             retry_failed=retry_failed, testbed=tb.describe(), allow_mixed=allow_mixed, on_run=on_run)
     finally:

@@ -114,10 +114,18 @@ class TestbedSession:
             self._static["testbed"]["emulator_boot_id"] = self._emulator_boot_id()
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
         meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
-        if self._recovered is None:
-            self._recovered = recover(tb)
+        self.recover_first()
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
             meta.recovered = self._recovered
+
+    def recover_first(self) -> dict:
+        """Clear what a killed predecessor left (:func:`~bbrlab.run.recovery.recover`) now, once per session, so
+        that nothing measured before the first run (the testbed's description) meets its leftovers: a vCPU left
+        under SCHED_DEADLINE at a 25 % share can make the sender too slow to answer SSH. The first record
+        carries it."""
+        if self._recovered is None:
+            self._recovered = recover(self.testbed)
+        return self._recovered
 
     def hosts_retaken(self) -> None:
         """A lab host's lock was lost and taken again: another driver may have changed the emulator meanwhile,

@@ -144,3 +144,39 @@ def _check_record(run_dir: Path, testbed) -> None:
     assert configured["rtt_ms"] == pytest.approx(20, abs=0.01)
     assert configured["rate_mbit"] == pytest.approx(100, rel=0.01)
     assert 0 < meta["iperf"]["receiver_mbit"] <= 101
+
+
+def test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testbed(testbed, tmp_path):
+    """A killed campaign can leave the sender's vCPU under SCHED_DEADLINE; the next campaign on the testbed
+    must clear it before anything reads the testbed over SSH (a fresh clone's make test once saw the resumed
+    campaign's description time out on the SSH banner of a sender left at 25 %, and the campaign was refused
+    as run on another kernel). The testbed's ``describe`` is wrapped to read the vCPU threads' policies when it
+    is called: on the old code it met the leftover policy."""
+    from bbrlab.campaign.single import run_on_testbed
+    from bbrlab.campaign.spec import CampaignSpec
+
+    threads = testbed.sender.vcpu_threads()
+    hypervisor = testbed.sender.hypervisor
+    subprocess.run([BBRLAB, "contention", "set", "--timeslice", "10ms", "--share", "50%", "--threads",
+                    ",".join(map(str, threads))], check=True, capture_output=True, text=True, timeout=120)
+    seen: list[bool] = []
+    describe = testbed.describe
+
+    def describing() -> dict:
+        seen.append(any(p.is_deadline for p in show_policies(hypervisor, threads).values()))
+        return describe()
+
+    testbed.describe = describing
+    try:
+        spec = CampaignSpec.from_dict(_spec(testbed.name, ccas=["cubic"], timeslices_ms=[10], cpu_shares_pct=[100],
+                                            duration_s=1, name="leftover-first"))
+        st = run_on_testbed(spec, tmp_path / "campaign", testbed, progress=False)
+    finally:
+        del testbed.describe
+        subprocess.run([BBRLAB, "contention", "clear", "--threads", ",".join(map(str, threads))],
+                       capture_output=True, text=True, timeout=120)
+    assert seen and not any(seen), "the testbed was described while the left deadline policy held"
+    assert st.done == 1 and st.failed == 0
+    (run,) = (tmp_path / "campaign" / "runs").iterdir()
+    recovered = json.loads((run / "record.json").read_text())["metadata"]["recovered"]
+    assert sorted(recovered["deadline_cleared_tids"]) == sorted(threads)

@@ -145,17 +145,20 @@ def test_plotted_throughput_medians_equal_the_runs_medians(rendered, campaign):
 
 
 def test_plotted_link_utilisation_is_median_throughput_over_rate(rendered, campaign):
+    """One line per CCA and condition: the uncontended and the contended runs at one rate are two conditions
+    (runkey), so each CCA has a line ``[none]`` and a line ``[deadline]``, each the median of its own runs."""
     out, _ = rendered
     panels = json.loads((out / "poster_fig2_link_utilisation.points.json").read_text())
-    per_cca = defaultdict(list)
+    expected = defaultdict(list)
     for run in (campaign / "runs").iterdir():
         record, report = (json.loads((run / n).read_text()) for n in ("record.json", "iperf.json"))
-        per_cca[LABELS[record["scenario"]["flow"]["cca"]]].append(
+        mode = "none" if record["scenario"]["contention"]["cpu_share_pct"] >= 100 else "deadline"
+        expected[f"{LABELS[record['scenario']['flow']['cca']]} [{mode}]"].append(
             report["end"]["sum_received"]["bits_per_second"] / 1e6 / record["scenario"]["link"]["rate_mbit"])
     lines = {line["label"].split(" / ")[-1]: line["y"] for line in panels[0]["lines"]}
-    assert lines.keys() == per_cca.keys()
-    for cca, values in per_cca.items():
-        assert lines[cca] == [pytest.approx(statistics.median(values), rel=1e-9)]
+    assert lines.keys() == expected.keys()
+    for name, values in expected.items():
+        assert lines[name] == [pytest.approx(statistics.median(values), rel=1e-9)]
 
 
 def test_socket_state_figure_draws_the_sampled_bbr_estimate(rendered, campaign):

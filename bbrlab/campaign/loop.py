@@ -38,7 +38,7 @@ from typing import Protocol
 
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
-from bbrlab.core.signals import interruptible
+from bbrlab.core.signals import checkpoint, interruptible
 from bbrlab.run import record as rec
 from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.record import failure_record  # noqa: F401 - where callers found it
@@ -360,6 +360,7 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                 if hasattr(gate, "record_of"):  # a search's run records its place in the order
                     finished.metadata = {**finished.metadata, **gate.record_of(a.run_id)}
                 record = commit_finished(out, spec.name, finished, mixed)
+                checkpoint()  # a Ctrl-C whose exception Python dropped ends the campaign here, the run kept
                 used[a.run_id] = a.attempt
                 boots.add(a.scenario, record)
                 if record["status"] == "ok":

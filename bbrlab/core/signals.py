@@ -6,6 +6,11 @@ policy comes off the vCPU threads, the qdiscs come off the emulator, the iperf3 
 :class:`Interrupted` derives from ``BaseException``, so ``except Exception`` (a run's failure handling)
 does not swallow it, and the campaign knows not to count the interrupted run as an attempt.
 
+Python runs a signal's handler between two bytecodes of the main thread, wherever it is; when that is inside a
+weakref callback or a ``__del__`` (the garbage collector runs them at any allocation), Python prints the
+exception and drops it. The signal is then kept as pending, and :func:`checkpoint` (the campaign loop calls it
+after each committed run) raises it there.
+
 A second signal while the first is being handled does not raise again (that would cut the restoring
 short); it is noted and the process ends once the restoring is done. Python only delivers signals to
 the main thread; elsewhere :func:`interruptible` changes nothing. A process forked from ours inherits the
@@ -60,6 +65,15 @@ def _active() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+def checkpoint() -> None:
+    """Raise :class:`Interrupted` here when a signal arrived inside :func:`interruptible` and its exception
+    has not ended the work: Python dropped it (raised in a weakref callback or a ``__del__``). Once."""
+    signum = getattr(_state, "pending", None)
+    if signum is not None and _active():
+        _state.pending = None
+        raise Interrupted(signum)
+
+
 @contextmanager
 def interruptible() -> Iterator[None]:
     """While active, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (once). Nests: an inner
@@ -78,6 +92,7 @@ def interruptible() -> Iterator[None]:
                   file=sys.stderr, flush=True)
             return
         raised.append(signum)
+        _state.pending = signum  # for checkpoint(), should Python drop the exception raised here
         raise Interrupted(signum)
 
     previous = {}
@@ -87,11 +102,11 @@ def interruptible() -> Iterator[None]:
             continue
         previous[sig] = prev
         signal.signal(sig, handler)
-    _state.depth = 1
+    _state.depth, _state.pending = 1, None
     try:
         yield
     finally:
-        _state.depth = 0
+        _state.depth, _state.pending = 0, None
         for sig, prev in previous.items():
             signal.signal(sig, prev)
 

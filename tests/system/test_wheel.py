@@ -92,9 +92,11 @@ def test_installed_bbrlab_carries_every_notebook_and_renders_from_another_direct
     assert "[IPKernelApp]" not in proc.stdout + proc.stderr, proc.stderr  # batch runs speak only when it matters
     panels = json.loads((out / "fig10_15_patched_vs_original.points.json").read_text())
     labels = {line["label"] for p in panels for line in p["lines"]}
-    # data/ holds runs over three bottleneck queues (data/buffer-queue-local): a line per variant and queue, never
-    # one line over several queues; data/demo carries its calibration, hence the ceiling.
-    queues = ("1 BDP", "8 BDP", "authors' queue")
-    assert labels == {f"{v} [{q}]" for v in ("BBRv1", "BBRv1 patched") for q in queues} | {"CPU ceiling"}
+    # data/ holds 8 s runs over three bottleneck queues (data/buffer-queue-local) and the demo's 10 s runs with
+    # 1 BDP: a line per variant and condition (runkey), never one line over several queues or durations;
+    # data/demo carries its calibration, hence the ceiling.
+    variants, queues = ("BBRv1", "BBRv1 patched"), ("1 BDP", "8 BDP", "authors' queue")
+    assert labels == ({f"{v} [{q}, 8 s]" for v in variants for q in queues} | {f"{v} [1 BDP, 10 s]" for v in variants}
+                      | {"CPU ceiling"})
     plan = run([str(bbrlab), "campaign", "plan", "demo"], cwd=tmp_path, env=env)
     assert plan.stdout.startswith("demo: ")

@@ -289,13 +289,20 @@ def _reboot_sender(state: State, sender_vcpus: int, resolved: sender_kernel.Reso
         _launch(state, "sender", spec, img, say)
     finally:
         os.close(fd)
-    _write_known_hosts(state)  # the sender's new host key
-    boot_s = _wait_ssh(state, {"sender": spec}, say)
+    took_s = _settle_reboot(state, "sender", spec, say, t_start)
+    say(f"sender rebooted into {resolved.kernel.release} in {took_s:.1f} s")
+
+
+def _settle_reboot(state: State, role: str, spec: qemu.VmSpec, say: Progress, t_start: float) -> float:
+    """After ``role``'s VM was launched again: pin its new host key, wait for its SSH and for the receiver to
+    answer a ping, and save the state with the boot's time (``<role>_reboot_s``). Seconds since ``t_start``."""
+    _write_known_hosts(state)  # the VM's new host key
+    boot_s = _wait_ssh(state, {role: spec}, say)
     _wait_ping(state, RECEIVER_IP, say)
     state.data.update(phase="up", boot_to_ssh_s={**state.data.get("boot_to_ssh_s", {}), **boot_s},
-                      sender_reboot_s=round(time.monotonic() - t_start, 1))
+                      **{f"{role}_reboot_s": round(time.monotonic() - t_start, 1)})
     state.save()
-    say(f"sender rebooted into {resolved.kernel.release} in {time.monotonic() - t_start:.1f} s")
+    return time.monotonic() - t_start
 
 
 def _reopen_tap(ns: str, ifname: str, deadline_s: float = 5.0) -> int:

@@ -21,9 +21,7 @@ from .lifecycle import (
     _launch,
     _reboot_sender,
     _reopen_tap,
-    _wait_ping,
-    _wait_ssh,
-    _write_known_hosts,
+    _settle_reboot,
     down,
     resolve_sender_kernel,
     running,
@@ -80,10 +78,4 @@ def _reboot_emulator(state: State, say: Progress) -> None:
     finally:
         for fd in fds.values():
             os.close(fd)
-    _write_known_hosts(state)  # the emulator's new host key
-    boot_s = _wait_ssh(state, {"emulator": spec}, say)
-    _wait_ping(state, RECEIVER_IP, say)
-    state.data.update(phase="up", boot_to_ssh_s={**state.data.get("boot_to_ssh_s", {}), **boot_s},
-                      emulator_reboot_s=round(time.monotonic() - t_start, 1))
-    state.save()
-    say(f"emulator rebooted in {time.monotonic() - t_start:.1f} s")
+    say(f"emulator rebooted in {_settle_reboot(state, 'emulator', spec, say, t_start):.1f} s")

@@ -43,7 +43,7 @@ from bbrlab.core.yamlfile import load_file
 from .tables import Tables
 
 STATS = ("median", "mean", "min", "max", "sum", "range", "count", "groups", "fraction", "interval", "level",
-         "threshold_low", "threshold_high")
+         "threshold_low", "threshold_high", "calibration")
 ACROSS = ("range", "min", "max")
 #: ``runs``: one row per run; ``flows``: one row per flow of a run, ``ss``: one row per socket sample, each with
 #: its run's columns beside it.
@@ -72,6 +72,7 @@ class Claim:
     format: str = ".1f"
     scale: float = 1.0
     table: str = "runs"
+    against: str | None = None  # stat calibration: the second recording (a folder of data/) held against data
     note: str = ""
 
 
@@ -116,6 +117,10 @@ def _claim(raw: object, index: int) -> Claim:
         raise BbrlabError(f"claims[{index}].across = {c.across!r} ({c.id}): one of {', '.join(ACROSS)}")
     if c.stat == "groups" and not c.by:
         raise BbrlabError(f"claims[{index}] ({c.id}): stat groups needs by (the columns that make a point)")
+    if c.stat == "calibration" and not (c.against and c.column):
+        raise BbrlabError(f"claims[{index}] ({c.id}): stat calibration needs against (the second recording's "
+                          "folder) and column (a field of `bbrlab compare --json`, dotted: inside, matched, "
+                          "fraction, expected, agree, half_width.all, ...)")
     if c.stat not in ("count", "groups", "fraction", "threshold_low", "threshold_high") and not c.column:
         raise BbrlabError(f"claims[{index}] ({c.id}): stat {c.stat} needs a column")
     return c
@@ -237,6 +242,24 @@ def _threshold(claim: Claim, root: Path) -> str:
     return "open" if value is None or pd.isna(value) else _printed(value, claim.format)
 
 
+def _calibration(claim: Claim, a: Tables, b: Tables) -> str:
+    """A field of :func:`bbrlab.analysis.compare.calibration` of ``b`` (the claim's ``against``) against ``a``:
+    ``column`` is a dotted path into ``bbrlab compare --json``'s output (``fraction``: inside / matched points
+    with an interval; ``agree_fraction``: agree / matched)."""
+    from bbrlab.analysis import compare
+
+    out = compare.calibration(a.runs, b.runs, names=(claim.data, str(claim.against))).to_dict()
+    with_interval = out["matched"] - out["no_interval"]
+    out["fraction"] = out["inside"] / with_interval if with_interval else math.nan
+    out["agree_fraction"] = out["agree"] / out["matched"] if out["matched"] else math.nan
+    value: object = out
+    for part in str(claim.column).split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise BbrlabError(f"claim {claim.id}: column {claim.column!r} is not a field of bbrlab compare --json")
+        value = value[part]
+    return _printed(math.nan if value is None else value * claim.scale, claim.format)
+
+
 def _one(value: object, spec: str) -> str:
     if spec == "hh:mm":
         return str(value)[11:16]
@@ -265,10 +288,14 @@ def recompute_all(registry: Registry, data_dir: str | Path,
     out = {}
     for c in registry.claims:
         folder = Path(data_dir) / c.data
-        if c.data not in loaded:
-            if not folder.is_dir():
-                raise BbrlabError(f"claim {c.id}: no data folder {folder}")
-            loaded[c.data] = load(folder)
+        for name in (c.data, c.against) if c.against else (c.data,):
+            if name not in loaded:
+                if not (Path(data_dir) / name).is_dir():
+                    raise BbrlabError(f"claim {c.id}: no data folder {Path(data_dir) / name}")
+                loaded[name] = load(Path(data_dir) / name)
+        if c.stat == "calibration":
+            out[c.id] = _calibration(c, loaded[c.data], loaded[str(c.against)])
+            continue
         if (c.data, c.table) not in prepared:
             prepared[c.data, c.table] = selectable(c, loaded[c.data])
         out[c.id] = recompute(c, prepared[c.data, c.table], folder)

@@ -133,9 +133,32 @@ def _ceiling(runs: pd.DataFrame) -> float:
         else math.nan
 
 
+def _blocks(runs: pd.DataFrame) -> np.ndarray | None:
+    """The block of each run when the point's runs span more than one block (the block is then the unit of
+    replication), else None (the run is)."""
+    if "block" not in runs.columns or runs["block"].dropna().nunique() < 2:
+        return None
+    return runs["block"].to_numpy(dtype=object)
+
+
+def _units(runs: pd.DataFrame, value: str) -> tuple[np.ndarray, str]:
+    """A point's units of replication and their name: its block medians (``blocks``) when its runs span blocks,
+    else its runs' values (``runs``)."""
+    values, blocks = runs[value].to_numpy(dtype=float), _blocks(runs)
+    if blocks is None:
+        return values, "runs"
+    keep = ~np.isnan(values)
+    groups: dict[object, list[float]] = {}
+    for v, blk in zip(values[keep], blocks[keep], strict=True):
+        groups.setdefault(blk, []).append(float(v))
+    return np.asarray([float(np.median(g)) for g in groups.values()]), "blocks"
+
+
 def point_row(key: dict, a: pd.DataFrame, b: pd.DataFrame, value: str, level: float) -> dict:
-    """One matched point: A's interval (asked ``level``) and what B's median does against it."""
-    va, vb = a[value].to_numpy(dtype=float), b[value].to_numpy(dtype=float)
+    """One matched point: A's interval (asked ``level``) and what B's median does against it. When a side's
+    runs span blocks, its units are its block medians (:func:`bbrlab.core.confidence.blocked_median_interval`'s
+    reasoning): A's interval is over them and B's median is the median of B's."""
+    (va, unit_a), (vb, unit_b) = _units(a, value), _units(b, value)
     ci: MedianInterval = median_interval(va, level)
     med_a, med_b = float(np.nanmedian(va)), float(np.nanmedian(vb))
     rate = key.get("rate_mbit")
@@ -144,7 +167,8 @@ def point_row(key: dict, a: pd.DataFrame, b: pd.DataFrame, value: str, level: fl
     ceil_a, ceil_b = _ceiling(a), _ceiling(b)
     below = (max(med_a, med_b) < BELOW_CEILING * min(ceil_a, ceil_b)) if not (math.isnan(ceil_a)
                                                                              or math.isnan(ceil_b)) else None
-    return {**key, "n_a": ci.n, "n_b": int(np.count_nonzero(~np.isnan(vb))), "median_a": med_a, "median_b": med_b,
+    return {**key, "unit_a": unit_a, "unit_b": unit_b, "n_a": ci.n, "n_b": int(np.count_nonzero(~np.isnan(vb))),
+            "median_a": med_a, "median_b": med_b,
             "low_a": ci.low, "high_a": ci.high, "level_a": ci.level, "reaches": ci.reaches(level),
             "interval_a": ci.text(), "inside": bool(ci.low <= med_b <= ci.high) if ci.rank else None,
             "expected_inside": expected_inside(ci.n, int(np.count_nonzero(~np.isnan(vb))), level),
@@ -219,8 +243,8 @@ def level_rows(points: pd.DataFrame, level: float) -> list[LevelRow]:
                              float(reach["expected_inside"].mean())))
     short = points[~points["reaches"] & points["level_a"].notna()]
     for lvl, group in sorted(short.groupby("level_a"), key=lambda t: -t[0]):
-        n = sorted(set(group["n_a"]))
-        rows.append(LevelRow(f"{level_text(lvl)} (n = {', '.join(map(str, n))})", float(lvl), len(group),
+        n = ", ".join(f"{k} {u}" for k, u in sorted(set(zip(group["n_a"], group.get("unit_a", ["runs"] * len(group))))))
+        rows.append(LevelRow(f"{level_text(lvl)} (n = {n})", float(lvl), len(group),
                              _true(group["inside"]), float(group["expected_inside"].mean())))
     return rows
 

@@ -45,11 +45,13 @@ def run(spec: str | Path | CampaignSpec, out: str | Path, *, testbed: str | None
         return run_campaign_on(spec, out, testbed, activity="campaign run (notebook)",
                                calibration_path=Path(calibration) if calibration else None, progress=True,
                                retry_failed=retry_failed, keep_link=keep_link, allow_mixed=allow_mixed)
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as stop:
         if not (Path(out) / PLAN_FILE).is_file():
             print(f"campaign {spec.name} stopped before its first run; nothing was changed")
             return None
         st = status(out)
-        print(f"campaign {spec.name} stopped: {st.done}/{st.planned} runs complete in {out}; the run in flight "
-              "was not recorded and the testbed is restored. Run the cell again to resume.")
+        lost = ("it stopped between two runs, so no run was lost" if getattr(stop, "between_runs", False)
+                else "the run in flight was not recorded and the testbed is restored")
+        print(f"campaign {spec.name} stopped: {st.done}/{st.planned} runs complete in {out}; {lost}. "
+              "Run the cell again to resume.")
         return st

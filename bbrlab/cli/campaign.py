@@ -266,6 +266,10 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
                               "testbed when the campaign runs over several)")
 
 
+#: What a stop says when the signal was taken after a committed run (:func:`bbrlab.core.signals.checkpoint`).
+BETWEEN_RUNS = "it stopped between two runs, so no run was lost"
+
+
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
     from bbrlab.campaign.directory import status
 
@@ -301,9 +305,9 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
         st = run_campaign_on(spec, args.out, testbed, calibration_path=calibration_path,
                              progress=not args.no_progress, retry_failed=args.retry_failed,
                              keep_link=args.keep_link, allow_mixed=args.allow_mixed)
-    except Interrupted:
+    except Interrupted as stop:
         if (Path(args.out) / "plan.json").is_file():
-            _stopped(spec, args.out)
+            _stopped(spec, args.out, *([BETWEEN_RUNS] if stop.between_runs else []))
         raise
     print(json.dumps(st.to_dict()))
     return 0 if st.complete else 1

@@ -22,7 +22,9 @@ How a number is tied to the data:
      'table: flows|ss' counts flows or socket samples (each with its run's columns); 'within' and 'where'
      take ranges ({below: 1}, {at_least: 16}); 'by: [col, ...]' with 'across: range|min|max' takes the statistic per group first (the range of
      per-queue medians); 'interval' is the median's order-statistic interval (low-high) and 'level' the
-     level it reaches (50 at n = 2: never write 95 % for it).
+     level it reaches (50 at n = 2: never write 95 % for it). 'stat: calibration' with 'against: FOLDER'
+     and 'column: inside' (or matched, fraction, expected, agree, agree_fraction, half_width.all, ...) is a
+     field of `bbrlab compare data/DATA data/FOLDER --json`: the second recording against the first.
   2. Write the marker right after the number in the prose: 7.6<!-- claim:fq-cubic-25-fq --> Mbit/s.
   3. Inside <!-- findings --> ... <!-- /findings --> every number needs a marker, unless it is a
      parameter phrase listed under 'parameters:' in the registry (a condition such as '10 ms / 25 %').

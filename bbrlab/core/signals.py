@@ -48,8 +48,9 @@ def die_as_default(signum: int) -> None:
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it names an event
     """A signal asked bbrlab to stop; ``signum`` is which one."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, *, between_runs: bool = False):
         self.signum = signum
+        self.between_runs = between_runs  # raised by checkpoint(): after a committed run, none in flight
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
     @property
@@ -71,7 +72,7 @@ def checkpoint() -> None:
     signum = getattr(_state, "pending", None)
     if signum is not None and _active():
         _state.pending = None
-        raise Interrupted(signum)
+        raise Interrupted(signum, between_runs=True)
 
 
 @contextmanager

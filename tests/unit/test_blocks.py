@@ -267,3 +267,32 @@ def test_a_lab_testbed_refuses_blocks_before_anything_runs_mock_only():
     with pytest.raises(ValidationError) as e:
         check_testbed(spec(blocks=2), lab)
     assert e.value.field == "blocks" and "lab-a" in str(e.value) and "local testbed" in str(e.value)
+
+
+class BusyOnce(SimulatedTestbed):
+    """The simulated testbed whose host was busy outside the testbed during its ``busy_call``-th run."""
+
+    def __init__(self, busy_call: int):
+        super().__init__()
+        self.busy_call, self.order = busy_call, []
+
+    def __call__(self, scenario, staging, *, run_id, attempt, block=None):
+        meta = super().__call__(scenario, staging, run_id=run_id, attempt=attempt, block=block)
+        self.order.append((run_id, attempt, block.block))
+        busy = 90.0 if self.calls == self.busy_call else 2.0
+        return {**meta, "host_other": {"other_busy_pct": busy, "cpus": 2, "top": []}}
+
+
+def test_a_host_busy_run_is_retried_at_the_end_of_its_own_block_on_its_boot(tmp_path):
+    """A run failed "host busy" in block 0 runs again after block 0's other runs and before block 1's first,
+    so it stays on block 0's boot (retried after the whole plan, it would need that boot again)."""
+    s = spec(blocks=2, repetitions=4, host_guard={"max_other_busy_pct": 25}, max_attempts=2)
+    bed = BusyOnce(busy_call=2)
+    st = campaign.run_campaign(s, tmp_path, bed, progress=False)
+    assert (st.done, st.failed_attempts) == (16, 1)
+    busy_run = bed.order[1][0]
+    retry = bed.order.index((busy_run, 2, 0))
+    assert [b for _, _, b in bed.order[:retry + 1]] == [0] * (retry + 1) == [0] * 9  # 8 runs of block 0 + retry
+    assert all(b == 1 for _, _, b in bed.order[retry + 1:]) and bed.boots == 1
+    boots = {r["metadata"]["testbed"]["sender_boot_id"] for r in _records(tmp_path) if r["metadata"]["block"]["block"] == 0}
+    assert len(boots) == 1  # the retried run too ran on block 0's boot

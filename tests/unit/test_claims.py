@@ -141,3 +141,27 @@ def test_bad_registry_entries_name_the_field(tmp_path):
     bad.write_text("claims:\n  - {id: a, data: demo, stat: median, value: '1'}\n")
     with pytest.raises(Exception, match="needs a column"):
         claims.load_registry(bad)
+    bad.write_text("claims:\n  - {id: a, data: demo, stat: calibration, column: inside, value: '1'}\n")
+    with pytest.raises(Exception, match="calibration needs against"):
+        claims.load_registry(bad)
+
+
+def test_calibration_claims_on_small_tables():
+    """stat calibration: a field of bbrlab compare of the claim's `against` folder held against its `data`."""
+    import pandas as pd
+
+    def tables(values: list[float]) -> data.Tables:
+        runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(len(values))], "status": "ok", "variant": "X",
+                             "cpu_share_pct": [25, 25, 50, 50], "rate_mbit": 100.0, "throughput_mbit": values})
+        return data.Tables.of_frames({"runs": runs}, [], [])
+
+    a, b = tables([40.0, 50.0, 60.0, 70.0]), tables([44.0, 46.0, 80.0, 82.0])
+
+    def value(column: str, fmt: str = "d") -> str:
+        claim = claims.Claim(id="t", data="a", against="b", stat="calibration", column=column, format=fmt, value="?")
+        return claims._calibration(claim, a, b)
+
+    assert (value("matched"), value("inside"), value("fraction", ".2f")) == ("2", "1", "0.50")
+    assert value("half_width.all", ".3f") == "0.050"
+    with pytest.raises(Exception, match="not a field of bbrlab compare"):
+        value("nothing.here")

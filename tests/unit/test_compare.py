@@ -31,7 +31,7 @@ def test_demo_against_itself_every_median_inside(demo):
     cal = compare.calibration(demo, demo)
     assert (cal.matched, cal.points_a, cal.points_b, cal.inside, cal.agree) == (42, 42, 42, 42, 42)
     # the 6 uncontended points were recorded under both grid timeslices: one condition each (runkey), 4 runs
-    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("87.5 % (n = 4)", 6, 6), ("50 % (n = 2)", 36, 36)]
+    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("87.5 % (n = 4 runs)", 6, 6), ("50 % (n = 2 runs)", 36, 36)]
     assert cal.half_width["reaching_n"] == 0  # two runs a point: no interval reaches 95 %
     assert cal.covers["runs"] == 2 and cal.covers["boots"] == 1 and cal.covers["machines"] is None
     assert cal.machines["verdict"] == "unknown"  # recorded before records named the machine
@@ -66,7 +66,7 @@ def test_synthetic_levels_agreement_half_widths_and_ceilings():
                    ceiling_mbit=100.0)
     cal = compare.calibration(a, b)
     assert (cal.matched, cal.points_a, cal.points_b) == (3, 4, 4)
-    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("95 % or more", 1, 0), ("50 % (n = 2)", 2, 1)]
+    assert [(r.stated, r.points, r.inside) for r in cal.levels] == [("95 % or more", 1, 0), ("50 % (n = 2 runs)", 2, 1)]
     assert cal.inside == 1 and cal.agree == 2  # 46 vs 45 and 96.5 vs 92.5 are within 10 %; 80 vs 65 is not
     assert cal.half_width == {"all": 0.05, "all_n": 3, "reaching": 0.025, "reaching_n": 1}
     assert cal.below_ceilings == {"points": 1, "inside": 1, "agree": 1}  # only 25 % stays below 80 Mbit/s
@@ -134,3 +134,17 @@ def test_expected_inside_matches_exact_rank_probabilities():
     assert compare.expected_inside(6, 1) == pytest.approx(5 / 7, abs=0.012)
     assert compare.expected_inside(10, 1) == pytest.approx(7 / 11, abs=0.012)
     assert np.isnan(compare.expected_inside(1, 2))
+
+
+def test_synthetic_blocks_are_the_unit_of_a_blocked_recording():
+    """Four runs in two blocks are two units: A's interval is [min, max] of the block medians at 50 % (not the
+    87.5 % four runs would state), and B's median is the median of B's block medians."""
+    a = _synthetic([(25, 40, "b1"), (25, 42, "b1"), (25, 50, "b2"), (25, 52, "b2")], block=[0, 0, 1, 1])
+    b = _synthetic([(25, 30, "c1"), (25, 31, "c1"), (25, 49, "c2"), (25, 60, "c2")], block=[0, 0, 1, 1])
+    cal = compare.calibration(a, b)
+    row = cal.points.iloc[0]
+    assert (row["unit_a"], row["n_a"], row["low_a"], row["high_a"]) == ("blocks", 2, 41.0, 51.0)
+    assert row["level_a"] == 0.5 and row["median_b"] == pytest.approx((30.5 + 54.5) / 2) and row["inside"]
+    assert [r.stated for r in cal.levels] == ["50 % (n = 2 blocks)"]
+    runs = compare.calibration(a.drop(columns="block"), b.drop(columns="block")).points.iloc[0]
+    assert (runs["unit_a"], runs["n_a"], runs["level_a"]) == ("runs", 4, 0.875)

@@ -44,8 +44,32 @@ def test_a_signal_dropped_inside_a_weakref_callback_is_raised_at_the_next_checkp
         _signal_inside_a_weakref_callback()
         assert dropped == [signals.Interrupted]  # Python reported it as unraisable and went on
         signals.checkpoint()
-    assert caught.value.signum == signal.SIGINT
+    assert caught.value.signum == signal.SIGINT and caught.value.between_runs  # no run was in flight
     assert traceback.extract_tb(caught.tb)[-1].name == "checkpoint"
+
+
+def test_a_stop_between_runs_says_no_run_was_lost(tmp_path, capsys, monkeypatch):
+    """`bbrlab campaign run` stopped by a checkpoint (after a committed run, none in flight) does not say a run in
+    flight was lost; a stop mid-run still does. The campaign is a stand-in that raises as the loop would."""
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from bbrlab.campaign import single
+    from bbrlab.cli import campaign
+
+    out = tmp_path / "c"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "campaign", out)
+    args = SimpleNamespace(out=out, no_progress=True, retry_failed=False, keep_link=False, allow_mixed=False)
+    for between, said in ((True, "no run was lost"), (False, "the run in flight was not recorded")):
+        def stop(*_a, between=between, **_k):
+            raise signals.Interrupted(signal.SIGINT, between_runs=between)
+
+        monkeypatch.setattr(single, "run_campaign_on", stop)
+        monkeypatch.setattr(campaign, "run_campaign_on", stop, raising=False)
+        with pytest.raises(signals.Interrupted):
+            campaign._run_one(args, SimpleNamespace(name="demo"), None, None)
+        assert said in capsys.readouterr().err
 
 
 def test_a_checkpoint_without_a_signal_or_outside_interruptible_does_nothing():

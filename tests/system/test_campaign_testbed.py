@@ -4,7 +4,8 @@ A 2 x 2 x 2 grid (cubic/bbr x 25/100 % CPU share x 1/10 ms timeslice) of 2 s run
 ``bbrlab campaign run`` command as a subprocess, killed with SIGKILL once three runs are complete (a
 fourth is then usually half-way, with its deadline policy applied), and run again. The end state must
 be exactly 8 complete run records whose metadata show the requested CCA, the deadline policy read back
-on the sender's vCPU thread and the emulator's qdiscs as the kernel reported them.
+on the sender's vCPU thread and the emulator's qdiscs as the kernel reported them. That test runs in make
+test-slow (its docstring names the make test tests that cover each of its mechanisms).
 """
 
 from __future__ import annotations
@@ -63,7 +64,18 @@ def test_bad_spec_refused_before_anything_runs(testbed, tmp_path):
     assert show_policies(testbed.sender.hypervisor, threads) == policies_before
 
 
+@pytest.mark.slow
 def test_campaign_killed_and_resumed(testbed, tmp_path):
+    """In make test-slow (about 60 s: eight 2 s runs and the killed one's restart); make test covers each of
+    its mechanisms on the same real parts. A ``bbrlab campaign run`` SIGKILLed mid-run on this testbed and
+    resumed to exactly its plan, none lost or twice: test_search_campaign_testbed.py::
+    test_search_killed_and_resumed_reaches_the_probes_of_a_replay. The deadline policy a SIGKILLed run left
+    on the vCPU threads cleared by the next process: test_worker_killed_testbed.py::
+    test_a_worker_killed_during_a_contended_run_loses_nothing_and_the_testbed_is_restored; the campaign's
+    own recovery, recorded as ``deadline_cleared_tids``, before it describes the testbed:
+    test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testbed below. A half-written
+    run under ``.tmp`` cleared, not counted: tests/unit/test_campaign_spec.py::
+    test_half_written_runs_are_cleared_not_counted (the campaign directory's own logic, no testbed in it)."""
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(testbed.name)))
     out = tmp_path / "campaign"

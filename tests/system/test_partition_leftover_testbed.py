@@ -4,8 +4,9 @@ Item 2, "no silent partition left": a CPU partition is left the way a SIGKILLed 
 leaves it: a process makes the testbed's partition with bbrlab's own code (``isolate_testbed``: an exclusive
 cpuset on one CPU, the testbed's QEMU processes and itself moved in, on cgroup v1 the top cpuset's load
 balancing off) and is killed with SIGKILL. ``recover()``, ``testbed up``, a single-testbed ``campaign run``
-and ``calibrate`` each remove it (the QEMU threads back on every CPU), and refuse one whose process still
-runs. Every record says where the QEMU threads could run (``metadata.qemu_cpus``), in a partition or not.
+and ``calibrate`` (make test-slow: the same function opens both) each remove it (the QEMU threads back on
+every CPU), and refuse one whose process still runs. Every record says where the QEMU threads could run
+(``metadata.qemu_cpus``), in a partition or not.
 
 Item 6 through the command: a campaign directory whose first run was made on another accelerator is
 refused by ``campaign run`` unless ``--allow-mixed``, and the record then made says so.
@@ -198,7 +199,12 @@ def test_a_run_in_a_partition_records_its_cpus_and_cpuset(machine, tmp_path):
     assert {v["cpuset"] for v in meta["qemu_cpus"]["sender"]["vcpu_threads"].values()} == {f"/bbrlab-{machine.name}"}
 
 
+@pytest.mark.slow
 def test_calibrate_removes_it(machine, tmp_path):
+    """In make test-slow (15 s): ``bbrlab calibrate`` opens its runs through the one function a single-testbed
+    campaign is opened by (:func:`bbrlab.campaign.single.run_on_testbed`, which removes a killed campaign's
+    partition first and says so); make test covers that removal, its message and the record's ``qemu_cpus`` in
+    test_campaign_run_removes_it_and_the_record_says_where_qemu_ran above."""
     leaver = _left(machine)
     res = subprocess.run([BBRLAB, "calibrate", "--timeslices", "10", "--shares", "100", "--rtts", "20", "--streams",
                           "1", "--repetitions", "1", "--duration", "2", "--no-bridge-reference", "--out",

@@ -57,7 +57,9 @@ def _leftover_dirs(testbed) -> str:
 # within its budget.
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_signal_mid_transfer_restores_the_testbed_and_resume_completes(testbed, tmp_path, sig):
-    spec = {"name": f"signal-{sig.name.lower()}", "testbed": testbed.name, "ccas": ["cubic", "bbr"],
+    # One run: the signal ends it mid-transfer and the resume runs it again (a second run, about 20 s, showed no
+    # more of the mechanism).
+    spec = {"name": f"signal-{sig.name.lower()}", "testbed": testbed.name, "ccas": ["cubic"],
             "timeslices_ms": [1], "cpu_shares_pct": [25], "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1,
             "duration_s": 8, "sample_ss_ms": 200, "max_attempts": 1}
     spec_path = tmp_path / "spec.yaml"
@@ -88,7 +90,7 @@ def test_signal_mid_transfer_restores_the_testbed_and_resume_completes(testbed, 
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     st = directory.status(out)
-    assert (st.planned, st.done, st.failed_attempts) == (2, 2, 0)
+    assert (st.planned, st.done, st.failed_attempts) == (1, 1, 0)
     plan = json.loads((out / "plan.json").read_text())
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(r["run_id"] for r in plan["runs"])
     for path in (out / "runs").glob("*/record.json"):  # every phase of the run is timed: they add up to its wall

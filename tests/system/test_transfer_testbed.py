@@ -117,8 +117,10 @@ def _management_round_trips(testbed, stop: threading.Event, seconds: list[float]
 
 
 def test_management_ssh_answers_while_the_experiment_link_loses_half_its_packets(testbed, tmp_path):
+    """The copy crawls for at most 12 s: the test asserts that the management SSH answers while it does, not how
+    far the copy gets; four round trips take a few seconds of the run's 20 s or more."""
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=20, loss_model="uniform", loss_pct=50), Contention(10, 100),
-                        _rsync("cubic", 2, 25))
+                        _rsync("cubic", 2, 12))
     stop, seconds, errors = threading.Event(), [], []
 
     def probe():

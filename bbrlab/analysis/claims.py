@@ -253,10 +253,13 @@ def _calibration(claim: Claim, a: Tables, b: Tables) -> str:
     out["fraction"] = out["inside"] / with_interval if with_interval else math.nan
     out["agree_fraction"] = out["agree"] / out["matched"] if out["matched"] else math.nan
     value: object = out
-    for part in str(claim.column).split("."):
-        if not isinstance(value, dict) or part not in value:
+    for part in str(claim.column).split("."):  # a dict's key, or a list's index (levels.0.level)
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
             raise BbrlabError(f"claim {claim.id}: column {claim.column!r} is not a field of bbrlab compare --json")
-        value = value[part]
     return _printed(math.nan if value is None else value * claim.scale, claim.format)
 
 

@@ -134,11 +134,14 @@ def _ceiling(runs: pd.DataFrame) -> float:
 
 
 def _blocks(runs: pd.DataFrame) -> np.ndarray | None:
-    """The block of each run when the point's runs span more than one block (the block is then the unit of
-    replication), else None (the run is)."""
-    if "block" not in runs.columns or runs["block"].dropna().nunique() < 2:
+    """The unit of each run when every run of the point carries a block and they span more than one
+    (:func:`bbrlab.analysis.data.block_units`: campaign, block and boot), else None (the run is the unit)."""
+    from bbrlab.analysis.data import block_units
+
+    units = block_units(runs)
+    if units.isna().any() or units.nunique() < 2:
         return None
-    return runs["block"].to_numpy(dtype=object)
+    return units.to_numpy(dtype=object)
 
 
 def _units(runs: pd.DataFrame, value: str) -> tuple[np.ndarray, str]:

@@ -299,12 +299,16 @@ def summarise(runs: pd.DataFrame, by: Sequence[str], value: str = "throughput_mb
 
 
 def block_units(runs: pd.DataFrame) -> pd.Series:
-    """Each run's unit of replication: its campaign and block (``"demo/1"``) where the run carries a block
-    (a campaign with ``blocks``: each block ran on a boot of its own), else <NA> (the run is its own unit)."""
+    """Each run's unit of replication where the run carries a block (a campaign with ``blocks``: each block ran
+    on a boot of its own): its campaign, block and sender boot (``"demo/1/<boot id>"``), else <NA> (the run is its
+    own unit). The boot is part of it because two recordings of one spec share the campaign's name and block
+    numbers (data/demo and data/demo-second): their block 0s ran on two boots, two units."""
     if "block" not in runs.columns:
         return pd.Series(pd.NA, index=runs.index, dtype="string")
     campaign = runs["campaign"].astype("string") if "campaign" in runs.columns else pd.Series("", index=runs.index)
     units = campaign.fillna("") + "/" + runs["block"].astype("string")
+    if "sender_boot_id" in runs.columns:
+        units = units + "/" + runs["sender_boot_id"].astype("string").fillna("")
     return units.where(runs["block"].notna())
 
 

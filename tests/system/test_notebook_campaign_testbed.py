@@ -2,8 +2,8 @@
 interrupt and resumed (issue #31).
 
 A real headless browser (tests/jupyterlab.py) opens a small notebook that calls
-:func:`bbrlab.campaign.notebook.run` on a tiny spec: three contended runs of 2 s (the interrupt lands in the
-second or third; the transfers' length shows nothing here). While the cell runs, the page
+:func:`bbrlab.campaign.notebook.run` on a tiny spec: three contended runs of 4 s (the interrupt lands in the
+second or third, while its transfer holds the deadline policy). While the cell runs, the page
 must show tqdm's progress widget. Once a run is recorded and the vCPU thread is under SCHED_DEADLINE again (the
 next run in flight), the test presses the interrupt in the Kernel menu, as a person presses the stop button.
 Then: the cell says the campaign stopped and how far it got (no traceback), no deadline policy is left on the
@@ -47,7 +47,7 @@ CAMPAIGN_S = 900
 def _spec(testbed_name: str) -> dict:
     return {"name": "notebook-tiny", "testbed": testbed_name, "ccas": ["bbr"], "timeslices_ms": [10],
             "cpu_shares_pct": [50], "rtts_ms": [20], "rates_mbit": [10], "buffers_bdp": [1], "repetitions": 3,
-            "duration_s": 2, "seed": 1, "max_attempts": 2}
+            "duration_s": 4, "seed": 1, "max_attempts": 2}
 
 
 def _notebook() -> dict:

@@ -198,6 +198,8 @@ README_NOT_RUN = {
     "bbrlab figures --data DIR": "a placeholder (the figures command above)",
     "bbrlab compare data/demo runs/demo": "needs a second demo recording; tests/unit/test_compare.py runs the "
                                           "command on data/demo and data/fq-local",
+    "bbrlab compare data/demo data/demo-second": "reads the committed data/ only; tests/unit/test_compare.py "
+                                                 "runs it",
     "bbrlab calibrate": "the command's name in the text",
     "bbrlab calibrate specs/demo.yaml --out runs/demo": "5-10 minutes for the demo grid; test_calibrate_testbed "
                                                        "runs the command on a small grid",

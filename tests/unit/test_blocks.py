@@ -199,6 +199,14 @@ def test_blocks_of_two_campaigns_are_two_units():
     assert row["unit"] == "block" and row["blocks"] == 2
 
 
+def test_two_recordings_of_one_spec_are_told_apart_by_their_boots():
+    """data/demo and data/demo-second share the campaign name and block numbers; their blocks ran on four boots."""
+    runs = pd.DataFrame({"campaign": "demo", "variant": "a", "block": pd.array([0, 1, 0, 1], dtype="Int64"),
+                         "sender_boot_id": ["b1", "b2", "b3", "b4"], "throughput_mbit": [1.0, 2.0, 3.0, 4.0]})
+    row = summarise(runs, ["variant"]).iloc[0]
+    assert row["unit"] == "block" and row["blocks"] == 4 and row["ci_level"] == pytest.approx(1 - 2 / 16)
+
+
 def _blocked_runs() -> pd.DataFrame:
     """Two variants at one point, 4 blocks of 2 runs each, the patched one higher in every block."""
     rows = []
@@ -293,6 +301,6 @@ def test_a_host_busy_run_is_retried_at_the_end_of_its_own_block_on_its_boot(tmp_
     busy_run = bed.order[1][0]
     retry = bed.order.index((busy_run, 2, 0))
     assert [b for _, _, b in bed.order[:retry + 1]] == [0] * (retry + 1) == [0] * 9  # 8 runs of block 0 + retry
-    assert all(b == 1 for _, _, b in bed.order[retry + 1:]) and bed.boots == 1
+    assert all(b == 1 for _, _, b in bed.order[retry + 1:]) and bed.boots == 2  # each block boots afresh
     boots = {r["metadata"]["testbed"]["sender_boot_id"] for r in _records(tmp_path) if r["metadata"]["block"]["block"] == 0}
     assert len(boots) == 1  # the retried run too ran on block 0's boot

@@ -162,6 +162,6 @@ def test_calibration_claims_on_small_tables():
         return claims._calibration(claim, a, b)
 
     assert (value("matched"), value("inside"), value("fraction", ".2f")) == ("2", "1", "0.50")
-    assert value("half_width.all", ".3f") == "0.050"
+    assert value("half_width.all", ".3f") == "0.050" and value("levels.0.level", ".2f") == "0.50"
     with pytest.raises(Exception, match="not a field of bbrlab compare"):
         value("nothing.here")

@@ -17,7 +17,7 @@ from bbrlab.core import machine
 from bbrlab.core.hosts import LocalHost
 
 ROOT = Path(__file__).parents[2]
-DEMO_RUN = sorted((ROOT / "data" / "demo" / "runs").iterdir())[0]
+DEMO_RUN = sorted((ROOT / "data" / "fq-local" / "runs").iterdir())[0]  # recorded before records named the machine
 
 SYNTHETIC_CPUINFO = """processor\t: 0
 model name\t: Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz
@@ -66,7 +66,7 @@ def _row(record: dict) -> dict:
 
 
 def test_runs_table_reads_the_machine_and_na_for_a_committed_record_made_before_it():
-    """data/demo's records predate the machine: its three columns read <NA>; the same record with a machine reads
+    """data/fq-local's records predate the machine: its three columns read <NA>; the same record with a machine reads
     its label, ids and the sender boot it already carried."""
     record = json.loads((DEMO_RUN / "record.json").read_text())
     old = _row(record)

@@ -246,7 +246,8 @@ def level_rows(points: pd.DataFrame, level: float) -> list[LevelRow]:
                              float(reach["expected_inside"].mean())))
     short = points[~points["reaches"] & points["level_a"].notna()]
     for lvl, group in sorted(short.groupby("level_a"), key=lambda t: -t[0]):
-        n = ", ".join(f"{k} {u}" for k, u in sorted(set(zip(group["n_a"], group.get("unit_a", ["runs"] * len(group))))))
+        units = group["unit_a"] if "unit_a" in group else pd.Series("runs", index=group.index)
+        n = ", ".join(f"{k} {u}" for k, u in sorted(set(zip(group["n_a"], units, strict=True))))
         rows.append(LevelRow(f"{level_text(lvl)} (n = {n})", float(lvl), len(group),
                              _true(group["inside"]), float(group["expected_inside"].mean())))
     return rows

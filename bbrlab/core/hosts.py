@@ -282,8 +282,13 @@ class SSHHost(Host):
         return self._conn
 
     def _opened(self):
-        """The connection, open (a new one when it had closed), with keepalives on (:func:`keep_alive`)."""
+        """The connection, open (a new one when it had closed), with keepalives on (:func:`keep_alive`). A new
+        connection reads the pinned key from ``known_hosts`` again: a VM booted afresh (a campaign's block) gets
+        a new host key that the testbed pins in that file, and a key read once would refuse it."""
         conn = self._connection()
+        if not conn.is_connected and self.known_hosts:
+            conn.client.get_host_keys().clear()
+            conn.client.load_host_keys(os.path.expanduser(self.known_hosts))
         conn.open()
         keep_alive(conn.client.get_transport())
         return conn

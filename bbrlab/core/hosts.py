@@ -258,6 +258,18 @@ class SSHHost(Host):
 
     def __post_init__(self):
         self._conn = None
+        self._pinned = None  # the known_hosts file's (inode, size, mtime) when its keys were read
+
+    def _pin_state(self) -> tuple | None:
+        """The ``known_hosts`` file's (inode, size, mtime), or None without one: it changes when the testbed
+        pins a new host key, which it does when it boots the VM afresh (a campaign's block, in any process)."""
+        if not self.known_hosts:
+            return None
+        try:
+            st = os.stat(os.path.expanduser(self.known_hosts))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _connection(self):
         if self._conn is None:
@@ -286,9 +298,15 @@ class SSHHost(Host):
         connection reads the pinned key from ``known_hosts`` again: a VM booted afresh (a campaign's block) gets
         a new host key that the testbed pins in that file, and a key read once would refuse it."""
         conn = self._connection()
-        if not conn.is_connected and self.known_hosts:
-            conn.client.get_host_keys().clear()
-            conn.client.load_host_keys(os.path.expanduser(self.known_hosts))
+        pinned = self._pin_state()
+        if conn.is_connected and pinned != self._pinned:
+            conn.close()  # the VM was booted afresh: this connection was to its old boot, dead or not yet noticed
+        if not conn.is_connected:
+            conn.close()  # one that died on its own still holds fabric's SFTP session on its dead transport
+            if self.known_hosts:
+                conn.client.get_host_keys().clear()
+                conn.client.load_host_keys(os.path.expanduser(self.known_hosts))
+                self._pinned = pinned
         conn.open()
         keep_alive(conn.client.get_transport())
         return conn

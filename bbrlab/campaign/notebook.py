@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bbrlab.core.resources import spec_path
-from bbrlab.core.signals import Interrupted
+from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
 
 from .directory import PLAN_FILE, CampaignStatus, check_out_dir, status
 from .single import run_campaign_on
@@ -50,7 +50,7 @@ def run(spec: str | Path | CampaignSpec, out: str | Path, *, testbed: str | None
             print(f"campaign {spec.name} stopped before its first run; nothing was changed")
             return None
         st = status(out)
-        lost = ("it stopped between two runs, so no run was lost" if getattr(stop, "between_runs", False)
+        lost = (BETWEEN_RUNS if getattr(stop, "between_runs", False)
                 else "the run in flight was not recorded and the testbed is restored")
         print(f"campaign {spec.name} stopped: {st.done}/{st.planned} runs complete in {out}; {lost}. "
               "Run the cell again to resume.")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bbrlab.campaign.single import run_campaign_on
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.signals import Interrupted
+from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
 
 from .worker import add_tls_options, lab_tls
 
@@ -264,10 +264,6 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
     if len(calibrations) > 1 and not scheduler and len(testbeds) < 2:
         raise ValidationError("--calibration", [str(c) for c in calibrations], "one for one testbed (one per "
                               "testbed when the campaign runs over several)")
-
-
-#: What a stop says when the signal was taken after a committed run (:func:`bbrlab.core.signals.checkpoint`).
-BETWEEN_RUNS = "it stopped between two runs, so no run was lost"
 
 
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:

@@ -45,6 +45,10 @@ def die_as_default(signum: int) -> None:
     os._exit(128 + signum)  # in case the default action is to ignore it
 
 
+#: What a stop says of the run in flight when the signal was taken after a committed run (:func:`checkpoint`).
+BETWEEN_RUNS = "it stopped between two runs, so no run was lost"
+
+
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it names an event
     """A signal asked bbrlab to stop; ``signum`` is which one."""
 

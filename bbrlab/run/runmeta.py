@@ -52,8 +52,10 @@ class CcaUse:
 
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
-#: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard); :meth:`RunMetadata.from_dict` keeps them in ``added``.
-CAMPAIGN_KEYS = ("mixed", "worker", "host_guard")
+#: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard; ``search``: a threshold
+#: search's run's place in its interleaved order, bbrlab.campaign.search); :meth:`RunMetadata.from_dict` keeps them in
+#: ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search")
 #: The fields that are typed records of their own, each read back by its ``from_dict``.
 _TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).

@@ -23,7 +23,8 @@ PLAN = adaptive.SearchPlan(target=16.0, low=10, high=100, step=2.5, resolution=2
                            max_reps=40)
 #: Mbit/s lost per run of the order: 1 Mbit/s over 100 runs, slow against a run, large against a probe's spread.
 DRIFT_MBIT_PER_RUN = 0.01
-COMMITTED_SEARCH = Path(__file__).resolve().parents[2] / "data" / "threshold-search-local"
+#: The back-to-back search of 2026-11-26 (schema 1), kept as a fixture when data/ was re-recorded interleaved.
+BACK_TO_BACK_SEARCH = Path(__file__).resolve().parents[1] / "fixtures" / "search-v1"
 
 
 def stand_in_run(share: float, position: int, repetition: int, drift: float = DRIFT_MBIT_PER_RUN) -> float:
@@ -200,16 +201,16 @@ def test_the_statement_gives_each_curve_and_all_curves_their_bonferroni_level():
     assert st["asked"] == pytest.approx(0.95)
 
 
-def test_the_committed_back_to_back_search_still_reads_with_its_levels():
-    d = thresholds.read_search(COMMITTED_SEARCH)
-    raw = json.loads((COMMITTED_SEARCH / "decisions.json").read_text())
+def test_a_back_to_back_search_of_schema_1_still_reads_with_its_levels():
+    d = thresholds.read_search(BACK_TO_BACK_SEARCH)
+    raw = json.loads((BACK_TO_BACK_SEARCH / "decisions.json").read_text())
     assert raw["schema"] == "bbrlab.search/1" and d["order"] == "back to back"
     error = d["coverage"]["probe_error"]
     for curve in d["decisions"]:
         decided = sum(p["verdict"] != "undecided" for p in curve["probes"])
         assert curve["level"] == pytest.approx(1 - decided * error)
     assert d["coverage"]["joint_level"] == pytest.approx(1 - d["coverage"]["decisions"] * error)
-    table = thresholds.threshold_table(COMMITTED_SEARCH)
+    table = thresholds.threshold_table(BACK_TO_BACK_SEARCH)
     assert len(table) == 4 and set(table["order"]) == {"back to back"} and (table["level"] < 1).all()
-    lines = thresholds.coverage_lines(COMMITTED_SEARCH)
+    lines = thresholds.coverage_lines(BACK_TO_BACK_SEARCH)
     assert lines[0] == "order: back to back" and "undecided" in "\n".join(lines)

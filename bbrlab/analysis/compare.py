@@ -133,28 +133,13 @@ def _ceiling(runs: pd.DataFrame) -> float:
         else math.nan
 
 
-def _blocks(runs: pd.DataFrame) -> np.ndarray | None:
-    """The unit of each run when every run of the point carries a block and they span more than one
-    (:func:`bbrlab.analysis.data.block_units`: campaign, block and boot), else None (the run is the unit)."""
-    from bbrlab.analysis.data import block_units
-
-    units = block_units(runs)
-    if units.isna().any() or units.nunique() < 2:
-        return None
-    return units.to_numpy(dtype=object)
-
-
 def _units(runs: pd.DataFrame, value: str) -> tuple[np.ndarray, str]:
     """A point's units of replication and their name: its block medians (``blocks``) when its runs span blocks,
-    else its runs' values (``runs``)."""
-    values, blocks = runs[value].to_numpy(dtype=float), _blocks(runs)
-    if blocks is None:
-        return values, "runs"
-    keep = ~np.isnan(values)
-    groups: dict[object, list[float]] = {}
-    for v, blk in zip(values[keep], blocks[keep], strict=True):
-        groups.setdefault(blk, []).append(float(v))
-    return np.asarray([float(np.median(g)) for g in groups.values()]), "blocks"
+    else its runs' values (``runs``); the rule is :func:`bbrlab.analysis.data.replication_values`."""
+    from bbrlab.analysis.data import replication_values
+
+    values, unit = replication_values(runs, value)
+    return values, f"{unit}s"
 
 
 def point_row(key: dict, a: pd.DataFrame, b: pd.DataFrame, value: str, level: float) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from bbrlab.analysis import runkey, stats
-from bbrlab.analysis.data import block_units, summarise
+from bbrlab.analysis.data import replication_values, summarise
 from bbrlab.analysis.paper_claims import PAPER_PATCHED_RECOVERY_PCT, PAPER_RECOVERY_PCT, RECOVERED_UTILISATION
 
 #: Columns that make two runs of one variant the same experiment apart from the CPU share: the run-identity key
@@ -174,12 +174,11 @@ def comparison_rows(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.Data
 
 
 def _samples(a: pd.DataFrame, b: pd.DataFrame) -> tuple:
-    """The two sides' values to compare and their unit: each block's median when every run of both sides carries
-    a block and each side has two blocks or more (blocks, not runs, are the independent units), else the runs."""
-    ua, ub = block_units(a), block_units(b)
-    if ua.notna().all() and ub.notna().all() and ua.nunique() > 1 and ub.nunique() > 1:
-        medians = lambda part, u: part.groupby(u)["throughput_mbit"].median().to_numpy(dtype=float)  # noqa: E731
-        return medians(a, ua), medians(b, ub), "block"
+    """The two sides' values to compare and their unit: each block's median when both sides span blocks (blocks,
+    not runs, are the independent units; :func:`bbrlab.analysis.data.replication_values`), else the runs."""
+    (va, unit_a), (vb, unit_b) = replication_values(a), replication_values(b)
+    if unit_a == unit_b == "block":
+        return va, vb, "block"
     return a["throughput_mbit"].to_numpy(dtype=float), b["throughput_mbit"].to_numpy(dtype=float), "run"
 
 

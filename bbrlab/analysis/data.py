@@ -312,10 +312,25 @@ def block_units(runs: pd.DataFrame) -> pd.Series:
     return units.where(runs["block"].notna())
 
 
+def _spans_blocks(units: pd.Series) -> bool:
+    """Whether a group's runs are replicated in blocks: every run carries a block, and there are two or more."""
+    return bool(units.notna().all() and units.nunique() > 1)
+
+
+def replication_values(runs: pd.DataFrame, value: str = "throughput_mbit") -> tuple[np.ndarray, str]:
+    """A group's values at its unit of replication and the unit's name: each block's median (``block``; a block
+    whose runs all lack the value is left out) when its runs span blocks (:func:`block_units`), else each run's
+    value (``run``). The one rule :func:`summarise`, ``bbrlab compare`` and the patch comparison share."""
+    units = block_units(runs)
+    if _spans_blocks(units):
+        return runs[value].astype(float).groupby(units).median().dropna().to_numpy(dtype=float), "block"
+    return runs[value].to_numpy(dtype=float), "run"
+
+
 def _interval(values: np.ndarray, units: pd.Series) -> BlockedInterval:
     """A group's interval: over its blocks' medians when every run of it carries a block and there are two
     blocks or more; else over its runs (unit ``run``, no spreads)."""
-    if units.notna().all() and units.nunique() > 1:
+    if _spans_blocks(units):
         return blocked_median_interval(values, units.to_numpy())
     return BlockedInterval(median_interval(values), len(values), math.nan, math.nan, unit="run")
 

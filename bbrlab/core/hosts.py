@@ -284,11 +284,10 @@ class SSHHost(Host):
                 connect_timeout=self.connect_timeout_s, connect_kwargs=kwargs, forward_agent=False,
             )
             client = conn.client
-            # Pin host keys: only what the testbed recorded is trusted, nothing is added silently.
+            # Pin host keys: only what the testbed recorded is trusted, nothing is added silently. A
+            # ``known_hosts`` file is read by _opened() before each new connection; without one, the system's.
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            if self.known_hosts:
-                client.load_host_keys(os.path.expanduser(self.known_hosts))
-            else:
+            if not self.known_hosts:
                 client.load_system_host_keys()
             self._conn = conn
         return self._conn

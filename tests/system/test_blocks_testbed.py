@@ -1,5 +1,9 @@
 """A campaign with blocks on the local testbed (issue #36 item 3): each block runs on a fresh boot of the sender
-(and, with ``block_reboot: sender+emulator``, of the emulator), and every record says its block and boot."""
+(and, with ``block_reboot: sender+emulator``, of the emulator), and every record says its block and boot.
+
+Both tests are in ``make test-slow``: ``make test`` checks one block's fresh sender boot in the README's demo
+campaign (tests/system/test_testbed_hardening.py, the demo has ``blocks: 2``), and the block logic without a
+testbed in tests/unit/test_blocks.py."""
 
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ def _campaign(testbed, tmp_path, **over) -> list[dict]:
     return records
 
 
+@pytest.mark.slow
 def test_each_block_runs_on_a_fresh_sender_boot(testbed, tmp_path):
     """Two sender boots (``timing.block_boot_s``: 29.9 and 30.9 s under TCG here, 2026-11-28) and two 1 s
     transfers: about 75 s, nearly all of it the boots a block is about."""

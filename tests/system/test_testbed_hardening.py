@@ -270,7 +270,10 @@ def test_readme_commands_work_as_written(testbed, env, tmp_path):
 
 def _run_campaign_until_a_run_is_recorded(argv: list[str], work: Path, env: dict) -> None:
     """`bbrlab campaign run specs/demo.yaml --out runs/demo` as written, stopped with Ctrl-C once a run is
-    recorded (the whole demo takes about ten minutes; make demo runs it)."""
+    recorded (the whole demo takes about half an hour; make demo runs it). The demo has ``blocks: 2``, so its first
+    run is block 0 on a sender booted afresh for it, with the emulator left as it was: this is where ``make test``
+    checks a block's reboot (tests/system/test_blocks_testbed.py, two blocks, is in ``make test-slow``)."""
+    boot_before = {role: _boot_id(role, work, env) for role in ("sender", "emulator")}
     proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: list((work / "runs/demo/runs").glob("*/record.json")) or proc.poll() is not None,
@@ -283,6 +286,20 @@ def _run_campaign_until_a_run_is_recorded(argv: list[str], work: Path, env: dict
             proc.kill()
     assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
     assert "The same command resumes it" in err
+    (record,) = [json.loads(p.read_text()) for p in (work / "runs/demo/runs").glob("*/record.json")][:1]
+    meta = record["metadata"]
+    assert (meta["block"]["block"], meta["block"]["blocks"], meta["block"]["fresh_boot"]) == (0, 2, True)
+    assert meta["timing"]["block_boot_s"] > 0
+    assert meta["testbed"]["sender_boot_id"] not in (boot_before["sender"], None)  # a boot made for the block
+    assert meta["testbed"]["emulator_boot_id"] == boot_before["emulator"]  # only the sender rebooted
+
+
+def _boot_id(role: str, work: Path, env: dict) -> str:
+    """The role's kernel boot id, asked through ``bbrlab testbed shell`` as a user would."""
+    res = subprocess.run([BBRLAB, "testbed", "shell", role, "--", "cat", "/proc/sys/kernel/random/boot_id"], cwd=work,
+                         env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.strip()
 
 
 # -- admission against this host, before anything runs ------------------------------------------------------

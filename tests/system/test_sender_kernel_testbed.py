@@ -1,4 +1,6 @@
-"""The sender boots Debian's 6.12 (and, in make test-slow, 5.10) on the running testbed, then goes back to 6.1.
+"""The sender boots Debian's 6.12 and 5.10 on the running testbed, then goes back to 6.1 (both in make test-slow:
+two sender boots each, 83 s for 6.12 in make test on 2026-12-01; make test builds bbr2b for both kernels in
+tests/system/test_sender_kernels.py and reboots the sender for a campaign's block in the README's demo campaign).
 
 Each test changes the kernel of the session's testbed, so each extra kernel costs one sender
 reboot (about 20-30 s under TCG) and no second testbed. For each kernel: the sender's ``uname -r``
@@ -56,6 +58,7 @@ def _back_to_debian_61(testbed):
         tb.close()
 
 
+@pytest.mark.slow
 def test_sender_boots_debian_612_through_the_command_rebooting_only_the_sender(testbed, tmp_path):
     emulator_pid = State.load(testbed.name).vms["emulator"]["pid"]
     with _back_to_debian_61(testbed) as (name, vcpus):

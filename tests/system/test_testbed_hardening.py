@@ -210,7 +210,7 @@ README_NOT_RUN = {
     "bbrlab kernel build-tree --source DIR --out DIR": "placeholders; see above",
     "bbrlab kernel check KERNEL": "a placeholder; test_sender_kernels checks kernels",
     "bbrlab testbed up [--kernel debian-5.10]": "reboots the session's sender into another kernel; "
-                                                "test_sender_kernel_testbed does",
+                                                "test_sender_kernel_testbed (make test-slow) does",
     "bbrlab campaign run SPEC --out DIR --testbed a --testbed b": "placeholders; test_campaign_two_testbeds (make test-slow) runs "
                                                                   "it on two testbeds of its own",
     "bbrlab tls": "the command's name in the text; test_dask_security runs bbrlab tls ca and cert",

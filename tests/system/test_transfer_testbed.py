@@ -32,6 +32,7 @@ from bbrlab.core.hosts import SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run.runner import Runner, run_once
+from tests.stalls import run_once_as_a_campaign_would
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -48,7 +49,7 @@ def _sender_sha256(testbed, path: str) -> str:
 
 def test_copy_at_no_loss_arrives_whole_through_the_experiment_link(testbed, tmp_path):
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 50), _rsync("bbr", 4, 120, sample_ms=200, sampler="ss"))
-    rec = run_once(testbed, scenario, tmp_path)
+    rec, run_dir = run_once_as_a_campaign_would(testbed, scenario, tmp_path / "run")
     assert rec["status"] == "ok", rec["reason"]
     meta = rec["metadata"]
     t = meta["transfer"]
@@ -63,7 +64,7 @@ def test_copy_at_no_loss_arrives_whole_through_the_experiment_link(testbed, tmp_
     assert 0 < t["goodput_mbit"] <= 20 and t["completion_s"] == t["elapsed_s"] > 0
     assert meta["contention"]["evidence"]["policy_held"]
     assert meta["link"]["loss"]["entered"] >= 4_000_000 / 1500  # every data packet crossed the emulator
-    written = {p.name for p in tmp_path.iterdir()}
+    written = {p.name for p in run_dir.iterdir()}
     assert {"transfer.json", "rsync.log", "ss.log"} <= written and "iperf.json" not in written
 
 

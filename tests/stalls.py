@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bbrlab.run.checks import LOST_REPLENISHMENT
 from bbrlab.run.runner import run_once
-
-#: What the run's failure reason says when the reservation stalled (bbrlab.run.checks.contention_held).
-LOST_REPLENISHMENT = "the host kernel lost its replenishment"
 
 
 def run_once_as_a_campaign_would(testbed, scenario, out: Path) -> tuple[dict, Path]:

@@ -24,6 +24,8 @@ from bbrlab.sampling.summary import SamplingSummary, of_numbers
 
 from . import iperf
 
+#: What a run's failure reason says when a vCPU thread's deadline reservation stalled (:func:`contention_held`).
+LOST_REPLENISHMENT = "the host kernel lost its replenishment"
 #: Standard deviations a run's observed netem loss may differ from the configured one (binomial): far
 #: enough that a correct run fails about once in a million, near enough that a loss that did not apply
 #: (or applied twice) is caught.
@@ -174,7 +176,7 @@ def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None
     if evidence.stalls:
         first = evidence.stalls[0]
         raise RunFailed(f"vCPU thread {first.tid} stayed runnable without CPU for {first.stalled_s} s under "
-                        "SCHED_DEADLINE (the host kernel lost its replenishment; the reservation was restarted): "
+                        f"SCHED_DEADLINE ({LOST_REPLENISHMENT}; the reservation was restarted): "
                         f"the contention did not hold as configured ({len(evidence.stalls)} stall(s))")
     if evidence.foreign_limits:
         raise RunFailed("something besides the run's contention limited the vCPU threads' CPU (a leftover?): "

@@ -85,16 +85,17 @@ def order_statistic_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     if not 0 < level < 1:
         raise ValueError(f"level {level!r}: must lie strictly between 0 and 1")
     total = 2 ** n
-
-    def coverage(k: int) -> float:  # 1 - 2 P(B <= k - 1), B ~ Binomial(n, 1/2), in exact integers
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / total
-
-    best = 1
-    for k in range(2, (n + 1) // 2 + 1):
-        if coverage(k) < level:
+    below = 1  # P(B <= k - 1) * 2^n for the k being tried, kept in exact integers and grown a term at a time
+    term = 1  # comb(n, k - 1)
+    best, best_coverage = 1, 1 - 2 * below / total
+    for k in range(2, (n + 1) // 2 + 1):  # coverage(k) = 1 - 2 P(B <= k - 1), B ~ Binomial(n, 1/2)
+        term = term * (n - k + 2) // (k - 1)
+        below += term
+        reached = 1 - 2 * below / total
+        if reached < level:
             break
-        best = k
-    return best, coverage(best)
+        best, best_coverage = k, reached
+    return best, best_coverage
 
 
 def median_interval(values: Sequence[float], level: float = LEVEL) -> MedianInterval:

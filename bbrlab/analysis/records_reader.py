@@ -25,7 +25,7 @@ from bbrlab.run import clocks
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
-from . import evidence, fairness, identity
+from . import evidence, fairness, heap, identity
 from .columns import VCPU_SCHEMA
 from .frames import typed_frame
 from .preallocated import Preallocated
@@ -225,6 +225,8 @@ def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.lo
     capacity = logscan.row_bound(kind, path)
     sink = _SsSink(run_id, drift, capacity)
     logscan.scan(kind, path, sorted(data_ports) or None, sink.add, numbers=False)
+    if capacity >= heap.LARGE_ROWS:  # the scan's row objects are freed: give them back before the frame is made
+        heap.give_back()
     return _compact(sink.columns.frame(), capacity), sink.spans.span_s()
 
 

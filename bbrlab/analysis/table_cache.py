@@ -20,6 +20,7 @@ import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
 
+from . import heap
 from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
@@ -78,6 +79,8 @@ def ingest(source_dir: str | Path, layout: Layout, *, force: bool = False, cache
         if unit_notes:
             notes[unit] = unit_notes
     fresh = build_tables(r for _, rows in fresh_units for r in rows)
+    del fresh_units
+    heap.give_back()  # the runs' rows are in the tables now
     tables = _merge(cached[1], keep, fresh, layout) if cached and keep else fresh
     tables.notes = [n for u in sorted(notes) for n in notes[u]]
     if cache:
@@ -165,6 +168,7 @@ def _write_cache(source_dir: Path, manifest: dict, t: Tables) -> None:
     (tdir / "manifest.json").unlink(missing_ok=True)
     for name in SCHEMAS:
         _write_parquet(getattr(t, name), tdir / f"{name}.parquet.tmp")
+        heap.give_back()  # the Arrow copy of the table is written
         os.replace(tdir / f"{name}.parquet.tmp", tdir / f"{name}.parquet")
     (tdir / "manifest.json.tmp").write_text(json.dumps(manifest))
     os.replace(tdir / "manifest.json.tmp", tdir / "manifest.json")

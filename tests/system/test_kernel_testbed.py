@@ -180,3 +180,14 @@ def test_bbr2b_parameters_change_the_deficit_gain_and_switch_it_off(testbed, sen
     assert higher and disabled, counts
     assert counts["bbr2b gain 1000"][1] > 0 and counts["bbr2b gain 1000"][0] == 0
     assert counts["bbr2b disabled"][0] == 0 and counts["bbr2b disabled"][1] == 0
+
+
+def test_the_identity_of_a_module_not_loaded_is_refused_by_name(sender):
+    """module_identity reads sysfs and bbrlab's build record in one command; a module that is not loaded (its
+    sysfs directory absent) is an error naming it, not an identity of empty fields."""
+    from bbrlab.core.errors import TestbedError
+    from bbrlab.kernel import module_identity
+
+    with pytest.raises(TestbedError, match="module bbrlab_absent is not loaded"):
+        module_identity(sender, "bbrlab_absent")
+    assert module_identity(sender, "bbr2b")["taint"] == sender.output(["cat", "/sys/module/bbr2b/taint"])

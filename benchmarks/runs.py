@@ -2,8 +2,10 @@
 
 Printed:
 
-- wall time per run / iperf3 duration for 20 s runs through the campaign engine (probe, link when
-  changed, server, contention, client, verify, atomic record), goal <= 1.10;
+- wall time per run / iperf3 duration for 10 s runs through the campaign engine (probe, link when
+  changed, server, contention, client, verify, atomic record), unsampled (goal <= 1.25) and sampled every
+  10 ms with the vCPU trace and the queue sampler as the demo's sampled runs are (goal <= 1.5), every check
+  kept (issue 35 item 10);
 - a 10 s cubic run sampled every 10 ms by each sampler (bpf, netlink, ss), without and with a 25 % CPU
   share (10 ms timeslice), as a campaign runs it: samples, missed ticks, guest CPU per sample and the
   achieved interval (median, p99, longest gap) from the run record (benchmarks/sampling.py compares the
@@ -19,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-DURATION_S = 20
-GOAL_RATIO = 1.10
+DURATION_S = 10
+GOAL_RATIO = {False: 1.25, True: 1.5}  # unsampled, sampled
 
 
-def _overhead(tb, n_runs: int) -> list[float]:
+def _overhead(tb, n_runs: int, sampled: bool = False) -> list[float]:
     from bbrlab.campaign.loop import run_campaign
     from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.run.runner import Runner
@@ -32,6 +34,7 @@ def _overhead(tb, n_runs: int) -> list[float]:
         "name": "bench-overhead", "testbed": tb.name, "ccas": ["cubic"], "timeslices_ms": [10],
         "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [100], "repetitions": n_runs,
         "duration_s": DURATION_S, "order": "sequential", "max_attempts": 1,
+        **({"sample_ms": 10, "sampler": "bpf"} if sampled else {}),
     })
     walls: list[float] = []
     runner = Runner(tb)
@@ -74,12 +77,14 @@ def main() -> None:
     with tbmod.testbed_lock(name):
         tb = tbmod.up(name, progress=False)
         try:
-            print(f"per-run overhead: {n_runs} x {DURATION_S} s cubic runs, testbed {name} "
-                  f"({tb.accelerator}), same link for all (set once)")
-            walls = _overhead(tb, n_runs)
-            steady = walls[1:] or walls
-            print(f"wall/duration: first run {walls[0] / DURATION_S:.3f} (sets the link), "
-                  f"following runs mean {sum(steady) / len(steady) / DURATION_S:.3f} (goal <= {GOAL_RATIO})")
+            for sampled in (False, True):
+                kind = "sampled (bpf every 10 ms, vCPU trace, queue)" if sampled else "unsampled"
+                print(f"per-run overhead: {n_runs} x {DURATION_S} s cubic runs, {kind}, testbed {name} "
+                      f"({tb.accelerator}), same link for all (set once)")
+                walls = _overhead(tb, n_runs, sampled)
+                steady = sorted(walls[1:] or walls)
+                print(f"wall/duration {kind}: first run {walls[0] / DURATION_S:.3f} (sets the link), following "
+                      f"runs median {steady[len(steady) // 2] / DURATION_S:.3f} (goal <= {GOAL_RATIO[sampled]})")
             for share in (100, 25):
                 for kind in ("bpf", "netlink", "ss"):
                     s = _sampler(tb, share, kind)

@@ -92,3 +92,10 @@ def main(out: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
+
+
+def inode_run(scenario, staging, *, run_id, attempt):
+    """:func:`slow_run` that names where it wrote its file (``metadata.staged``: the directory and the file's
+    inode): a run whose files reached ``runs/`` by a rename keeps that inode."""
+    metadata = slow_run(scenario, staging, run_id=run_id, attempt=attempt)
+    return {**metadata, "staged": {"dir": str(staging), "inode": (staging / "iperf.json").stat().st_ino}}

@@ -46,8 +46,8 @@ from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, Scenario
 from bbrlab.run import record as rec
 from bbrlab.testbed import isolation
 
+from . import handoff, watchdog
 from . import tls as tlsconf
-from . import watchdog
 from .loop import Attempt, Finished, commit_finished, drive
 from .spec import CampaignSpec
 from .worker import (
@@ -121,11 +121,13 @@ class RefusedOutcome(BbrlabError):
     """What a worker sent back is not an outcome of the attempt the driver submitted, or breaks a bound."""
 
 
-def check_outcome(outcome, run_id: str, attempt: int, token: str) -> None:
+def check_outcome(outcome, run_id: str, attempt: int, token: str, out: str | Path | None = None) -> None:
     """Accept ``outcome`` only as the result of the attempt the driver submitted: attempt ``attempt`` of
     ``run_id`` in the campaign of ``token``, with plain file names (:data:`FILE_NAME_RE`, at most
     :data:`MAX_NAME_CHARS`) and bounded sizes (:data:`MAX_FILES`, :data:`MAX_FILE_BYTES` each,
-    :data:`MAX_OUTCOME_BYTES` in all). Raises :class:`RefusedOutcome` saying what is wrong."""
+    :data:`MAX_OUTCOME_BYTES` in all). Files handed by path (``staged``, a worker on this machine) are checked
+    in place in the campaign ``out`` (:func:`bbrlab.campaign.handoff.check`); ``staged`` is then set to the path
+    the driver computed. Raises :class:`RefusedOutcome` saying what is wrong."""
     if not isinstance(outcome, Outcome):
         raise RefusedOutcome(f"the task returned a {type(outcome).__name__}, not a bbrlab Outcome")
     if (outcome.run_id, outcome.attempt, outcome.token) != (run_id, attempt, token):
@@ -158,6 +160,15 @@ def check_outcome(outcome, run_id: str, attempt: int, token: str) -> None:
         total += len(data)
     if total > MAX_OUTCOME_BYTES:
         raise RefusedOutcome(f"its files and metadata are {total} bytes, more than {MAX_OUTCOME_BYTES // 2**20} MiB")
+    if outcome.staged is not None:
+        if outcome.files or out is None or not isinstance(outcome.staged, str):
+            raise RefusedOutcome("it names a staged directory beside files, or where this driver takes none")
+        try:
+            outcome.staged = str(handoff.check(outcome.staged, out, run_id, attempt, name_re=FILE_NAME_RE,
+                                               max_files=MAX_FILES, max_file_bytes=MAX_FILE_BYTES,
+                                               max_total_bytes=MAX_OUTCOME_BYTES - total))
+        except handoff.RefusedStaging as e:
+            raise RefusedOutcome(str(e)) from None
 
 
 def _short(value, limit: int = 80) -> str:
@@ -171,7 +182,7 @@ def failed_outcome(run_id: str, attempt: int, token: str, reason: str) -> Outcom
     return Outcome(run_id, attempt, "failed", reason, {}, {}, now, now, None, None, None, token)
 
 
-def receive(client, future, run_id: str, attempt: int, token: str) -> Outcome:
+def receive(client, future, run_id: str, attempt: int, token: str, out: str | Path | None = None) -> Outcome:
     """The outcome of ``future`` (attempt ``attempt`` of ``run_id``), checked (:func:`check_outcome`); a task
     that raised or returned something refused gives a failed outcome with the reason. A worker without the
     testbed plugin that took the task loses the testbed resource on the scheduler, so it gets no more runs."""
@@ -183,7 +194,7 @@ def receive(client, future, run_id: str, attempt: int, token: str) -> Outcome:
         reason = f"the task failed: {type(e).__name__}: {_short(e, 1000)}"
         return failed_outcome(run_id, attempt, token, reason)
     try:
-        check_outcome(outcome, run_id, attempt, token)
+        check_outcome(outcome, run_id, attempt, token, out)
     except RefusedOutcome as e:
         return failed_outcome(run_id, attempt, token, f"the outcome was refused: {e}")
     return outcome
@@ -229,8 +240,9 @@ def finished_of(outcome: Outcome, attempt: Attempt, transport: str | None = None
     metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
     if transport is not None:
         metadata["worker"]["transport"] = transport
+    staging = Path(outcome.staged) if outcome.staged else None  # checked by check_outcome
     return Finished(attempt, outcome.status, outcome.reason, metadata, outcome.started_at, outcome.ended_at,
-                    files=dict(outcome.files), where=outcome.testbed)
+                    staging=staging, files=dict(outcome.files), where=outcome.testbed)
 
 
 def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome,
@@ -295,7 +307,8 @@ class DaskExecutor:
             self._started.pop(future.key, None)
             if attempt is None:  # abandoned as hung: recorded already
                 continue
-            outcome = receive(self.client, future, attempt.run_id, attempt.attempt, self.context.token)
+            outcome = receive(self.client, future, attempt.run_id, attempt.attempt, self.context.token,
+                              self.context.out)
             if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
                 continue
             yield finished_of(outcome, attempt, self.transport)
@@ -382,7 +395,8 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
                           "(bbrlab worker --testbed NAME|FILE --scheduler ADDRESS)")
     out = Path(out_dir)
     context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
-                              planned=spec.runs, calibrations=dict(calibrations or {}))
+                              planned=spec.runs, calibrations=dict(calibrations or {}),
+                              machine=handoff.machine_key())
     executor = DaskExecutor(client, context, keep_link=keep_link, bound_s=bound_s)
     return drive(spec, out, executor, progress=progress, on_run=on_run,
                  retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,

@@ -43,6 +43,7 @@ from bbrlab.run.runner import Runner
 from bbrlab.testbed import hostlock, isolation, target
 from bbrlab.testbed.lock import set_activity
 
+from . import handoff
 from .preflight import TestbedCheck, check_testbed
 from .spec import CampaignSpec
 from .watchdog import arm_stack_dump
@@ -81,6 +82,7 @@ class CampaignContext:
     out: str
     planned: int
     calibrations: dict = field(default_factory=dict)
+    machine: str | None = None  # the driver's machine and boot (handoff.machine_key): a worker there hands files by path
 
 
 @dataclass
@@ -99,6 +101,7 @@ class Outcome:
     worker_host: str
     cpus: list[int] | None = None  # the testbed's CPU partition, None when it has none
     token: str | None = None  # the campaign's (CampaignContext.token): the driver accepts only its own
+    staged: str | None = None  # a worker on the driver's machine: its files' directory in the campaign (handoff)
 
 
 @dataclass
@@ -324,14 +327,15 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
     owner = plugin()
     sc = Scenario.from_dict(scenario)
     started = rec.now_iso()
-    with tempfile.TemporaryDirectory(prefix="bbrlab-worker-") as staging:
+    by_path = context is not None and handoff.same_machine(context.machine)
+    with _staging(context, run_id, attempt, by_path) as staging:
         try:
             with owner.running(context):
                 announce_start(context)
                 try:
                     run_fn = owner.prepared(context, run_id, attempt, index)
                     boot = {} if block is None else {"block": BlockBoot.from_dict(block)}
-                    metadata = run_fn(sc, Path(staging), run_id=run_id, attempt=attempt, **boot)
+                    metadata = run_fn(sc, staging, run_id=run_id, attempt=attempt, **boot)
                     status_, reason = "ok", None
                 except Exception as e:  # noqa: BLE001 - the reason (with where) travels to the driver, which records it
                     metadata, status_, reason = of_error(e), "failed", failure_reason(e)
@@ -339,10 +343,31 @@ def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignCo
             if owner.leaving:  # this worker is closing (bbrlab worker stopped): the run belongs elsewhere
                 raise Reschedule() from None
             status_, reason, metadata = STOPPED, str(e), {}  # the driver stopped it: nothing to commit
-        files = {p.name: p.read_bytes() for p in Path(staging).iterdir() if p.is_file()} if status_ != STOPPED else {}
+        files = {} if status_ == STOPPED or by_path else \
+            {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file()}
+        if status_ == STOPPED and by_path:
+            handoff.discard(staging)
+        staged = str(staging) if by_path and status_ != STOPPED else None
     cpus = list(owner.partition.cpus) if owner.partition is not None else None
     return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), owner.label,
-                   socket.gethostname(), cpus, context.token if context else None)
+                   socket.gethostname(), cpus, context.token if context else None, staged)
+
+
+@contextlib.contextmanager
+def _staging(context: CampaignContext | None, run_id: str, attempt: int, by_path: bool) -> Iterator[Path]:
+    """Where the attempt writes its files: on the driver's machine, a directory in the campaign that the
+    driver commits by path (removed here only when the attempt raised past this worker); else a temporary one
+    whose files travel in the outcome."""
+    if not by_path:
+        with tempfile.TemporaryDirectory(prefix="bbrlab-worker-") as staging:
+            yield Path(staging)
+        return
+    staging = handoff.stage(context.out, run_id, attempt)
+    try:
+        yield staging
+    except BaseException:
+        handoff.discard(staging)
+        raise
 
 
 def started_topic(token: str) -> str:

@@ -73,6 +73,33 @@ def test_a_blocked_campaign_hands_each_worker_its_runs_block(tmp_path):
     assert {r["metadata"]["block"]["blocks"] for r in records} == {2}
 
 
+def test_workers_on_the_drivers_machine_hand_files_by_path_and_others_send_bytes(tmp_path, monkeypatch):
+    """Issue 35 item 5: a worker on the driver's machine and boot writes into the campaign's .tmp/ and the driver
+    renames that directory into runs/ (the file keeps its inode: no bytes through the scheduler); for a driver
+    elsewhere (its machine key differs, as a lab's does) the files travel in the outcome as before."""
+    from distributed import Client
+
+    from bbrlab.campaign import distributed as d
+    from bbrlab.campaign import handoff
+    from bbrlab.campaign.spec import CampaignSpec
+    from tests.engine_runs import inode_run
+
+    four = CampaignSpec.from_dict({**spec().to_dict(), "timeslices_ms": [10], "cpu_shares_pct": [25, 100]})
+    with d.local_cluster(["a", "b"], run_function=inode_run) as cluster, Client(cluster) as client:
+        d.wait_for_workers(client, 2)
+        local = d.run_campaign_distributed(four, tmp_path / "here", client, progress=False)
+        monkeypatch.setattr(handoff, "machine_key", lambda: "another-machine/another-boot")
+        remote = d.run_campaign_distributed(four, tmp_path / "lab", client, progress=False)
+    for st, out, renamed in ((local, tmp_path / "here", True), (remote, tmp_path / "lab", False)):
+        assert (st.done, st.failed_attempts) == (4, 0)
+        for record in _records(out):
+            staged = record["metadata"]["staged"]
+            assert (Path(staged["dir"]).parent == out.resolve() / ".tmp") is renamed, staged
+            if renamed:
+                assert (out / "runs" / record["run_id"] / "iperf.json").stat().st_ino == staged["inode"]
+        assert not any((out / ".tmp").iterdir())  # nothing staged is left behind
+
+
 # make test-slow: test_worker_killed_testbed kills a worker during a real contended run and checks the same (the
 # run goes again on the Nanny's new worker, each run recorded once, none failed).
 @pytest.mark.slow

@@ -75,6 +75,96 @@ def test_files_beyond_the_bounds_are_refused(monkeypatch):
         d.check_outcome(_outcome(files={f"f{i}": b"" for i in range(d.MAX_FILES + 1)}), RUN, 1, TOKEN)
 
 
+# -- files handed by path (a worker on the driver's machine) ------------------------------------------------
+
+def _staged(out: Path, name: str | None = None, files: dict | None = None) -> Path:
+    from bbrlab.campaign import handoff
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = handoff.stage(out, RUN, 1)
+    if name is not None:
+        path = path.rename(path.parent / name)
+    for file, data in (files if files is not None else {"iperf.json": b"{}"}).items():
+        (path / file).write_bytes(data)
+    return path
+
+
+def test_a_staged_directory_of_this_attempt_is_accepted_and_becomes_the_commit(tmp_path):
+    staged = _staged(tmp_path, files={"iperf.json": b"{}", "samples.log": b"x" * 100})
+    outcome = _outcome(files={}, staged=str(staged))
+    d.check_outcome(outcome, RUN, 1, TOKEN, tmp_path)
+    finished = d.finished_of(outcome, d.Attempt(RUN, 1, None, 0))
+    assert finished.staging == staged and finished.files == {}
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda out: _staged(out, name=f"{RUN}.a2.w1"), "not this attempt's directory"),
+    (lambda out: _staged(out, name="other-run.a1.w1"), "not this attempt's directory"),
+    (lambda out: Path("/tmp") / f"{RUN}.a1.w1", "not this attempt's directory"),
+    (lambda out: _staged(out, files={"x.log": b""}).parent / f"{RUN}.a1.w99", "No such file"),
+    (lambda out: _staged(out, files={".hidden": b""}), "not a plain file name"),
+    (lambda out: _staged(out, files={"record.json": b"{}"}), "not a plain file name"),
+])
+def test_a_staged_directory_that_is_not_this_attempts_is_refused(tmp_path, make, says):
+    with pytest.raises(d.RefusedOutcome, match=says):
+        d.check_outcome(_outcome(files={}, staged=str(make(tmp_path))), RUN, 1, TOKEN, tmp_path)
+
+
+def test_a_staged_directory_with_links_foreign_owners_or_open_modes_is_refused(tmp_path):
+    """What another user could plant, or a link out of the campaign, is never renamed into runs/."""
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"s")
+    cases = []
+    link = _staged(tmp_path, files={})
+    (link / "iperf.json").symlink_to(outside)
+    cases.append((link, "not a regular file"))
+    hard = _staged(tmp_path / "b", files={})
+    os.link(outside, hard / "iperf.json")
+    cases.append((hard, "not a regular file"))
+    writable = _staged(tmp_path / "c")
+    writable.chmod(0o777)
+    cases.append((writable, "only it may write"))
+    theirs = _staged(tmp_path / "e")
+    os.chown(theirs, 65534, 65534)
+    cases.append((theirs, "only it may write"))
+    foreign_file = _staged(tmp_path / "f")
+    os.chown(foreign_file / "iperf.json", 65534, 65534)
+    cases.append((foreign_file, "not a regular file of this user"))
+    as_link = tmp_path / "g" / ".tmp" / f"{RUN}.a1.w5"
+    as_link.parent.mkdir(parents=True, mode=0o700)
+    as_link.symlink_to(_staged(tmp_path / "h"))
+    cases.append((as_link, "not a directory"))
+    for staged, says in cases:
+        out = staged.parent.parent
+        with pytest.raises(d.RefusedOutcome, match=says):
+            d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, out)
+
+
+def test_a_staged_directory_beyond_the_bounds_or_beside_files_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(d, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(d, "MAX_OUTCOME_BYTES", 40)
+    staged = _staged(tmp_path, files={"a.log": b"x" * 11})
+    with pytest.raises(d.RefusedOutcome, match="more than 10"):
+        d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, tmp_path)
+    staged = _staged(tmp_path / "b", files={f"f{i}.log": b"x" * 10 for i in range(4)})
+    with pytest.raises(d.RefusedOutcome, match="more than"):
+        d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, tmp_path / "b")
+    with pytest.raises(d.RefusedOutcome, match="beside files"):
+        d.check_outcome(_outcome(staged=str(_staged(tmp_path / "c"))), RUN, 1, TOKEN, tmp_path / "c")
+    with pytest.raises(d.RefusedOutcome, match="takes none"):
+        d.check_outcome(_outcome(files={}, staged=str(_staged(tmp_path / "e"))), RUN, 1, TOKEN)
+
+
+def test_only_a_driver_on_this_machine_and_boot_is_handed_files_by_path():
+    from bbrlab.campaign import handoff
+
+    key = handoff.machine_key()
+    assert handoff.same_machine(key)
+    machine, boot = key.split("/")
+    assert not handoff.same_machine(f"{machine}/00000000-0000-0000-0000-000000000000")
+    assert not handoff.same_machine(None) and not handoff.same_machine("/")
+
+
 # -- certificates ---------------------------------------------------------------------------------------
 
 def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> None:

@@ -31,18 +31,20 @@ class RefusedStaging(BbrlabError):
 
 @lru_cache(maxsize=1)
 def machine_key() -> str:
-    """This machine and boot: ``/etc/machine-id`` and the kernel's boot id (two containers or a reboot differ)."""
+    """This machine, boot and user: ``/etc/machine-id``, the kernel's boot id (two containers or a reboot differ)
+    and the effective uid (a worker of another user could write into the campaign, but the driver would refuse
+    what it wrote)."""
     parts = []
     for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
         try:
             parts.append(Path(path).read_text().strip())
         except OSError:
             parts.append("")
-    return "/".join(parts)
+    return "/".join([*parts, str(os.geteuid())])
 
 
 def same_machine(driver_key: str | None) -> bool:
-    """Whether a driver whose :func:`machine_key` is ``driver_key`` runs on this machine and boot."""
+    """Whether a driver whose :func:`machine_key` is ``driver_key`` runs on this machine and boot, as this user."""
     return bool(driver_key) and "" not in driver_key.split("/") and driver_key == machine_key()
 
 

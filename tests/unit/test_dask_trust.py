@@ -160,8 +160,9 @@ def test_only_a_driver_on_this_machine_and_boot_is_handed_files_by_path():
 
     key = handoff.machine_key()
     assert handoff.same_machine(key)
-    machine, boot = key.split("/")
-    assert not handoff.same_machine(f"{machine}/00000000-0000-0000-0000-000000000000")
+    machine, boot, uid = key.split("/")
+    assert not handoff.same_machine(f"{machine}/00000000-0000-0000-0000-000000000000/{uid}")
+    assert not handoff.same_machine(f"{machine}/{boot}/{int(uid) + 1}")  # another user's worker sends bytes
     assert not handoff.same_machine(None) and not handoff.same_machine("/")
 
 

@@ -225,20 +225,24 @@ def _gap_stats(length: np.ndarray, on: np.ndarray, clipped: np.ndarray, mine: np
 def _running_for(line: vp.ThreadTimeline, at_ns: int) -> int:
     """How long the thread had been on a CPU at ``at_ns`` (0 when it was off): schedstat's run time is only
     brought up to date when the scheduler accounts the running thread (a tick, a switch), so it may lag by that."""
-    return next((at_ns - iv.start_ns for iv in line.intervals if iv.on and iv.start_ns <= at_ns < iv.end_ns), 0)
+    ivs = line.intervals
+    start = ivs.column("start_ns")
+    hit = np.flatnonzero(ivs.column("on") & (start <= at_ns) & (at_ns < ivs.column("end_ns")))
+    return int(at_ns - start[hit[0]]) if len(hit) else 0
 
 
 def _on_ns(line: vp.ThreadTimeline, t0: int, t1: int, *, to_accounting: bool) -> int:
     """On-CPU ns of the thread's intervals inside [t0, t1]: from switch to switch, or (``to_accounting``) from
-    where the scheduler's accounting of each interval began to its last accounting, where the trace has them."""
-    total = 0
-    for iv in line.intervals:
-        start, end = iv.start_ns, iv.end_ns
-        if to_accounting and iv.accounted_start_ns is not None:
-            start, end = iv.accounted_start_ns, iv.accounted_end_ns
-        if iv.on and end > t0 and start < t1:
-            total += min(end, t1) - max(start, t0)
-    return total
+    where the scheduler's accounting of each interval began to its last accounting, where the trace has them.
+    Column by column (a 10 s sampled run's trace holds about 190,000 intervals)."""
+    ivs = line.intervals
+    start, end = ivs.column("start_ns"), ivs.column("end_ns")
+    if to_accounting:
+        accounted = ivs.column("accounted_start_ns") != vp.NONE
+        start = np.where(accounted, ivs.column("accounted_start_ns"), start)
+        end = np.where(accounted, ivs.column("accounted_end_ns"), end)
+    inside = ivs.column("on") & (end > t0) & (start < t1)
+    return int((np.minimum(end[inside], t1) - np.maximum(start[inside], t0)).sum())
 
 
 def _compare(tid: int, first: vp.Exchange, last: vp.Exchange, line: vp.ThreadTimeline,

@@ -272,3 +272,29 @@ def test_freed_heap_memory_is_given_back_after_a_large_read():
     del held
     heap.give_back()
     assert taken > 100 and rss_mb() - before < taken / 2, last
+
+
+@pytest.mark.parametrize(("name", "tid"), TRACE_CASES, ids=[n for n, _ in TRACE_CASES])
+def test_on_cpu_sums_by_column_equal_the_sums_interval_by_interval(name, tid):
+    """The schedstat comparison's on-CPU sums and running-for lags, taken column by column (they took 1.0 s of a
+    10 s sampled run's 2.8 s trace read interval by interval), equal the sums over the Interval objects."""
+    lines = vp.timelines((e for e in map(vp.parse_line, _text(TRACES / name).splitlines()) if e is not None
+                          and e.kind != "marker"), {tid: (0, 2**62)}, {tid: False})
+    line = lines[tid]
+    intervals = list(line.intervals)
+    assert intervals
+    starts = sorted({iv.start_ns for iv in intervals})
+    probes = [starts[0] - 1, starts[len(starts) // 3], starts[len(starts) // 2] + 1, starts[-1], 2**62]
+    for t0, t1 in [(probes[0], probes[-1]), (probes[1], probes[2]), (probes[2], probes[3])]:
+        for accounting in (False, True):
+            want = 0
+            for iv in intervals:
+                s, e = iv.start_ns, iv.end_ns
+                if accounting and iv.accounted_start_ns is not None:
+                    s, e = iv.accounted_start_ns, iv.accounted_end_ns
+                if iv.on and e > t0 and s < t1:
+                    want += min(e, t1) - max(s, t0)
+            assert vcputrace._on_ns(line, t0, t1, to_accounting=accounting) == want
+    for at in probes:
+        want = next((at - iv.start_ns for iv in intervals if iv.on and iv.start_ns <= at < iv.end_ns), 0)
+        assert vcputrace._running_for(line, at) == want

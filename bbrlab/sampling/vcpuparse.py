@@ -26,6 +26,7 @@ import re
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,11 +39,11 @@ _RUNTIME = re.compile(r"pid=(\d+) runtime=(\d+)")
 INFERRED = ("runtime", "idle-exit", "wakeup", "bound")
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One trace event: ``kind`` switch, wakeup, runtime, idle_exit (``cpu`` leaves its idle state) or marker, at
     ``mono_ns`` on ``cpu``. A switch has ``prev_tid``, ``prev_state`` and ``next_tid``; a wakeup ``tid``; a runtime
-    ``tid`` and ``runtime_ns`` (CPU time accounted to it); a marker its ``text``."""
+    ``tid`` and ``runtime_ns`` (CPU time accounted to it); a marker its ``text``. A named tuple, not a frozen
+    dataclass: a 10 s sampled run's trace makes about 400,000 of them, three times faster so."""
 
     kind: str
     mono_ns: int

@@ -21,6 +21,7 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
+from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError
 from bbrlab.run import record as rec
 
@@ -31,16 +32,14 @@ class RefusedStaging(BbrlabError):
 
 @lru_cache(maxsize=1)
 def machine_key() -> str:
-    """This machine, boot and user: ``/etc/machine-id``, the kernel's boot id (two containers or a reboot differ)
-    and the effective uid (a worker of another user could write into the campaign, but the driver would refuse
-    what it wrote)."""
-    parts = []
-    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
-        try:
-            parts.append(Path(path).read_text().strip())
-        except OSError:
-            parts.append("")
-    return "/".join([*parts, str(os.geteuid())])
+    """This machine, boot and user: the machine and boot ids the contention ledger names owners by
+    (:mod:`bbrlab.core.owners`; two containers or a reboot differ) and the effective uid (a worker of another
+    user could write into the campaign, but the driver would refuse what it wrote)."""
+    try:
+        boot = owners.boot_id()
+    except OSError:
+        boot = ""
+    return "/".join([owners.machine_id(), boot, str(os.geteuid())])
 
 
 def same_machine(driver_key: str | None) -> bool:
@@ -53,14 +52,9 @@ def _name(run_id: str, attempt: int, pid: int) -> str:
 
 
 def stage(campaign_dir: str | Path, run_id: str, attempt: int) -> Path:
-    """A fresh directory in the campaign's ``.tmp/`` for this worker's attempt (0700)."""
-    d = rec.private_tmp_dir(Path(campaign_dir)) / _name(run_id, attempt, os.getpid())
-    if d.is_symlink() or d.is_file():
-        d.unlink()
-    elif d.exists():
-        shutil.rmtree(d)
-    d.mkdir(mode=0o700)
-    return d
+    """A fresh directory in the campaign's ``.tmp/`` for this worker's attempt, made as the one-process loop
+    makes its own (:func:`bbrlab.run.record.fresh_dir`), so a run's directory has one mode whichever way it came."""
+    return rec.fresh_dir(rec.private_tmp_dir(Path(campaign_dir)) / _name(run_id, attempt, os.getpid()))
 
 
 def discard(path: Path) -> None:

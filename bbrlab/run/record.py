@@ -208,8 +208,13 @@ def private_tmp_dir(campaign_dir: Path) -> Path:
 
 def staging_dir(campaign_dir: Path, run_id: str) -> Path:
     """A fresh ``.tmp/<run_id>.<pid>/`` to write one attempt into."""
-    d = private_tmp_dir(campaign_dir) / f"{run_id}.{os.getpid()}"
-    if d.is_symlink():
+    return fresh_dir(private_tmp_dir(campaign_dir) / f"{run_id}.{os.getpid()}")
+
+
+def fresh_dir(d: Path) -> Path:
+    """``d`` made empty: whatever is at its name (a link, a file, an older directory) removed first. Its mode is
+    the umask's: it lies in the campaign's 0700 ``.tmp/`` and becomes a run's directory as it is."""
+    if d.is_symlink() or d.is_file():
         d.unlink()
     elif d.exists():
         shutil.rmtree(d)

@@ -136,7 +136,7 @@ true"""
 def _identity_parts(out: str) -> tuple[dict[str, str], dict[str, str], dict] | None:
     """The sysfs values, the parameters and bbrlab's build record printed by :data:`_IDENTITY_SH` (None: not
     loaded)."""
-    head, _, record = out.partition("\nrecord:\n") if "\nrecord:\n" in out else (out, "", "")
+    head, _, record = out.partition("\nrecord:\n")
     if head.strip() == "notloaded":
         return None
     plain: dict[str, str] = {}

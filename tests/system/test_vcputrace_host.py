@@ -89,8 +89,11 @@ def test_deadline_1ms_25pct_trace_matches_schedstat_within_2_percent(deadline_tr
     [cmp] = result.schedstat
     assert abs(cmp["relative_diff"]) <= 0.02, cmp  # the criterion
     assert result.summary()["inferred_switch_ins"]["bound"] <= 2
-    # a vCPU throttled every period switches ~250 times a second: even from switch to switch it is within 2 %
-    assert abs(cmp["relative_diff_switch"]) <= 0.02, cmp
+    # From switch to switch the trace also holds the scheduler's own work at each of the ~500 switches (a few to
+    # ~30 us each), so it is above schedstat, never below what the accounting boundaries give. Measured here
+    # (20 fixtures each): +0.6 to +2.5 % on an idle host, +0.3 to +1.5 % beside three busy loops; a CI run
+    # +2.9 %. The bound leaves room above that spread; past it the switch dating would be wrong, not noisy.
+    assert cmp["relative_diff"] - 1e-4 <= cmp["relative_diff_switch"] <= 0.05, cmp
     assert 0.10 < result.summary()["on_cpu_share"] <= 0.27  # at most the 25 % asked
 
 

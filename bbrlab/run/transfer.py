@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbrlab.core import owners
+from bbrlab.core import leftdirs
 from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import Flow
@@ -199,17 +199,22 @@ def client_files(host: Host, server: sshd.SshServer) -> Iterator[str]:
     """A private directory on the sender with the client's key, the pinned host key, the ssh config and the
     connect helper (each mode 0600, copied with the host's ``put``: over SFTP for an SSH host, so the key
     is never on a command line), for the ``with`` block; its path."""
-    with host.private_dir("rsync") as directory, tempfile.TemporaryDirectory(prefix="bbrlab-rsync-") as local:
-        host.run(["sh", "-c", 'umask 077; printf "%s\\n" "$2" > "$1"', "bbrlab-stamp", f"{directory}/owner",
-                  owners.Owner.current().stamp()], timeout=30)  # first: a killed run's files are swept by it
+    with host.private_dir("rsync") as directory:  # stamped with its owner: a killed run's files are swept
         files = {"id_ed25519": server.client_key, "known_hosts": server.known_hosts_line(HOST_ALIAS),
                  "ssh_config": client_config(server, directory), "connect.py": CONNECT_PY}
+        _put_private(host, files, directory)
+        yield directory
+
+
+def _put_private(host: Host, files: dict[str, str], directory: str) -> None:
+    """Copy each ``{name: text}`` to ``directory`` on ``host`` (mode 0600). The local copies exist only for the
+    copying: a run killed later (SIGKILL) leaves no private key in this machine's temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="bbrlab-rsync-") as local:
         for name, text in files.items():
             path = Path(local) / name
             path.touch(mode=0o600)
             path.write_text(text)
             host.put(path, f"{directory}/{name}")  # fabric keeps the mode (0600)
-        yield directory
 
 
 def client_argv(directory: str, source: str, *, cca: str, local_port: int, local_ip: str | None,
@@ -472,13 +477,13 @@ def check(flow: Flow, parsed: ClientResult, endpoint: Session, result: Result) -
 def recover(testbed) -> dict:
     """What a killed run left: the receiver's sshd (and its connections' processes) on the run's port, the
     sender's ssh clients connected to it, and the private directories whose owner is gone
-    (:func:`bbrlab.run.sshd.sweep_dirs`): the receiver's (keys, the data received) and the sender's client
+    (:func:`bbrlab.core.leftdirs.sweep`): the receiver's (keys, the data received) and the sender's client
     files (the run's private key). The progress poller and the sender's client end by themselves (both run
     under a deadline)."""
     rx, tx = testbed.receiver.host, testbed.sender.host
     return {"sshd_killed": sshd.kill_strays(rx),
             "ssh_clients_killed": _kill_clients(tx, sshd.DEFAULT_PORT),
-            "run_dirs_removed": {"receiver": sshd.sweep_dirs(rx, "sshd"), "sender": sshd.sweep_dirs(tx, "rsync")}}
+            "run_dirs_removed": {"receiver": leftdirs.sweep(rx, "sshd"), "sender": leftdirs.sweep(tx, "rsync")}}
 
 
 def _kill_clients(host: Host, port: int) -> list[int]:

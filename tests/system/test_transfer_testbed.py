@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -172,6 +173,10 @@ def test_bad_transfer_spec_refused_before_anything_changes(testbed, tmp_path, ov
     assert leftovers == ""
 
 
+def _local_rsync_dirs() -> set[str]:
+    return {str(p) for p in Path(tempfile.gettempdir()).glob("bbrlab-rsync-*")}
+
+
 def test_sigterm_mid_copy_stops_both_ends_and_restores_the_testbed(testbed, tmp_path):
     """``bbrlab campaign run`` is signalled while a copy crawls (under a deadline policy): the receiver's sshd,
     the sender's rsync and ssh, their private directories, the policy and the qdiscs are all gone after."""
@@ -182,6 +187,7 @@ def test_sigterm_mid_copy_stops_both_ends_and_restores_the_testbed(testbed, tmp_
             "transfer_timeout_s": 120, "repetitions": 1, "max_attempts": 1}
     path, out = tmp_path / "spec.yaml", tmp_path / "out"
     path.write_text(yaml.safe_dump(spec))
+    local_before = _local_rsync_dirs()
     proc = subprocess.Popen([BBRLAB, "campaign", "run", str(path), "--out", str(out), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sender = testbed.sender.host
@@ -191,6 +197,8 @@ def test_sigterm_mid_copy_stops_both_ends_and_restores_the_testbed(testbed, tmp_
             assert proc.poll() is None, f"campaign ended early: {proc.communicate()}"
             assert time.monotonic() < deadline, "no rsync started within 300 s"
             time.sleep(0.5)
+        # the client's key is on the sender only: its local copy was gone once copied (a SIGKILL leaves none)
+        assert _local_rsync_dirs() <= local_before, _local_rsync_dirs() - local_before
         time.sleep(3)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)

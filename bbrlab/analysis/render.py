@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -106,8 +107,15 @@ def ipc_kernel_manager():
             os.makedirs(folder, mode=0o700, exist_ok=True)
             prefix = os.path.join(folder, f"bbrlab-kernel-{uuid.uuid4().hex[:12]}")
             if len(prefix) > MAX_IPC_PREFIX:
-                prefix = os.path.join(tempfile.mkdtemp(prefix="bbrlab-kernel-"), "k")
+                self._short_dir = tempfile.mkdtemp(prefix="bbrlab-kernel-")
+                prefix = os.path.join(self._short_dir, "k")
             return prefix
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            short_dir = getattr(self, "_short_dir", None)
+            if short_dir and not restart:  # the folder made for a short socket path goes with the kernel
+                shutil.rmtree(short_dir, ignore_errors=True)
 
     return IpcKernelManager
 

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import owners
 from .commands import (  # noqa: F401 - re-exported: callers import them from here
     CommandError,
     CommandTimeout,
@@ -54,6 +55,10 @@ from .ownedpids import KILL_OURS_SH, Spawned, parse_pid_line
 KEEPALIVE_S = 10
 #: Seconds data (a keepalive) may go unacknowledged before the kernel closes the connection (TCP_USER_TIMEOUT).
 DEAD_AFTER_S = 60
+
+
+#: $1 the mktemp template, $2 the owner stamp: a fresh 0700 directory with the stamp as its first file; its path.
+_PRIVATE_DIR_SH = 'd=$(mktemp -d -t "$1") && umask 077 && printf "%s\\n" "$2" > "$d/owner" && printf "%s\\n" "$d"'
 
 
 @dataclass
@@ -131,10 +136,13 @@ class Host:
     def private_dir(self, purpose: str) -> Iterator[str]:
         """A fresh directory only we can use (``mktemp -d``: unpredictable name, mode 0700), removed at
         the end of the ``with`` block. Per-run files (logs, stop files) go there, never at names in a
-        world-writable directory that another user could plant a link at."""
+        world-writable directory that another user could plant a link at. Its first file, ``owner``, written
+        in the same command, names this process, so that a run killed outright leaves nothing that the next
+        campaign's recovery does not remove (:mod:`bbrlab.core.leftdirs`)."""
         if not purpose.isidentifier():
             raise ValueError(f"purpose must be a short identifier, not {purpose!r}")
-        path = self.output(["mktemp", "-d", "-t", f"bbrlab-{purpose}.XXXXXXXX"], timeout=30)
+        path = self.output(["sh", "-c", _PRIVATE_DIR_SH, "bbrlab-mktemp", f"bbrlab-{purpose}.XXXXXXXX",
+                            owners.Owner.current().stamp()], timeout=30)
         if not path.startswith("/"):
             raise BbrlabError(f"[{self.name}] mktemp -d printed {path!r}, not a directory path")
         try:

@@ -17,6 +17,10 @@ first run of the next one. Nothing that belongs to another process is touched:
   host whose owner process is gone: turned off, their reader stopped, removed
   (:func:`bbrlab.sampling.vcputrace.clear_leftovers`);
 - an rsync run's sshd on the receiver and ssh clients on the sender (:func:`bbrlab.run.transfer.recover`);
+- the private directories of its runs (:func:`bbrlab.core.leftdirs.sweep`: each stamped with the process that
+  made it, removed when that process is gone): iperf3's server log and the progress poller's on the receiver,
+  the samplers' on the sender and the emulator, the vCPU trace's on the hypervisor host, with what still works
+  in them;
 - a CPU partition (cpuset) a killed multi-testbed campaign left on this machine, its QEMU threads
   confined to a few CPUs (:func:`bbrlab.testbed.isolation.clear_leftovers`): removed, after the deadline
   policies (a deadline thread cannot leave its root domain). One whose campaign still runs is refused.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 from bbrlab.contention import cgroups, ledger, load
 from bbrlab.contention import deadline as contention
+from bbrlab.core import leftdirs
 from bbrlab.core.competition import MAX_EXTRA_FLOWS
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import vcputrace
@@ -52,7 +57,7 @@ def recover(testbed) -> dict:
     # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
     samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
-    return {"trace_instances_removed": traces, "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
+    return {"trace_instances_removed": traces, "private_dirs_removed": sweep_private_dirs(testbed), "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
             "load_loops_killed": load_loops, "ledger_refused": refused, "partitions_removed": partitions, "iperf3_killed": killed,
             "samplers_stopped": samplers, **transfer.recover(testbed)}
 
@@ -63,3 +68,17 @@ def clear_partitions(testbed) -> list[str]:
     if testbed.kind != "local" or isolation.flavour() is None:
         return []
     return [str(p.path) for p in isolation.clear_leftovers(testbed.name)]
+
+
+#: Which host keeps which purpose's private directories (:meth:`bbrlab.core.hosts.Host.private_dir`); the
+#: rsync run's (``sshd``, ``rsync``) are swept by :func:`bbrlab.run.transfer.recover`.
+RUN_DIRS = {"receiver": ("iperf3", "progress"), "sender": ("sampler",), "emulator": ("sampler",),
+            "hypervisor": ("vcputrace",)}
+
+
+def sweep_private_dirs(testbed) -> dict[str, list[str]]:
+    """The private directories of killed runs removed from each of ``testbed``'s hosts (after the samplers were
+    asked to stop, so that a stray one's stop file was still there to be read)."""
+    hosts = {"receiver": testbed.receiver.host, "sender": testbed.sender.host, "emulator": testbed.emulator.host,
+             "hypervisor": testbed.sender.hypervisor}
+    return {role: leftdirs.sweep(hosts[role], *purposes) for role, purposes in RUN_DIRS.items()}

@@ -22,10 +22,9 @@ private directory; it is ready when its port listens. OpenSSH needs its privileg
 
 The private directory holds keys and the data received, and a run killed outright (SIGKILL) cannot
 remove it. So its first file is ``owner``, a stamp naming the process that drives the run
-(:class:`bbrlab.core.owners.Owner`), and :func:`sweep_dirs` (called by the recovery before a campaign's first
-run) removes every such directory whose owner is gone, after killing the processes still working in it
-(the sshd under ``timeout``, a progress poller). A directory whose owner still runs, or ran on another
-machine, is left alone; one without a stamp only once it is a day old.
+(:class:`bbrlab.core.owners.Owner`), and the recovery before a campaign's first run removes every such
+directory whose owner is gone (:func:`bbrlab.core.leftdirs.sweep`), after killing the processes still working
+in it (the sshd under ``timeout``, a progress poller).
 """
 
 from __future__ import annotations
@@ -270,53 +269,3 @@ def kill_strays(host: Host, port: int = DEFAULT_PORT) -> list[int]:
     for pid in pids:
         host.run(["kill", "-KILL", str(pid)], check=False, timeout=10)
     return pids
-
-
-#: A private directory left without an owner stamp (by an older bbrlab) is removed once this old.
-UNSTAMPED_STALE_S = 86400
-#: $1 the purpose (``sshd``, ``rsync``): each of our private directories of that purpose in the temporary
-#: directory (``mktemp -d -t`` made it there), its age in seconds and the first line of its owner stamp.
-_LIST_DIRS = r"""
-now=$(date +%s)
-for d in "${TMPDIR:-/tmp}"/bbrlab-"$1".*; do
-    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || continue
-    printf '%s\t%s\t%s\n' "$d" "$((now - $(stat -c %Y "$d")))" "$(head -n 1 "$d/owner" 2>/dev/null | cut -c1-200)"
-done
-"""
-#: $1 a directory: SIGKILL every process whose command line names a file inside it (the run's sshd under
-#: timeout, a progress poller), then remove it (never crossing into another file system).
-_REMOVE_DIR = r"""
-d=$1
-for p in /proc/[0-9]*; do
-    pid=${p#/proc/}
-    [ "$pid" = "$$" ] && continue
-    case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"$d/"*) kill -KILL "$pid" 2>/dev/null ;; esac
-done
-rm -rf --one-file-system -- "$d"
-"""
-
-
-def _left_behind(age_s: int, stamp: str) -> bool:
-    owner = owners.Owner.parse(stamp)
-    if owner is None:
-        return not stamp and age_s > UNSTAMPED_STALE_S
-    return owner.gone()
-
-
-def sweep_dirs(host: Host, purpose: str = "sshd") -> list[str]:
-    """Remove ``host``'s private directories of ``purpose`` (``sshd``: a run's server; ``rsync``: a run's
-    client files) whose owner is gone, with the processes still working in them; return their paths.
-    See the module docstring for what is left alone."""
-    if not re.fullmatch(r"[a-z]{1,16}", purpose):
-        raise ValueError(f"purpose must be a short lowercase word, not {purpose!r}")
-    listing = host.run(["sh", "-c", _LIST_DIRS, "bbrlab-sweep", purpose], check=False, timeout=60).stdout
-    removed = []
-    for line in listing.splitlines():
-        path, _, rest = line.partition("\t")
-        age, _, stamp = rest.partition("\t")
-        if not re.fullmatch(rf"/[A-Za-z0-9._/-]*/bbrlab-{purpose}\.[A-Za-z0-9]{{8}}", path) or not age.isdigit():
-            continue
-        if _left_behind(int(age), stamp.strip()):
-            host.run(["sh", "-c", _REMOVE_DIR, "bbrlab-sweep", path], check=False, timeout=60)
-            removed.append(path)
-    return removed

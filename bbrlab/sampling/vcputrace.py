@@ -492,13 +492,23 @@ def check_tids(tids: Sequence[object]) -> list[int]:
 
 
 @contextmanager
+def _scratch(host: Host, private: str) -> Iterator[str]:
+    """Where the trace's text lands on this machine: in the private directory when ``host`` is this machine
+    (stamped with its owner, so a SIGKILL leaves nothing the recovery does not remove), else a temporary one."""
+    if host.is_local:
+        yield private
+        return
+    with tempfile.TemporaryDirectory(prefix="bbrlab-vcputrace-") as scratch:
+        yield scratch
+
+
+@contextmanager
 def traced(host: Host, tids: Sequence[int], *, max_bytes: int = MAX_BYTES,
            handle_signals: bool = True) -> Iterator[TraceSession]:
     """Trace ``tids`` on ``host`` while the ``with`` body runs; ``session.result`` after a normal exit. The
     instance is removed on every exit; SIGTERM, SIGINT and SIGHUP remove it first and then act as before."""
     tids = check_tids(list(tids))
-    with tempfile.TemporaryDirectory(prefix="bbrlab-vcputrace-") as scratch, \
-            host.private_dir("vcputrace") as private:
+    with host.private_dir("vcputrace") as private, _scratch(host, private) as scratch:
         session = TraceSession(host, tids, instance_name(), Path(scratch) / "trace.txt", f"{private}/reader.pid",
                                max_bytes)
         with restore_on_signals(session.remove) if handle_signals else nullcontext():

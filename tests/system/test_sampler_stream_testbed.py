@@ -84,9 +84,9 @@ def test_the_log_streams_here_and_the_guest_holds_no_log(testbed, tmp_path, kind
     running = [s for s in watch.seen if s[1]]
     assert len(running) >= 5, watch.seen  # looked at the sampler while it ran
     assert all(s[1].startswith("pipe:") for s in running), running  # its stdout goes to the channel
-    # nothing but the pid file (and the stop file at the end); empty for an instant before the pid is
-    # written and after it is removed
-    other = [s for s in watch.seen if s[2] not in ("", "pid,", "pid,stop,", "stop,")]
+    # nothing but the owner stamp (made with the directory), the pid file and, at the end, the stop file; the pid
+    # is missing for an instant before it is written and after it is removed
+    other = [s for s in watch.seen if s[2] not in ("", "owner,", "owner,pid,", "owner,pid,stop,", "owner,stop,")]
     assert other == [], other  # no log file in the guest
     assert max(s[0] for s in watch.seen) < 4096, watch.seen
     text = log_file.read_text()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bbrlab.contention.deadline import contended
 from bbrlab.contention.vcpu import qmp_vcpu_threads
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Contention
+from bbrlab.run import recovery
 from bbrlab.sampling import vcputrace
 from tests.polling import wait_for
 
@@ -122,10 +124,29 @@ def test_sigterm_removes_the_instance():
     assert name not in _instances()
 
 
+def _private_dirs() -> set[str]:
+    return {str(p) for p in Path(tempfile.gettempdir()).glob("bbrlab-vcputrace.*")}
+
+
 def test_recovery_removes_a_killed_owners_instance_and_its_reader():
+    before = _private_dirs()
     child, name = _traced_child(os.getpid())
     child.kill()
     child.wait(timeout=30)
     assert name in _instances()  # SIGKILL leaves it, reader and all
     assert vcputrace.clear_leftovers(LocalHost()) == [name]
     assert name not in _instances()
+    # and its private directory, which on this machine also holds the trace's text
+    left = _private_dirs() - before
+    assert len(left) == 1 and (Path(next(iter(left))) / "trace.txt").exists(), left
+    assert left <= set(recovery.sweep_private_dirs(_LocalTestbed())["hypervisor"])
+    assert not left & _private_dirs()
+
+
+class _LocalTestbed:
+    """Just enough of a testbed for the recovery's sweep: every role on this machine."""
+
+    class _Node:
+        host = hypervisor = LocalHost()
+
+    sender = receiver = emulator = _Node()

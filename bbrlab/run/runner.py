@@ -29,6 +29,7 @@ from bbrlab.contention import hostcpu, outside
 from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
 from bbrlab.core.scenario import Scenario
+from bbrlab.core.sidebyside import SideBySide
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import alignment, logscan, vcputrace
@@ -181,13 +182,7 @@ class Runner:
                               ready_timeout_s=self.ready_timeout_s)
                 watch = traffic.enter_context(clocks.ClockWatch(
                     {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
-                sampled = traffic.enter_context(sampling.sampler(
-                    tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
-                    log_file=out / SAMPLE_FILES[flow.sampler], server_port=endpoint.port,
-                    kind=flow.sampler)) if flow.sample_ms else None
-                queue = traffic.enter_context(queue_sampling.queue_sampler(
-                    tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
-                    log_file=out / queue_sampling.LOG_FILE)) if flow.bottleneck_interval_ms else None
+                sampled, queue = self._samplers(traffic, flow, ports, endpoint.port, out, limit_s)
                 vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                 meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
             with ExitStack() as contended:
@@ -217,6 +212,24 @@ class Runner:
             if queue is not None:
                 meta.bottleneck = checks.bottleneck_samples(queue)
         return endpoint, result, sampled, vcpu
+
+    def _samplers(self, traffic: ExitStack, flow, ports: list[int], server_port: int, out: Path,
+                  limit_s: float) -> tuple:
+        """The socket sampler in the sender and the queue sampler in the emulator, each when the flow asks for it,
+        started side by side and, when ``traffic`` closes, stopped side by side (each is SSH round trips into its
+        own guest); ``(socket sampler or None, queue sampler or None)``."""
+        tb = self.testbed
+        wanted = {}
+        if flow.sample_ms:
+            wanted["socket"] = sampling.sampler(
+                tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
+                log_file=out / SAMPLE_FILES[flow.sampler], server_port=server_port, kind=flow.sampler)
+        if flow.bottleneck_interval_ms:
+            wanted["queue"] = queue_sampling.queue_sampler(
+                tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
+                log_file=out / queue_sampling.LOG_FILE)
+        started = dict(zip(wanted, traffic.enter_context(SideBySide(*wanted.values())), strict=True))
+        return started.get("socket"), started.get("queue")
 
     @staticmethod
     def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:

@@ -46,8 +46,12 @@ class TinyQemu:
             ["qemu-system-x86_64", "-name", "bbrlab-test,debug-threads=on", "-display", "none", "-nodefaults",
              "-qmp", f"unix:{self.qmp},server=on,wait=off", "-m", "64", "-smp", str(vcpus)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.threads = wait_for(self._threads, "QEMU's QMP socket", 30.0)
-        assert len(self.threads) == vcpus
+        try:  # a start that fails (no QMP in time, a thread missing) must not leave the QEMU running
+            self.threads = wait_for(self._threads, "QEMU's QMP socket", 30.0)
+            assert len(self.threads) == vcpus
+        except BaseException:
+            self.stop()
+            raise
 
     def _threads(self):
         if self.proc.poll() is not None:

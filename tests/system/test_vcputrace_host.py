@@ -38,7 +38,11 @@ class SpinningQemu:
             ["qemu-system-x86_64", "-name", "bbrlab-spin,debug-threads=on", "-display", "none", "-nodefaults",
              "-qmp", f"unix:{self.qmp},server=on,wait=off", "-m", "64", "-smp", "1",
              "-drive", f"file={image},format=raw,if=ide"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        [self.tid] = wait_for(lambda: os.path.exists(self.qmp) and qmp_vcpu_threads(self.qmp), "QEMU's QMP", 30.0)
+        try:  # a start that fails must not leave the QEMU running (one was found an hour after such a start)
+            [self.tid] = wait_for(lambda: os.path.exists(self.qmp) and qmp_vcpu_threads(self.qmp), "QEMU's QMP", 30.0)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self):
         self.proc.kill()

@@ -36,7 +36,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import Host
 
@@ -120,29 +119,28 @@ def config_text(directory: str, address: str, port: int, user: str = LOGIN_USER,
     ])
 
 
-#: $1 directory, $2 the sshd_config text, $3 the authorized key's options, $4 the owner stamp, $5 the
-#: login user and $6 its group (both empty for root), $7 the receive guard's text. In one
+#: $1 directory (its owner stamp already in it: ``Host.private_dir``), $2 the sshd_config text, $3 the authorized
+#: key's options, $4 the login user and $5 its group (both empty for root), $6 the receive guard's text. In one
 #: command (every step is a command, and content never goes through stdin, which invoke forwards slowly):
-#: the owner stamp first, a host key and a client key (ssh-keygen), the destination directory, the one
+#: a host key and a client key (ssh-keygen), the destination directory, the one
 #: authorized key, the config, and the privilege-separation directory sshd insists on. Prints the host's
 #: public key, then the client's private key.
 _SETUP = r"""
 set -eu
 d=$1
 umask 077
-printf '%s\n' "$4" > "$d/owner"
 mkdir "$d/dest"
 ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-sshd -f "$d/host_ed25519_key"
 ssh-keygen -q -t ed25519 -N '' -C bbrlab-run-client -f "$d/client_ed25519_key"
 printf '%s %s\n' "$3" "$(cut -d' ' -f1,2 "$d/client_ed25519_key.pub")" > "$d/authorized_keys"
 printf '%s' "$2" > "$d/sshd_config"
-printf '%s' "$7" > "$d/receive_guard.py"
-if [ -n "$5" ]; then
+printf '%s' "$6" > "$d/receive_guard.py"
+if [ -n "$4" ]; then
     # the login user may pass through the directory (not list it), read its authorized key and the guard,
     # and write in dest/ alone; the keys, config and log stay root's
-    chgrp "$6" "$d" "$d/authorized_keys" "$d/receive_guard.py"
+    chgrp "$5" "$d" "$d/authorized_keys" "$d/receive_guard.py"
     chmod 0710 "$d"; chmod 0640 "$d/authorized_keys" "$d/receive_guard.py"
-    chown "$5:$6" "$d/dest"
+    chown "$4:$5" "$d/dest"
 fi
 [ -d /run/sshd ] || install -d -m 0755 /run/sshd
 cat "$d/host_ed25519_key.pub" "$d/client_ed25519_key"
@@ -201,8 +199,8 @@ def _setup(host: Host, directory: str, config: str, options: str, user: str = RO
     """(host key pub, client private key), everything made in ``directory`` on ``host``; ``dest/`` owned
     by ``user`` (and the directory passable by its ``group``) unless it is root."""
     login = ("", "") if user == ROOT else (user, group or user)
-    out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options,
-                       owners.Owner.current().stamp(), *login, RECEIVE_GUARD], timeout=60)
+    out = host.output(["sh", "-c", _SETUP, "bbrlab-sshd-setup", directory, config, options, *login, RECEIVE_GUARD],
+                      timeout=60)
     lines = out.splitlines()
     if len(lines) < 3 or not lines[1].startswith("-----BEGIN OPENSSH PRIVATE KEY-----"):
         raise SshdError(f"ssh-keygen on {host.name} printed no key pair: {out[:200]!r}")

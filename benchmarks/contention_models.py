@@ -15,7 +15,7 @@ import os
 import subprocess
 import time
 
-from bbrlab.contention.credit import CreditController
+from bbrlab.contention.creditbalance import CreditController
 from bbrlab.contention.models import contended
 from bbrlab.core.contention_models import CREDIT_TICK_S
 from bbrlab.core.hosts import LocalHost

@@ -21,12 +21,16 @@ import time
 import traceback
 from pathlib import Path
 
-from bbrlab.contention import cgroups, ledger
+from bbrlab.contention import cgroups, creditbalance, ledger
+from bbrlab.core.contention_models import CREDIT_TICK_S
 
 #: How long the share is measured with the quota on, and before it, without [s].
 LIMITED_S = 2.0
 FREE_S = 0.5
 QUOTA_US, PERIOD_US, BURST_US = 25_000, 100_000, 10_000
+#: The credit model's run: a balance of CREDIT_S CPU-seconds at a 25 % baseline (QUOTA_US per PERIOD_US), watched
+#: for CREDIT_RUN_S: a busy thread spends it in about 1.4 s, then stays at the baseline [s].
+CREDIT_S, CREDIT_RUN_S = 1.0, 3.5
 
 
 def _run_ns(tid: int) -> int:
@@ -81,6 +85,8 @@ def exercise(mount: Path, tid: int, token: str, seen: dict) -> None:
                       "cpu_on_outer": cpu_on(outer), "entries": entries(),
                       "foreign_limits": cgroups.foreign_limits([tid], None, h)}
 
+    credit(h, outer, tid, seen)
+
     # Another user's cgroup named as bbrlab names its own, in a subtree of its own (no ledger entry names it).
     foreign = mount / "foreign" / cgroups.PARENT / f"{cgroups.PREFIX}1-1"
     foreign.mkdir(parents=True)
@@ -102,6 +108,30 @@ def exercise(mount: Path, tid: int, token: str, seen: dict) -> None:
                        "foreign_limits": cgroups.foreign_limits([tid], None, h)}
     for c in (foreign, foreign.parent, foreign.parent.parent):
         c.rmdir()
+
+
+def credit(h: cgroups.Hierarchy, outer: Path, tid: int, seen: dict) -> None:
+    """The credit model as :class:`~bbrlab.contention.credit.CreditSession` runs it, on v2: the thread in a cgroup
+    of its own with no quota, the real controller writing ``cpu.max`` when the balance runs out."""
+    own = cgroups.create(h, outer)
+    h.move(tid, own.path)
+    written = []
+
+    def write_quota(quota_us: int | None) -> None:
+        h.set_limit(own.path, quota_us, PERIOD_US)
+        written.append([quota_us, list(h.limit(own.path))])
+
+    controller = creditbalance.CreditController([tid], credit_s=CREDIT_S, baseline_pct=100 * QUOTA_US / PERIOD_US,
+                                                tick_s=CREDIT_TICK_S, write_quota=write_quota,
+                                                baseline_quota_us=QUOTA_US)
+    limit_start = list(h.limit(own.path))
+    controller.start()
+    time.sleep(CREDIT_RUN_S)
+    report = controller.stop()
+    seen["credit"] = {"limit_start": limit_start, "written": written, "limit_end": list(h.limit(own.path)),
+                      "thread_cgroup": str(h.thread_cgroup(tid)), "report": report.to_dict(),
+                      "remove_problems": cgroups.remove(own), "thread_cgroup_after": str(h.thread_cgroup(tid)),
+                      "path_exists": own.path.exists(), "entries": entries()}
 
 
 def hold(tid: int) -> None:

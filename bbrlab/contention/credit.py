@@ -5,7 +5,7 @@ CFS quota), and full CPU comes back when :data:`~bbrlab.core.contention_models.C
 starting balance is earned again.
 
 :class:`CreditSession` is :class:`~bbrlab.contention.cfs.CfsSession` with the cgroup made without a quota and a
-:class:`CreditController`: a thread of the bbrlab process, for the length of the run, that every
+:class:`~bbrlab.contention.creditbalance.CreditController` (its own module): a thread of the bbrlab process, for the length of the run, that every
 :data:`~bbrlab.core.contention_models.CREDIT_TICK_S` reads the threads' CPU time (``/proc/<tid>/schedstat``),
 settles the balance and writes the quota when the state changes. Every switch (when, and the balance then) and
 the CPU the threads got in each phase go into the evidence (``evidence.credit``), so a run shows its flow crossing
@@ -16,112 +16,16 @@ killed with its process (SIGKILL) leaves a ``bbrlab-cfs-`` cgroup that recovery 
 
 from __future__ import annotations
 
-import threading
-import time
 from contextlib import nullcontext
 from dataclasses import replace
-from pathlib import Path
 
-from bbrlab.core.contention_models import CREDIT_REARM_FRACTION, CREDIT_TICK_S
-from bbrlab.core.errors import TestbedError
+from bbrlab.core.contention_models import CREDIT_TICK_S
 
 from .cfs import CfsSession
-from .evidence import ContentionEvidence, CreditPhase, CreditReport, CreditSwitch
+from .creditbalance import MAX_SWITCHES, CreditController, CreditReport
+from .evidence import ContentionEvidence
 
-#: A run records at most this many switches (the others are counted in ``switches_dropped``).
-MAX_SWITCHES = 50
-
-
-def _cpu_ns(thread_ids: list[int]) -> int:
-    """The CPU time the threads have used so far, summed (``/proc/<tid>/schedstat``; a vanished thread: 0)."""
-    total = 0
-    for tid in thread_ids:
-        try:
-            total += int(Path(f"/proc/{tid}/schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-
-class CreditController(threading.Thread):
-    """Settles the credit balance every ``tick_s`` and switches the cgroup's quota between none (``burst``) and
-    ``baseline_quota_us`` (``baseline``) through ``write_quota`` (quota or None). ``lock`` is held while the
-    state and the quota change together, so a watch reading both never sees them apart."""
-
-    def __init__(self, thread_ids: list[int], *, credit_s: float, baseline_pct: float, tick_s: float,
-                 write_quota, baseline_quota_us: int):
-        super().__init__(name="bbrlab-credit", daemon=True)
-        self.thread_ids, self.credit_s, self.tick_s = list(thread_ids), credit_s, tick_s
-        self.earn_cpu_s_per_s = baseline_pct / 100.0 * len(self.thread_ids)
-        self.rearm_s = CREDIT_REARM_FRACTION * credit_s
-        self.write_quota, self.baseline_quota_us = write_quota, baseline_quota_us
-        self.lock = threading.RLock()
-        self.state, self.balance_s, self.ticks, self.dropped = "burst", float(credit_s), 0, 0
-        self.switches: list[CreditSwitch] = []
-        self.phases: list[CreditPhase] = []
-        self._t0 = time.monotonic()
-        self._last_t, self._last_ns = self._t0, _cpu_ns(self.thread_ids)
-        self._phase_from, self._phase_ns = 0.0, 0
-        self._stop_event = threading.Event()
-
-    def quota_now(self) -> int | None:
-        """The quota the cgroup must have in the current state (None: no limit)."""
-        return None if self.state == "burst" else self.baseline_quota_us
-
-    def run(self) -> None:
-        """Settle every ``tick_s`` until :meth:`stop`."""
-        while not self._stop_event.wait(self.tick_s):
-            self.tick()
-
-    def tick(self) -> None:
-        """Earn and spend since the last tick, then switch if the balance says so."""
-        now, cpu_ns = time.monotonic(), _cpu_ns(self.thread_ids)
-        used_ns = max(0, cpu_ns - self._last_ns)
-        earned_s = self.earn_cpu_s_per_s * (now - self._last_t)
-        with self.lock:
-            self.ticks += 1
-            self.balance_s = min(self.credit_s, self.balance_s + earned_s - used_ns / 1e9)
-            self._phase_ns += used_ns
-            self._last_t, self._last_ns = now, cpu_ns
-            if self.state == "burst" and self.balance_s <= 0:
-                self._switch("baseline", now)
-            elif self.state == "baseline" and self.balance_s >= self.rearm_s:
-                self._switch("burst", now)
-
-    def _switch(self, to: str, now: float) -> None:
-        quota = None if to == "burst" else self.baseline_quota_us
-        error = None
-        try:
-            self.write_quota(quota)
-        except TestbedError as e:
-            error = str(e)
-        switch = CreditSwitch(to, round(now - self._t0, 3), round(time.time(), 3), round(self.balance_s, 4), error)
-        if len(self.switches) < MAX_SWITCHES:
-            self.switches.append(switch)
-        else:
-            self.dropped += 1
-        if error is None:
-            self._close_phase(now)
-            self.state = to
-
-    def _close_phase(self, now: float) -> None:
-        start, end = self._phase_from, now - self._t0
-        wall = end - start
-        share = 100.0 * self._phase_ns / 1e9 / (wall * len(self.thread_ids)) if wall > 0 else 0.0
-        self.phases.append(CreditPhase(self.state, round(start, 3), round(end, 3), round(self._phase_ns / 1e9, 4),
-                                       round(share, 2)))
-        self._phase_from, self._phase_ns = end, 0
-
-    def stop(self) -> CreditReport:
-        """Stop, settle once more, close the last phase and report."""
-        self._stop_event.set()
-        if self.is_alive() and self is not threading.current_thread():
-            self.join(timeout=2 * self.tick_s + 1)  # a signal's restore may interrupt a holder of the lock
-        self.tick()
-        with self.lock:
-            self._close_phase(time.monotonic())
-            return CreditReport(self.ticks, round(self.balance_s, 4), list(self.switches), list(self.phases),
-                                self.dropped)
+__all__ = ["MAX_SWITCHES", "CreditController", "CreditSession"]
 
 
 class CreditSession(CfsSession):

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from bbrlab.core.scenario import Contention
 
+from .creditbalance import CreditReport
 from .limits import KernelLimits
 from .sched import SchedPolicy
 from .threadstat import ThreadUsage
@@ -169,80 +170,6 @@ class AchievedShare:
     def from_dict(cls, d: dict) -> AchievedShare:
         """The summary read from a record."""
         return cls(d["achieved_share_pct"], d["wait_s"], d["timeslices"], d["wall_s"], d["threads"], d["steal"])
-
-
-@dataclass(frozen=True)
-class CreditSwitch:
-    """The credit controller switched the quota ``to`` ``burst`` (no quota) or ``baseline`` (the share's quota),
-    ``after_s`` seconds after the contention was applied (``at_unix_s``: the host's wall clock, to line it up
-    with a transfer's intervals), the balance then being ``balance_s``; ``error`` when the kernel refused it."""
-
-    to: str
-    after_s: float
-    at_unix_s: float
-    balance_s: float
-    error: str | None = None
-
-    def to_dict(self) -> dict:
-        """The record's JSON of this switch (``error`` only when it failed)."""
-        return {k: v for k, v in asdict(self).items() if k != "error" or v is not None}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CreditSwitch:
-        """A switch read from a record."""
-        return cls(d["to"], d["after_s"], d["at_unix_s"], d["balance_s"], d.get("error"))
-
-
-@dataclass(frozen=True)
-class CreditPhase:
-    """One stretch of a credit run in one ``state`` (``burst`` or ``baseline``), from ``from_s`` to ``to_s``
-    after the contention was applied: the CPU the vCPU threads used in it (``cpu_s``, summed) and the share of a
-    CPU per thread that is (``achieved_share_pct``)."""
-
-    state: str
-    from_s: float
-    to_s: float
-    cpu_s: float
-    achieved_share_pct: float
-
-    def to_dict(self) -> dict:
-        """The record's JSON of this phase."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CreditPhase:
-        """A phase read from a record."""
-        return cls(d["state"], d["from_s"], d["to_s"], d["cpu_s"], d["achieved_share_pct"])
-
-
-@dataclass(frozen=True)
-class CreditReport:
-    """What the credit controller did over the body: ``ticks`` settlements of the balance, the balance at the
-    end (``balance_end_s``, CPU-seconds; below 0 when the last tick overdrew it), each ``switch`` and each
-    ``phase`` between them (``switches_dropped``: switches beyond the record's cap, counted only)."""
-
-    ticks: int
-    balance_end_s: float
-    switches: list[CreditSwitch] = field(default_factory=list)
-    phases: list[CreditPhase] = field(default_factory=list)
-    switches_dropped: int = 0
-
-    @property
-    def ran_out_after_s(self) -> float | None:
-        """When the balance was first spent (the first switch to baseline), None when it lasted."""
-        return next((s.after_s for s in self.switches if s.to == "baseline" and s.error is None), None)
-
-    def to_dict(self) -> dict:
-        """The record's JSON (``evidence.credit``)."""
-        return {"ticks": self.ticks, "balance_end_s": self.balance_end_s, "ran_out_after_s": self.ran_out_after_s,
-                "switches": [s.to_dict() for s in self.switches], "phases": [p.to_dict() for p in self.phases],
-                "switches_dropped": self.switches_dropped}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CreditReport:
-        """A credit report read from a record."""
-        return cls(d["ticks"], d["balance_end_s"], [CreditSwitch.from_dict(x) for x in d["switches"]],
-                   [CreditPhase.from_dict(x) for x in d["phases"]], d.get("switches_dropped", 0))
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 This host binds the cpu controller to a v1 hierarchy that cannot be unmounted here (EBUSY, held by PID 1), so
 ``cpu.max``, ``cpu.max.burst``, threaded cgroups and moving one thread through ``cgroup.threads`` cannot run on
 it. The sender guest (Debian 12, kernel 6.1, 1 vCPU, bbrlab's own init) has cgroup v2 in its kernel and no
-cgroup mounted: the test copies bbrlab's cgroup modules (``bbrlab/contention/cgroups.py``, ``ledger.py``,
-``bbrlab/core/errors.py``, ``owners.py``, ``bbrlab/testbed/lock.py`` for the ledger's directory, unmodified,
+cgroup mounted: the test copies bbrlab's cgroup modules (``bbrlab/contention/cgroups.py``, ``ledger.py``, the
+credit model's controller ``creditbalance.py``, ``bbrlab/core/errors.py``, ``owners.py``, ``contention_models.py``,
+``bbrlab/testbed/lock.py`` for the ledger's directory, unmodified,
 from this working tree; and ``json`` and ``dataclasses``, which the guest's python3-minimal lacks, from this
 Python's standard library) into a private directory in the guest, mounts cgroup2 at a mount point inside it, starts a
 busy loop (``sh -c 'while :; do :; done'``), and runs ``tests/cgroupv2_driver.py`` there with the ledger in
@@ -31,7 +32,7 @@ ROOT = Path(__file__).parents[2]
 #: The real modules the driver imports (the guest's package markers come from the same tree, bar testbed's).
 MODULES = ["bbrlab/__init__.py", "bbrlab/core/__init__.py", "bbrlab/core/errors.py", "bbrlab/core/owners.py",
            "bbrlab/contention/__init__.py", "bbrlab/contention/cgroups.py", "bbrlab/contention/ledger.py",
-           "bbrlab/testbed/lock.py"]
+           "bbrlab/contention/creditbalance.py", "bbrlab/core/contention_models.py", "bbrlab/testbed/lock.py"]
 #: What the guest's python3-minimal lacks of the standard library these need, copied from this Python's (the same
 #: minor version, checked): pure Python (json falls back from its C speed-ups).
 STDLIB = ["json/__init__.py", "json/decoder.py", "json/encoder.py", "json/scanner.py", "dataclasses.py"]
@@ -134,6 +135,15 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     holder SIGKILLed with the thread in its cgroup: clear_leftovers() clears exactly that, leaving a
     ``bbrlab-cfs-*`` cgroup no entry names.
 
+    Between the two, the credit model: the thread in a cgroup of its own with no quota (``cpu.max`` reads
+    ``max``), bbrlab's real :class:`~bbrlab.contention.creditbalance.CreditController` settling a balance of 1
+    CPU-second at a 25 % baseline for 3.5 s; when it runs out, the controller's one write puts 25 ms / 100 ms in
+    ``cpu.max`` (read back). Measured in 10 runs on the local testbed: the balance ran out after 1.468-1.496 s, the
+    thread got 95.55-96.11 % in the burst phase (the controller's own thread shares the guest's one vCPU) and
+    25.67-26.37 % at the baseline. Theory: a share s drains (s - 25 %) CPU-seconds a second, so 1 CPU-second lasts
+    1.33 s at 100 % and 1.82 s at 80 %, plus up to one 0.1 s tick: the bounds are 1.2-2.0 s, the burst at least
+    80 % and the baseline 20-30 % as the quota's above.
+
     The shares (schedstat run time over the guest's monotonic clock): measured in 10 runs on the local testbed
     (1 vCPU under TCG, the host's 2 cores shared with other sessions' tests), the busy thread got 98.3-99.5 %
     alone over 0.5 s and 24.9-26.0 % under the 25 ms / 100 ms quota over 2 s (24.86, 25.19, 25.24, 25.37,
@@ -162,6 +172,18 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     assert 20 <= seen["limited_share_pct"] <= 30, seen["limited_share_pct"]
     assert seen["remove"] == {"problems": [], "thread_cgroup": g.mount, "path_exists": False,
                               "parent_exists": False, "cpu_on_outer": False, "entries": 0, "foreign_limits": []}
+    credit = seen["credit"]
+    assert credit["limit_start"] == [None, 100_000]  # no quota at first: v2's "max"
+    assert credit["written"] == [[25_000, [25_000, 100_000]]] and credit["limit_end"] == [25_000, 100_000]
+    assert Path(credit["thread_cgroup"]).parent == mount / "bbrlab"
+    report = credit["report"]
+    assert [s["to"] for s in report["switches"]] == ["baseline"] and "error" not in report["switches"][0]
+    assert 1.2 <= report["ran_out_after_s"] <= 2.0, report
+    burst, baseline = report["phases"]
+    assert burst["state"] == "burst" and burst["achieved_share_pct"] >= 80, report
+    assert baseline["state"] == "baseline" and 20 <= baseline["achieved_share_pct"] <= 30, report
+    assert credit["remove_problems"] == [] and credit["thread_cgroup_after"] == g.mount
+    assert not credit["path_exists"] and credit["entries"] == 0
     left = seen["leftover"]
     assert left["holder_rc"] == -9 and left["thread_cgroup"] == left["path"] and left["limit"] == [25_000, 100_000]
     assert left["cpu_on_outer"] and left["leftovers"] == [left["path"]]

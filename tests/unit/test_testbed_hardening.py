@@ -138,6 +138,28 @@ def test_kvm_probe_results_expire_and_the_cache_keeps_its_fields(tmp_path, monke
     assert accel.cached_kvm_probe() is None
 
 
+def test_the_kvm_probe_ends_early_only_while_the_console_is_silent(tmp_path, monkeypatch):
+    """A console still empty after SILENT_DEADLINE_S ends the probe (the guest's kernel never started); a console
+    with any line on it is given the whole deadline to reach the init's ready line. (The QEMU is a stand-in here:
+    ``bbrlab doctor --probe-kvm`` in the README test boots the real one.)"""
+    from bbrlab.testbed.local import accel
+    from bbrlab.testbed.local.qemu import VmSpec
+
+    monkeypatch.setattr(accel, "is_our_qemu", lambda pid, name: True)
+    monkeypatch.setattr(accel, "SILENT_DEADLINE_S", 0.3)
+    spec = VmSpec(vm_name="probe", hostname="probe", folder=tmp_path, accelerator="kvm", quiet_console=False)
+    spec.console_log.write_text("")
+    t0 = time.monotonic()
+    silent = accel._watch(spec, 1, t0, 5.0, "k", "q")
+    assert not silent.usable and "console stayed empty" in silent.detail
+    assert time.monotonic() - t0 < 5.0
+    spec.console_log.write_text("Linux version 6.1.0\n")
+    talking = accel._watch(spec, 1, time.monotonic(), 0.8, "k", "q")
+    assert not talking.usable and "not ready within" in talking.detail and "Linux version" in talking.detail
+    spec.console_log.write_text(f"Linux version 6.1.0\n{accel.READY_LINE}\n")
+    assert accel._watch(spec, 1, time.monotonic(), 0.8, "k", "q").usable
+
+
 # -- stop_vm gives up when SIGKILL does not end QEMU -------------------------------------------------------
 
 FAKE_QEMU = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(120)"

@@ -67,6 +67,9 @@ class VmSpec:
     #: applies delay and loss per packet it sees, and a 64 KB aggregate of the sender's TSO would lose ~40
     #: segments at once where the scenario asks for independent losses. Off, the host segments before delivery.
     receive_offloads: bool = True
+    #: ``quiet`` on the kernel's command line (its boot messages off the console). The KVM probe turns it off:
+    #: a kernel that starts prints its banner at once, so a silent console tells a guest that never started.
+    quiet_console: bool = True
 
     @property
     def overlay(self) -> Path:
@@ -100,10 +103,11 @@ def make_overlay(image: GuestImage, overlay: Path) -> None:
         raise TestbedError(f"qemu-img create {overlay} failed: {p.stderr.strip()}")
 
 
-def kernel_cmdline() -> str:
+def kernel_cmdline(quiet: bool = True) -> str:
     """The guest kernel's command line: root on ``/dev/vda``, console on ttyS0, bbrlab's init as PID 1,
-    ``ethN`` names, a reboot 1 s after a panic (QEMU runs with ``-no-reboot``, so it then exits)."""
-    return f"root=/dev/vda rw console=ttyS0 init={INIT_PATH} net.ifnames=0 quiet panic=1"
+    ``ethN`` names, a reboot 1 s after a panic (QEMU runs with ``-no-reboot``, so it then exits); with ``quiet``,
+    the kernel's own boot messages kept off the console."""
+    return f"root=/dev/vda rw console=ttyS0 init={INIT_PATH} net.ifnames=0{' quiet' if quiet else ''} panic=1"
 
 
 def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
@@ -118,7 +122,7 @@ def qemu_argv(spec: VmSpec, image: GuestImage) -> list[str]:
         "-smp", str(spec.vcpus), "-m", str(MEMORY_MB),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-serial", f"file:{spec.console_log}",
-        "-kernel", str(boot.kernel), "-initrd", str(boot.initrd), "-append", kernel_cmdline(),
+        "-kernel", str(boot.kernel), "-initrd", str(boot.initrd), "-append", kernel_cmdline(spec.quiet_console),
         "-drive", f"file={spec.overlay},if=virtio,format=qcow2,cache=unsafe",
         "-qmp", f"unix:{spec.qmp_socket},server=on,wait=off",
         "-fw_cfg", f"name=opt/bbrlab/hostname,string={spec.hostname}",

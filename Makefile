@@ -33,14 +33,17 @@ $(STAMP): pyproject.toml setup.py Makefile scripts/install-system-packages
 sampler: setup
 	$(BIN)/python -m bbrlab.sampling.sockdiag
 
+# The tests that touch no real system run first, on both cores (pytest-xdist); then the real-system tests, one
+# at a time on the shared testbed (their bounds were measured that way). Together: everything but the slow ones.
 test: setup
-	$(BIN)/pytest tests -m "not slow"
+	$(BIN)/pytest tests -m "not system and not slow" -n 2
+	$(BIN)/pytest tests -m "system and not slow"
 
 test-slow: setup
 	$(BIN)/pytest tests -m slow
 
 test-unit: setup
-	$(BIN)/pytest tests -m "not system"
+	$(BIN)/pytest tests -m "not system" -n 2
 
 test-system: setup
 	$(BIN)/pytest tests -m "system and not slow"

@@ -8,7 +8,9 @@ summary prints every file that took more than a few seconds, its time, its budge
 assertion would be a flaky test): the table is for the next change to keep the suite inside its budget.
 
 A file's time is the sum of its tests' setup, call and teardown; a session fixture (the testbed's boot) counts
-in the file of the first test that asked for it, which the table names as such.
+in the file of the first test that asked for it, which the table names as such. ``make test`` runs in two
+sessions: the tests that touch no real system on two workers (pytest-xdist; their times then add up to more than
+the wall time, and the table says so), then the real-system tests one at a time; each prints its own table.
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ class TimeBudget:
             shown = "-" if budget is None else f"{budget:7.0f}"
             tr.write_line(f"{spent:8.1f} s  budget {shown} s  {file}  {mark}".rstrip())
         state = "OVER" if total > SUITE_BUDGET_S else "within"
-        tr.write_line(f"{total:8.1f} s  in all ({len(self.spent)} files), {state} the suite's {SUITE_BUDGET_S:.0f} s")
+        workers = tr.config.getoption("numprocesses", None) or 0
+        summed = f", summed over {workers} workers: more than the wall time" if isinstance(workers, int) and workers > 1 \
+            else ""
+        tr.write_line(f"{total:8.1f} s  in all ({len(self.spent)} files{summed}), {state} the suite's "
+                      f"{SUITE_BUDGET_S:.0f} s")
 
 
 def pytest_configure(config):

@@ -5,13 +5,14 @@ CFS quota), and full CPU comes back when :data:`~bbrlab.core.contention_models.C
 starting balance is earned again.
 
 :class:`CreditSession` is :class:`~bbrlab.contention.cfs.CfsSession` with the cgroup made without a quota and a
-:class:`~bbrlab.contention.creditbalance.CreditController` (its own module): a thread of the bbrlab process, for the length of the run, that every
-:data:`~bbrlab.core.contention_models.CREDIT_TICK_S` reads the threads' CPU time (``/proc/<tid>/schedstat``),
-settles the balance and writes the quota when the state changes. Every switch (when, and the balance then) and
-the CPU the threads got in each phase go into the evidence (``evidence.credit``), so a run shows its flow crossing
-from burst to baseline. The parameters (``credit_s``, the baseline, the earn rate, the re-arm point, the tick)
-are recorded in ``applied_model``. Restoring stops the controller before the cgroup is removed; a controller
-killed with its process (SIGKILL) leaves a ``bbrlab-cfs-`` cgroup that recovery clears as cfs-quota's.
+:class:`~bbrlab.contention.creditbalance.CreditController` (its own module): a thread of the bbrlab process, for
+the length of the run, that every :data:`~bbrlab.core.contention_models.CREDIT_TICK_S` reads the threads' CPU time
+(``/proc/<tid>/schedstat``), settles the balance and writes the quota when the state changes. Every switch (when,
+and the balance then) and the CPU the threads got in each phase go into the evidence (``evidence.credit``), so a
+run shows its flow crossing from burst to baseline. The parameters (``credit_s``, the baseline, the earn rate, the
+re-arm point, the tick) are recorded in ``applied_model``. Restoring stops the controller before the cgroup is
+removed; a controller killed with its process (SIGKILL) leaves a ``bbrlab-cfs-`` cgroup that recovery clears as
+cfs-quota's.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from dataclasses import replace
 from bbrlab.core.contention_models import CREDIT_TICK_S
 
 from .cfs import CfsSession
-from .creditbalance import MAX_SWITCHES, CreditController, CreditReport
+from .creditbalance import CreditController, CreditReport
 from .evidence import ContentionEvidence
-
-__all__ = ["MAX_SWITCHES", "CreditController", "CreditSession"]
 
 
 class CreditSession(CfsSession):

@@ -93,7 +93,6 @@ class CreditReport:
                    [CreditPhase.from_dict(x) for x in d["phases"]], d.get("switches_dropped", 0))
 
 
-
 #: A run records at most this many switches (the others are counted in ``switches_dropped``).
 MAX_SWITCHES = 50
 

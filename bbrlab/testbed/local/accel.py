@@ -105,7 +105,7 @@ def _watch(spec: VmSpec, pid: int, t0: float, deadline_s: float, host: str, qver
         console = console_tail(spec, chars=1_000_000)
         if READY_LINE in console:
             return AccelProbe(True, f"guest init ready after {time.monotonic() - t0:.1f} s", host, qver)
-        if not console.strip() and time.monotonic() - t0 >= min(SILENT_DEADLINE_S, deadline_s):
+        if not console.strip() and time.monotonic() - t0 >= SILENT_DEADLINE_S:
             return AccelProbe(False, f"the guest's console stayed empty for {SILENT_DEADLINE_S:.0f} s under KVM: its "
                               "kernel never started", host, qver)
         if not is_our_qemu(pid, spec.vm_name):

@@ -5,6 +5,8 @@ Steps: bring the local testbed up (building the guest image the first time), loa
 (``bbrlab calibrate``, into the first campaign's directory), run the demo campaigns (a throughput grid at
 two rates and one ss-sampled run per CCA) with every record pointing to its ceiling, ingest, execute
 every notebook, bring the testbed down, and say where the figures are.
+
+May import: every other room but ``cli``.
 """
 
 from __future__ import annotations

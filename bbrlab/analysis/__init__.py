@@ -3,5 +3,6 @@
 (``records_reader``, ``authors``), run identity (``identity``), the figures (``plots``), the paper's claims
 (``fidelity``), interactive picking (``explore``) and the host's load during a folder's runs (``hostload``).
 
-May import: ``bbrlab.core``, ``bbrlab.run`` (the record and calibration formats). Never ``campaign``, ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.sampling``, ``bbrlab.run``, ``bbrlab.campaign`` (the record, the samplers' files,
+the calibration and search formats). Never ``cli``.
 """

@@ -3,5 +3,6 @@ campaign directory and its records, the loop and its executors (this process; Da
 ``scaleout``, ``worker``, and the Dask engine's mutual TLS: ``tls``), calibration, and the host guard
 (``hostguard``).
 
-May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.run`` and what it may. Never ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.testbed``, ``bbrlab.link``, ``bbrlab.run``.
+Never ``analysis``, ``cli``.
 """

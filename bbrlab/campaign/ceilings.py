@@ -34,11 +34,11 @@ from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import IDENTITY, Calibration, CalibrationMismatch, CeilingPoint, PointKey
 
-if TYPE_CHECKING:
-    from .calibrate import CalibrationSpec
+from .calibration_plan import CCA
 
-#: The calibration's congestion control (the least CPU-limited one).
-CCA = "cubic"
+if TYPE_CHECKING:
+    from .calibration_plan import CalibrationSpec
+
 #: Above this share of the time wanting the CPU, the sender is the limit.
 SENDER_BOUND_DEMAND_PCT = 90.0
 #: Above this busy share (the emulator's busiest CPU, the hypervisor host's CPUs), that host is the limit.

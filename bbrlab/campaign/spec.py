@@ -72,11 +72,11 @@ from pathlib import Path
 from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
 from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
+from bbrlab.core.linksizing import BufferBelowMinimum
 from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
     DEFAULT_SAMPLER,
     DEFAULT_TRANSFER_TIMEOUT_S,
-    BufferBelowMinimum,
     Contention,
     Flow,
     Link,

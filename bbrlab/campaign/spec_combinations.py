@@ -5,15 +5,13 @@ qdiscs' kernel limits, the sampler's load, rsync's single stream and the extra f
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Link, Scenario, check_sampling_load
+from bbrlab.core.scenario import Contention, Flow, Link, Scenario, check_sampling_load
 
 from .spec_models import check_contentions
-
-if TYPE_CHECKING:
-    from .spec import CampaignSpec
 
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
 MAX_RUNS = 100_000
@@ -22,7 +20,35 @@ _LINK_LISTS = {"link.rate_mbit": "rates_mbit", "link.rtt_ms": "rtts_ms", "link.b
                "link.queue": "queues"}
 
 
-def check_combinations(spec: CampaignSpec) -> None:
+class CombinedSpec(Protocol):
+    """What the checks across keys read of a campaign spec (:class:`bbrlab.campaign.spec.CampaignSpec` has it):
+    named here so that this module needs the spec's shape, not the spec module (which calls it)."""
+
+    workloads: Sequence[str]
+    streams: Sequence[int]
+    ccas: Sequence[str]
+    flows: Sequence
+    sample_ms: int | None
+    sampler: str
+    duration_s: float
+    transfer_timeout_s: float
+    rates_mbit: Sequence[float]
+    rtts_ms: Sequence[float]
+    buffers_bdp: Sequence[float]
+    queues: Sequence[str]
+
+    @property
+    def runs(self) -> int:
+        """Grid points x repetitions."""
+
+    def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
+        """The link of one grid point."""
+
+    def flow(self, workload: str, cca: str, streams: int) -> Flow:
+        """The flow of one grid point."""
+
+
+def check_combinations(spec: CombinedSpec) -> None:
     """What is invalid only together: the number of runs, a deadline period out of the kernel's range
     (timeslice / share), a link beyond the qdiscs' kernel limits (rate x RTT x buffer), rsync over several
     streams."""
@@ -42,7 +68,7 @@ def check_combinations(spec: CampaignSpec) -> None:
     _check_flows(spec)
 
 
-def _check_flows(spec: CampaignSpec) -> None:
+def _check_flows(spec: CombinedSpec) -> None:
     """The extra flows beside each workload's flow 0 (iperf3 only; each starting before flow 0 ends)."""
     if not spec.flows:
         return
@@ -55,7 +81,7 @@ def _check_flows(spec: CampaignSpec) -> None:
                                   f"flows with workloads[{i}]", e.value, e.allowed) from None
 
 
-def _check_sampling(spec: CampaignSpec) -> None:
+def _check_sampling(spec: CombinedSpec) -> None:
     """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
     workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
     if spec.sample_ms is None:
@@ -68,7 +94,7 @@ def _check_sampling(spec: CampaignSpec) -> None:
                                 fields=("sample_ms", f"streams[{j}]", key))
 
 
-def _check_links(spec: CampaignSpec) -> None:
+def _check_links(spec: CombinedSpec) -> None:
     """Every rate x RTT x buffer x queue tree builds a :class:`Link`, which checks the kernel's limits of the
     qdiscs and the buffer's bounds (each loss was checked on its own: loss changes no size or time in the
     qdiscs). The queue tree is named in an error only when the spec lists one besides bbrlab's."""

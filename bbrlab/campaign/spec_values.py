@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
+from bbrlab.core.link import EMULATOR_OFFLOADS
 from bbrlab.core.scenario import (
     DEFAULT_SAMPLER,
-    EMULATOR_OFFLOADS,
     Contention,
     Flow,
     Link,

@@ -24,7 +24,8 @@ import json
 from typing import TYPE_CHECKING
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import EMULATOR_OFFLOADS, QUEUE_MODES
+from bbrlab.core.link import EMULATOR_OFFLOADS
+from bbrlab.core.linksizing import QUEUE_MODES
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
 
 from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
@@ -99,7 +100,7 @@ def register(sub) -> None:
 
 def link_from_args(args: argparse.Namespace):
     """A validated :class:`~bbrlab.core.scenario.Link` from the flags (raises before anything is touched)."""
-    from bbrlab.core.scenario import BufferBelowMinimum
+    from bbrlab.core.linksizing import BufferBelowMinimum
 
     buffer_bdp, buffer_bytes = parse_buffer(args.buffer, "--buffer")
     loss_pct = parse_percent(args.loss, "--loss") if args.loss is not None else 0.0
@@ -251,7 +252,7 @@ def run_validate(args) -> int:
     the emulator holds it), measure RTT, UDP and TCP against it and print each check. Returns 0 when every
     check is ok, else 1."""
     from bbrlab.link import emulator as linkmod
-    from bbrlab.link.validate import validate as validate_link
+    from bbrlab.run.linkcheck import validate as validate_link
 
     if args.rtt is not None and args.rate is not None:
         link_from_args(args)  # bad values fail before the testbed is looked up

@@ -31,9 +31,6 @@ hypervisor host the same is done with ``chrt`` through :class:`~bbrlab.core.host
 from __future__ import annotations
 
 import errno
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -42,7 +39,7 @@ from dataclasses import dataclass, field
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
-from bbrlab.core.signals import die_as_default
+from bbrlab.core.signals import restore_on_signals
 
 from . import cgroups
 from .accounting import drift_note
@@ -288,57 +285,6 @@ class ContentionSession:
         """The ``metadata.contention`` part of a run record (docs/run-record.md; ``to_dict()`` for its JSON)."""
         return ContentionRecord(self.contention, self.host.name, self.scheduler.name, self.limits,
                                 dict(self.previous), dict(self.applied), self.evidence)
-
-# -- restoring on signals ----------------------------------------------------------------------------
-
-@contextmanager
-def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
-    """While active, SIGTERM, SIGINT and SIGHUP first call ``restore`` and then act as before.
-
-    After restoring, a previous Python handler is called (inside a campaign: :mod:`bbrlab.core.signals`, which
-    ends the run); otherwise SIGINT raises ``KeyboardInterrupt`` and SIGTERM/SIGHUP raise
-    ``SystemExit(128 + signal)``, so ``finally`` blocks and outer
-    context managers still run. An ignored signal stays ignored. Signals can only be handled in the
-    main thread; elsewhere this does nothing (the ``finally`` of :func:`contended` still restores
-    on exceptions).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[int, object] = {}
-    busy = threading.Lock()
-
-    owner = os.getpid()
-
-    def handler(signum, frame):
-        if os.getpid() != owner:  # a forked helper must not restore its parent's threads
-            die_as_default(signum)
-        if not busy.acquire(blocking=False):
-            return  # a second signal while restoring: let the first one finish the job
-        try:
-            restore()
-        finally:
-            busy.release()
-        prev = previous[signum]
-        if callable(prev):
-            prev(signum, frame)
-        elif signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        else:
-            raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        prev = signal.getsignal(sig)
-        if prev in (signal.SIG_IGN, None):
-            continue
-        previous[sig] = prev
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, prev in previous.items():
-            signal.signal(sig, prev)
-
 
 @contextmanager
 def contended(

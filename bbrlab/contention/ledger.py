@@ -3,7 +3,7 @@ recovery undoes what bbrlab itself left and nothing else.
 
 A session writes an entry (:func:`write`) before its first change and removes it (:func:`drop`) once all is
 given back. An entry is a JSON file in bbrlab's private state directory (``/run/bbrlab/contention/`` for root,
-beside the testbed locks: :func:`bbrlab.testbed.lock.lock_dir`), mode 0600, holding its owner
+beside the testbed locks: :func:`bbrlab.core.lockdir.lock_dir`), mode 0600, holding its owner
 (:class:`~bbrlab.core.owners.Owner`: machine, boot, pid and start time, so a pid handed to a new process since
 is not taken for the owner) and what the session changes (the cgroup it makes, the threads it pins and their
 CPU masks before). Recovery (:func:`left`) reads the entries whose owner is gone and acts on what they name.
@@ -36,7 +36,7 @@ _counter = count(1)
 def state_dir() -> Path:
     """The private directory of the entries (made 0700; refused if not this user's, a symlink, or writable by
     others)."""
-    from bbrlab.testbed.lock import lock_dir
+    from bbrlab.core.lockdir import lock_dir
 
     base = lock_dir() / "contention"
     try:

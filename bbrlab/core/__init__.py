@@ -3,7 +3,6 @@ host (and the bash loops run there), signals, the typed scenario of one run, pro
 and the owner-named cache work folders.
 
 Owns: ``errors``, ``units``, ``yamlfile``, ``resources``, ``hosts``, ``hostloop``, ``signals``, ``scenario``, ``confidence``,
-``owners``, ``cachefiles``, ``giventhreads`` (the hand-given vCPU thread ids of a testbed file;
-its ``ThreadIdentity`` annotation names ``bbrlab.contention.threadstat`` for type checkers only).
-May import: the standard library and third-party packages only; never another bbrlab subpackage.
+``owners``, ``cachefiles``, ``giventhreads`` (the hand-given vCPU thread ids of a testbed file).
+May import: the standard library and third-party packages only; never another bbrlab room.
 """

@@ -16,6 +16,7 @@ not changed for :data:`LEGACY_STALE_S`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -30,6 +31,21 @@ PREFIX = ".build-"
 #: A work name without an owner (made before owners were named) is stale after this long unchanged.
 LEGACY_STALE_S = 86400.0
 _OWNED = re.compile(r"-([0-9a-f]{8})\.(\d{1,10})\.(\d{1,20})-[a-z0-9_]{8}$")
+
+
+def cache_dir() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/bbrlab``: where built and extracted things are kept."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "bbrlab"
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def owner_prefix(prefix: str) -> str:

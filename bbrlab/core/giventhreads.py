@@ -5,12 +5,17 @@ is :func:`bbrlab.contention.vcpu.pin_given_threads`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bbrlab.core.errors import ValidationError
 
-if TYPE_CHECKING:
-    from bbrlab.contention.threadstat import ThreadIdentity
+
+class HeldBy(Protocol):
+    """What a thread id's holder is compared on (:class:`bbrlab.contention.threadstat.ThreadIdentity` has it)."""
+
+    comm: str
+    pid: int
+    start_ticks: int
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,7 @@ class GivenThread:
                  if v is not None}
         return {"tid": self.tid, **extra} if extra else self.tid
 
-    def differences(self, now: ThreadIdentity) -> list[str]:
+    def differences(self, now: HeldBy) -> list[str]:
         """Where the thread holding the id ``now`` contradicts the file."""
         return [f"{name} {getattr(now, name)!r} (the file says {want!r})"
                 for name, want in (("comm", self.comm), ("pid", self.pid), ("start_ticks", self.start_ticks))

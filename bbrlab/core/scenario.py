@@ -10,7 +10,6 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 from . import competition
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
@@ -23,218 +22,25 @@ from .contention_models import (
     model_id_tag,
 )
 from .errors import ValidationError
-from .linksizing import (  # noqa: F401 - the queue's sizes and checks, re-exported where Link is
-    ETHERNET_HEADER_BYTES,
-    MAX_BUFFER_BDP,
-    MAX_QUEUE_BYTES,
-    MIN_QUEUE_FRAMES,
-    QUEUE_MODES,
-    BufferBelowMinimum,
-    buffer_bdp_range,
-    check_buffer_ceiling,
-    check_kernel_limits,
-    check_queue_floor,
-)
+from .link import Link
+from .ranges import check_range as _check_range
 
 # Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).
 DEADLINE_PERIOD_MIN_US = 100
 DEADLINE_PERIOD_MAX_US = 4_194_304
 DEADLINE_RUNTIME_MIN_NS = 1024
-#: Highest loss a link may have: beyond half the packets lost a transfer measures the loss, not the CCA.
-MAX_LOSS_PCT = 50
-
 #: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.run.transfer).
 WORKLOADS = ("iperf3", "rsync")
 DEFAULT_FILE_MB = 160
 DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
 #: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
 MAX_FILE_MB = 1024
-LossModel = Literal["none", "uniform", "gemodel"]
-DelaySplit = Literal["symmetric", "forward"]
-QueueMode = Literal["bbrlab", "authors"]
-EmulatorOffloads = Literal["off", "on"]
-#: ``Link.emulator_offloads``: TSO, GSO and GRO on the emulator's two ports all off (bbrlab: netem sees wire
-#: packets) or all on (as the authors' emulator script sets them).
-EMULATOR_OFFLOADS = ("off", "on")
-
-
-def _check_range(field_name: str, value, lo, hi, *, lo_open=False, hi_open=False, unit=""):
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field_name, value, f"a number{(' in ' + unit) if unit else ''}")
-    lo_ok = value > lo if lo_open else value >= lo
-    hi_ok = value < hi if hi_open else value <= hi
-    if not (lo_ok and hi_ok):
-        lo_s = "<" if lo_open else "<="
-        hi_s = "<" if hi_open else "<="
-        name = field_name.rsplit(".", 1)[-1]
-        raise ValidationError(field_name, value, f"{lo} {lo_s} {name} {hi_s} {hi}{(' ' + unit) if unit else ''}")
-
 
 def check_cca(name: object, field_name: str = "cca") -> str:
     """A congestion control name: lowercase identifier of at most 15 characters."""
     if not isinstance(name, str) or not CCA_NAME.fullmatch(name):
         raise ValidationError(field_name, name, "a congestion control name: [a-z][a-z0-9_]{0,14}, e.g. cubic, bbr, bbr2b")
     return name
-
-
-@dataclass(frozen=True)
-class Link:
-    """The emulated bottleneck: delay, rate, buffer and loss, as set on the emulator.
-
-    ``buffer_bdp`` sizes the token bucket's queue in bandwidth-delay products (the paper uses 1);
-    ``buffer_bytes`` gives it directly instead. ``rate_mbit=None`` is an *unshaped* link: the delay (and
-    loss) only, no token bucket and so no bottleneck queue (both buffers ``None``); build it with
-    :meth:`unshaped`. It measures what the sender can carry at all (``bbrlab calibrate``). ``delay_split``: ``symmetric`` puts RTT/2 on each
-    direction, ``forward`` puts the whole RTT on the data direction.
-    Gilbert-Elliott loss (``gemodel``) takes ``ge_p_pct``, ``ge_r_pct``, ``ge_h_pct``, ``ge_k_pct``
-    as netem's ``loss gemodel p r 1-h 1-k``.
-
-    ``queue`` picks the emulator's qdisc tree (docs/link.md): ``bbrlab`` (netem -> tbf; tbf's byte limit, the
-    buffer asked, is the bottleneck queue) or ``authors`` (tbf -> netem on both ports as the paper authors'
-    emulator built it; tbf's limit is then not in force and netem's 100000 packets are the queue, whatever the
-    buffer asked). ``emulator_offloads`` sets TSO, GSO and GRO on the emulator's ports: ``off`` (netem sees wire
-    packets) or ``on`` (as the authors' emulator had them). Both are left out of :meth:`to_dict` at their
-    defaults, so the run ids of links made before they existed do not change.
-    """
-
-    rtt_ms: float
-    rate_mbit: float | None
-    buffer_bdp: float | None = 1.0
-    buffer_bytes: int | None = None
-    loss_model: LossModel = "none"
-    loss_pct: float = 0.0
-    ge_p_pct: float = 0.0
-    ge_r_pct: float = 100.0
-    ge_h_pct: float = 0.0
-    ge_k_pct: float = 100.0
-    loss_seed: int | None = None
-    jitter_ms: float = 0.0
-    delay_split: DelaySplit = "symmetric"
-    mtu_bytes: int = 1500
-    queue: QueueMode = "bbrlab"
-    emulator_offloads: EmulatorOffloads = "off"
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        """Check every field and their combinations; raise :class:`ValidationError` naming the field and its allowed range."""
-        _check_range("link.rtt_ms", self.rtt_ms, 0, 10_000, unit="ms")
-        if self.rate_mbit is None:
-            if self.buffer_bdp is not None or self.buffer_bytes is not None:
-                raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
-                                      "none when rate_mbit is None (an unshaped link has no bottleneck queue; "
-                                      "use Link.unshaped)")
-        else:
-            _check_range("link.rate_mbit", self.rate_mbit, 0, 100_000, lo_open=True, unit="Mbit/s")
-        if self.rate_mbit is not None and (self.buffer_bdp is None) == (self.buffer_bytes is None):
-            raise ValidationError("link.buffer", (self.buffer_bdp, self.buffer_bytes),
-                                  "exactly one of buffer_bdp or buffer_bytes")
-        if self.buffer_bdp is not None:
-            if isinstance(self.buffer_bdp, bool) or not isinstance(self.buffer_bdp, int | float):
-                raise ValidationError("link.buffer_bdp", self.buffer_bdp, "a number in BDP")
-            check_buffer_ceiling(self)  # 0 < buffer_bdp <= the largest this rate x RTT allows
-        if self.buffer_bytes is not None:
-            _check_range("link.buffer_bytes", self.buffer_bytes, 1, 2**31 - 1, unit="bytes")
-        if self.loss_model not in ("none", "uniform", "gemodel"):
-            raise ValidationError("link.loss_model", self.loss_model, "one of none, uniform, gemodel")
-        _check_range("link.loss_pct", self.loss_pct, 0, MAX_LOSS_PCT, unit="%")
-        if self.loss_model == "none" and self.loss_pct:
-            raise ValidationError("link.loss_pct", self.loss_pct, "0 when loss_model is none (use uniform)")
-        for name in ("ge_p_pct", "ge_r_pct", "ge_h_pct", "ge_k_pct"):
-            _check_range(f"link.{name}", getattr(self, name), 0, 100, unit="%")
-        if self.loss_seed is not None:
-            _check_range("link.loss_seed", self.loss_seed, 0, 2**63 - 1)
-        _check_range("link.jitter_ms", self.jitter_ms, 0, 10_000, unit="ms")
-        if self.jitter_ms > self.one_way_delays_ms()[0] and self.jitter_ms:
-            raise ValidationError("link.jitter_ms", self.jitter_ms, "at most the per-direction delay")
-        if self.delay_split not in ("symmetric", "forward"):
-            raise ValidationError("link.delay_split", self.delay_split, "symmetric or forward")
-        _check_range("link.mtu_bytes", self.mtu_bytes, 576, 65_535, unit="bytes")
-        self._check_queue_tree()
-        check_kernel_limits(self)
-        check_queue_floor(self)
-
-    def _check_queue_tree(self) -> None:
-        """``queue`` and ``emulator_offloads`` are known values; the authors' tree needs a rate."""
-        if self.queue not in QUEUE_MODES:
-            raise ValidationError("link.queue", self.queue, "one of bbrlab (netem -> tbf, tbf's limit is the "
-                                  "queue), authors (tbf -> netem as the paper authors built it, netem's 100000 "
-                                  "packets are the queue)")
-        if self.queue == "authors" and not self.shaped:
-            raise ValidationError("link.queue", self.queue, "bbrlab for an unshaped link (the authors' tree is a "
-                                  "token bucket with netem below it: give rate_mbit)")
-        if self.emulator_offloads not in EMULATOR_OFFLOADS:
-            raise ValidationError("link.emulator_offloads", self.emulator_offloads,
-                                  "off (TSO, GSO and GRO off on the emulator's ports) or on (all three on, as the "
-                                  "authors' emulator had them)")
-
-    def to_dict(self) -> dict:
-        """The link as recorded (and hashed into run ids): every field, but ``queue`` and
-        ``emulator_offloads`` only when they differ from their defaults."""
-        d = asdict(self)
-        if self.queue == "bbrlab":
-            del d["queue"]
-        if self.emulator_offloads == "off":
-            del d["emulator_offloads"]
-        return d
-
-    @classmethod
-    def unshaped(cls, rtt_ms: float, **kwargs) -> Link:
-        """A link with ``rtt_ms`` of delay and no rate limit (other fields as keywords, e.g. ``delay_split``)."""
-        return cls(rtt_ms=rtt_ms, rate_mbit=None, buffer_bdp=None, buffer_bytes=None, **kwargs)
-
-    # -- derived quantities ----------------------------------------------------------------
-    @property
-    def shaped(self) -> bool:
-        """Whether a token bucket limits the rate (False for :meth:`unshaped` links)."""
-        return self.rate_mbit is not None
-
-    @property
-    def bdp_bytes(self) -> int | None:
-        """Bandwidth-delay product of the configured link in bytes (None when unshaped)."""
-        if self.rate_mbit is None:
-            return None
-        return int(round(self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1e3))
-
-    @property
-    def queue_limit_bytes(self) -> int | None:
-        """Bottleneck queue in bytes, exactly as asked: ``buffer_bytes``, or ``buffer_bdp x bdp_bytes`` rounded
-        to a byte (None when unshaped: there is no bottleneck queue). A queue below :attr:`min_queue_bytes`
-        is refused when the link is built, never enlarged behind the researcher's back."""
-        if self.rate_mbit is None:
-            return None
-        if self.buffer_bytes is not None:
-            return self.buffer_bytes
-        return int(round(self.buffer_bdp * self.bdp_bytes))
-
-    @property
-    def frame_bytes(self) -> int:
-        """What a full-size packet takes in the bottleneck queue: the MTU plus the Ethernet header."""
-        return self.mtu_bytes + ETHERNET_HEADER_BYTES
-
-    @property
-    def min_queue_bytes(self) -> int:
-        """The smallest bottleneck queue bbrlab sets: :data:`MIN_QUEUE_FRAMES` full-size frames."""
-        return MIN_QUEUE_FRAMES * self.frame_bytes
-
-    @property
-    def queue_bdp(self) -> float | None:
-        """The bottleneck queue in BDP (None when unshaped or when the BDP is 0 bytes)."""
-        if not self.shaped or not self.bdp_bytes:
-            return None
-        return self.queue_limit_bytes / self.bdp_bytes
-
-    def one_way_delays_ms(self) -> tuple[float, float]:
-        """(data direction, ack direction) delay in ms."""
-        if self.delay_split == "forward":
-            return float(self.rtt_ms), 0.0
-        return self.rtt_ms / 2, self.rtt_ms / 2
-
-    @property
-    def effective_loss_pct(self) -> float:
-        """The loss netem applies at random, in percent: ``loss_pct`` for the uniform model, 0 otherwise (Gilbert-Elliott loss has no single figure)."""
-        return self.loss_pct if self.loss_model == "uniform" else 0.0
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 #: The signals that end a campaign (and the exit status a shell reports for each: 128 + number).
@@ -195,3 +195,52 @@ def run_group(argv: list[str], *, timeout: float | None = None, grace_s: float =
             if stream is not None:
                 stream.close()
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@contextmanager
+def restore_on_signals(restore: Callable[[], None]) -> Iterator[None]:
+    """While active, SIGTERM, SIGINT and SIGHUP first call ``restore`` and then act as before.
+
+    After restoring, a previous Python handler is called (inside a campaign: :mod:`bbrlab.core.signals`, which
+    ends the run); otherwise SIGINT raises ``KeyboardInterrupt`` and SIGTERM/SIGHUP raise
+    ``SystemExit(128 + signal)``, so ``finally`` blocks and outer
+    context managers still run. An ignored signal stays ignored. Signals can only be handled in the
+    main thread; elsewhere this does nothing (the ``finally`` of :func:`bbrlab.contention.deadline.contended` still restores
+    on exceptions).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+    busy = threading.Lock()
+
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:  # a forked helper must not restore its parent's threads
+            die_as_default(signum)
+        if not busy.acquire(blocking=False):
+            return  # a second signal while restoring: let the first one finish the job
+        try:
+            restore()
+        finally:
+            busy.release()
+        prev = previous[signum]
+        if callable(prev):
+            prev(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        prev = signal.getsignal(sig)
+        if prev in (signal.SIG_IGN, None):
+            continue
+        previous[sig] = prev
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)

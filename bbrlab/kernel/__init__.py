@@ -13,6 +13,8 @@ compares them run by run. The steps, each a function here:
 4. :func:`module_identity` for run records, :func:`set_params` for the module parameters.
 
 :func:`ensure_bbr2b` does all of it for a host (the testbed calls it when it comes up).
+
+May import: ``bbrlab.core``. Never a room above it.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bbrlab.core.cachefiles import cache_dir, sha256_file  # noqa: F401 - kernel modules take them from here
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import LocalHost
 
@@ -33,21 +34,6 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 class SourceMismatchError(BbrlabError):
     """The kernel source is not the one the patch was written for."""
-
-
-def cache_dir() -> Path:
-    """``${XDG_CACHE_HOME:-~/.cache}/bbrlab``: where built and extracted things are kept."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "bbrlab"
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_expected_sha256s(path: str | Path) -> tuple[str, ...]:

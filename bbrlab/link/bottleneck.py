@@ -20,12 +20,12 @@ recovers the link's values from a read-back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from bbrlab.core.errors import TestbedError
 
-if TYPE_CHECKING:
-    from .emulator import Readback
+#: A read-back of the emulator's ports: ``{ifname: [qdisc, ...]}``, each qdisc as ``tc -raw -j -s qdisc show``
+#: reports it (kind, handle, parent, options, counters), kept verbatim in every run record (``metadata.qdiscs``).
+Readback = dict[str, list[dict]]
 
 
 def of_kind(qdiscs: list[dict], kind: str) -> dict | None:

@@ -33,7 +33,7 @@ from bbrlab.core.scenario import Link
 from bbrlab.testbed import hostlock
 
 from . import offloads
-from .bottleneck import configured_from_readback, queue_mode_of  # noqa: F401 - the link's API
+from .bottleneck import Readback, configured_from_readback, queue_mode_of  # noqa: F401 - the link's API
 from .offloads import Offloads
 from .qdisc import (
     ROOT_HANDLE,
@@ -65,11 +65,6 @@ _PROBES = {
 }
 #: A constant script: the probe's arguments arrive as "$@", never pasted into the script text.
 _PROBE_SCRIPT = 'tc qdisc add dev lo root handle 1: "$@" && exec tc -raw -j qdisc show dev lo'
-
-
-#: A read-back of the emulator's ports: ``{ifname: [qdisc, ...]}``, each qdisc as ``tc -raw -j -s qdisc show``
-#: reports it (kind, handle, parent, options, counters), kept verbatim in every run record (``metadata.qdiscs``).
-Readback = dict[str, list[dict]]
 
 
 class LinkMismatch(TestbedError):

@@ -31,7 +31,7 @@ so the same count serves the ack port.
 Queue
 -----
 In bbrlab's tree tbf's ``limit`` is exactly :attr:`~bbrlab.core.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
-below two full-size frames is refused when the ``Link`` is built (:func:`bbrlab.core.scenario.check_queue_floor`),
+below two full-size frames is refused when the ``Link`` is built (:class:`bbrlab.core.link.Link`),
 never enlarged. What the kernel then holds is read back into every run record
 (:func:`bbrlab.link.counters.effective_queue`).
 
@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, U32_MAX, netem_limit_packets, tbf_burst_bytes
+from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, U32_MAX
 from bbrlab.core.scenario import Link
 
 #: Handles of bbrlab's qdiscs ("bb" for bbrlab); a root qdisc with another non-zero handle is not ours.
@@ -208,7 +208,7 @@ def _us(ms: float) -> int:
 
 def _tbf(link: Link) -> Tbf:
     """The token bucket of a shaped link: its rate, the tree's burst rule, the buffer asked as its limit."""
-    return Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=tbf_burst_bytes(link),
+    return Tbf(rate_bit=int(round(link.rate_mbit * 1e6)), burst_bytes=link.tbf_burst_bytes(),
                limit_bytes=link.queue_limit_bytes)
 
 
@@ -218,7 +218,7 @@ def authors_port_tree(link: Link, ifname: str, direction: Direction) -> PortTree
     data = direction == "data"
     delay_ms = link.one_way_delays_ms()[0 if data else 1]
     netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms) if data else 0,
-                  limit_packets=netem_limit_packets(link), loss=_loss(link) if data else None,
+                  limit_packets=link.netem_limit_packets(), loss=_loss(link) if data else None,
                   seed=link.loss_seed if data else None)
     return PortTree(ifname, direction, (QdiscNode(ROOT_HANDLE, "root", _tbf(link)),
                                         QdiscNode(CHILD_HANDLE, CHILD_PARENT, netem)))
@@ -232,7 +232,7 @@ def data_port_tree(link: Link, ifname: str) -> PortTree:
     delay_ms = link.one_way_delays_ms()[0]
     loss = _loss(link)
     needs_netem = delay_ms > 0 or link.jitter_ms > 0 or loss is not None or link.loss_seed is not None
-    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=netem_limit_packets(link),
+    netem = Netem(delay_us=_us(delay_ms), jitter_us=_us(link.jitter_ms), limit_packets=link.netem_limit_packets(),
                   loss=loss, seed=link.loss_seed) if needs_netem else None
     if not link.shaped:
         return PortTree(ifname, "data", (QdiscNode(ROOT_HANDLE, "root", netem),) if netem else ())
@@ -251,7 +251,7 @@ def ack_port_tree(link: Link, ifname: str) -> PortTree:
     delay_ms = link.one_way_delays_ms()[1]
     if delay_ms <= 0:
         return PortTree(ifname, "ack", ())
-    netem = Netem(delay_us=_us(delay_ms), limit_packets=netem_limit_packets(link))
+    netem = Netem(delay_us=_us(delay_ms), limit_packets=link.netem_limit_packets())
     return PortTree(ifname, "ack", (QdiscNode(ROOT_HANDLE, "root", netem),))
 
 

@@ -4,7 +4,6 @@ between runs on one testbed (``session``), the workloads (``workloads``, ``iperf
 metadata (``record``, ``runmeta``), the calibration file it is checked against (``ceiling``) and
 recovery after a killed process (``recovery``).
 
-May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.kernel``, ``bbrlab.link`` (``emulator``, ``qdisc``,
-``counters``), ``bbrlab.contention`` (``deadline``, ``evidence``, ``hostcpu``, ``outside``, ``placement``), ``bbrlab.sampling``
-(``sampler``, ``summary``). Never ``campaign``, ``analysis``, ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.testbed``, ``bbrlab.link``.
+Never ``campaign``, ``analysis``, ``cli``.
 """

@@ -14,7 +14,7 @@ it is capped). At the start and at the end one bash script writes markers into t
 (:mod:`bbrlab.sampling.vcpuparse`): CLOCK_REALTIME (``$EPOCHREALTIME``) between two markers, which gives
 realtime minus the trace clock with its uncertainty, and each thread's ``/proc/<tid>/schedstat``, which the
 trace's on-CPU time over the same window is compared with. The instance is removed on every exit (signals
-included, as :func:`bbrlab.contention.deadline.restore_on_signals` restores); a killed owner's instance is
+included, as :func:`bbrlab.core.signals.restore_on_signals` restores); a killed owner's instance is
 removed by :func:`clear_leftovers` (run recovery).
 """
 
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bbrlab.contention.deadline import restore_on_signals
 from bbrlab.core import owners
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
 from bbrlab.core.ownedpids import KILL_OURS_SH
+from bbrlab.core.signals import restore_on_signals
 
 from . import vcpuparse as vp
 

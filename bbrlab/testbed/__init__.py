@@ -11,6 +11,9 @@ One API for the local testbed on this machine and for a real lab described by a 
     testbed.status(tb)                       # reachability, kernels, CCAs, qdiscs, QEMU pid, accel
     testbed.down()                           # stop VMs, remove namespaces/taps/bridges
     tb = testbed.load("lab.yaml")            # a lab (or a running local testbed by name)
+
+May import: ``bbrlab.core``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``. Never ``link``, ``run``,
+``campaign``, ``analysis``, ``cli``.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def bridged():
 
 def test_udp_and_tcp_measurements_through_a_token_bucket_in_namespaces(bridged):
     """validate's UDP and TCP parts against tbf at 50 Mbit/s (the host has no netem, so no delay here)."""
-    from bbrlab.link.validate import measure_tcp, measure_udp
+    from bbrlab.run.linkcheck import measure_tcp, measure_udp
 
     link = Link(rtt_ms=0, rate_mbit=50, buffer_bdp=None, buffer_bytes=125_000)
     linkmod.set(bridged.emulator.host, bridged.emulator.ports, link)

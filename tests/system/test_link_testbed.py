@@ -14,7 +14,7 @@ import pytest
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
-from bbrlab.link.validate import measure_loss
+from bbrlab.run.linkcheck import measure_loss
 from bbrlab.testbed import lock as tblock
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]

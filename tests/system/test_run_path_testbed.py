@@ -27,8 +27,8 @@ from bbrlab.core import machine
 from bbrlab.core.hosts import LocalHost, SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import emulator as link
-from bbrlab.link.validate import validate as validate_link
 from bbrlab.run import record, sender
+from bbrlab.run.linkcheck import validate as validate_link
 from bbrlab.run.runner import Runner, run_once
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]

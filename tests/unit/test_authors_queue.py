@@ -17,7 +17,7 @@ import pytest
 from bbrlab.core import errors
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import Host, Result
-from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, authors_burst_bytes, max_buffer_bdp
+from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, authors_burst_bytes
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import bottleneck, offloads
 from bbrlab.link import counters as linkcount
@@ -112,11 +112,11 @@ def test_bad_values_and_combinations_name_the_field_and_what_is_allowed(kwargs, 
 
 def test_buffers_up_to_the_authors_queue_are_accepted():
     """100000 full-size frames (151.4 MB) is 12112 BDP at 10 Mbit/s x 10 ms: far above the old 1000 BDP."""
-    assert max_buffer_bdp(Link(rtt_ms=10, rate_mbit=10)) == 12_112.0
+    assert Link(rtt_ms=10, rate_mbit=10).max_buffer_bdp() == 12_112.0
     deep = Link(rtt_ms=10, rate_mbit=10, buffer_bdp=12_112)
     assert deep.queue_limit_bytes == 151_400_000 and build_tree(deep, PORTS).data.find("tbf").qdisc.limit_bytes \
         == 151_400_000
-    assert max_buffer_bdp(Link(rtt_ms=20, rate_mbit=100)) == 1000.0  # 605.6 BDP there: 1000 still allowed
+    assert Link(rtt_ms=20, rate_mbit=100).max_buffer_bdp() == 1000.0  # 605.6 BDP there: 1000 still allowed
     assert Link(rtt_ms=20, rate_mbit=100, buffer_bdp=605.6, queue="authors").queue_limit_bytes == 151_400_000
     assert Link(rtt_ms=10, rate_mbit=1.514, buffer_bdp=2, queue="authors").shaped  # the authors' lowest rate
 

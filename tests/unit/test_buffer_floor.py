@@ -17,7 +17,8 @@ from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import BufferBelowMinimum, Link
+from bbrlab.core.linksizing import BufferBelowMinimum
+from bbrlab.core.scenario import Link
 from bbrlab.link.counters import QueueHeld, QueueInForce, effective_queue
 from bbrlab.link.qdisc import build_tree
 

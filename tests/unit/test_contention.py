@@ -8,7 +8,7 @@ import pytest
 
 from bbrlab.cli.contention import parse_thread_list
 from bbrlab.cli.main import build_parser
-from bbrlab.contention.deadline import ContentionSession, restore_on_signals
+from bbrlab.contention.deadline import ContentionSession
 from bbrlab.contention.limits import KernelLimits, check_fits, count_cpu_list
 from bbrlab.contention.sched import (
     DeadlineAdmissionError,
@@ -23,6 +23,7 @@ from bbrlab.contention.threadstat import ThreadSample, _parse_stat, usage_betwee
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
+from bbrlab.core.signals import restore_on_signals
 
 LIMITS_2CPU = KernelLimits(period_min_us=100, period_max_us=4_194_304, rt_runtime_us=950_000,
                            rt_period_us=1_000_000, online_cpus=2, kernel_release="6.18")

@@ -7,7 +7,7 @@ import pytest
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, netem_limit_packets, tbf_burst_bytes
+from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS
 from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
@@ -93,17 +93,17 @@ def test_seed_is_rendered_when_asked():
 
 
 def test_burst_scales_with_rate_and_never_drops_below_a_few_packets():
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000)) == 500_000  # 4 ms at 1 Gbit/s
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1, buffer_bdp=2)) == 10 * 1514  # a few packets at least
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=20)) == 15_140
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=1000, mtu_bytes=9000)) == 500_000
-    assert tbf_burst_bytes(Link(rtt_ms=20, rate_mbit=50, mtu_bytes=9000)) == 10 * 9014
+    assert Link(rtt_ms=20, rate_mbit=1000).tbf_burst_bytes() == 500_000  # 4 ms at 1 Gbit/s
+    assert Link(rtt_ms=20, rate_mbit=1, buffer_bdp=2).tbf_burst_bytes() == 10 * 1514  # a few packets at least
+    assert Link(rtt_ms=20, rate_mbit=20).tbf_burst_bytes() == 15_140
+    assert Link(rtt_ms=20, rate_mbit=1000, mtu_bytes=9000).tbf_burst_bytes() == 500_000
+    assert Link(rtt_ms=20, rate_mbit=50, mtu_bytes=9000).tbf_burst_bytes() == 10 * 9014
 
 
 def test_netem_limit_holds_a_slow_start_overshoot():
-    assert netem_limit_packets(Link(rtt_ms=20, rate_mbit=50)) == NETEM_MIN_LIMIT_PACKETS
+    assert Link(rtt_ms=20, rate_mbit=50).netem_limit_packets() == NETEM_MIN_LIMIT_PACKETS
     big = Link(rtt_ms=40, rate_mbit=1000, buffer_bdp=1.0)  # BDP 5 MB, buffer 5 MB
-    assert netem_limit_packets(big) == 26_667  # 4 x 10 MB / 1500 B
+    assert big.netem_limit_packets() == 26_667  # 4 x 10 MB / 1500 B
     tree = build_tree(big, PORTS)
     assert tree.ack.nodes[0].qdisc.limit_packets == tree.data.nodes[0].qdisc.limit_packets == 26_667
 

@@ -1,20 +1,23 @@
-"""The package's shape (issue #25): no import circles, the library never imports the CLI, a dozen rooms.
+"""The package's shape (issues #25, #37): no import circles, each room imports only what its rule allows, the
+library never imports the CLI, a dozen rooms.
 
-Read from the source with ``ast`` (module-level and in-function imports alike), so an import that only
-runs in one branch still counts.
+Read from the source with ``ast``: module-level, in-function and type-only (``if TYPE_CHECKING:``) imports alike,
+so an import that only runs in one branch, or only for a type checker, still counts. ``from . import x`` is an
+edge to the module ``x``; taking a name from a package's ``__init__`` is an edge to that package, ancestors
+included. The rules are the "May import:" line of each room's docstring (its ``__init__.py``, or the module
+for a room of one file), read here, so the rule a reader sees is the rule that is checked.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import bbrlab
 
 ROOT = Path(bbrlab.__file__).parent
 MAX_TOP_LEVEL_ENTRIES = 12
-#: "No module over about 500 lines" (issue #25): a little slack for the docstrings every public name carries.
-MAX_MODULE_LINES = 540
 
 
 def _modules() -> dict[str, Path]:
@@ -39,12 +42,8 @@ def _known(name: str, modules: dict) -> str | None:
 def _imports(name: str, path: Path, modules: dict) -> set[str]:
     is_pkg = path.name == "__init__.py"
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and ast.unparse(block.test).endswith("TYPE_CHECKING") for n in ast.walk(block)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:  # annotations only: never imported at run time
-            continue
         if isinstance(node, ast.Import):
             found |= {_known(a.name, modules) for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -57,8 +56,7 @@ def _imports(name: str, path: Path, modules: dict) -> set[str]:
             for a in node.names:
                 sub = f"{src}.{a.name}"
                 found.add(sub if sub in modules else _known(src, modules))
-    # importing an ancestor package is implied by Python itself; it is not an edge
-    return {m for m in found if m and m != name and not name.startswith(m + ".")}
+    return {m for m in found if m and m != name}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -134,7 +132,59 @@ def test_every_public_function_and_class_has_a_docstring():
     assert _undocumented() == []
 
 
-def test_no_module_over_about_500_lines():
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
-            if "guest" not in p.parts and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
-    assert long == {}
+# -- the rooms' rules ------------------------------------------------------------------------------------
+def _room(module: str) -> str:
+    """``bbrlab.run.runner`` -> ``run``; ``bbrlab.demo`` -> ``demo``; the package's face is ``bbrlab``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "bbrlab"
+
+
+def _rule_text(room: str) -> str:
+    """The "May import:" paragraph of ``room``'s docstring ("" when it states none)."""
+    path = ROOT / room / "__init__.py" if (ROOT / room).is_dir() else ROOT / f"{room}.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    start = doc.find("May import:")
+    if start < 0:
+        return ""
+    return doc[start:].split("\n\n")[0]
+
+
+def _rules() -> dict[str, set[str] | None]:
+    """Each room's allowed rooms (None: every room but the CLI, the rule of the top of the house)."""
+    rooms = {_room(m) for m in _modules()} - {"bbrlab"}
+    out: dict[str, set[str] | None] = {}
+    for room in sorted(rooms):
+        text = _rule_text(room)
+        allowed_part = text.split("Never")[0]
+        out[room] = None if "every other room" in allowed_part else set(re.findall(r"``bbrlab\.(\w+)``", allowed_part))
+    return out
+
+
+def _violations() -> list[str]:
+    rules = _rules()
+    out = []
+    for module, targets in _graph().items():
+        room = _room(module)
+        allowed = rules.get(room)
+        for target in sorted(targets):
+            other = _room(target)
+            if other in (room, "bbrlab") or allowed is None and other != "cli":
+                continue  # its own room; the package's face (its version); the top may take any room
+            if allowed is None or other not in allowed:
+                out.append(f"{module} -> {target}")
+    return out
+
+
+def test_every_room_states_its_rule():
+    assert {room: _rule_text(room)[:40] for room in _rules() if not _rule_text(room)} == {}
+
+
+def test_every_room_imports_only_what_its_rule_allows():
+    assert _violations() == []
+
+
+def test_the_rules_are_layers():
+    """No room allows a room that (through the rules) allows it back: the rooms stack, floor by floor."""
+    rules = {room: allowed or set() for room, allowed in _rules().items() if allowed is not None}
+    graph = {room: {f"bbrlab.{r}" for r in allowed} for room, allowed in rules.items()}
+    assert _circles({f"bbrlab.{room}": targets for room, targets in graph.items()}) == []

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+from bbrlab.core.cachefiles import cache_dir, sha256_file
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.kernel.source import cache_dir, sha256_file
 
 CC = "cc"
 CFLAGS = ("-static", "-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11")

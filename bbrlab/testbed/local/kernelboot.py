@@ -36,11 +36,11 @@ from importlib import resources
 from pathlib import Path
 
 from bbrlab.core import cachefiles
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import TestbedError
 from bbrlab.core.signals import interruptible, run_group
 from bbrlab.kernel.features import module_name
 from bbrlab.kernel.sender import ResolvedKernel
-from bbrlab.kernel.source import sha256_file
 
 from ..lock import image_lock
 from . import caches

@@ -35,9 +35,9 @@ import statistics
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Link
-from bbrlab.run import iperf
+from bbrlab.link.emulator import show
 
-from .emulator import show
+from . import iperf
 
 RTT_TOLERANCE_PCT = 10.0
 UDP_TOLERANCE_PCT = 5.0

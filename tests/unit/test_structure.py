@@ -188,3 +188,12 @@ def test_the_rules_are_layers():
     rules = {room: allowed or set() for room, allowed in _rules().items() if allowed is not None}
     graph = {room: {f"bbrlab.{r}" for r in allowed} for room, allowed in rules.items()}
     assert _circles({f"bbrlab.{room}": targets for room, targets in graph.items()}) == []
+
+
+def test_the_readmes_step_table_names_every_room():
+    """Each room of the house appears in the module column of the README's table of steps."""
+    readme = (ROOT.parent / "README.md").read_text()
+    table = readme.split("## What the toolkit does, step by step")[1].split("\n\n")[1]
+    named = {m.split(".")[1] for m in re.findall(r"`(bbrlab\.\w+)", table) if "." in m}
+    rooms = {_room(m) for m in _modules()} - {"bbrlab"}
+    assert rooms - named == set()

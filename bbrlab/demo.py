@@ -119,7 +119,7 @@ def run_demo(runs_dir: Path, figures_dir: Path, *, keep_testbed: bool = False, s
                 for spec in plan.specs:
                     out = runs_dir / spec.name
                     runner.calibration_source = source_for(cal, out)
-                    st = run_on_testbed(spec, out, tb, runner=runner, progress=True)
+                    st = run_on_testbed(spec, out, tb, runner=runner)  # the default options: a progress bar
                     failures += st.failed + st.remaining
                     print(f"{spec.name}: {st.done}/{st.planned} runs complete in {out}")
             finally:

@@ -37,6 +37,7 @@ def main() -> None:
     from distributed import Client
 
     from bbrlab.campaign import distributed as d
+    from bbrlab.campaign.options import CampaignOptions
 
     spec = _spec()
     runs = len(spec.plan())
@@ -44,7 +45,7 @@ def main() -> None:
         d.wait_for_workers(client, 2)
         with tempfile.TemporaryDirectory(prefix="bbrlab-bench-engine-") as out:
             t0 = time.monotonic()
-            st = d.run_campaign_distributed(spec, Path(out), client, progress=False)
+            st = d.run_campaign_distributed(spec, Path(out), client, options=CampaignOptions(progress=False))
             wall = time.monotonic() - t0
     ideal = runs * RUN_S / 2
     per_run = (wall - ideal) / runs * 2  # each worker's share of the excess, per run it ran

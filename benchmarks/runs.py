@@ -27,6 +27,7 @@ GOAL_RATIO = {False: 1.25, True: 1.5}  # unsampled, sampled
 
 def _overhead(tb, n_runs: int, sampled: bool = False) -> list[float]:
     from bbrlab.campaign.loop import run_campaign
+    from bbrlab.campaign.options import CampaignOptions
     from bbrlab.campaign.spec import CampaignSpec
     from bbrlab.run.runner import Runner
 
@@ -50,7 +51,7 @@ def _overhead(tb, n_runs: int, sampled: bool = False) -> list[float]:
                   f"{walls[-1] / DURATION_S:.3f}  phases {phases}", flush=True)
 
         try:
-            run_campaign(spec, Path(out), runner, progress=False, on_run=on_run)
+            run_campaign(spec, Path(out), runner, options=CampaignOptions(progress=False), on_run=on_run)
         finally:
             runner.close()
     return walls

@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 
 def spec() -> CampaignSpec:
@@ -84,7 +87,7 @@ def main(out: str) -> int:
         with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
             d.wait_for_workers(client, 2)
             print("started", cluster.scheduler_address, getattr(cluster, "tls_dir", ""), flush=True)
-            d.run_campaign_distributed(spec(), Path(out), client, progress=False)
+            d.run_campaign_distributed(spec(), Path(out), client, options=QUIET)
     except Interrupted as e:
         return e.exit_code
     return 0

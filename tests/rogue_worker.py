@@ -30,12 +30,13 @@ ESCAPE_NAME = "../../../escaped-x"
 def _forging(real):
     calls = itertools.count()
 
-    def run_on_worker(scenario, run_id, attempt, context=None, index=None, block=None):
-        outcome = real(scenario, run_id, attempt, context, index, block)
+    def run_on_worker(attempt, context=None):
+        outcome = real(attempt, context)
         if next(calls) % 2 == 0:
             plan = json.loads((Path(context.out) / "plan.json").read_text())
-            other = next(r["run_id"] for r in plan["runs"] if r["run_id"] != run_id)
-            return dataclasses.replace(outcome, run_id=other, status="ok", reason=None, testbed="rogue")
+            other = next(r["run_id"] for r in plan["runs"] if r["run_id"] != attempt.run_id)
+            return dataclasses.replace(outcome, attempt=dataclasses.replace(outcome.attempt, run_id=other),
+                                       status="ok", reason=None, testbed="rogue")
         return dataclasses.replace(outcome, files={**outcome.files, ESCAPE_NAME: b"written by a rogue worker"},
                                    testbed="rogue")
 

@@ -57,6 +57,7 @@ from .ceilings import (  # noqa: F401 - the summary's API, also reached through 
     summarise,
     summarise_point,
 )
+from .options import CampaignOptions
 from .sameness import testbed_differences
 from .single import run_on_testbed
 
@@ -125,7 +126,7 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
 
     # the one way a campaign is opened on one testbed; it removes a CPU partition a killed campaign left first
     # (ceilings measured on a partition's few CPUs would be wrong)
-    run_on_testbed(spec, runs_dir, testbed, runner=runner, progress=progress, on_run=on_run)
+    run_on_testbed(spec, runs_dir, testbed, options=CampaignOptions(progress=progress), runner=runner, on_run=on_run)
     testbed_now = dict(described)
     ok, _ = read_records(runs_dir)
     if ok:  # the sender's kernel as the runs' own probes read it

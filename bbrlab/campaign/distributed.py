@@ -37,6 +37,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from distributed import Nanny, SpecCluster
@@ -48,22 +49,22 @@ from bbrlab.testbed import isolation
 
 from . import handoff, watchdog
 from . import tls as tlsconf
-from .loop import Attempt, Finished, commit_finished, drive
+from .attempt import STOPPED, Attempt, Finished
+from .loop import commit_finished, drive
+from .options import DEFAULT_OPTIONS, CampaignOptions
 from .spec import CampaignSpec
 from .worker import (
     PLUGIN_NAME,
     RESOURCE,
-    STOPPED,
     CampaignContext,
     NotATestbedWorker,
-    Outcome,
     TestbedPlugin,
     finish_on_worker,
     run_on_worker,
     started_topic,
 )
 
-__all__ = ["RESOURCE", "PLUGIN_NAME", "Outcome", "TestbedPlugin", "run_on_worker", "commit_outcome",
+__all__ = ["RESOURCE", "PLUGIN_NAME", "Finished", "TestbedPlugin", "run_on_worker", "commit_outcome",
            "run_campaign_distributed", "DaskExecutor", "finish_workers", "local_cluster", "TestbedNanny", "testbed_workers",
            "wait_for_workers", "quiet_logs", "check_outcome", "RefusedOutcome", "TestbedCluster", "transport_of"]
 
@@ -122,16 +123,20 @@ class RefusedOutcome(BbrlabError):
 
 
 def check_outcome(outcome, run_id: str, attempt: int, token: str, out: str | Path | None = None) -> None:
-    """Accept ``outcome`` only as the result of the attempt the driver submitted: attempt ``attempt`` of
-    ``run_id`` in the campaign of ``token``, with plain file names (:data:`FILE_NAME_RE`, at most
-    :data:`MAX_NAME_CHARS`) and bounded sizes (:data:`MAX_FILES`, :data:`MAX_FILE_BYTES` each,
-    :data:`MAX_OUTCOME_BYTES` in all). Files handed by path (``staged``, a worker on this machine) are checked
-    in place in the campaign ``out`` (:func:`bbrlab.campaign.handoff.check`); ``staged`` is then set to the path
-    the driver computed. Raises :class:`RefusedOutcome` saying what is wrong."""
-    if not isinstance(outcome, Outcome):
-        raise RefusedOutcome(f"the task returned a {type(outcome).__name__}, not a bbrlab Outcome")
-    if (outcome.run_id, outcome.attempt, outcome.token) != (run_id, attempt, token):
-        raise RefusedOutcome(f"it names run {_short(outcome.run_id)!r} attempt {_short(outcome.attempt)} of campaign "
+    """Accept ``outcome`` (what a worker's task returned) only as the :class:`~bbrlab.campaign.attempt.Finished`
+    of the attempt the driver submitted: attempt ``attempt`` of ``run_id`` in the campaign of ``token``, with
+    plain file names (:data:`FILE_NAME_RE`, at most :data:`MAX_NAME_CHARS`) and bounded sizes (:data:`MAX_FILES`,
+    :data:`MAX_FILE_BYTES` each, :data:`MAX_OUTCOME_BYTES` in all). Files handed by path (``staging``, a worker
+    on this machine) are checked in place in the campaign ``out`` (:func:`bbrlab.campaign.handoff.check`);
+    ``staging`` is then set to the path the driver computed. The attempt it carries is not trusted beyond its run
+    id and number: the driver commits its own (:func:`finished_of`). Raises :class:`RefusedOutcome` saying what
+    is wrong."""
+    if not isinstance(outcome, Finished):
+        raise RefusedOutcome(f"the task returned a {type(outcome).__name__}, not a bbrlab Finished")
+    named = ((outcome.attempt.run_id, outcome.attempt.attempt) if isinstance(outcome.attempt, Attempt)
+             else (None, None))
+    if (*named, outcome.token) != (run_id, attempt, token):
+        raise RefusedOutcome(f"it names run {_short(named[0])!r} attempt {_short(named[1])} of campaign "
                              f"token {_short(outcome.token)!r}; this task was attempt {attempt} of {run_id!r}")
     if outcome.status not in ("ok", "failed", STOPPED):
         raise RefusedOutcome(f"status {_short(outcome.status)!r} is not ok, failed or {STOPPED}")
@@ -139,6 +144,8 @@ def check_outcome(outcome, run_id: str, attempt: int, token: str, out: str | Pat
         value = getattr(outcome, field)
         if not (value is None and field == "reason") and not (isinstance(value, str) and len(value) <= 4096):
             raise RefusedOutcome(f"its {field} is not a text of at most 4096 characters")
+    if outcome.wall_s is not None:
+        raise RefusedOutcome("it names a wall time, which only the driver measures")
     if outcome.cpus is not None and not (isinstance(outcome.cpus, list)
                                          and all(isinstance(c, int) for c in outcome.cpus)):
         raise RefusedOutcome("its cpus are not a list of CPU numbers")
@@ -160,13 +167,13 @@ def check_outcome(outcome, run_id: str, attempt: int, token: str, out: str | Pat
         total += len(data)
     if total > MAX_OUTCOME_BYTES:
         raise RefusedOutcome(f"its files and metadata are {total} bytes, more than {MAX_OUTCOME_BYTES // 2**20} MiB")
-    if outcome.staged is not None:
-        if outcome.files or out is None or not isinstance(outcome.staged, str):
+    if outcome.staging is not None:
+        if outcome.files or out is None or not isinstance(outcome.staging, Path):
             raise RefusedOutcome("it names a staged directory beside files, or where this driver takes none")
         try:
-            outcome.staged = str(handoff.check(outcome.staged, out, run_id, attempt, name_re=FILE_NAME_RE,
-                                               max_files=MAX_FILES, max_file_bytes=MAX_FILE_BYTES,
-                                               max_total_bytes=MAX_OUTCOME_BYTES - total))
+            outcome.staging = handoff.check(str(outcome.staging), out, run_id, attempt, name_re=FILE_NAME_RE,
+                                            max_files=MAX_FILES, max_file_bytes=MAX_FILE_BYTES,
+                                            max_total_bytes=MAX_OUTCOME_BYTES - total)
         except handoff.RefusedStaging as e:
             raise RefusedOutcome(str(e)) from None
 
@@ -176,27 +183,27 @@ def _short(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
-def failed_outcome(run_id: str, attempt: int, token: str, reason: str) -> Outcome:
+def failed_outcome(attempt: Attempt, token: str, reason: str) -> Finished:
     """A failed attempt the driver records itself: the task raised, or what came back was refused."""
     now = rec.now_iso()
-    return Outcome(run_id, attempt, "failed", reason, {}, {}, now, now, None, None, None, token)
+    return Finished(attempt, "failed", reason, {}, now, now, token=token)
 
 
-def receive(client, future, run_id: str, attempt: int, token: str, out: str | Path | None = None) -> Outcome:
-    """The outcome of ``future`` (attempt ``attempt`` of ``run_id``), checked (:func:`check_outcome`); a task
-    that raised or returned something refused gives a failed outcome with the reason. A worker without the
-    testbed plugin that took the task loses the testbed resource on the scheduler, so it gets no more runs."""
+def receive(client, future, attempt: Attempt, token: str, out: str | Path | None = None) -> Finished:
+    """What the task of ``future`` (``attempt``) returned, checked (:func:`check_outcome`); a task that raised or
+    returned something refused gives a failed attempt with the reason. A worker without the testbed plugin
+    that took the task loses the testbed resource on the scheduler, so it gets no more runs."""
     try:
         outcome = future.result()
     except Exception as e:  # noqa: BLE001 - KilledWorker, a foreign worker, any task error: a failed attempt
         if isinstance(e, NotATestbedWorker):
             withdraw_resource(client, e.address)
         reason = f"the task failed: {type(e).__name__}: {_short(e, 1000)}"
-        return failed_outcome(run_id, attempt, token, reason)
+        return failed_outcome(attempt, token, reason)
     try:
-        check_outcome(outcome, run_id, attempt, token, out)
+        check_outcome(outcome, attempt.run_id, attempt.attempt, token, out)
     except RefusedOutcome as e:
-        return failed_outcome(run_id, attempt, token, f"the outcome was refused: {e}")
+        return failed_outcome(attempt, token, f"the outcome was refused: {e}")
     return outcome
 
 
@@ -233,23 +240,22 @@ def transport_of(client) -> str:
     return address.split("://", 1)[0] or "unknown"
 
 
-def finished_of(outcome: Outcome, attempt: Attempt, transport: str | None = None) -> Finished:
-    """A checked worker outcome as the loop commits it: its files, and its metadata with where it ran
-    (``metadata.worker``: testbed, host, CPUs, and ``transport`` when given)."""
+def finished_of(outcome: Finished, attempt: Attempt, transport: str | None = None) -> Finished:
+    """A checked worker result as the loop commits it: the driver's own ``attempt`` (not the one that came
+    back), its files, and its metadata with where it ran (``metadata.worker``: testbed, host, CPUs, and
+    ``transport`` when given)."""
     metadata = dict(outcome.metadata)
     metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
     if transport is not None:
         metadata["worker"]["transport"] = transport
-    staging = Path(outcome.staged) if outcome.staged else None  # checked by check_outcome
-    return Finished(attempt, outcome.status, outcome.reason, metadata, outcome.started_at, outcome.ended_at,
-                    staging=staging, files=dict(outcome.files), where=outcome.testbed)
+    return replace(outcome, attempt=attempt, metadata=metadata, files=dict(outcome.files))
 
 
-def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Outcome,
+def commit_outcome(out: Path, spec: CampaignSpec, scenario: Scenario, outcome: Finished,
                    *, transport: str | None = None, mixed: dict | None = None) -> dict:
-    """Write a worker's outcome into the campaign directory, atomically, as the loop does
-    (:func:`bbrlab.campaign.loop.commit_finished`). The outcome must have passed :func:`check_outcome`."""
-    attempt = Attempt(outcome.run_id, outcome.attempt, scenario, 0)
+    """Write a worker's result into the campaign directory, atomically, as the loop does
+    (:func:`bbrlab.campaign.loop.commit_finished`). The result must have passed :func:`check_outcome`."""
+    attempt = Attempt(outcome.attempt.run_id, outcome.attempt.attempt, scenario, 0)
     return commit_finished(Path(out), spec.name, finished_of(outcome, attempt, transport), mixed)
 
 
@@ -286,8 +292,7 @@ class DaskExecutor:
         """Send ``attempt`` to whichever testbed worker is free."""
         token = self.context.token
         future = self.client.submit(
-            run_on_worker, attempt.scenario.to_dict(), attempt.run_id, attempt.attempt, self.context,
-            attempt.order + 1, None if attempt.block is None else attempt.block.to_dict(), resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
+            run_on_worker, attempt, self.context, resources={RESOURCE: 1}, priority=-attempt.order, pure=False,
             key=f"bbrlab-{self.context.campaign}-{attempt.run_id}-a{attempt.attempt}-{token[:8]}")
         self._submitted[future.key] = attempt
         self._futures[future.key] = future
@@ -307,8 +312,7 @@ class DaskExecutor:
             self._started.pop(future.key, None)
             if attempt is None:  # abandoned as hung: recorded already
                 continue
-            outcome = receive(self.client, future, attempt.run_id, attempt.attempt, self.context.token,
-                              self.context.out)
+            outcome = receive(self.client, future, attempt, self.context.token, self.context.out)
             if outcome.status == STOPPED:  # stopped by this driver's own finish: nothing to commit
                 continue
             yield finished_of(outcome, attempt, self.transport)
@@ -371,11 +375,10 @@ def _processing_on(key: str, dask_scheduler=None) -> str | None:
     return task.processing_on.address if task is not None and task.processing_on is not None else None
 
 
-def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *, progress: bool = True,
-                             retry_failed: bool = False, max_consecutive_failures: int = 5,
+def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
+                             options: CampaignOptions = DEFAULT_OPTIONS,
                              on_run: Callable[[dict], None] | None = None, calibrations: dict | None = None,
-                             keep_link: bool = False, testbeds: list[dict] | None = None,
-                             allow_mixed: bool = False,
+                             testbeds: list[dict] | None = None,
                              bound_s: Callable[[Scenario], float] = watchdog.attempt_bound_s) -> dict:
     """Run (or resume) ``spec`` into ``out_dir`` on the testbed workers of Dask ``client``: the campaign loop
     (:func:`bbrlab.campaign.loop.drive`) with a :class:`DaskExecutor`, so the same guarantees and return value
@@ -384,8 +387,9 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
     ``calibrations`` maps each testbed's name to ``(Calibration, source)``
     (:func:`bbrlab.campaign.preflight.calibrations_for`); empty or None: the records carry no CPU ceiling.
     ``testbeds`` are the workers' testbeds (each ``Testbed.describe()``), checked against those the records
-    ran on unless ``allow_mixed``. At the end, also when interrupted, every worker finishes the campaign: a run
-    in flight is stopped and restored, and unless ``keep_link`` the link comes off each emulator. Each
+    ran on unless ``options.allow_mixed``. At the end, also when interrupted, every worker finishes the
+    campaign: a run in flight is stopped and restored, and unless ``options.keep_link`` the link comes off each
+    emulator. Each
     record's ``metadata.worker.transport`` says whether the cluster spoke TLS (:func:`transport_of`). An
     attempt still running ``bound_s(scenario)`` seconds after it started is ended as a hung, failed attempt
     (:mod:`bbrlab.campaign.watchdog`). Raises :class:`BbrlabError` when the cluster has no testbed worker.
@@ -397,10 +401,8 @@ def run_campaign_distributed(spec: CampaignSpec, out_dir: str | Path, client, *,
     context = CampaignContext(token=uuid.uuid4().hex, campaign=spec.name, out=str(out.resolve()),
                               planned=spec.runs, calibrations=dict(calibrations or {}),
                               machine=handoff.machine_key())
-    executor = DaskExecutor(client, context, keep_link=keep_link, bound_s=bound_s)
-    return drive(spec, out, executor, progress=progress, on_run=on_run,
-                 retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,
-                 testbeds=testbeds, allow_mixed=allow_mixed)
+    executor = DaskExecutor(client, context, keep_link=options.keep_link, bound_s=bound_s)
+    return drive(spec, out, executor, options=options, on_run=on_run, testbeds=testbeds)
 
 
 def finish_workers(client, token: str, *, keep_link: bool = False) -> list[dict]:

@@ -1,6 +1,6 @@
 """A worker's files handed to its driver by path when both run on one machine (issue 35 item 5).
 
-A Dask worker sends each attempt's files back inside its :class:`~bbrlab.campaign.worker.Outcome`: pickled
+A Dask worker sends each attempt's files back inside its :class:`~bbrlab.campaign.attempt.Finished`: pickled
 through the scheduler, up to :data:`~bbrlab.campaign.distributed.MAX_OUTCOME_BYTES`, held whole in three
 processes on the way. A worker on the driver's machine (the local testbeds of ``bbrlab campaign run --testbeds``)
 need not send them: it writes the attempt straight into the campaign's own private ``.tmp/`` and names that

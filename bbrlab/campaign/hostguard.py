@@ -155,7 +155,7 @@ def busy_now_line(found: dict, guard: HostGuard) -> str | None:
 
 
 def judged(finished, guard: HostGuard):
-    """An ok :class:`~bbrlab.campaign.loop.Finished` as the guard sees it: with ``metadata.host_guard`` when
+    """An ok :class:`~bbrlab.campaign.attempt.Finished` as the guard sees it: with ``metadata.host_guard`` when
     it applies, and failed "host busy" when the host was above the limit (the same object when it does not
     apply)."""
     said = verdict(finished.metadata, guard)

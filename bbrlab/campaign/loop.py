@@ -19,7 +19,7 @@ SIGKILL.
 One campaign, one set of testbeds: a campaign resumed on another testbed, accelerator, sender vCPU count or
 sender kernel than its records ran on is refused before its first run (:func:`check_same_testbed`), and a run
 whose sender turns out to run another kernel than the campaign's earlier runs of that kernel is not recorded,
-unless ``allow_mixed`` (``--allow-mixed``); then every record made says so (``metadata.mixed``).
+unless ``options.allow_mixed`` (``--allow-mixed``); then every record made says so (``metadata.mixed``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ import contextlib
 import fcntl
 import heapq
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -40,14 +38,14 @@ from bbrlab.core.errors import BbrlabError
 from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import checkpoint, interruptible
 from bbrlab.run import record as rec
-from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.record import failure_record  # noqa: F401 - where callers found it
-from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.testbed.lock import open_lock_file, set_activity
 
 from . import hostguard, watchdog
+from .attempt import Attempt, Finished, RunFunction, run_attempt
 from .blocks import BlockBoots
 from .directory import Planned, check_out_dir, prepare, status
+from .options import DEFAULT_OPTIONS, CampaignOptions
 from .sameness import MIXED_OPTION, MixedTestbed, check_run_testbed, check_same_testbed, mixed_marker
 from .search import make_gate
 from .spec import CampaignSpec
@@ -89,12 +87,6 @@ def directory_lock(out_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-#: A run function: ``run_fn(scenario, staging_dir, *, run_id, attempt) -> metadata`` writes the run's files into
-#: ``staging_dir`` and returns the record's ``metadata``; it raises when the run fails (the exception may carry
-#: the metadata measured so far, see :mod:`bbrlab.run.runmeta`).
-RunFunction = Callable[..., dict]
-
-
 class CampaignAborted(BbrlabError):
     """Several runs in a row failed all their attempts: the testbed, not the scenario, is the likely cause."""
 
@@ -115,37 +107,7 @@ class FailureStreak:
                 "Fix the cause, then run again (add --retry-failed to retry those runs)")
 
 
-# -- what the loop hands an executor and gets back -------------------------------------------------------
-
-@dataclass(frozen=True)
-class Attempt:
-    """One attempt of one planned run: what an executor is asked to run."""
-
-    run_id: str
-    attempt: int  # 1, 2, ... numbered across processes (``failed/<run_id>.a<N>``)
-    scenario: Scenario
-    order: int  # the run's place in the plan (0 first): executors run lower places first
-    block: BlockBoot | None = None  # the run's block when the spec has blocks (a fresh boot per block)
-
-
-@dataclass
-class Finished:
-    """What an executor gives back for one attempt, for the loop to commit.
-
-    The run's files are either already in ``staging`` (an executor that ran it here) or in ``files`` (one that
-    ran it elsewhere); ``where`` names the testbed for the progress line when several share the campaign."""
-
-    attempt: Attempt
-    status: str  # ok | failed
-    reason: str | None
-    metadata: dict
-    started_at: str
-    ended_at: str
-    staging: Path | None = None
-    files: dict[str, bytes] = field(default_factory=dict)
-    where: str | None = None
-    wall_s: float | None = None
-
+# -- what the loop hands an executor and gets back: an Attempt, a Finished (bbrlab.campaign.attempt) ----------
 
 class Executor(Protocol):
     """Runs attempts; the loop (:func:`drive`) decides which, and commits what comes back.
@@ -186,39 +148,22 @@ class InProcess:
             yield self.run(heapq.heappop(self._queue)[2])
 
     def run(self, attempt: Attempt) -> Finished:
-        """Run one attempt into a fresh staging directory. Any exception of the run is its failure (the reason
-        says where it was raised; the metadata is what it measured), except an interruption and
-        :class:`MixedTestbed`, which propagate. An attempt still running at its bound (``bound_s`` of its
-        scenario) is ended as a failed one with every thread's stack (:func:`bbrlab.campaign.watchdog.bounded`). The metadata's ``timing`` gains the attempt's wall time here
-        (``attempt_wall_s``) and the seconds since the previous attempt ended (``between_s``: its commit and
-        the loop's bookkeeping)."""
+        """Run one attempt into a fresh staging directory (:func:`bbrlab.campaign.attempt.run_attempt`: any
+        exception of the run is its failure, except an interruption, :class:`MixedTestbed` and a full disk, which
+        propagate). An attempt still running at its bound (``bound_s`` of its scenario) is ended as a failed one
+        with every thread's stack (:func:`bbrlab.campaign.watchdog.bounded`). The metadata's ``timing`` gains the
+        attempt's wall time here (``attempt_wall_s``) and the seconds since the previous attempt ended
+        (``between_s``: its commit and the loop's bookkeeping)."""
         t0 = time.monotonic()
         between_s = None if self._last_end is None else round(t0 - self._last_end, 3)
-        staging = rec.staging_dir(self.out, attempt.run_id)
-        started = rec.now_iso()
-        try:
-            with watchdog.bounded(self.bound_s(attempt.scenario), staging):
-                block = {} if attempt.block is None else {"block": attempt.block}
-                metadata = self.run_fn(attempt.scenario, staging, run_id=attempt.run_id, attempt=attempt.attempt,
-                                       **block)
-            status, reason = "ok", None
-        except watchdog.AttemptHung as e:  # the run's context managers restored the testbed on the way out
-            status, reason, metadata = "failed", str(e), {"hang": {"bound_s": round(e.bound_s, 1)}}
-        except MixedTestbed:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, the campaign goes on
-            if rec.no_space(e):  # not the run's failure: nothing more can be recorded, the campaign ends
-                raise rec.disk_full(self.out, attempt.run_id, staging) from e
-            status, reason, metadata = "failed", failure_reason(e), of_error(e)
-        except BaseException:  # an interruption: the attempt is not counted, and nothing of it stays behind
-            shutil.rmtree(staging, ignore_errors=True)  # (a notebook's kernel lives on: it would look running)
-            raise
+        finished = run_attempt(self.run_fn, attempt, rec.staging_dir(self.out, attempt.run_id),
+                               bound_s=self.bound_s(attempt.scenario), campaign_dir=self.out)
         self._last_end = end = time.monotonic()
-        timing = {**metadata.get("timing", {}), "attempt_wall_s": round(end - t0, 3)}
-        metadata = {**metadata, "timing": timing | ({} if between_s is None else {"between_s": between_s})}
-        return Finished(attempt, status, reason, metadata, started, rec.now_iso(), staging=staging,
-                        wall_s=end - t0)
+        timing = {**finished.metadata.get("timing", {}), "attempt_wall_s": round(end - t0, 3)}
+        finished.metadata = {**finished.metadata,
+                             "timing": timing | ({} if between_s is None else {"between_s": between_s})}
+        finished.wall_s = end - t0
+        return finished
 
     def close(self) -> None:
         """Drop the attempts not run (the testbed is restored by each run's own context managers)."""
@@ -269,18 +214,18 @@ def _check_kernel(out: Path, finished: Finished, mixed: dict | None, seen: dict)
 
 # -- the loop --------------------------------------------------------------------------------------------
 
-def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: bool = True,
-          on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
-          max_consecutive_failures: int = 5, testbeds: list[dict] | None = None, allow_mixed: bool = False) -> dict:
+def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, options: CampaignOptions = DEFAULT_OPTIONS,
+          on_run: Callable[[dict], None] | None = None, testbeds: list[dict] | None = None) -> dict:
     """The campaign loop, for every executor: run (or resume) every planned run not yet in ``runs/``, each until
     it succeeds or its attempts are used up; return :func:`status` at the end.
 
     Under the directory's lock: the directory is checked (another campaign's is refused before its records are
     read), the testbeds the runs go to (``testbeds``, each ``Testbed.describe()``) are checked against those
-    the records ran on (:func:`check_same_testbed`; refused unless ``allow_mixed``, and then every record made
-    carries ``metadata.mixed``), the plan is written or repaired, half-written attempts are cleared. Then each
-    remaining run is submitted in plan order; a failed attempt is submitted again until ``max_attempts``
-    (``retry_failed`` grants runs whose attempts are used up as many more). An ok run whose sender kernel
+    the records ran on (:func:`check_same_testbed`; refused unless ``options.allow_mixed``, and then every record
+    made carries ``metadata.mixed``), the plan is written or repaired, half-written attempts are cleared. Then
+    each remaining run is submitted in plan order; a failed attempt is submitted again until ``max_attempts``
+    (``options.retry_failed`` grants runs whose attempts are used up as many more). ``options.progress`` shows a
+    progress bar; ``on_run`` gets each run's record as it is committed. An ok run whose sender kernel
     differs from the campaign's earlier runs is refused as :class:`MixedTestbed` (nothing recorded). An ok run
     whose host was busier outside the testbed than the spec's ``host_guard`` allows is recorded as a failed
     attempt "host busy" and submitted again after the runs queued (:mod:`bbrlab.campaign.hostguard`).
@@ -296,32 +241,30 @@ def drive(spec: Planned, out_dir: str | Path, executor: Executor, *, progress: b
 
     SIGINT, SIGTERM and SIGHUP end the campaign with :class:`bbrlab.core.signals.Interrupted` once the
     executor has restored its testbeds (:meth:`Executor.close`); a run not committed then is run again on
-    resume. After ``max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
+    resume. After ``options.max_consecutive_failures`` runs in a row fail every attempt the campaign stops with
     :class:`CampaignAborted`. A full disk ends it with :class:`~bbrlab.run.record.DiskFull`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _drive(spec, out, executor, progress=progress, on_run=on_run, retry_failed=retry_failed,
-                      max_consecutive_failures=max_consecutive_failures, testbeds=testbeds, allow_mixed=allow_mixed)
+        return _drive(spec, out, executor, options, on_run, testbeds)
     except OSError as e:  # the plan, decisions.json, a staging directory: the campaign cannot go on
         if rec.no_space(e):
             raise rec.disk_full(out) from e
         raise
 
 
-def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_run: Callable[[dict], None] | None,
-           retry_failed: bool, max_consecutive_failures: int, testbeds: list[dict] | None,
-           allow_mixed: bool) -> dict:
+def _drive(spec: Planned, out: Path, executor: Executor, options: CampaignOptions,
+           on_run: Callable[[dict], None] | None, testbeds: list[dict] | None) -> dict:
     with directory_lock(out), interruptible():
         check_out_dir(spec, out)
-        mixed = check_same_testbed(out, list(testbeds or []), allow_mixed=allow_mixed,
+        mixed = check_same_testbed(out, list(testbeds or []), allow_mixed=options.allow_mixed,
                                    kernel_dimension=bool(getattr(spec, "kernels", ())))
         plan = prepare(spec, out)
         rec.clear_tmp(out)
         runs = [(r.run_id, r.scenario) for r in plan.runs]
         used = {run_id: len(rec.failed_attempts(out, run_id)) for run_id, _ in runs if not rec.is_complete(out, run_id)}
-        last = {run_id: n + spec.max_attempts if retry_failed else spec.max_attempts for run_id, n in used.items()}
+        last = {run_id: n + spec.max_attempts if options.retry_failed else spec.max_attempts for run_id, n in used.items()}
         done: set[str] = set()  # committed ok in this process (``used`` holds the runs not complete at the start)
         gate = make_gate(getattr(spec, "adaptive", None), getattr(spec, "search", None), runs, out,
                          settled=lambda run_id: run_id not in used or run_id in done or used[run_id] >= last[run_id])
@@ -348,8 +291,8 @@ def _drive(spec: Planned, out: Path, executor: Executor, *, progress: bool, on_r
                                             boots.request(scenario)))
 
         open_todo = [run_id for run_id, _ in runs if run_id in used and used[run_id] < last[run_id]]
-        bar = _progress_bar(len(runs) - gate.skipped(), len(runs) - len(open_todo), spec.name, enabled=progress)
-        streak, seen = FailureStreak(max_consecutive_failures), {}
+        bar = _progress_bar(len(runs) - gate.skipped(), len(runs) - len(open_todo), spec.name, enabled=options.progress)
+        streak, seen = FailureStreak(options.max_consecutive_failures), {}
         try:
             submit_open(open_todo)
             for finished in executor.finished():
@@ -395,7 +338,7 @@ def _postfix(finished: Finished) -> str:
     text = f"{finished.attempt.run_id} {finished.status}"
     if finished.wall_s is not None:
         text += f" {finished.wall_s:.1f}s"
-    return text + (f" on {finished.where}" if finished.where else "")
+    return text + (f" on {finished.testbed}" if finished.testbed else "")
 
 
 def _progress_bar(total: int, initial: int, name: str, *, enabled: bool):
@@ -404,28 +347,11 @@ def _progress_bar(total: int, initial: int, name: str, *, enabled: bool):
     return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, dynamic_ncols=True)
 
 
-def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *, progress: bool = True,
-                 on_run: Callable[[dict], None] | None = None, retry_failed: bool = False,
-                 max_consecutive_failures: int = 5, testbed: dict | None = None, allow_mixed: bool = False) -> dict:
+def run_campaign(spec: Planned, out_dir: str | Path, run_fn: RunFunction, *,
+                 options: CampaignOptions = DEFAULT_OPTIONS, on_run: Callable[[dict], None] | None = None,
+                 testbed: dict | None = None) -> dict:
     """Run (or resume) ``spec`` into ``out_dir`` on one testbed from this process: :func:`drive` with the
     :class:`InProcess` executor of ``run_fn``. ``testbed`` is the testbed the runs go to
     (``Testbed.describe()``); see :func:`drive` for the guarantees."""
-    return drive(spec, out_dir, InProcess(run_fn, out_dir), progress=progress, on_run=on_run,
-                 retry_failed=retry_failed, max_consecutive_failures=max_consecutive_failures,
-                 testbeds=[testbed] if testbed else [], allow_mixed=allow_mixed)
-
-
-def execute_run(spec: Planned, out: Path, scenario: Scenario, run_fn: RunFunction, *,
-                retry_failed: bool = False, mixed: dict | None = None) -> dict:
-    """Run one planned scenario here until it succeeds or its attempts are used up, committing each attempt
-    as the loop does (:func:`commit_finished`); return the last record. For a single run outside a campaign's
-    loop (the directory is neither locked nor planned). An interruption propagates, nothing committed."""
-    out = Path(out)
-    used = len(rec.failed_attempts(out, scenario.run_id))
-    last = used + spec.max_attempts if retry_failed else spec.max_attempts
-    executor, record = InProcess(run_fn, out), {}
-    for number in range(used + 1, last + 1):
-        record = commit_finished(out, spec.name, executor.run(Attempt(scenario.run_id, number, scenario, 0)), mixed)
-        if record["status"] == "ok":
-            break
-    return record
+    return drive(spec, out_dir, InProcess(run_fn, out_dir), options=options, on_run=on_run,
+                 testbeds=[testbed] if testbed else [])

@@ -24,16 +24,18 @@ from bbrlab.core.resources import spec_path
 from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
 
 from .directory import PLAN_FILE, CampaignStatus, check_out_dir, status
+from .options import DEFAULT_OPTIONS, CampaignOptions
 from .single import run_campaign_on
 from .spec import CampaignSpec, load_spec
 
 
 def run(spec: str | Path | CampaignSpec, out: str | Path, *, testbed: str | None = None,
-        calibration: str | Path | None = None, retry_failed: bool = False, keep_link: bool = False,
-        allow_mixed: bool = False) -> CampaignStatus | None:
+        calibration: str | Path | None = None, options: CampaignOptions = DEFAULT_OPTIONS) -> CampaignStatus | None:
     """Run (or resume) campaign ``spec`` (a spec file, a name under ``specs/``, or a :class:`CampaignSpec`) into
     ``out`` on ``testbed`` (default: the spec's, else the local testbed that is up), as ``bbrlab campaign run``
-    does; returns the campaign's counts (:class:`~bbrlab.campaign.directory.CampaignStatus`).
+    does, with ``options`` (:class:`~bbrlab.campaign.options.CampaignOptions`: ``--retry-failed``,
+    ``--allow-mixed``, ``--keep-link``; the progress bar is tqdm's widget in the cell unless
+    ``options.progress`` is False); returns the campaign's counts (:class:`~bbrlab.campaign.directory.CampaignStatus`).
 
     Everything is checked before the testbed changes (the spec's values, ``out``, the testbed's kernels and
     limits). Stopped by the kernel's interrupt, it says in the cell how many runs are complete and returns the
@@ -42,9 +44,8 @@ def run(spec: str | Path | CampaignSpec, out: str | Path, *, testbed: str | None
     spec = spec if isinstance(spec, CampaignSpec) else load_spec(spec_path(spec))
     check_out_dir(spec, out)
     try:
-        return run_campaign_on(spec, out, testbed, activity="campaign run (notebook)",
-                               calibration_path=Path(calibration) if calibration else None, progress=True,
-                               retry_failed=retry_failed, keep_link=keep_link, allow_mixed=allow_mixed)
+        return run_campaign_on(spec, out, testbed, options=options, activity="campaign run (notebook)",
+                               calibration_path=Path(calibration) if calibration else None)
     except (Interrupted, KeyboardInterrupt) as stop:
         if not (Path(out) / PLAN_FILE).is_file():
             print(f"campaign {spec.name} stopped before its first run; nothing was changed")

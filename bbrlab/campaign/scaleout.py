@@ -35,6 +35,7 @@ from bbrlab.testbed.target import is_testbed_file, local_name
 
 from . import distributed as d
 from .distributed import TestbedNanny
+from .options import DEFAULT_OPTIONS, CampaignOptions
 from .preflight import TestbedCheck, calibrations_for, check_testbed
 from .sameness import check_same_testbed
 from .tls import TRANSPORT_TLS, LabTls, lab_security
@@ -175,9 +176,8 @@ def _say_plan(spec, checks: list[TestbedCheck], calibrations: dict, where: str) 
 
 # -- running --------------------------------------------------------------------------------------------
 
-def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: list[Path] | None = None,
-              progress: bool = True, retry_failed: bool = False, keep_link: bool = False,
-              dashboard: bool = False, allow_mixed: bool = False) -> dict:
+def run_local(spec, out_dir: str | Path, refs: list[str], *, options: CampaignOptions = DEFAULT_OPTIONS,
+              calibration_paths: list[Path] | None = None, dashboard: bool = False) -> dict:
     """Run (or resume) ``spec`` over the testbeds ``refs`` (two or more) on a Dask cluster started here.
 
     Checks everything first (:func:`load_testbeds`, :func:`partitions_for`, :func:`check_testbed` for each,
@@ -191,7 +191,7 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
         cpus = partitions_for(testbeds)
         checks = [check_testbed(spec, tb, cpus.get(tb.name)) for tb in testbeds.values()]
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
-        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=options.allow_mixed,
                            kernel_dimension=bool(spec.kernels))  # refused before any worker starts
     finally:
         for tb in testbeds.values():
@@ -211,9 +211,8 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, calibration_paths: 
             if dashboard:
                 _say(f"Dask dashboard: {client.dashboard_link}")
             d.wait_for_workers(client, len(testbeds), timeout_s=LOCAL_START_S)
-            return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                              calibrations=calibrations, keep_link=keep_link,
-                                              testbeds=[c.describe for c in checks], allow_mixed=allow_mixed)
+            return d.run_campaign_distributed(spec, out_dir, client, options=options, calibrations=calibrations,
+                                              testbeds=[c.describe for c in checks])
 
 
 def worker_checks(client, spec) -> list[TestbedCheck]:
@@ -240,9 +239,8 @@ def worker_checks(client, spec) -> list[TestbedCheck]:
     return checks
 
 
-def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_paths: list[Path] | None = None,
-                     progress: bool = True, retry_failed: bool = False, keep_link: bool = False,
-                     tls: LabTls | None = None, allow_mixed: bool = False) -> dict:
+def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, options: CampaignOptions = DEFAULT_OPTIONS,
+                     calibration_paths: list[Path] | None = None, tls: LabTls | None = None) -> dict:
     """Run (or resume) ``spec`` on the testbed workers of the Dask scheduler at ``scheduler``.
 
     The transport is mutual TLS with ``tls``'s files (or Dask's ``distributed.comm.tls.*`` config); a
@@ -250,7 +248,7 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
     records say so. Each worker present at the start checks the campaign against its testbed first
     (:func:`worker_checks`); workers that join later take runs too, unchecked (a run its testbed cannot do
     fails and is recorded). The workers stay up afterwards, their testbeds restored and the link off
-    (unless ``keep_link``).
+    (unless ``options.keep_link``).
     """
     from distributed import Client
 
@@ -275,12 +273,11 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, calibration_p
                                   f"joined within {WORKER_WAIT_S:.0f} s") from None
         checks = worker_checks(client, spec)
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
-        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=allow_mixed,
+        check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=options.allow_mixed,
                            kernel_dimension=bool(spec.kernels))  # refused before any worker starts
         _say_plan(spec, checks, calibrations, f"of {address}")
-        return d.run_campaign_distributed(spec, out_dir, client, progress=progress, retry_failed=retry_failed,
-                                          calibrations=calibrations, keep_link=keep_link,
-                                          testbeds=[c.describe for c in checks], allow_mixed=allow_mixed)
+        return d.run_campaign_distributed(spec, out_dir, client, options=options, calibrations=calibrations,
+                                          testbeds=[c.describe for c in checks])
 
 
 # -- the worker process -------------------------------------------------------------------------------

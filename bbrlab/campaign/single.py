@@ -6,7 +6,7 @@ it, and the loop with the testbed's lock told what runs.
 API. This module neither prints progress of its own beyond the ceilings' source nor parses options.
 
 May import: ``bbrlab.core``, ``bbrlab.contention``, ``bbrlab.run``, ``bbrlab.testbed``, ``.directory``,
-``.hostguard``, ``.loop``, ``.preflight``.
+``.hostguard``, ``.loop``, ``.options``, ``.preflight``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from bbrlab.testbed.target import resolve
 from . import hostguard
 from .directory import CampaignStatus
 from .loop import announcing, run_campaign
+from .options import DEFAULT_OPTIONS, CampaignOptions
 from .preflight import check_testbed
 
 
@@ -55,19 +56,19 @@ def say_if_host_busy(spec, tb) -> None:
         _say(f"bbrlab: warning: {line}; {state}")
 
 
-def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | None = None, progress: bool = True,
-                   retry_failed: bool = False, keep_link: bool = False, allow_mixed: bool = False,
-                   runner: Runner | None = None, on_run: Callable[[dict], None] | None = None) -> dict:
+def run_on_testbed(spec, out_dir: str | Path, tb, *, options: CampaignOptions = DEFAULT_OPTIONS,
+                   calibration_path: Path | None = None, runner: Runner | None = None,
+                   on_run: Callable[[dict], None] | None = None) -> dict:
     """Run (or resume) ``spec`` on testbed ``tb`` into ``out_dir``; returns the campaign's status. The one way
     a campaign is opened on one testbed: ``bbrlab campaign run``, ``bbrlab calibrate`` and the demo all call it.
 
     CPU partitions a killed multi-testbed campaign left are removed first (said on stderr). A campaign whose
-    records were made on another testbed is refused unless ``allow_mixed``
+    records were made on another testbed is refused unless ``options.allow_mixed``
     (:func:`bbrlab.campaign.sameness.check_same_testbed`). ``runner`` is a :class:`Runner` the caller shares
     between campaigns (it keeps the link set and closes it itself); without one, a runner carrying the
     campaign's calibration is made (:func:`runner_for_campaign`) and the emulator's qdiscs are cleared at the
-    end unless ``keep_link`` (a failure to clear them is reported, not raised over the campaign's own outcome).
-    ``on_run`` gets each run's record as it is committed. Call it holding ``tb``'s lock."""
+    end unless ``options.keep_link`` (a failure to clear them is reported, not raised over the campaign's own
+    outcome). ``on_run`` gets each run's record as it is committed. Call it holding ``tb``'s lock."""
     for path in clear_partitions(tb):  # refused while the campaign that made it runs
         _say(f"removed the CPU partition {path} a killed campaign left")
     say_if_host_busy(spec, tb)
@@ -76,19 +77,19 @@ def run_on_testbed(spec, out_dir: str | Path, tb, *, calibration_path: Path | No
         runner = runner_for_campaign(tb, out_dir, spec.plan(), calibration_path)
     try:
         runner.session.recover_first()  # before the testbed is described: leftovers may stall the sender
-        return run_campaign(spec, out_dir, announcing(runner, tb.name, spec, out_dir), progress=progress,
-                            retry_failed=retry_failed, testbed=tb.describe(), allow_mixed=allow_mixed, on_run=on_run)
+        return run_campaign(spec, out_dir, announcing(runner, tb.name, spec, out_dir), options=options,
+                            testbed=tb.describe(), on_run=on_run)
     finally:
-        if own and not keep_link:
+        if own and not options.keep_link:
             try:
                 runner.close()
             except Exception as e:  # noqa: BLE001 - report, do not hide the campaign's own outcome
                 _say(f"bbrlab: warning: could not clear the emulator's qdiscs: {e}")
 
 
-def run_campaign_on(spec, out_dir: str | Path, testbed: str | None = None, *, activity: str = "campaign run",
-                    calibration_path: Path | None = None, progress: bool = True, retry_failed: bool = False,
-                    keep_link: bool = False, allow_mixed: bool = False) -> CampaignStatus:
+def run_campaign_on(spec, out_dir: str | Path, testbed: str | None = None, *,
+                    options: CampaignOptions = DEFAULT_OPTIONS, activity: str = "campaign run",
+                    calibration_path: Path | None = None) -> CampaignStatus:
     """Drive testbed ``testbed`` (a local name or a lab's file; default: the spec's, else the local testbed that
     is up) through ``spec``'s campaign into ``out_dir``, as ``bbrlab campaign run`` and the notebook API do.
 
@@ -98,5 +99,4 @@ def run_campaign_on(spec, out_dir: str | Path, testbed: str | None = None, *, ac
     live limits) and :func:`run_on_testbed`. An interruption propagates once the testbed is restored."""
     with driving(resolve(testbed or spec.testbed), activity, campaign=spec.name, out=str(out_dir)) as tb:
         check_testbed(spec, tb)
-        return run_on_testbed(spec, out_dir, tb, calibration_path=calibration_path, progress=progress,
-                              retry_failed=retry_failed, keep_link=keep_link, allow_mixed=allow_mixed)
+        return run_on_testbed(spec, out_dir, tb, options=options, calibration_path=calibration_path)

@@ -32,18 +32,16 @@ from pathlib import Path
 from distributed import WorkerPlugin
 
 from bbrlab import testbed as testbed_mod
-from bbrlab.core.scenario import Scenario
 from bbrlab.core.signals import Interrupted, clear_pending, raise_in_thread
 from bbrlab.run import record as rec
-from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.ceiling import CalibrationMismatch
 from bbrlab.run.recovery import recover
-from bbrlab.run.runmeta import failure_reason, of_error
 from bbrlab.run.runner import Runner
 from bbrlab.testbed import hostlock, isolation, target
 from bbrlab.testbed.lock import set_activity
 
 from . import handoff
+from .attempt import STOPPED, Attempt, Finished, run_attempt
 from .preflight import TestbedCheck, check_testbed
 from .spec import CampaignSpec
 from .watchdog import arm_stack_dump
@@ -51,8 +49,6 @@ from .watchdog import arm_stack_dump
 #: The Dask worker resource that stands for "one testbed": each testbed worker has exactly one.
 RESOURCE = "bbrlab-testbed"
 PLUGIN_NAME = "bbrlab-testbed"
-#: The status of an outcome whose run the driver stopped (it is never committed).
-STOPPED = "stopped"
 #: How long :meth:`TestbedPlugin.finish` waits for an interrupted run to restore and end.
 STOP_TIMEOUT_S = 60.0
 #: How long a worker waits for the scheduler to take an attempt's start (:func:`announce_start`).
@@ -83,25 +79,6 @@ class CampaignContext:
     planned: int
     calibrations: dict = field(default_factory=dict)
     machine: str | None = None  # the driver's machine and boot (handoff.machine_key): a worker there hands files by path
-
-
-@dataclass
-class Outcome:
-    """What a worker sends back for one attempt: enough for the driver to commit it."""
-
-    run_id: str
-    attempt: int
-    status: str  # ok | failed | stopped (STOPPED: never committed)
-    reason: str | None
-    metadata: dict
-    files: dict[str, bytes]
-    started_at: str
-    ended_at: str
-    testbed: str
-    worker_host: str
-    cpus: list[int] | None = None  # the testbed's CPU partition, None when it has none
-    token: str | None = None  # the campaign's (CampaignContext.token): the driver accepts only its own
-    staged: str | None = None  # a worker on the driver's machine: its files' directory in the campaign (handoff)
 
 
 @dataclass
@@ -208,7 +185,7 @@ class TestbedPlugin(WorkerPlugin):
 
     @property
     def label(self) -> str:
-        """The testbed's name for outcomes and progress lines (the ``testbed`` given, until it is loaded)."""
+        """The testbed's name for results and progress lines (the ``testbed`` given, until it is loaded)."""
         return self.testbed.name if self.testbed is not None else str(self.testbed_ref)
 
     # -- one run --------------------------------------------------------------------------------
@@ -317,47 +294,47 @@ def plugin() -> TestbedPlugin:
     return found
 
 
-def run_on_worker(scenario: dict, run_id: str, attempt: int, context: CampaignContext | None = None,
-                  index: int | None = None, block: dict | None = None) -> Outcome:
-    """The task: one attempt of one run on this worker's testbed. Never raises for the run's own failure.
-    A run its driver stopped returns status :data:`STOPPED` (never committed); when the worker itself is
-    closing it raises Dask's ``Reschedule`` instead, and the run goes to another testbed."""
+def run_on_worker(attempt: Attempt, context: CampaignContext | None = None) -> Finished:
+    """The task: ``attempt`` on this worker's testbed (:func:`bbrlab.campaign.attempt.run_attempt`), its
+    files sent back in the result or, on the driver's machine, handed over by path. Never raises for the run's
+    own failure. A run its driver stopped returns status :data:`STOPPED` (never committed); when the worker
+    itself is closing it raises Dask's ``Reschedule`` instead, and the run goes to another testbed."""
     from distributed import Reschedule
 
     owner = plugin()
-    sc = Scenario.from_dict(scenario)
     started = rec.now_iso()
     by_path = context is not None and handoff.same_machine(context.machine)
-    with _staging(context, run_id, attempt, by_path) as staging:
+    with _staging(context, attempt.run_id, attempt.attempt, by_path) as staging:
         try:
             with owner.running(context):
                 announce_start(context)
-                try:
-                    run_fn = owner.prepared(context, run_id, attempt, index)
-                    boot = {} if block is None else {"block": BlockBoot.from_dict(block)}
-                    metadata = run_fn(sc, staging, run_id=run_id, attempt=attempt, **boot)
-                    status_, reason = "ok", None
-                except Exception as e:  # noqa: BLE001 - the reason (with where) travels to the driver, which records it
-                    metadata, status_, reason = of_error(e), "failed", failure_reason(e)
+
+                def run_fn(scenario, staging_dir, **kw):  # the calibration's lookup fails the attempt, not the task
+                    return owner.prepared(context, attempt.run_id, attempt.attempt, attempt.order + 1)(
+                        scenario, staging_dir, **kw)
+
+                finished = run_attempt(run_fn, attempt, staging)
         except StopRequested as e:
             if owner.leaving:  # this worker is closing (bbrlab worker stopped): the run belongs elsewhere
                 raise Reschedule() from None
-            status_, reason, metadata = STOPPED, str(e), {}  # the driver stopped it: nothing to commit
-        files = {} if status_ == STOPPED or by_path else \
-            {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file()}
-        if status_ == STOPPED and by_path:
-            handoff.discard(staging)
-        staged = str(staging) if by_path and status_ != STOPPED else None
-    cpus = list(owner.partition.cpus) if owner.partition is not None else None
-    return Outcome(run_id, attempt, status_, reason, metadata, files, started, rec.now_iso(), owner.label,
-                   socket.gethostname(), cpus, context.token if context else None, staged)
+            finished = Finished(attempt, STOPPED, str(e), {}, started, rec.now_iso())  # nothing to commit
+            if by_path:
+                handoff.discard(staging)
+        finished.staging = staging if by_path and finished.status != STOPPED else None
+        if not by_path and finished.status != STOPPED:
+            finished.files = {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file()}
+    finished.started_at, finished.ended_at = started, rec.now_iso()  # the wait for the testbed included
+    finished.testbed, finished.worker_host = owner.label, socket.gethostname()
+    finished.cpus = list(owner.partition.cpus) if owner.partition is not None else None
+    finished.token = context.token if context else None
+    return finished
 
 
 @contextlib.contextmanager
 def _staging(context: CampaignContext | None, run_id: str, attempt: int, by_path: bool) -> Iterator[Path]:
     """Where the attempt writes its files: on the driver's machine, a directory in the campaign that the
     driver commits by path (removed here only when the attempt raised past this worker); else a temporary one
-    whose files travel in the outcome."""
+    whose files travel in the result."""
     if not by_path:
         with tempfile.TemporaryDirectory(prefix="bbrlab-worker-") as staging:
             yield Path(staging)

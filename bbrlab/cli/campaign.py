@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.single import run_campaign_on
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
@@ -266,6 +267,12 @@ def check_run_options(testbeds: list[str], scheduler: str | None, calibrations: 
                               "testbed when the campaign runs over several)")
 
 
+def options_of(args) -> CampaignOptions:
+    """The campaign's options from ``campaign run``'s flags, built once here and handed down whole."""
+    return CampaignOptions(retry_failed=args.retry_failed, allow_mixed=args.allow_mixed, keep_link=args.keep_link,
+                           progress=not args.no_progress)
+
+
 def _stopped(spec, out, in_flight: str = "the run in flight was not recorded") -> None:
     from bbrlab.campaign.directory import status
 
@@ -279,8 +286,7 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
     """Over several testbeds (docs/scaling.md): a Dask cluster started here, or the one at --scheduler."""
     from bbrlab.campaign import scaleout
 
-    common = {"calibration_paths": calibrations, "progress": not args.no_progress,
-              "retry_failed": args.retry_failed, "keep_link": args.keep_link, "allow_mixed": args.allow_mixed}
+    common = {"calibration_paths": calibrations, "options": options_of(args)}
     try:
         if args.scheduler:
             st = scaleout.run_on_scheduler(spec, args.out, args.scheduler, tls=lab_tls(args), **common)
@@ -298,9 +304,7 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
     """One testbed, in this process (:func:`bbrlab.campaign.single.run_campaign_on`: the testbed's lock first,
     then the pre-flight, then the campaign)."""
     try:
-        st = run_campaign_on(spec, args.out, testbed, calibration_path=calibration_path,
-                             progress=not args.no_progress, retry_failed=args.retry_failed,
-                             keep_link=args.keep_link, allow_mixed=args.allow_mixed)
+        st = run_campaign_on(spec, args.out, testbed, options=options_of(args), calibration_path=calibration_path)
     except Interrupted as stop:
         if (Path(args.out) / "plan.json").is_file():
             _stopped(spec, args.out, *([BETWEEN_RUNS] if stop.between_runs else []))

@@ -13,7 +13,10 @@ import pytest
 
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.run.runner import Runner
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -26,7 +29,7 @@ def _campaign(testbed, tmp_path, **over) -> list[dict]:
         **over})
     runner = Runner(testbed)
     try:
-        st = campaign.run_campaign(spec, tmp_path, runner, progress=False)
+        st = campaign.run_campaign(spec, tmp_path, runner, options=QUIET)
     finally:
         runner.close()
     assert (st.done, st.failed_attempts) == (2, 0)

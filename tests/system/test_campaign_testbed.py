@@ -21,8 +21,11 @@ import pytest
 import yaml
 
 from bbrlab.campaign import directory
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.link import emulator as link
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -182,7 +185,7 @@ def test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testb
     try:
         spec = CampaignSpec.from_dict(_spec(testbed.name, ccas=["cubic"], timeslices_ms=[10], cpu_shares_pct=[100],
                                             duration_s=1, name="leftover-first"))
-        st = run_on_testbed(spec, tmp_path / "campaign", testbed, progress=False)
+        st = run_on_testbed(spec, tmp_path / "campaign", testbed, options=QUIET)
     finally:
         del testbed.describe
         subprocess.run([BBRLAB, "contention", "clear", "--threads", ",".join(map(str, threads))],

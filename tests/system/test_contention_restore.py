@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
+from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.contention.deadline import ContentionRestoreError, ContentionSession, contended
 from bbrlab.contention.sched import SchedPolicy, sched_getattr
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention
 from bbrlab.run.runner import Runner
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
@@ -120,10 +121,14 @@ def test_a_failed_run_leaves_no_deadline_policy_for_the_next_attempt(busy, tmp_p
         "emulator": {"address": "192.0.2.11"}, "receiver": {"address": "192.0.2.12", "experiment_ip": "10.0.0.2"}}}))
     runner = RunWhoseRestoreFails(from_spec(tbfile.load_file(lab)))
     runner.found = []
-    scenario = Scenario(Link.unshaped(20), Contention(10, 50), Flow("cubic", 5))
+    spec = CampaignSpec.from_dict({"name": "restore", "ccas": ["cubic"], "timeslices_ms": [10], "cpu_shares_pct": [50],
+                                   "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1, "duration_s": 5,
+                                   "max_attempts": 2})  # one run; its recipe is the contention step alone
+    (scenario,) = spec.plan()
     out = tmp_path / "campaign"
-    out.mkdir()
-    record = campaign.execute_run(SimpleNamespace(name="restore", max_attempts=2), out, scenario, runner)
+    made = []
+    campaign.run_campaign(spec, out, runner, options=CampaignOptions(progress=False), on_run=made.append)
+    (record,) = made
 
     first = yaml.safe_load((out / "failed" / f"{scenario.run_id}.a1" / "record.json").read_text())
     assert first["status"] == "failed" and "could not restore" in first["reason"]

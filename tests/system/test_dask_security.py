@@ -28,7 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from bbrlab.campaign.options import CampaignOptions
 from tests.engine_runs import dying_run, slow_run, spec
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).parents[2]
@@ -221,7 +224,7 @@ def test_forged_outcomes_are_failed_attempts_and_nothing_lands_outside_the_campa
         rogue = _rogue("forge", cluster)
         try:
             _wait_resource_workers(client, 3)
-            st = d.run_campaign_distributed(spec(), out, client, progress=False)
+            st = d.run_campaign_distributed(spec(), out, client, options=QUIET)
         finally:
             _stop(rogue)
     assert list(tmp_path.rglob("escaped-x")) == []  # not beside the campaign, not anywhere
@@ -249,7 +252,7 @@ def test_a_foreign_worker_joining_does_not_end_the_campaign(tmp_path, capfd):
         foreign = _rogue("foreign", cluster)
         try:
             _wait_resource_workers(client, 3)
-            st = d.run_campaign_distributed(spec(), out, client, progress=False)
+            st = d.run_campaign_distributed(spec(), out, client, options=QUIET)
             left = len(d.testbed_workers(client))
         finally:
             _stop(foreign)
@@ -276,13 +279,13 @@ def test_a_killed_worker_is_a_failed_attempt_and_the_campaign_resumes(tmp_path, 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             d.local_cluster(["a", "b"], run_function=dying_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
-        st = d.run_campaign_distributed(two, out, client, progress=False)
+        st = d.run_campaign_distributed(two, out, client, options=QUIET)
         mine = [r for r in _failed_records(out) if r["run_id"] == victim]
         assert sorted(r["attempt"] for r in mine) == [1, 2]
         assert all("KilledWorker" in r["reason"] for r in mine), [r["reason"] for r in mine]
         assert st.failed >= 1 and st.done + st.failed == 2
         d.wait_for_workers(client, 2)
-        again = d.run_campaign_distributed(two, out, client, progress=False)  # the resume: no traceback
+        again = d.run_campaign_distributed(two, out, client, options=QUIET)  # the resume: no traceback
     assert again.done >= st.done
     assert sorted(r["attempt"] for r in _failed_records(out) if r["run_id"] == victim) == [1, 2]
 

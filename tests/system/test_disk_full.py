@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run import record as rec
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = pytest.mark.system
 
@@ -51,7 +54,8 @@ def _run(fill_exactly: bool):
 def test_a_full_disk_ends_the_campaign_with_a_clear_error_and_keeps_every_recorded_run(small_disk, where):
     out = small_disk / "campaign"
     with pytest.raises(rec.DiskFull) as e:
-        campaign.run_campaign(CampaignSpec.from_dict(SPEC), out, _run(where == "in its record"), progress=False)
+        campaign.run_campaign(CampaignSpec.from_dict(SPEC), out, _run(where == "in its record"),
+                              options=QUIET)
     message = str(e.value)
     assert str(out) in message and "free:" in message and "bytes" in message
     assert e.value.free_bytes is not None and e.value.free_bytes < RUN_BYTES

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from bbrlab.campaign import directory
+from bbrlab.campaign.options import CampaignOptions
 from tests.engine_runs import block_run, slow_run, spec
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = pytest.mark.system
 #: How long after its bound a hung attempt is noticed: the driver looks every second
@@ -47,7 +50,7 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
 
     with d.local_cluster(["a", "b"], run_function=slow_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
-        st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
+        st = d.run_campaign_distributed(spec(), tmp_path, client, options=QUIET)
     assert st.failed_attempts == 0
     records = _exactly_once(tmp_path)
     assert {r["metadata"]["worker"]["testbed"] for r in records} == {"a", "b"}
@@ -65,7 +68,7 @@ def test_a_blocked_campaign_hands_each_worker_its_runs_block(tmp_path):
     blocked = CampaignSpec.from_dict({**spec().to_dict(), "repetitions": 2, "blocks": 2, "cpu_shares_pct": [25, 100]})
     with d.local_cluster(["a", "b"], run_function=block_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
-        st = d.run_campaign_distributed(blocked, tmp_path, client, progress=False)
+        st = d.run_campaign_distributed(blocked, tmp_path, client, options=QUIET)
     assert (st.done, st.failed_attempts) == (16, 0)
     records = _records(tmp_path)
     assert [r["metadata"]["block"]["block"] for r in records] == [blocked.block_of(r["scenario"]["repetition"])
@@ -87,9 +90,9 @@ def test_workers_on_the_drivers_machine_hand_files_by_path_and_others_send_bytes
     four = CampaignSpec.from_dict({**spec().to_dict(), "timeslices_ms": [10], "cpu_shares_pct": [25, 100]})
     with d.local_cluster(["a", "b"], run_function=inode_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 2)
-        local = d.run_campaign_distributed(four, tmp_path / "here", client, progress=False)
+        local = d.run_campaign_distributed(four, tmp_path / "here", client, options=QUIET)
         monkeypatch.setattr(handoff, "machine_key", lambda: "another-machine/another-boot")
-        remote = d.run_campaign_distributed(four, tmp_path / "lab", client, progress=False)
+        remote = d.run_campaign_distributed(four, tmp_path / "lab", client, options=QUIET)
     for st, out, renamed in ((local, tmp_path / "here", True), (remote, tmp_path / "lab", False)):
         assert (st.done, st.failed_attempts) == (4, 0)
         for record in _records(out):
@@ -125,7 +128,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypa
 
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
-        st = d.run_campaign_distributed(spec(), tmp_path, client, progress=False)
+        st = d.run_campaign_distributed(spec(), tmp_path, client, options=QUIET)
         killer.join()
     assert st.failed_attempts == 0 and st.done == 12
     records = _exactly_once(tmp_path)
@@ -206,7 +209,7 @@ def test_a_hung_attempt_ends_at_its_bound_with_its_stacks_and_the_run_is_retried
     out = tmp_path / "campaign"
     with d.local_cluster(["a"], run_function=hanging_run) as cluster, Client(cluster) as client:
         d.wait_for_workers(client, 1)
-        st = d.run_campaign_distributed(spec(), out, client, progress=False, bound_s=lambda scenario: bound_s)
+        st = d.run_campaign_distributed(spec(), out, client, options=QUIET, bound_s=lambda scenario: bound_s)
     assert st.done == 12 and st.failed_attempts == 1
     records = _exactly_once(out)
     assert rec.failed_attempts(out, hung) == [1]

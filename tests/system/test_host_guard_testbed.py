@@ -29,11 +29,14 @@ import pytest
 from bbrlab.campaign import hostguard
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.single import run_on_testbed
 from bbrlab.contention import outside
 from bbrlab.core import owners
 from bbrlab.core.ownedpids import signal_if_same
 from bbrlab.run.runner import Runner
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -66,7 +69,7 @@ def _records(out, kind: str) -> list[dict]:
 def _run(testbed, spec, out):
     runner = Runner(testbed)
     try:
-        return campaign.run_campaign(spec, out, runner, progress=False)
+        return campaign.run_campaign(spec, out, runner, options=QUIET)
     finally:
         runner.close()
 
@@ -88,7 +91,7 @@ def _named(other: dict) -> str:
 
 
 def test_busy_loop_outside_the_testbed_fails_the_run_as_host_busy(testbed, tmp_path, busy_loop, capsys):
-    st = run_on_testbed(_spec(testbed, "guard-busy"), tmp_path, testbed, progress=False)
+    st = run_on_testbed(_spec(testbed, "guard-busy"), tmp_path, testbed, options=QUIET)
     assert "the host is busy now" in capsys.readouterr().err  # said at the campaign's start
     assert (st.done, st.failed_attempts) == (0, 1)
     (record,) = _records(tmp_path, "failed")

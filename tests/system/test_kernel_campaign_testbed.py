@@ -10,7 +10,10 @@ import pytest
 
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.run.runner import Runner
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -32,7 +35,7 @@ def test_three_kernels_one_sender_boot_per_block(testbed, tmp_path):
     emulator_pid = testbed.local.qemu_pids["emulator"]
     runner = Runner(testbed)
     try:
-        st = campaign.run_campaign(spec, tmp_path, runner, progress=False)
+        st = campaign.run_campaign(spec, tmp_path, runner, options=QUIET)
     finally:
         runner.close()
         tbmod.up(testbed.name, kernel="debian-6.1", progress=False)  # the session's testbed as it was

@@ -27,8 +27,11 @@ import pytest
 import yaml
 
 import bbrlab.testbed as tbmod
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.core import errors
 from bbrlab.testbed import isolation
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -237,7 +240,7 @@ def test_resuming_on_another_accelerator_is_refused_unless_allow_mixed(testbed, 
         return {"testbed": ran_on}
 
     with pytest.raises(KeyboardInterrupt):
-        run_campaign(CampaignSpec.from_dict(spec_dict), out, first_only, progress=False, testbed=ran_on)
+        run_campaign(CampaignSpec.from_dict(spec_dict), out, first_only, options=QUIET, testbed=ran_on)
     argv = [BBRLAB, "campaign", "run", str(spec), "--out", str(out), "--testbed", testbed.name, "--no-progress"]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env())
     assert res.returncode == 1

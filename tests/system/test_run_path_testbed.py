@@ -22,6 +22,7 @@ from bbrlab.analysis import records_reader
 from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core import machine
 from bbrlab.core.hosts import LocalHost, SSHHost
@@ -116,9 +117,10 @@ def test_an_ssh_failure_is_recorded_with_where_it_happened(testbed, tmp_path):
     spec = campaign_spec.CampaignSpec.from_dict({"name": "ssh-fails", "ccas": ["cubic"], "timeslices_ms": [1],
                                             "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50],
                                             "repetitions": 1, "duration_s": 2, "max_attempts": 1})
-    directory.prepare(spec, tmp_path)
     runner = Runner(broken)
-    rec = campaign.execute_run(spec, tmp_path, spec.plan()[0], runner)
+    made = []
+    campaign.run_campaign(spec, tmp_path, runner, options=CampaignOptions(progress=False), on_run=made.append)
+    (rec,) = made
     assert rec["status"] == "failed"
     assert " (at " in rec["reason"] and ".py:" in rec["reason"] and " in " in rec["reason"], rec["reason"]
     assert record.load_record(tmp_path / "failed" / f"{spec.plan()[0].run_id}.a1")["reason"] == rec["reason"]

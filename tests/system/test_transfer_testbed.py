@@ -28,12 +28,15 @@ import yaml
 
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run.runner import Runner, run_once
 from tests.stalls import run_once_as_a_campaign_would
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -76,7 +79,7 @@ def test_both_workloads_at_30_pct_loss_end_to_end(testbed, tmp_path):
         "transfer_timeout_s": 300, "duration_s": 5, "repetitions": 1, "max_attempts": 1})
     runner = Runner(testbed)
     try:
-        status = campaign.run_campaign(spec, tmp_path, runner, progress=False)
+        status = campaign.run_campaign(spec, tmp_path, runner, options=QUIET)
     finally:
         runner.close()
     failed = [json.loads(p.read_text())["reason"] for p in tmp_path.glob("failed/*/record.json")]

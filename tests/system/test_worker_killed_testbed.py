@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
@@ -61,7 +64,7 @@ def test_a_worker_killed_during_a_contended_run_loses_nothing_and_the_testbed_is
         killer = threading.Thread(target=kill_under_deadline)
         killer.start()
         try:
-            st = d.run_campaign_distributed(spec, out, client, progress=False)
+            st = d.run_campaign_distributed(spec, out, client, options=QUIET)
         finally:
             killer.join()
         workers_after = client.run(os.getpid)

@@ -16,11 +16,14 @@ import pytest
 
 from bbrlab.campaign import directory, repetitions
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import Interrupted
 from bbrlab.run import record
 from tests.unit.test_engine import Reversed
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 RULE = {"min": 5, "max": 8, "precision": 0.05}
 BASE = {"name": "adaptive", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 100],
@@ -130,7 +133,7 @@ def test_a_run_without_a_value_counts_as_settled_and_the_point_goes_on():
 def test_with_a_synthetic_run_function_tight_points_stop_at_6_and_spread_ones_reach_max(tmp_path):
     s = spec()
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, synthetic_run(calls), progress=False)
+    st = campaign.run_campaign(s, tmp_path, synthetic_run(calls), options=QUIET)
     per_point: dict[str, int] = {}
     for sc in s.plan():
         if sc.run_id in _committed(tmp_path):
@@ -150,7 +153,7 @@ def test_with_a_synthetic_run_function_tight_points_stop_at_6_and_spread_ones_re
 def test_a_failed_run_settles_without_a_value(tmp_path):
     s = spec()
     cubic = next(sc for sc in s.plan() if sc.flow.cca == "cubic" and sc.repetition == 1)
-    campaign.run_campaign(s, tmp_path, synthetic_run([], {cubic.run_id}), progress=False)
+    campaign.run_campaign(s, tmp_path, synthetic_run([], {cubic.run_id}), options=QUIET)
     point = next(p for p in _decisions(tmp_path)["decisions"] if p["point"] == repetitions.point_id(cubic))
     assert (point["settled"], point["values"], point["reason"]) == (7, 6, "precise")
 
@@ -166,14 +169,14 @@ def test_an_interrupted_campaign_resumes_to_the_same_decisions(tmp_path, kill_af
         return campaign.InProcess(run_fn, out) if executor == "in-process" else Reversed(run_fn, out)
 
     whole = tmp_path / "whole"
-    campaign.drive(s, whole, make(whole, synthetic_run([])), progress=False)
+    campaign.drive(s, whole, make(whole, synthetic_run([])), options=QUIET)
     cut = tmp_path / "cut"
     first: list = []
     with pytest.raises(Interrupted):
-        campaign.drive(s, cut, make(cut, synthetic_run(first, interrupt_at=kill_after + 1)), progress=False)
+        campaign.drive(s, cut, make(cut, synthetic_run(first, interrupt_at=kill_after + 1)), options=QUIET)
     assert len(_committed(cut)) == kill_after
     second: list = []
-    campaign.drive(s, cut, make(cut, synthetic_run(second)), progress=False)
+    campaign.drive(s, cut, make(cut, synthetic_run(second)), options=QUIET)
     assert not {r for r, _ in first} & {r for r, _ in second}
     assert _committed(cut) == _committed(whole)
     assert _decisions(cut) == _decisions(whole)
@@ -185,7 +188,7 @@ def test_an_interrupted_campaign_resumes_to_the_same_decisions(tmp_path, kill_af
 
 def test_a_fixed_campaign_writes_no_decisions_and_counts_as_before(tmp_path):
     s = spec(repetitions=2)
-    st = campaign.run_campaign(s, tmp_path, synthetic_run([]), progress=False)
+    st = campaign.run_campaign(s, tmp_path, synthetic_run([]), options=QUIET)
     assert not (tmp_path / repetitions.DECISIONS_FILE).exists()
     assert st.to_dict() == {"campaign": "adaptive", "planned": 16, "done": 16, "failed": 0, "failed_attempts": 0,
                             "running": 0, "remaining": 0}

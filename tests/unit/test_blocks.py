@@ -12,11 +12,14 @@ import pytest
 
 from bbrlab.analysis.data import summarise
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.confidence import blocked_median_interval, median_interval, order_statistic_rank
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record
 from bbrlab.run.blockboot import BlockBoot, needs_fresh_boot
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 BASE = {"name": "b", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [25, 100],
         "rtts_ms": [20], "rates_mbit": [100], "repetitions": 4, "duration_s": 5}
@@ -108,9 +111,9 @@ def test_each_block_runs_on_a_boot_of_its_own_also_when_resumed(tmp_path):
     bed = SimulatedTestbed()
     bed.interrupt_after = 11  # killed in the middle of block 1 (runs 8-15)
     with pytest.raises(KeyboardInterrupt):
-        campaign.run_campaign(s, tmp_path, bed, progress=False)
+        campaign.run_campaign(s, tmp_path, bed, options=QUIET)
     again = SimulatedTestbed(boot=bed.boot)  # a new process; the sender still up on block 1's boot
-    campaign.run_campaign(s, tmp_path, again, progress=False)
+    campaign.run_campaign(s, tmp_path, again, options=QUIET)
     assert again.boots == 0  # block 1 went on on its boot
     records = _records(tmp_path)
     assert len(records) == 16
@@ -126,10 +129,10 @@ def test_a_resumed_block_on_another_blocks_boot_boots_afresh(tmp_path):
     bed = SimulatedTestbed()
     bed.interrupt_after = 5  # killed in block 0
     with pytest.raises(KeyboardInterrupt):
-        campaign.run_campaign(s, tmp_path, bed, progress=False)
+        campaign.run_campaign(s, tmp_path, bed, options=QUIET)
     block0 = bed.boot
     other = SimulatedTestbed(boot="boot-of-someone-else")  # the sender was rebooted meanwhile
-    campaign.run_campaign(s, tmp_path, other, progress=False)
+    campaign.run_campaign(s, tmp_path, other, options=QUIET)
     by_block: dict[int, set] = {}
     for r in _records(tmp_path):
         by_block.setdefault(r["metadata"]["block"]["block"], set()).add(r["metadata"]["testbed"]["sender_boot_id"])
@@ -296,7 +299,7 @@ def test_a_host_busy_run_is_retried_at_the_end_of_its_own_block_on_its_boot(tmp_
     so it stays on block 0's boot (retried after the whole plan, it would need that boot again)."""
     s = spec(blocks=2, repetitions=4, host_guard={"max_other_busy_pct": 25}, max_attempts=2)
     bed = BusyOnce(busy_call=2)
-    st = campaign.run_campaign(s, tmp_path, bed, progress=False)
+    st = campaign.run_campaign(s, tmp_path, bed, options=QUIET)
     assert (st.done, st.failed_attempts) == (16, 1)
     busy_run = bed.order[1][0]
     retry = bed.order.index((busy_run, 2, 0))

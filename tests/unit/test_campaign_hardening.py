@@ -17,6 +17,7 @@ from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.directory import OutDirError
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec, check_admission, load_spec
 from bbrlab.contention.limits import KernelLimits, read_kernel_limits
 from bbrlab.core.errors import BbrlabError, ValidationError
@@ -24,6 +25,8 @@ from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Link
 from bbrlab.run import record
 from tests.campaign_runs import writing_run
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 BASE = {
     "name": "t", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 100],
@@ -186,7 +189,7 @@ def test_out_with_someone_elses_files_is_refused_and_left_alone(tmp_path, what):
     before = _tree(out)
     calls: list = []
     with pytest.raises(OutDirError, match="not empty and holds no campaign"):
-        campaign.run_campaign(spec(), out, writing_run(calls), progress=False)
+        campaign.run_campaign(spec(), out, writing_run(calls), options=QUIET)
     assert calls == []
     assert {k: v for k, v in _tree(out).items() if k != ".lock"} == before
 
@@ -209,10 +212,10 @@ def test_out_may_be_missing_empty_or_this_campaign(tmp_path):
         if out.name == "empty":
             out.mkdir()
         calls: list = []
-        assert campaign.run_campaign(s, out, writing_run(calls), progress=False).done == 8
+        assert campaign.run_campaign(s, out, writing_run(calls), options=QUIET).done == 8
         assert len(calls) == 8
         again: list = []
-        campaign.run_campaign(s, out, writing_run(again), progress=False)
+        campaign.run_campaign(s, out, writing_run(again), options=QUIET)
         assert again == []
 
 
@@ -221,14 +224,14 @@ def test_out_prepared_by_bbrlab_calibrate_is_accepted(tmp_path):
     before `bbrlab campaign run SPEC --out DIR`."""
     (tmp_path / "calibration.json").write_text(json.dumps({"schema": "bbrlab.calibration/1", "points": []}))
     key = tmp_path / "calibration" / "local-tcg-6.1-abc"
-    campaign.run_campaign(spec(name="cal"), key, writing_run([]), progress=False)
+    campaign.run_campaign(spec(name="cal"), key, writing_run([]), options=QUIET)
     calls: list = []
-    assert campaign.run_campaign(spec(), tmp_path, writing_run(calls), progress=False).done == 8
+    assert campaign.run_campaign(spec(), tmp_path, writing_run(calls), options=QUIET).done == 8
     other = tmp_path / "other"
     other.mkdir()
     (other / "calibration.json").write_text(json.dumps({"schema": "mine"}))
     with pytest.raises(OutDirError, match="calibration.json"):
-        campaign.run_campaign(spec(), other, writing_run([]), progress=False)
+        campaign.run_campaign(spec(), other, writing_run([]), options=QUIET)
 
 
 def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(tmp_path):
@@ -236,14 +239,14 @@ def test_a_campaign_interrupted_between_spec_and_plan_is_recognised_as_its_own(t
     (tmp_path / "spec.yaml").write_text(directory.spec_yaml(s))  # what prepare writes before plan.json
     (tmp_path / ".lock").write_text("")
     calls: list = []
-    assert campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False).done == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(calls), options=QUIET).done == 8
 
 
 def test_resuming_on_another_testbed_is_the_same_campaign(tmp_path):
     calls: list = []
-    campaign.run_campaign(spec(testbed="local"), tmp_path, writing_run(calls), progress=False)
+    campaign.run_campaign(spec(testbed="local"), tmp_path, writing_run(calls), options=QUIET)
     again: list = []
-    campaign.run_campaign(spec(testbed="other"), tmp_path, writing_run(again), progress=False)
+    campaign.run_campaign(spec(testbed="other"), tmp_path, writing_run(again), options=QUIET)
     assert again == []
 
 
@@ -280,11 +283,11 @@ def test_tmp_cleanup_touches_only_what_the_campaign_made(tmp_path):
 def test_a_half_copied_run_directory_is_set_aside_and_measured_again(tmp_path, capsys):
     s = spec()
     calls: list = []
-    campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(calls), options=QUIET)
     victim = s.plan()[2].run_id
     (tmp_path / "runs" / victim / "record.json").unlink()  # a copy that stopped before record.json
     again: list = []
-    st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(again), options=QUIET)
     assert again == [(victim, 1)] and st.done == 8
     moved = list((tmp_path / "set-aside" / "runs").iterdir())
     assert len(moved) == 1 and moved[0].name.startswith(victim) and (moved[0] / "iperf.json").is_file()
@@ -293,18 +296,18 @@ def test_a_half_copied_run_directory_is_set_aside_and_measured_again(tmp_path, c
 
 def test_a_run_directory_with_a_broken_record_is_set_aside(tmp_path):
     s = spec()
-    campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([]), options=QUIET)
     victim = s.plan()[0].run_id
     (tmp_path / "runs" / victim / "record.json").write_text('{"run_id": "')
     again: list = []
-    assert campaign.run_campaign(s, tmp_path, writing_run(again), progress=False).done == 8
+    assert campaign.run_campaign(s, tmp_path, writing_run(again), options=QUIET).done == 8
     assert again == [(victim, 1)]
 
 
 def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
     s = spec(max_attempts=3)
     victim = s.plan()[4].run_id
-    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), options=QUIET)
     assert record.failed_attempts(tmp_path, victim) == [1, 2, 3]
     # remove the first attempt: a2 and a3 are left
     import shutil
@@ -312,7 +315,8 @@ def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
     shutil.rmtree(tmp_path / "failed" / f"{victim}.a1")
     calls: list = []
     with pytest.raises(OutDirError) as e:
-        campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False, retry_failed=True)
+        campaign.run_campaign(s, tmp_path, writing_run(calls),
+                              options=CampaignOptions(progress=False, retry_failed=True))
     assert calls == []  # explained before anything ran, not "already exists" half-way
     assert f"failed/{victim}.a2" in str(e.value) and "[2, 3]" in str(e.value) and "Move" in str(e.value)
 
@@ -320,16 +324,16 @@ def test_a_gap_in_failed_attempts_is_explained_before_any_run(tmp_path):
 def test_a_failed_attempt_without_its_record_is_set_aside(tmp_path):
     s = spec(max_attempts=2)
     victim = s.plan()[1].run_id
-    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([], frozenset({victim})), options=QUIET)
     (tmp_path / "failed" / f"{victim}.a2" / "record.json").unlink()
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(calls), options=QUIET)
     assert calls == [(victim, 2)] and st.done == 8
     assert len(list((tmp_path / "set-aside" / "failed").iterdir())) == 1
 
 
 def test_status_json_of_a_repaired_campaign_is_consistent(tmp_path):
     s = spec()
-    campaign.run_campaign(s, tmp_path, writing_run([]), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run([]), options=QUIET)
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert directory.status(tmp_path).done == len(plan["runs"]) == 8

@@ -15,10 +15,13 @@ import pytest
 
 from bbrlab.campaign import directory, sameness
 from bbrlab.campaign.loop import run_campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.sameness import MixedTestbed, check_same_testbed
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 BASE = {"name": "mix", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [25, 100],
         "rtts_ms": [20], "rates_mbit": [100], "repetitions": 1, "duration_s": 5}
@@ -62,7 +65,8 @@ def half_done(tmp_path) -> Path:
     """A campaign directory with 2 of 4 runs recorded on the local TCG testbed, then stopped."""
     out = tmp_path / "c"
     with pytest.raises(KeyboardInterrupt):
-        run_campaign(spec(), out, reporting_run(LOCAL_TCG, [], stop_after=2), progress=False, testbed=LOCAL_TCG)
+        run_campaign(spec(), out, reporting_run(LOCAL_TCG, [], stop_after=2),
+                     options=QUIET, testbed=LOCAL_TCG)
     assert len(_records(out)) == 2
     return out
 
@@ -77,7 +81,7 @@ def test_resuming_on_another_testbed_is_refused_before_any_run(half_done, key, o
     offered = {**LOCAL_TCG, key: offered_value}
     before, calls = _files(half_done), []
     with pytest.raises(ValidationError) as e:
-        run_campaign(spec(), half_done, reporting_run(offered, calls), progress=False, testbed=offered)
+        run_campaign(spec(), half_done, reporting_run(offered, calls), options=QUIET, testbed=offered)
     assert isinstance(e.value, MixedTestbed)
     assert e.value.field == "--testbed"
     message = str(e.value)
@@ -88,7 +92,7 @@ def test_resuming_on_another_testbed_is_refused_before_any_run(half_done, key, o
 
 def test_the_same_testbed_resumes_and_its_records_carry_no_mixed_mark(half_done):
     calls = []
-    st = run_campaign(spec(), half_done, reporting_run(LOCAL_TCG, calls), progress=False, testbed=LOCAL_TCG)
+    st = run_campaign(spec(), half_done, reporting_run(LOCAL_TCG, calls), options=QUIET, testbed=LOCAL_TCG)
     assert st.done == 4 and len(calls) == 2
     assert all("mixed" not in r["metadata"] for r in _records(half_done))
 
@@ -97,7 +101,8 @@ def test_allow_mixed_resumes_and_every_record_made_says_so(half_done):
     kvm = {**LOCAL_TCG, "accelerator": "kvm"}
     before = {r["run_id"]: r for r in _records(half_done)}
     calls = []
-    st = run_campaign(spec(), half_done, reporting_run(kvm, calls), progress=False, testbed=kvm, allow_mixed=True)
+    st = run_campaign(spec(), half_done, reporting_run(kvm, calls),
+                      options=CampaignOptions(progress=False, allow_mixed=True), testbed=kvm)
     assert st.done == 4 and len(calls) == 2
     for r in _records(half_done):
         if r["run_id"] in before:
@@ -116,7 +121,8 @@ def test_a_failed_attempt_made_with_allow_mixed_says_so_too(half_done):
     def failing(scenario, staging, *, run_id, attempt):
         raise RuntimeError("receiver unreachable")
 
-    run_campaign(spec(), half_done, failing, progress=False, testbed=kvm, allow_mixed=True)
+    run_campaign(spec(), half_done, failing,
+                 options=CampaignOptions(progress=False, allow_mixed=True), testbed=kvm)
     failed = [json.loads(p.read_text()) for p in (half_done / "failed").glob("*/record.json")]
     assert len(failed) == 2 * 3 and all(r["metadata"]["mixed"]["allowed"] for r in failed)
 
@@ -125,7 +131,7 @@ def test_records_without_a_testbed_are_not_compared(tmp_path):
     # Records made by run functions that say nothing of their testbed (and a new campaign) are never refused.
     out = tmp_path / "c"
     with pytest.raises(KeyboardInterrupt):
-        run_campaign(spec(), out, reporting_run({}, [], stop_after=1), progress=False)
+        run_campaign(spec(), out, reporting_run({}, [], stop_after=1), options=QUIET)
     assert check_same_testbed(out, [LOCAL_TCG]) is None
     assert check_same_testbed(tmp_path / "new", [LOCAL_TCG]) is None
 
@@ -137,7 +143,7 @@ def test_a_kernel_dimension_compares_each_blocks_kernel_run_by_run(tmp_path):
     out = tmp_path / "k"
     booted = {"debian-6.1": "6.1.0-28-amd64", "debian-6.12": "6.12.9-amd64"}
     with pytest.raises(KeyboardInterrupt):
-        run_campaign(two, out, reporting_run(LOCAL_TCG, [], stop_after=6, kernels=booted), progress=False,
+        run_campaign(two, out, reporting_run(LOCAL_TCG, [], stop_after=6, kernels=booted), options=QUIET,
                      testbed=LOCAL_TCG)
     assert len(_records(out)) == 6  # the 6.1 block (4 runs) and 2 runs of the 6.12 block
     offered_now = {**LOCAL_TCG, "sender_kernel": "6.12.9-amd64"}  # the sender runs the second block's kernel
@@ -146,14 +152,15 @@ def test_a_kernel_dimension_compares_each_blocks_kernel_run_by_run(tmp_path):
     calls = []
     before = _files(out)
     with pytest.raises(MixedTestbed) as e:
-        run_campaign(two, out, reporting_run(LOCAL_TCG, calls, kernels=rebuilt), progress=False, testbed=offered_now)
+        run_campaign(two, out, reporting_run(LOCAL_TCG, calls, kernels=rebuilt),
+                     options=QUIET, testbed=offered_now)
     assert "'6.12.10-amd64'" in str(e.value) and "'6.12.9-amd64'" in str(e.value)
     assert len(calls) == 1
     after = _files(out)
     assert {k: v for k, v in after.items() if not k.startswith(".tmp/")} == before  # nothing recorded
     assert not (out / "failed").exists()  # and no attempt burnt
-    st = run_campaign(two, out, reporting_run(LOCAL_TCG, [], kernels=rebuilt), progress=False, testbed=offered_now,
-                      allow_mixed=True)
+    st = run_campaign(two, out, reporting_run(LOCAL_TCG, [], kernels=rebuilt),
+                      options=CampaignOptions(progress=False, allow_mixed=True), testbed=offered_now)
     assert st.done == 8
     last = [r for r in _records(out) if r["scenario"].get("kernel") == "debian-6.12"
             and r["metadata"].get("mixed")]
@@ -166,8 +173,8 @@ def test_several_testbeds_each_compared_with_its_own_first_run(tmp_path):
     tba, tbb = {**LOCAL_TCG, "name": "tba"}, {**LOCAL_TCG, "name": "tbb"}
     for tb in (tba, tbb):
         with pytest.raises(KeyboardInterrupt):
-            run_campaign(spec(), out, reporting_run(tb, [], stop_after=1), progress=False, testbed=tb,
-                         allow_mixed=tb is tbb)
+            run_campaign(spec(), out, reporting_run(tb, [], stop_after=1),
+                         options=CampaignOptions(progress=False, allow_mixed=tb is tbb), testbed=tb)
     assert sameness.testbed_differences(out, [tba, tbb]) == []
     with pytest.raises(MixedTestbed) as e:
         check_same_testbed(out, [tba, {**LOCAL_TCG, "name": "tbc"}])
@@ -180,18 +187,15 @@ def test_several_testbeds_each_compared_with_its_own_first_run(tmp_path):
 
 def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
     # bbrlab.campaign.distributed.commit_outcome: the multi-testbed driver's one place where a record is made.
+    from bbrlab.campaign.attempt import Attempt, Finished
     from bbrlab.campaign.distributed import commit_outcome
-    from bbrlab.campaign.worker import Outcome
 
     s = spec()
     out = tmp_path / "c"
     directory.prepare(s, out)
     scenario = s.plan()[0]
-    fields = Outcome.__dataclass_fields__
-    values = {"run_id": scenario.run_id, "attempt": 1, "status": "ok", "reason": None, "started_at": "a",
-              "ended_at": "b", "metadata": {"testbed": LOCAL_TCG}, "files": {"iperf.json": b"{}"},
-              "testbed": "local", "worker_host": "h", "cpus": None}
-    outcome = Outcome(**{k: v for k, v in values.items() if k in fields})
+    outcome = Finished(Attempt(scenario.run_id, 1, scenario, 0), "ok", None, {"testbed": LOCAL_TCG}, "a", "b",
+                       files={"iperf.json": b"{}"}, testbed="local", worker_host="h")
     made = commit_outcome(out, s, scenario, outcome, mixed={"allowed": True, "differences": ["x"]})
     assert made["metadata"]["mixed"] == {"allowed": True, "differences": ["x"]}
     assert json.loads((out / record.RUNS / scenario.run_id / record.RECORD_FILE).read_text())["metadata"]["mixed"]
@@ -206,7 +210,8 @@ def test_calibration_runs_of_another_vcpu_count_are_not_resumed(tmp_path):
                           repetitions=1, duration_s=2, streams=(1,), bridge_reference=False)
     runs_dir = tmp_path / RUNS_FOLDER / runs_key(LOCAL_TCG, cal)
     with pytest.raises(KeyboardInterrupt):
-        run_campaign(cal, runs_dir, reporting_run(LOCAL_TCG, [], stop_after=1), progress=False, testbed=LOCAL_TCG)
+        run_campaign(cal, runs_dir, reporting_run(LOCAL_TCG, [], stop_after=1),
+                     options=QUIET, testbed=LOCAL_TCG)
 
     class TwoVcpus:
         def describe(self):

@@ -10,10 +10,13 @@ import yaml
 
 from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec, load_spec
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.run import record
 from tests.campaign_runs import writing_run
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,11 +153,11 @@ def test_yaml_error_and_missing_file(tmp_path):
 def test_campaign_runs_each_once_and_resume_skips_done(tmp_path):
     s = spec(repetitions=1)
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(calls), options=QUIET)
     assert st.done == st.planned == 8 and st.remaining == 0
     assert len(calls) == 8
     again: list = []
-    campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(again), options=QUIET)
     assert again == []
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["schema"] == "bbrlab.plan/1" and len(plan["runs"]) == 8
@@ -165,7 +168,7 @@ def test_failed_runs_recorded_and_retried_boundedly(tmp_path):
     s = spec(repetitions=1, max_attempts=2)
     bad = s.plan()[3].run_id
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, writing_run(calls, {bad}), progress=False)
+    st = campaign.run_campaign(s, tmp_path, writing_run(calls, {bad}), options=QUIET)
     assert [c for c in calls if c[0] == bad] == [(bad, 1), (bad, 2)]
     assert st.to_dict() == {"campaign": "t", "planned": 8, "done": 7, "failed": 1, "failed_attempts": 2, "running": 0,
                   "remaining": 0}
@@ -173,7 +176,7 @@ def test_failed_runs_recorded_and_retried_boundedly(tmp_path):
     assert failed["status"] == "failed" and "receiver unreachable" in failed["reason"]
     # resuming does not retry a run whose attempts are used up
     again: list = []
-    campaign.run_campaign(s, tmp_path, writing_run(again), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(again), options=QUIET)
     assert again == []
 
 
@@ -182,12 +185,14 @@ def test_consecutive_failures_abort_and_retry_failed_resumes(tmp_path):
     everything = {x.run_id for x in s.plan()}
     calls: list = []
     with pytest.raises(campaign.CampaignAborted, match="3 runs in a row"):
-        campaign.run_campaign(s, tmp_path, writing_run(calls, everything), progress=False, max_consecutive_failures=3)
+        campaign.run_campaign(s, tmp_path, writing_run(calls, everything),
+                              options=CampaignOptions(progress=False, max_consecutive_failures=3))
     assert len(calls) == 3  # stopped instead of burning the attempts of all 8 runs
     st = directory.status(tmp_path)
     assert st.failed == 3 and st.remaining == 5
     again: list = []
-    st = campaign.run_campaign(s, tmp_path, writing_run(again), progress=False, retry_failed=True)
+    st = campaign.run_campaign(s, tmp_path, writing_run(again),
+                               options=CampaignOptions(progress=False, retry_failed=True))
     assert st.done == 8 and st.failed == 0
     assert sorted(a for _, a in again) == [1] * 5 + [2] * 3  # the failed ones continue their numbering
 
@@ -201,7 +206,7 @@ def test_half_written_runs_are_cleared_not_counted(tmp_path):
     (half / "iperf.json").write_text("{")
     assert directory.status(tmp_path).done == 0
     calls: list = []
-    campaign.run_campaign(s, tmp_path, writing_run(calls), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(calls), options=QUIET)
     assert not (tmp_path / ".tmp").exists() or not any((tmp_path / ".tmp").iterdir())
     assert (victim, 1) in calls
 
@@ -257,14 +262,14 @@ def test_cli_passes_hostile_testbed_name_literally(tmp_path, capsys):
 def test_cli_status_json(tmp_path, capsys):
     from bbrlab.cli.main import main
 
-    campaign.run_campaign(spec(repetitions=1), tmp_path, writing_run([]), progress=False)
+    campaign.run_campaign(spec(repetitions=1), tmp_path, writing_run([]), options=QUIET)
     assert main(["campaign", "status", str(tmp_path), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["planned"] == 8 and st["done"] == 8 and st["running"] == 0
 
 
 def test_failure_reason_says_where_a_bare_error_came_from():
-    from bbrlab.campaign.loop import failure_reason
+    from bbrlab.run.runmeta import failure_reason
 
     def read_channel():
         raise EOFError()

@@ -15,16 +15,17 @@ import yaml
 
 from bbrlab.campaign import distributed as d
 from bbrlab.campaign import tls as tlsconf
-from bbrlab.campaign.worker import Outcome
+from bbrlab.campaign.attempt import Attempt, Finished
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
 
 RUN, TOKEN = "cubic-ts10ms-sh100-rtt20ms-50mbit-r00-abc", "t0k3n"
 
 
-def _outcome(**over) -> Outcome:
-    base = Outcome(RUN, 1, "ok", None, {"pid": 1}, {"iperf.json": b"{}", "samples.log": b"x"}, "t0", "t1", "a", "h",
-                   [0], TOKEN)
+def _outcome(**over) -> Finished:
+    base = Finished(Attempt(RUN, 1, None, 0), "ok", None, {"pid": 1}, "t0", "t1",
+                    files={"iperf.json": b"{}", "samples.log": b"x"}, testbed="a", worker_host="h", cpus=[0],
+                    token=TOKEN)
     for key, value in over.items():
         setattr(base, key, value)
     return base
@@ -36,8 +37,10 @@ def test_an_outcome_of_the_submitted_attempt_is_accepted():
 
 
 @pytest.mark.parametrize("over, says", [
-    ({"run_id": "bbr-other-run"}, "this task was attempt 1"),
-    ({"attempt": 2}, "this task was attempt 1"),
+    ({"attempt": Attempt("bbr-other-run", 1, None, 0)}, "this task was attempt 1"),
+    ({"attempt": Attempt(RUN, 2, None, 0)}, "this task was attempt 1"),
+    ({"attempt": (RUN, 1)}, "this task was attempt 1"),
+    ({"wall_s": 1.5}, "wall time"),
     ({"token": "another-campaign"}, "this task was attempt 1"),
     ({"status": "done"}, "status"),
     ({"metadata": ["not", "a", "mapping"]}, "metadata"),
@@ -52,7 +55,7 @@ def test_an_outcome_that_is_not_the_submitted_attempts_is_refused(over, says):
 
 
 def test_something_else_than_an_outcome_is_refused():
-    with pytest.raises(d.RefusedOutcome, match="not a bbrlab Outcome"):
+    with pytest.raises(d.RefusedOutcome, match="not a bbrlab Finished"):
         d.check_outcome({"run_id": RUN}, RUN, 1, TOKEN)
 
 
@@ -91,7 +94,7 @@ def _staged(out: Path, name: str | None = None, files: dict | None = None) -> Pa
 
 def test_a_staged_directory_of_this_attempt_is_accepted_and_becomes_the_commit(tmp_path):
     staged = _staged(tmp_path, files={"iperf.json": b"{}", "samples.log": b"x" * 100})
-    outcome = _outcome(files={}, staged=str(staged))
+    outcome = _outcome(files={}, staging=staged)
     d.check_outcome(outcome, RUN, 1, TOKEN, tmp_path)
     finished = d.finished_of(outcome, d.Attempt(RUN, 1, None, 0))
     assert finished.staging == staged and finished.files == {}
@@ -107,7 +110,7 @@ def test_a_staged_directory_of_this_attempt_is_accepted_and_becomes_the_commit(t
 ])
 def test_a_staged_directory_that_is_not_this_attempts_is_refused(tmp_path, make, says):
     with pytest.raises(d.RefusedOutcome, match=says):
-        d.check_outcome(_outcome(files={}, staged=str(make(tmp_path))), RUN, 1, TOKEN, tmp_path)
+        d.check_outcome(_outcome(files={}, staging=make(tmp_path)), RUN, 1, TOKEN, tmp_path)
 
 
 def test_a_staged_directory_with_links_foreign_owners_or_open_modes_is_refused(tmp_path):
@@ -137,7 +140,7 @@ def test_a_staged_directory_with_links_foreign_owners_or_open_modes_is_refused(t
     for staged, says in cases:
         out = staged.parent.parent
         with pytest.raises(d.RefusedOutcome, match=says):
-            d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, out)
+            d.check_outcome(_outcome(files={}, staging=staged), RUN, 1, TOKEN, out)
 
 
 def test_a_staged_directory_beyond_the_bounds_or_beside_files_is_refused(tmp_path, monkeypatch):
@@ -145,14 +148,16 @@ def test_a_staged_directory_beyond_the_bounds_or_beside_files_is_refused(tmp_pat
     monkeypatch.setattr(d, "MAX_OUTCOME_BYTES", 40)
     staged = _staged(tmp_path, files={"a.log": b"x" * 11})
     with pytest.raises(d.RefusedOutcome, match="more than 10"):
-        d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, tmp_path)
+        d.check_outcome(_outcome(files={}, staging=staged), RUN, 1, TOKEN, tmp_path)
     staged = _staged(tmp_path / "b", files={f"f{i}.log": b"x" * 10 for i in range(4)})
     with pytest.raises(d.RefusedOutcome, match="more than"):
-        d.check_outcome(_outcome(files={}, staged=str(staged)), RUN, 1, TOKEN, tmp_path / "b")
+        d.check_outcome(_outcome(files={}, staging=staged), RUN, 1, TOKEN, tmp_path / "b")
     with pytest.raises(d.RefusedOutcome, match="beside files"):
-        d.check_outcome(_outcome(staged=str(_staged(tmp_path / "c"))), RUN, 1, TOKEN, tmp_path / "c")
+        d.check_outcome(_outcome(staging=_staged(tmp_path / "c")), RUN, 1, TOKEN, tmp_path / "c")
     with pytest.raises(d.RefusedOutcome, match="takes none"):
-        d.check_outcome(_outcome(files={}, staged=str(_staged(tmp_path / "e"))), RUN, 1, TOKEN)
+        d.check_outcome(_outcome(files={}, staging=_staged(tmp_path / "e")), RUN, 1, TOKEN)
+    with pytest.raises(d.RefusedOutcome, match="beside files"):  # a path as text: not what a worker sends
+        d.check_outcome(_outcome(files={}, staging=str(_staged(tmp_path / "g"))), RUN, 1, TOKEN, tmp_path / "g")
 
 
 def test_only_a_driver_on_this_machine_and_boot_is_handed_files_by_path():

@@ -19,10 +19,13 @@ import pytest
 import bbrlab
 from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.signals import Interrupted
 from bbrlab.run import record
 from tests.campaign_runs import writing_run
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 BASE = {
     "name": "engine", "ccas": ["cubic", "bbr"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 100],
@@ -68,7 +71,7 @@ def test_any_executor_order_commits_each_run_once_and_retries_failures_to_max_at
     bad = s.plan()[3].run_id
     calls: list = []
     executor = Reversed(writing_run(calls, {bad}), tmp_path)
-    st = campaign.drive(s, tmp_path, executor, progress=False)
+    st = campaign.drive(s, tmp_path, executor, options=QUIET)
     assert st.done == s.runs - 1 and st.failed == 1
     assert sorted(r["run_id"] for r in _records(tmp_path)) == sorted(sc.run_id for sc in s.plan() if sc.run_id != bad)
     assert [a for r, a in calls if r == bad] == [1, 2, 3]  # attempts numbered, up to max_attempts
@@ -84,8 +87,8 @@ def test_both_executors_make_the_same_records(tmp_path):
         meta = {k: v for k, v in r["metadata"].items() if k != "timing"}
         return {k: v for k, v in r.items() if k not in ("started_at", "ended_at")} | {"metadata": meta}
 
-    campaign.drive(s, tmp_path / "a", campaign.InProcess(writing_run([]), tmp_path / "a"), progress=False)
-    campaign.drive(s, tmp_path / "b", Reversed(writing_run([]), tmp_path / "b"), progress=False)
+    campaign.drive(s, tmp_path / "a", campaign.InProcess(writing_run([]), tmp_path / "a"), options=QUIET)
+    campaign.drive(s, tmp_path / "b", Reversed(writing_run([]), tmp_path / "b"), options=QUIET)
     a, b = _records(tmp_path / "a"), _records(tmp_path / "b")
     assert [strip(r) for r in a] == [strip(r) for r in b] and len(a) == s.runs
 
@@ -94,7 +97,7 @@ def test_in_process_retries_a_failed_run_before_the_runs_after_it(tmp_path):
     s = spec()
     first = s.plan()[0].run_id
     calls: list = []
-    campaign.run_campaign(s, tmp_path, writing_run(calls, {first}), progress=False)
+    campaign.run_campaign(s, tmp_path, writing_run(calls, {first}), options=QUIET)
     assert calls[:3] == [(first, 1), (first, 2), (first, 3)]  # plan order kept, as before the engine
 
 
@@ -103,10 +106,10 @@ def test_an_interruption_closes_the_executor_and_the_campaign_resumes_exactly(tm
     calls: list = []
     executor = Reversed(writing_run(calls), tmp_path, interrupt_after=3)
     with pytest.raises(Interrupted):
-        campaign.drive(s, tmp_path, executor, progress=False)
+        campaign.drive(s, tmp_path, executor, options=QUIET)
     assert executor.closed == 1 and directory.status(tmp_path).done == 3
     again: list = []
-    st = campaign.drive(s, tmp_path, Reversed(writing_run(again), tmp_path), progress=False)
+    st = campaign.drive(s, tmp_path, Reversed(writing_run(again), tmp_path), options=QUIET)
     assert st.done == s.runs and len(again) == s.runs - 3
     assert not {r for r, _ in again} & {r for r, _ in calls}  # nothing ran twice
 
@@ -116,7 +119,8 @@ def test_failure_streak_aborts_whatever_the_executor(tmp_path):
     everything = {sc.run_id for sc in s.plan()}
     executor = Reversed(writing_run([], everything), tmp_path)
     with pytest.raises(campaign.CampaignAborted):
-        campaign.drive(s, tmp_path, executor, progress=False, max_consecutive_failures=2)
+        campaign.drive(s, tmp_path, executor,
+                       options=CampaignOptions(progress=False, max_consecutive_failures=2))
     assert executor.closed == 1
 
 
@@ -160,7 +164,7 @@ def test_in_process_records_each_attempts_wall_and_the_time_since_the_previous_o
         time.sleep(0.2 if run_id == slow else 0)
         return inner(scenario, staging, run_id=run_id, attempt=attempt) | {"timing": {"run_wall_s": 0.0}}
 
-    campaign.run_campaign(s, tmp_path, run, progress=False)
+    campaign.run_campaign(s, tmp_path, run, options=QUIET)
     by_id = {r["run_id"]: r["metadata"]["timing"] for r in _records(tmp_path)}
     first, second = by_id[s.plan()[0].run_id], by_id[slow]
     assert "between_s" not in first and first["run_wall_s"] == 0.0  # the run's own timing is kept

@@ -13,8 +13,11 @@ import pytest
 
 from bbrlab.campaign import hostguard
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 BASE = {"name": "guard", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [100],
         "rtts_ms": [20], "rates_mbit": [100], "repetitions": 1, "duration_s": 2, "max_attempts": 2}
@@ -80,7 +83,7 @@ def test_a_bad_environment_value_is_refused_before_any_run(tmp_path, monkeypatch
     monkeypatch.setenv(hostguard.ENV, "lots")
     calls: list = []
     with pytest.raises(ValidationError, match=hostguard.ENV):
-        campaign.run_campaign(spec(), tmp_path, loads_run(calls, lambda r, a: 0.0), progress=False)
+        campaign.run_campaign(spec(), tmp_path, loads_run(calls, lambda r, a: 0.0), options=QUIET)
     assert calls == []
 
 
@@ -88,7 +91,7 @@ def test_a_busy_attempt_fails_and_is_retried_after_the_queued_runs(tmp_path):
     calls: list = []
     st = campaign.run_campaign(spec(host_guard={"max_other_busy_pct": 25}, repetitions=2), tmp_path,
                                loads_run(calls, lambda r, a: 60.0 if (len(calls) == 1) else 4.0),
-                               progress=False)
+                               options=QUIET)
     assert (st.done, st.failed_attempts) == (4, 1)
     first = calls[0][0]
     assert calls[-1] == (first, 2) and [a for _, a in calls[1:-1]] == [1, 1, 1]  # the others ran in between
@@ -106,7 +109,8 @@ def test_a_host_that_stays_busy_ends_the_campaign_with_the_reason(tmp_path):
     calls: list = []
     with pytest.raises(campaign.CampaignAborted, match="host busy: 90.0 %"):
         campaign.run_campaign(spec(host_guard={"max_other_busy_pct": 25}, repetitions=4), tmp_path,
-                              loads_run(calls, lambda r, a: 90.0), progress=False, max_consecutive_failures=3)
+                              loads_run(calls, lambda r, a: 90.0),
+                              options=CampaignOptions(progress=False, max_consecutive_failures=3))
     assert len(calls) <= 3 * 2 + 2 * 5  # bounded: max_attempts per run, the streak stops it
 
 
@@ -114,7 +118,7 @@ def test_off_records_a_busy_run_as_ok(tmp_path, monkeypatch):
     monkeypatch.delenv(hostguard.ENV, raising=False)
     calls: list = []
     st = campaign.run_campaign(spec(host_guard="off"), tmp_path, loads_run(calls, lambda r, a: 95.0),
-                               progress=False)
+                               options=QUIET)
     assert (st.done, st.failed_attempts) == (2, 0)
     ok = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/record.json")]
     assert all("host_guard" not in r["metadata"] for r in ok)
@@ -125,7 +129,7 @@ def test_the_default_applies_when_the_spec_leaves_the_key_out(tmp_path, monkeypa
     calls: list = []
     pct = hostguard.DEFAULT_MAX_OTHER_BUSY_PCT + 1
     st = campaign.run_campaign(spec(max_attempts=1), tmp_path, loads_run(calls, lambda r, a: pct),
-                               progress=False)
+                               options=QUIET)
     assert (st.done, st.failed_attempts) == (0, 2)
 
 
@@ -138,7 +142,7 @@ def test_a_run_with_nothing_measured_is_not_judged(tmp_path):
         (staging / "iperf.json").write_text("{}")
         return {}
 
-    st = campaign.run_campaign(spec(host_guard={"max_other_busy_pct": 1}), tmp_path, run, progress=False)
+    st = campaign.run_campaign(spec(host_guard={"max_other_busy_pct": 1}), tmp_path, run, options=QUIET)
     assert (st.done, st.failed_attempts) == (2, 0)
 
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from bbrlab.campaign import directory
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.scenario import Flow, Link
 from bbrlab.core.signals import Interrupted, interruptible
@@ -41,9 +41,13 @@ def test_interrupted_is_not_an_exception_a_run_could_swallow():
     assert not issubclass(Interrupted, Exception)
 
 
+def _one_run(**over):
+    """A spec of one planned run (one grid point, one repetition)."""
+    return spec(ccas=["cubic"], timeslices_ms=[1], cpu_shares_pct=[100], repetitions=1, **over)
+
+
 def test_an_interrupted_run_is_neither_recorded_nor_counted(tmp_path):
-    s = spec(repetitions=1)
-    directory.prepare(s, tmp_path)
+    s = _one_run()
     target = s.plan()[0]
 
     def run(scenario, staging, *, run_id, attempt):
@@ -51,14 +55,14 @@ def test_an_interrupted_run_is_neither_recorded_nor_counted(tmp_path):
         raise Interrupted(signal.SIGTERM)
 
     with pytest.raises(Interrupted):
-        campaign.execute_run(s, tmp_path, target, run)
+        campaign.run_campaign(s, tmp_path, run, options=CampaignOptions(progress=False))
     assert not record.is_complete(tmp_path, target.run_id)
     assert record.failed_attempts(tmp_path, target.run_id) == []
+    assert list((tmp_path / record.TMP).iterdir()) == []  # nothing of the attempt stays behind
 
 
 def test_a_failed_run_is_recorded_once_with_where_it_failed_and_what_it_measured(tmp_path):
-    s = spec(repetitions=1, max_attempts=1)
-    directory.prepare(s, tmp_path)
+    s = _one_run(max_attempts=1)
     target = s.plan()[0]
 
     def run(scenario, staging, *, run_id, attempt):
@@ -67,7 +71,10 @@ def test_a_failed_run_is_recorded_once_with_where_it_failed_and_what_it_measured
             meta.sysctls = {"sender": {"net.ipv4.tcp_no_metrics_save": "1"}}
             raise EOFError  # what paramiko raises when an SSH channel closes: no message of its own
 
-    rec = campaign.execute_run(s, tmp_path, target, run)
+    made = []
+    st = campaign.run_campaign(s, tmp_path, run, options=CampaignOptions(progress=False), on_run=made.append)
+    assert st.failed == 1 and len(made) == 1
+    rec = made[0]
     assert rec["status"] == "failed"
     assert rec["reason"].startswith("EOFError:  (at test_run_path.py:")
     assert rec["reason"].endswith("in run)")

@@ -16,11 +16,14 @@ import pytest
 
 from bbrlab.campaign import adaptive, directory, search, search_coverage
 from bbrlab.campaign import loop as campaign
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import Interrupted
 from bbrlab.run import record
 from tests.unit.test_engine import Reversed
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 SEARCH = {"target": 0.8, "low": 10, "high": 100, "step": 2.5, "resolution": 2.5, "min": 10, "block": 5, "max": 20}
 BASE = {"name": "search", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "rtts_ms": [20], "rates_mbit": [100],
@@ -101,7 +104,7 @@ def test_a_bad_search_is_refused_naming_the_key(over, field):
 def test_with_a_synthetic_run_function_the_search_brackets_each_edge_as_the_pure_search_does(tmp_path):
     s = spec()
     calls: list = []
-    st = campaign.run_campaign(s, tmp_path, synthetic_run(calls), progress=False)
+    st = campaign.run_campaign(s, tmp_path, synthetic_run(calls), options=QUIET)
     curves = _curves(tmp_path)
     plan = adaptive.SearchPlan(target=80, step=2.5, resolution=2.5, min_reps=10, block=5, max_reps=20)
     for cca, edge in EDGE.items():
@@ -142,7 +145,7 @@ def uninterrupted(tmp_path_factory):
     def get(kind: str) -> tuple[Path, list]:
         if kind not in done:
             out, calls = tmp_path_factory.mktemp(f"whole-{kind}"), []
-            campaign.drive(spec(), out, _executor(kind, out, synthetic_run(calls)), progress=False)
+            campaign.drive(spec(), out, _executor(kind, out, synthetic_run(calls)), options=QUIET)
             done[kind] = (out, calls)
         return done[kind]
 
@@ -160,9 +163,9 @@ def test_an_interrupted_search_resumes_to_the_same_probes(tmp_path, uninterrupte
     (whole, whole_calls), cut = uninterrupted(executor), tmp_path / "cut"
     first: list = []
     with pytest.raises(Interrupted):
-        campaign.drive(s, cut, make(cut, synthetic_run(first, interrupt_at=kill_after + 1)), progress=False)
+        campaign.drive(s, cut, make(cut, synthetic_run(first, interrupt_at=kill_after + 1)), options=QUIET)
     second: list = []
-    campaign.drive(s, cut, make(cut, synthetic_run(second)), progress=False)
+    campaign.drive(s, cut, make(cut, synthetic_run(second)), options=QUIET)
     assert not set(first) & set(second)
     if executor == "in-process":  # one testbed: the same runs in the same order, across the interruption
         assert first + second == whole_calls
@@ -184,7 +187,7 @@ def test_the_thresholds_table_and_figure_show_each_interval_beside_the_paper(tmp
 
     s = spec(ccas=["bbr", "bbr2b"], timeslices_ms=[1, 10])
     monkeypatch.setitem(EDGE, "bbr2b", 26.0)
-    campaign.run_campaign(s, tmp_path, synthetic_run([]), progress=False)
+    campaign.run_campaign(s, tmp_path, synthetic_run([]), options=QUIET)
     from bbrlab.analysis.thresholds import format_table, threshold_table
 
     table = threshold_table(tmp_path)

@@ -13,9 +13,12 @@ import time
 
 import pytest
 
+from bbrlab.campaign.options import CampaignOptions
 from bbrlab.cli.main import COMMANDS, build_parser
 from bbrlab.core import errors
 from bbrlab.testbed import target
+
+QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
 #: Commands that act on a testbed (``testbed up/down`` name the one they create or remove with --name).
 ACTS_ON_A_TESTBED = {("testbed", "status"), ("testbed", "shell"), ("link", "set"), ("link", "show"),
@@ -227,6 +230,6 @@ def test_a_campaign_announces_each_run_on_the_testbeds_lock(tmp_path, monkeypatc
 
     out = tmp_path / "out"
     with lock.testbed_lock("unit"):
-        campaign.run_campaign(spec, out, campaign.announcing(run, "unit", spec, out), progress=False)
+        campaign.run_campaign(spec, out, campaign.announcing(run, "unit", spec, out), options=QUIET)
     order = [s.run_id for s in spec.plan()]
     assert seen == [("campaign run", "ann", rid, i, 4) for i, rid in enumerate(order, 1)]

@@ -71,7 +71,16 @@ from pathlib import Path
 
 from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
 from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
-from bbrlab.core.cpumodels import DEFAULT_MODEL, MODELS, BurstParams, CfsParams, CreditParams
+from bbrlab.core.cpumodels import (
+    DEFAULT_MODEL,
+    MODELS,
+    BurstParams,
+    CfsParams,
+    CreditParams,
+    cfs_burst,
+    cfs_quota,
+    credit,
+)
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
@@ -381,13 +390,13 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
                                                    check_model_name)
     if "cfs_periods_ms" in d:
         checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
-                                                lambda v: Contention(1, 100, "cfs-quota", CfsParams(v)))
+                                                lambda v: Contention(1, 100, cfs_quota.MODEL.name, CfsParams(v)))
     if "cfs_bursts_ms" in d:
         checked["cfs_bursts_ms"] = _check_each("cfs_bursts_ms", _list(d, "cfs_bursts_ms"),
-                                               lambda v: Contention(1, 100, "cfs-burst", BurstParams(burst_ms=v)))
+                                               lambda v: Contention(1, 100, cfs_burst.MODEL.name, BurstParams(burst_ms=v)))
     if "credits_s" in d:
         checked["credits_s"] = _check_each("credits_s", _list(d, "credits_s"),
-                                           lambda v: Contention(1, 100, "credit", CreditParams(credit_s=v)))
+                                           lambda v: Contention(1, 100, credit.MODEL.name, CreditParams(credit_s=v)))
     if "credit_shares_pct" in d:
         checked["credit_shares_pct"] = _check_each("credit_shares_pct", _list(d, "credit_shares_pct"), _share_in_range)
     if "losses_pct" in lists:

@@ -18,13 +18,15 @@ import time
 from bbrlab.contention.creditbalance import CreditController
 from bbrlab.contention.models import contended
 from bbrlab.core.contention_models import CREDIT_TICK_S
+from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Contention
 
 HOLD_S = 5.0
 RUN_S = 20.0
-SETTINGS = [Contention(25, 25, "cfs-quota", 100), Contention(2.5, 25, "cfs-quota", 10),
-            Contention(50, 50, "cfs-quota", 100), Contention(25, 25, "cfs-burst", 100, burst_ms=10),
+SETTINGS = [Contention(25, 25, "cfs-quota", CfsParams(100)), Contention(2.5, 25, "cfs-quota", CfsParams(10)),
+            Contention(50, 50, "cfs-quota", CfsParams(100)),
+            Contention(25, 25, "cfs-burst", BurstParams(period_ms=100, burst_ms=10)),
             Contention(1, 50, "competing-load"), Contention(1, 25, "competing-load")]
 
 
@@ -54,7 +56,7 @@ def achieved_shares() -> None:
 def credit_phases() -> None:
     loop = _busy_loop()
     try:
-        with contended(LocalHost(), [loop.pid], Contention(25, 25, "credit", credit_s=0.3)) as s:
+        with contended(LocalHost(), [loop.pid], Contention(25, 25, "credit", CreditParams(credit_s=0.3))) as s:
             time.sleep(HOLD_S)
         credit = s.record().evidence.credit
         shares = ", ".join(f"{p.state} {p.from_s:.1f}-{p.to_s:.1f} s: {p.achieved_share_pct:.1f} %" for p in credit.phases)

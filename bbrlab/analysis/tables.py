@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from bbrlab.core.cpumodels import DEFAULT_MODEL, MODELS
+from bbrlab.core.cpumodels import none as no_contention
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
 from . import evidence
@@ -23,6 +25,16 @@ from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, MACHINE_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 from .frames import frame_of_parts, normalise_frame, untyped
 from .runkey import RUN_KEY
+
+#: ``contention_mode`` of a run without contention (model none, or any model at 100 %).
+NO_CONTENTION = no_contention.MODEL.name
+
+
+def _sets_timeslice(model: str) -> bool:
+    """Whether a model's recorded ``timeslice_ms`` means something: deadline's runtime, a cgroup model's quota
+    (the others record an unused one)."""
+    kind = MODELS.get(model)
+    return kind is None or kind.uses_timeslice or kind.uses_cgroup
 
 
 def _share(v) -> float | None:
@@ -164,10 +176,10 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
            "cfs-burst (a quota and a burst), credit (full CPU while a credit balance lasts, then the share as "
            "baseline quota), competing-load (busy threads on their CPU), hypervisor_load or none",
-           lambda v: v.cont.get("model", "deadline") if (_share(v) or 100) < 100 else "none"),
+           lambda v: v.cont.get("model", DEFAULT_MODEL) if (_share(v) or 100) < 100 else NO_CONTENTION),
     Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota, cfs-burst, credit: "
            "the quota per period (credit: the baseline's); <NA> for competing-load [ms]",
-           lambda v: None if v.cont.get("model") in ("competing-load", "none") else v.cont.get("timeslice_ms")),
+           lambda v: v.cont.get("timeslice_ms") if _sets_timeslice(v.cont.get("model", DEFAULT_MODEL)) else None),
     Column("cfs_period_ms", "float64", "the CFS period of cfs-quota, cfs-burst and credit (quota = share x period); "
            "<NA> for the other models [ms]", lambda v: v.cont.get("period_ms")),
     Column("cfs_burst_ms", "float64", "cfs-burst's burst per vCPU thread (cpu.max.burst / cpu.cfs_burst_us); <NA> "

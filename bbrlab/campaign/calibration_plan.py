@@ -11,6 +11,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 
+from bbrlab.core.cpumodels import MODELS
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.link import DelaySplit
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
@@ -90,16 +91,16 @@ class CalibrationSpec:
     def _check_model_contentions(self) -> None:
         for i, d in enumerate(self.model_contentions):
             try:
-                c = Contention(**d) if isinstance(d, dict) else None
+                c = Contention.from_dict(d) if isinstance(d, dict) else None
             except (TypeError, ValidationError) as e:
                 raise ValidationError(f"model_contentions[{i}]", d, getattr(e, "allowed", "a contention's fields")) from None
-            if c is None or c.model == "deadline" or c.unlimited:
+            if c is None or c.kind.uses_timeslice or c.unlimited:
                 raise ValidationError(f"model_contentions[{i}]", d, "a contention of another model than deadline, "
                                       "below 100 % (deadline is calibrated by timeslices_ms)")
 
     def contentions(self) -> list[Contention]:
         """The other models' contentions to calibrate."""
-        return [Contention(**d) for d in self.model_contentions]
+        return [Contention.from_dict(d) for d in self.model_contentions]
 
     @classmethod
     def for_campaign(cls, spec, **overrides) -> CalibrationSpec:
@@ -121,8 +122,8 @@ class CalibrationSpec:
             return tuple(sorted({v for s in of for v in getattr(s, key)}))
 
         models = {json.dumps(c.to_dict(), sort_keys=True) for s in specs for c in s.contentions()
-                  if c.model != "deadline" and not c.unlimited}
-        deadline = [s for s in specs if "deadline" in s.contention_models]
+                  if not c.kind.uses_timeslice and not c.unlimited}
+        deadline = [s for s in specs if any(MODELS[m].uses_timeslice for m in s.contention_models)]
         fields = {"name": name, "timeslices_ms": union("timeslices_ms", deadline) if deadline or not models else (),
                   "cpu_shares_pct": union("cpu_shares_pct"), "rtts_ms": union("rtts_ms"), "delay_split": splits.pop(),
                   "duration_s": max(s.duration_s for s in specs),

@@ -15,7 +15,7 @@ from pathlib import Path
 from bbrlab import testbed as testbed_mod
 from bbrlab.contention import cgroups
 from bbrlab.contention.limits import read_kernel_limits
-from bbrlab.core.contention_models import CFS_MODELS
+from bbrlab.core.cpumodels import MODELS, param_names
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 
@@ -63,19 +63,19 @@ def check_models(spec, hypervisor) -> None:
     """The spec's contention models against the host that runs the sender's vCPUs: the models other than
     deadline and none act on this machine only (cgroups, busy loops), the cgroup models need the cpu controller,
     cfs-burst its burst file. Raises :class:`ValidationError` naming ``contention_models``; changes nothing."""
-    others = [m for m in spec.contention_models if m not in ("deadline", "none")]
+    others = [m for m in spec.contention_models if MODELS[m].local_only]
     if not others:
         return
     if not hypervisor.is_local:
         raise ValidationError("contention_models", others, "deadline or none for a sender whose vCPUs run on "
                               f"another host ({hypervisor.name}): the other models act on this machine only, for now")
-    if not set(others) & set(CFS_MODELS):
+    if not any(MODELS[m].uses_cgroup for m in others):
         return
     try:
         hierarchy = cgroups.detect()
     except TestbedError as e:
         raise ValidationError("contention_models", others, f"models this machine can apply: {e}") from None
-    if "cfs-burst" in others and hierarchy.version == 1 and not hierarchy.burst_file(hierarchy.root).exists():
+    if any("burst_ms" in param_names(MODELS[m]) for m in others) and hierarchy.version == 1 and not hierarchy.burst_file(hierarchy.root).exists():
         raise ValidationError("contention_models", others, "models without cfs-burst on this machine: its kernel "
                               "has no cpu.cfs_burst_us (CFS burst came with Linux 5.14)")
 

@@ -71,6 +71,16 @@ from pathlib import Path
 
 from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
 from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
+from bbrlab.core.cpumodels import (
+    DEFAULT_MODEL,
+    MODELS,
+    BurstParams,
+    CfsParams,
+    CreditParams,
+    cfs_burst,
+    cfs_quota,
+    credit,
+)
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.linksizing import BufferBelowMinimum
 from bbrlab.core.scenario import (
@@ -124,7 +134,7 @@ class CampaignSpec:
     kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = (1.0,)
     queues: tuple[str, ...] = ("bbrlab",)
-    contention_models: tuple[str, ...] = ("deadline",)
+    contention_models: tuple[str, ...] = (DEFAULT_MODEL,)
     cfs_periods_ms: tuple[float, ...] = (CFS_DEFAULT_PERIOD_MS,)
     cfs_bursts_ms: tuple[float, ...] = (CFS_QUOTA_MIN_MS,)
     credits_s: tuple[float, ...] = (DEFAULT_CREDIT_S,)
@@ -194,8 +204,8 @@ class CampaignSpec:
         none only at 100 %)."""
         out = []
         for model in self.contention_models:
-            if model == "none":
-                out.append(Contention(UNUSED_TIMESLICE_MS, 100, model))
+            if (fixed := MODELS[model].fixed_share_pct) is not None:
+                out.append(Contention(UNUSED_TIMESLICE_MS, fixed, model))
                 continue
             values = [v for _, v in self.model_lists(model)]
             out += [contention_of(model, share, list(combo)) for combo in itertools.product(*values)
@@ -204,14 +214,13 @@ class CampaignSpec:
 
     def shares_of(self, model: str) -> tuple[float, ...]:
         """The shares ``model`` crosses with: ``credit_shares_pct`` for credit when given, else ``cpu_shares_pct``."""
-        return self.credit_shares_pct if model == "credit" and self.credit_shares_pct else self.cpu_shares_pct
+        own = MODELS[model].own_shares_key
+        return getattr(self, own) if own and getattr(self, own) else self.cpu_shares_pct
 
     def model_lists(self, model: str) -> list[tuple[str, tuple]]:
         """The spec's own lists of ``model`` (its key and values), crossed with the shares: deadline's timeslices,
         cfs-quota's periods, cfs-burst's periods and bursts, credit's credits; none for competing-load."""
-        return {"deadline": [("timeslices_ms", self.timeslices_ms)], "cfs-quota": [("cfs_periods_ms", self.cfs_periods_ms)],
-                "cfs-burst": [("cfs_periods_ms", self.cfs_periods_ms), ("cfs_bursts_ms", self.cfs_bursts_ms)],
-                "credit": [("credits_s", self.credits_s)]}.get(model, [])
+        return [(key, getattr(self, key)) for key in MODELS[model].spec_keys]
 
     def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
         """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
@@ -256,7 +265,7 @@ class CampaignSpec:
     @property
     def contention_count(self) -> int:
         """How many contentions :meth:`contentions` makes, without building them."""
-        return sum(1 if m == "none" else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.shares_of(m))
+        return sum(1 if MODELS[m].fixed_share_pct is not None else math.prod(len(v) for _, v in self.model_lists(m)) * len(self.shares_of(m))
                    for m in self.contention_models)
 
     def expected_runs(self, spread: float) -> int:
@@ -310,7 +319,7 @@ _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rate
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
 _OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
-                     "contention_models": ["deadline"], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
+                     "contention_models": [DEFAULT_MODEL], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
                      "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
                      "sender_qdiscs": ["default"], "flows": [], "blocks": 1, "block_reboot": "sender",
                      "host_guard": None}
@@ -381,13 +390,13 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
                                                    check_model_name)
     if "cfs_periods_ms" in d:
         checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
-                                                lambda v: Contention(1, 100, "cfs-quota", v))
+                                                lambda v: Contention(1, 100, cfs_quota.MODEL.name, CfsParams(v)))
     if "cfs_bursts_ms" in d:
         checked["cfs_bursts_ms"] = _check_each("cfs_bursts_ms", _list(d, "cfs_bursts_ms"),
-                                               lambda v: Contention(1, 100, "cfs-burst", burst_ms=v))
+                                               lambda v: Contention(1, 100, cfs_burst.MODEL.name, BurstParams(burst_ms=v)))
     if "credits_s" in d:
         checked["credits_s"] = _check_each("credits_s", _list(d, "credits_s"),
-                                           lambda v: Contention(1, 100, "credit", credit_s=v))
+                                           lambda v: Contention(1, 100, credit.MODEL.name, CreditParams(credit_s=v)))
     if "credit_shares_pct" in d:
         checked["credit_shares_pct"] = _check_each("credit_shares_pct", _list(d, "credit_shares_pct"), _share_in_range)
     if "losses_pct" in lists:
@@ -425,8 +434,8 @@ def _search_shares(d: dict) -> SearchRule | None:
         if key in d:
             raise ValidationError(key, d[key], "absent in a threshold search (search: sets the shares it probes "
                                   "and their repetitions)")
-    models = d.get("contention_models", ["deadline"])
-    if models != ["deadline"]:
+    models = d.get("contention_models", [DEFAULT_MODEL])
+    if models != [DEFAULT_MODEL]:
         raise ValidationError("contention_models", models, "[deadline] in a threshold search (the share searched "
                               "is a deadline reservation's)")
     d["cpu_shares_pct"], d["repetitions"] = rule.shares(), rule.max_reps

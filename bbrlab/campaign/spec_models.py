@@ -7,31 +7,22 @@ from __future__ import annotations
 
 import itertools
 
-from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, MODELS
+from bbrlab.core import cpumodels
+from bbrlab.core.cpumodels import UNUSED_TIMESLICE_MS  # noqa: F401 - known from here
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Contention
-
-#: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable.
-UNUSED_TIMESLICE_MS = 1.0
 
 
 def check_model_name(value: object) -> None:
     """A model's name (its values are checked with the shares)."""
-    if value not in MODELS:
-        raise ValidationError("contention.model", value, "one of " + ", ".join(MODELS))
+    cpumodels.model(value)
 
 
 def contention_of(model: str, share: float, values: list) -> Contention:
-    """The contention of ``model`` at ``share`` with its own values (``CampaignSpec.model_lists``' order)."""
-    if model == "deadline":
-        return Contention(values[0], share)
-    if model == "cfs-quota":
-        return Contention(values[0] * share / 100, share, model, values[0])
-    if model == "cfs-burst":
-        return Contention(values[0] * share / 100, share, model, values[0], burst_ms=values[1])
-    if model == "credit":
-        return Contention(CFS_DEFAULT_PERIOD_MS * share / 100, share, model, credit_s=values[0])
-    return Contention(UNUSED_TIMESLICE_MS, share, model)
+    """The contention of ``model`` at ``share`` with its own values (``CampaignSpec.model_lists``' order; the
+    model's :meth:`~bbrlab.core.cpumodels.base.ContentionModel.grid_point` makes its timeslice and parameters)."""
+    timeslice_ms, params = cpumodels.MODELS[model].grid_point(share, values)
+    return Contention(timeslice_ms, share, model, params)
 
 
 def check_contentions(spec) -> None:
@@ -39,7 +30,7 @@ def check_contentions(spec) -> None:
     quota, enough competing threads); an error names the keys and indexes, e.g. ``cpu_shares_pct[1] with
     cfs_periods_ms[0] and cfs_bursts_ms[0]``."""
     for model in spec.contention_models:
-        if model == "none":
+        if cpumodels.MODELS[model].fixed_share_pct is not None:
             continue
         lists = spec.model_lists(model)
         keyed = [list(enumerate(values)) for _, values in lists]
@@ -60,7 +51,7 @@ def check_admission(spec, limits, n_threads: int) -> None:
     :class:`~bbrlab.contention.limits.KernelLimits`, read live). Checked before a campaign starts."""
     from bbrlab.contention.limits import check_fits
 
-    if "deadline" not in spec.contention_models:
+    if not any(cpumodels.MODELS[m].uses_timeslice for m in spec.contention_models):
         return  # the other models ask nothing of SCHED_DEADLINE's admission control
     for i, ts in enumerate(spec.timeslices_ms):
         for j, share in enumerate(spec.cpu_shares_pct):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bbrlab.core.cpumodels import cfs_burst, cfs_quota
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
@@ -59,8 +60,8 @@ class CfsSession:
     _start: dict[int, ThreadSample] = field(default_factory=dict)
     _watch: StateWatch | None = None
 
-    #: The models this session applies.
-    MODELS = ("cfs-quota", "cfs-burst")
+    #: The models this session applies (:data:`bbrlab.contention.models.SESSIONS` is filled from it).
+    MODELS = (cfs_quota.MODEL.name, cfs_burst.MODEL.name)
 
     def __post_init__(self):
         model = getattr(self.contention, "model", self.contention)
@@ -77,7 +78,7 @@ class CfsSession:
     @property
     def period_us(self) -> int:
         """The CFS period asked for [us]."""
-        return int(round(self.contention.period_ms * 1000))
+        return int(round(self.contention.params.period_ms * 1000))
 
     @property
     def quota_us(self) -> int:
@@ -87,7 +88,7 @@ class CfsSession:
     @property
     def burst_us(self) -> int:
         """cfs-burst's burst for the cgroup: ``burst_ms`` for each thread [us]; 0 for the other models."""
-        burst_ms = self.contention.burst_ms or 0
+        burst_ms = getattr(self.contention.params, "burst_ms", 0)
         return int(round(burst_ms * 1000 * len(self.thread_ids)))
 
     def initial_quota_us(self) -> int | None:

@@ -21,6 +21,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 
 from bbrlab.core.contention_models import CREDIT_TICK_S
+from bbrlab.core.cpumodels import credit
 
 from .cfs import CfsSession
 from .creditbalance import CreditController, CreditReport
@@ -31,7 +32,7 @@ class CreditSession(CfsSession):
     """The credit model on ``thread_ids`` of ``host`` (this machine): a cfs session whose cgroup starts without
     a quota and whose :class:`CreditController` moves it between none and the baseline."""
 
-    MODELS = ("credit",)
+    MODELS = (credit.MODEL.name,)
     controller: CreditController | None = None
     report: CreditReport | None = None
 
@@ -49,7 +50,7 @@ class CreditSession(CfsSession):
             return
         own, hierarchy = self.own, self.hierarchy
         self.controller = CreditController(
-            self.thread_ids, credit_s=self.contention.credit_s, baseline_pct=self.contention.cpu_share_pct,
+            self.thread_ids, credit_s=self.contention.params.credit_s, baseline_pct=self.contention.cpu_share_pct,
             tick_s=CREDIT_TICK_S, baseline_quota_us=self.quota_us,
             write_quota=lambda quota: hierarchy.set_limit(own.path, quota, self.period_us))
         self.read_back = {**self.read_back, **self.parameters()}
@@ -58,7 +59,7 @@ class CreditSession(CfsSession):
     def parameters(self) -> dict:
         """The model's parameters as the record keeps them (``applied_model``)."""
         c = self.controller
-        return {"credit_s": self.contention.credit_s, "baseline_pct": self.contention.cpu_share_pct,
+        return {"credit_s": self.contention.params.credit_s, "baseline_pct": self.contention.cpu_share_pct,
                 "baseline_quota_us": self.quota_us, "earn_cpu_s_per_s": round(c.earn_cpu_s_per_s, 6),
                 "spend": "CPU time used by the vCPU threads", "rearm_s": round(c.rearm_s, 6),
                 "tick_s": c.tick_s, "start_state": "burst"}

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
+from bbrlab.core.cpumodels import deadline as deadline_model
+from bbrlab.core.cpumodels import none as no_contention
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
@@ -106,6 +108,10 @@ class ContentionSession:
     _changed: list[int] = field(default_factory=list)
     _start: dict = field(default_factory=dict)
     _watch: PolicyWatch | None = None
+
+    #: The models this session applies: deadline, and none (nothing applied at 100 %, the usage measured all
+    #: the same); :data:`bbrlab.contention.models.SESSIONS` is filled from it, :func:`contended` opens it.
+    MODELS = (deadline_model.MODEL.name, no_contention.MODEL.name)
 
     def __post_init__(self):
         if not isinstance(self.contention, Contention):

@@ -285,7 +285,7 @@ class ContentionRecord:
         """A contention record read from a run record's ``metadata.contention`` (without ``after_failure``,
         which the run adds: :class:`bbrlab.run.runmeta.RunMetadata`)."""
         limits = d.get("kernel_limits")
-        return cls(Contention(**d["requested"]), d["host"], d["method"],
+        return cls(Contention.from_dict(d["requested"]), d["host"], d["method"],
                    KernelLimits.from_dict(limits) if limits is not None else None,
                    _policies(d["previous"]), _policies(d["applied"]), evidence_from_dict(d.get("evidence")),
                    d.get("applied_model"))

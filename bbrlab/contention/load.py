@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bbrlab.core import owners
 from bbrlab.core.contention_models import load_share_pct
+from bbrlab.core.cpumodels import competing_load
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.scenario import Contention
@@ -200,12 +201,15 @@ class LoadSession:
     _loop_cpus: dict[int, int] = field(default_factory=dict)
     _entry: ledger.Entry | None = None
 
+    #: The model this session applies (:data:`bbrlab.contention.models.SESSIONS` is filled from it).
+    MODELS = (competing_load.MODEL.name,)
+
     def __post_init__(self):
-        if not isinstance(self.contention, Contention) or self.contention.model != "competing-load":
-            raise ValidationError("contention.model", getattr(self.contention, "model", self.contention),
-                                  "competing-load for a LoadSession")
+        model = getattr(self.contention, "model", self.contention)
+        if not isinstance(self.contention, Contention) or model not in self.MODELS:
+            raise ValidationError("contention.model", model, " or ".join(self.MODELS) + " for a LoadSession")
         if not self.host.is_local:
-            raise ValidationError("contention.model", "competing-load", "deadline for a VM on another host "
+            raise ValidationError("contention.model", model, "deadline for a VM on another host "
                                   "(competing-load starts its loops on this machine only, for now)")
         self.thread_ids = [int(t) for t in self.thread_ids]
         self.scheduler = scheduler_for(self.host)
@@ -219,7 +223,7 @@ class LoadSession:
         self.previous = {tid: self.scheduler.get(tid) for tid in self.thread_ids}
         allowed = sorted(set.intersection(*self.masks.values()))
         if len(allowed) < len(self.thread_ids):
-            raise ValidationError("contention.model", "competing-load", f"a CPU for each of the {len(self.thread_ids)} "
+            raise ValidationError("contention.model", self.contention.model, f"a CPU for each of the {len(self.thread_ids)} "
                                   f"vCPU thread(s); they may run on {allowed} only")
         self.cpus = {tid: allowed[-(i + 1)] for i, tid in enumerate(self.thread_ids)}
 
@@ -302,7 +306,7 @@ class LoadSession:
             same = usage is not None and usage.same_thread
             threads.append(ThreadEvidence(tid, self.scheduler.get(tid), pinned and loops_alive and same, False, usage,
                                           got_cpu=same and usage.cpu_s > 0))
-        self.evidence = ContentionEvidence("competing-load", all(t.held for t in threads),
+        self.evidence = ContentionEvidence(self.contention.model, all(t.held for t in threads),
                                            load_share_pct(self.contention.load_threads), threads, watch,
                                            AchievedShare.of(threads, steal_note(self.accelerator)),
                                            foreign_limits=cgroups.foreign_limits(self.thread_ids))
@@ -329,7 +333,7 @@ class LoadSession:
                 continue
             self._pinned.remove(tid)
         if problems:
-            raise LoadRestoreError("competing-load: " + "; ".join(problems))
+            raise LoadRestoreError(f"{self.contention.model}: " + "; ".join(problems))
         if self._entry is not None:
             ledger.drop(self._entry)
             self._entry = None
@@ -342,7 +346,7 @@ class LoadSession:
     def record(self) -> ContentionRecord:
         """The ``metadata.contention`` part of a run record; ``applied_model`` holds the loops and CPUs."""
         n = self.contention.load_threads
-        return ContentionRecord(self.contention, self.host.name, "competing-load", None, dict(self.previous),
+        return ContentionRecord(self.contention, self.host.name, self.contention.model, None, dict(self.previous),
                                 dict(self.previous), self.evidence,
                                 {"load_threads_per_vcpu": n, "share_given_pct": round(load_share_pct(n), 2),
                                  "cpus": {str(t): c for t, c in self.cpus.items()}, "loop": " ".join(BUSY_LOOP)})

@@ -11,30 +11,21 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from . import competition
+from . import competition, cpumodels
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
-from .contention_models import (
-    CFS_DEFAULT_PERIOD_MS,
-    CFS_MODELS,
-    DEFAULT_MODEL,
-    check_model,
-    load_threads,
-    model_id_tag,
-)
+from .contention_models import load_threads
+from .cpumodels import DEFAULT_MODEL, ContentionModel
 from .errors import ValidationError
 from .link import Link
 from .ranges import check_range as _check_range
 
-# Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).
-DEADLINE_PERIOD_MIN_US = 100
-DEADLINE_PERIOD_MAX_US = 4_194_304
-DEADLINE_RUNTIME_MIN_NS = 1024
 #: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.run.transfer).
 WORKLOADS = ("iperf3", "rsync")
 DEFAULT_FILE_MB = 160
 DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
 #: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
 MAX_FILE_MB = 1024
+
 
 def check_cca(name: object, field_name: str = "cca") -> str:
     """A congestion control name: lowercase identifier of at most 15 characters."""
@@ -43,74 +34,82 @@ def check_cca(name: object, field_name: str = "cca") -> str:
     return name
 
 
+def _check_contention_ranges(timeslice_ms, share_pct) -> None:
+    _check_range("contention.timeslice_ms", timeslice_ms, 0, 1000, lo_open=True, unit="ms")
+    _check_range("contention.cpu_share_pct", share_pct, 0, 100, lo_open=True, unit="%")
+
+
 @dataclass(frozen=True)
 class Contention:
-    """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.core.contention_models`).
+    """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.core.cpumodels`, one module each)
+    with ``params``, that model's own parameters (its ``params_type``; None: the model's defaults).
 
     ``deadline`` (default): SCHED_DEADLINE, runtime = deadline = timeslice, period = timeslice / share.
     ``cfs-quota``: a CFS quota of share x ``period_ms`` (default 100 ms) per period; ``cfs-burst``: the same and
     a burst of ``burst_ms``; ``credit``: full CPU while a balance of ``credit_s`` CPU-seconds lasts, then the
     share as baseline quota. ``competing-load``: :attr:`load_threads` equal-weight busy threads on the vCPU's
     CPU. ``none``: nothing (share 100). ``timeslice_ms`` is used by ``deadline`` only. A share of 100 % means no
-    policy. ``model`` and the models' own fields are left out of :meth:`to_dict` at their defaults, so deadline
-    run ids are as before."""
+    policy. A record keeps the parameters flat beside the share (:meth:`to_dict`, :meth:`from_dict`), and
+    ``model`` only when not deadline, so deadline run ids are as before."""
 
     timeslice_ms: float
     cpu_share_pct: float
     model: str = DEFAULT_MODEL
-    period_ms: float | None = None
-    burst_ms: float | None = None
-    credit_s: float | None = None
+    params: object = None
 
     def __post_init__(self):
-        if self.model in CFS_MODELS and self.period_ms is None:
-            object.__setattr__(self, "period_ms", CFS_DEFAULT_PERIOD_MS)
-        self.validate()
+        _check_contention_ranges(self.timeslice_ms, self.cpu_share_pct)
+        kind = cpumodels.model(self.model)
+        if self.params is None:
+            object.__setattr__(self, "params", cpumodels.params_of(kind, {}))
+        elif type(self.params) is not kind.params_type:
+            raise ValidationError("contention.params", self.params, f"a {kind.params_type.__name__} with model {kind.name}")
+        kind.validate(self.cpu_share_pct, self.timeslice_ms, self.params)
 
     def validate(self) -> None:
-        """Check the timeslice (ms), the CPU share (%) and the model's parameters, and for deadline that the
-        period they give is one the kernel takes."""
-        _check_range("contention.timeslice_ms", self.timeslice_ms, 0, 1000, lo_open=True, unit="ms")
-        _check_range("contention.cpu_share_pct", self.cpu_share_pct, 0, 100, lo_open=True, unit="%")
-        check_model(self.model, self.cpu_share_pct, self.timeslice_ms, self.period_ms, self.burst_ms, self.credit_s)
-        if self.unlimited or self.model != "deadline":
-            return
-        if self.runtime_ns < DEADLINE_RUNTIME_MIN_NS:
-            raise ValidationError("contention.timeslice_ms", self.timeslice_ms,
-                                  f"a runtime of at least {DEADLINE_RUNTIME_MIN_NS} ns (the kernel's minimum)")
-        period_us = self.timeslice_ms * 1e3 * 100.0 / self.cpu_share_pct  # float: a tiny share gives inf
-        if not DEADLINE_PERIOD_MIN_US <= period_us <= DEADLINE_PERIOD_MAX_US:
-            raise ValidationError(
-                "contention.cpu_share_pct", self.cpu_share_pct,
-                f"a period (timeslice / share) between {DEADLINE_PERIOD_MIN_US} us and "
-                f"{DEADLINE_PERIOD_MAX_US} us; {self.timeslice_ms} ms / {self.cpu_share_pct} % "
-                f"gives {period_us:.0f} us",
-            )
+        """Check the timeslice (ms), the CPU share (%) and the model's parameters with them (for deadline, that
+        the period they give is one the kernel takes)."""
+        _check_contention_ranges(self.timeslice_ms, self.cpu_share_pct)
+        self.kind.validate(self.cpu_share_pct, self.timeslice_ms, self.params)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Contention:
+        """A contention from :meth:`to_dict`'s flat fields (a record's, a plan's); a parameter of another model
+        than ``model`` is a :class:`ValidationError` naming it."""
+        rest = {k: v for k, v in d.items() if k not in ("timeslice_ms", "cpu_share_pct", "model")}
+        _check_contention_ranges(d.get("timeslice_ms"), d.get("cpu_share_pct"))
+        kind = cpumodels.model(d.get("model", DEFAULT_MODEL))
+        return cls(d["timeslice_ms"], d["cpu_share_pct"], kind.name, cpumodels.params_of(kind, rest))
 
     def to_dict(self) -> dict:
-        """The contention as recorded (and hashed into run ids): ``model`` and the models' own fields only
-        when not at their defaults (deadline, None)."""
-        d = asdict(self)
+        """The contention as recorded (and hashed into run ids): ``model`` only when not deadline, then the
+        model's parameters, flat."""
+        d = {"timeslice_ms": self.timeslice_ms, "cpu_share_pct": self.cpu_share_pct, "model": self.model}
         if self.model == DEFAULT_MODEL:
             del d["model"]
-        return {k: v for k, v in d.items() if v is not None}
+        return {**d, **cpumodels.params_dict(self.params)}
+
+    @property
+    def kind(self) -> ContentionModel:
+        """The model (:data:`bbrlab.core.cpumodels.MODELS`): its checks and what it is."""
+        return cpumodels.MODELS[self.model]
 
     @property
     def unlimited(self) -> bool:
-        """A share of 100 % or more (or model none): no contention is applied."""
-        return self.cpu_share_pct >= 100 or self.model == "none"
+        """A share of 100 % or more (model none always has it): no contention is applied."""
+        return self.cpu_share_pct >= 100
 
     @property
     def load_threads(self) -> int:
         """competing-load's equal-weight busy threads for this share (0 for the other models)."""
-        return load_threads(self.cpu_share_pct) if self.model == "competing-load" else 0
+        return load_threads(self.cpu_share_pct) if self.kind.adds_load else 0
 
     @property
     def id_tag(self) -> str:
-        """The contention in a run id (:func:`~bbrlab.core.contention_models.model_id_tag`): ``ts1ms-sh25``
-        (deadline, as always), ``cfs100ms-sh25``, ``load-sh25`` ..."""
-        return model_id_tag(self.model, self.timeslice_ms, self.cpu_share_pct, self.period_ms, self.burst_ms,
-                            self.credit_s)
+        """The contention in a run id: ``ts1ms-sh25`` (deadline, as always), ``cfs100ms-sh25``,
+        ``cfs100ms-burst5ms-sh25``, ``credit30s-cfs100ms-sh25``, ``load-sh25``, ``none-sh100``."""
+        share = "100" if self.cpu_share_pct >= 100 else f"{self.cpu_share_pct:g}"
+        return f"{self.kind.id_head(self.timeslice_ms, self.params)}-sh{share}"
 
     @property
     def runtime_ns(self) -> int:
@@ -309,7 +308,7 @@ class Scenario:
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
         """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run)."""
-        return cls(Link(**d["link"]), Contention(**d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
+        return cls(Link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
                    d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or ())
 
     @property

@@ -100,7 +100,7 @@ class PointKey:
 def model_tag(contention: Contention) -> str | None:
     """A contention's model and parameters as a calibration key holds them: its run-id tag without the share
     (``cfs100ms``, ``load``); None for deadline (its timeslice is the key) and without contention."""
-    if contention.model == "deadline" or contention.unlimited:
+    if contention.kind.uses_timeslice or contention.unlimited:
         return None
     return contention.id_tag.rsplit("-sh", 1)[0]
 

@@ -189,7 +189,7 @@ def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None
     if not evidence.policy_held:
         raise RunFailed(f"the {c.model} contention did not hold on the vCPU threads: "
                         f"{json.dumps(evidence.to_dict())[:400]}")
-    deadline = c.model == "deadline" and not c.unlimited
+    deadline = c.kind.uses_timeslice and not c.unlimited
     for thread in evidence.threads:
         after = thread.policy_after.policy if thread.policy_after is not None else ""
         if deadline != ("DEADLINE" in after):
@@ -247,8 +247,7 @@ def not_stalled(intervals, scenario: Scenario, delta: LinkCounters | None = None
     the emulator's qdiscs say the packets went. Contended runs (whose collapse is the subject) and lossy links
     (whose RTO backoff is legitimate) are not judged."""
     contention = scenario.contention
-    contended = contention.model != "none" and contention.cpu_share_pct < 100
-    if contended or scenario.link.loss_model != "none" or scenario.flows:
+    if not contention.unlimited or scenario.link.loss_model != "none" or scenario.flows:
         return
     started, silent_s, silent_from = False, 0.0, None
     for iv in intervals:

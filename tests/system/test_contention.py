@@ -150,7 +150,7 @@ def test_bad_values_are_refused_before_anything_changes(qemu):
                           ({"timeslice_ms": 1, "cpu_share_pct": 150}, "contention.cpu_share_pct"),
                           ({"timeslice_ms": 1000, "cpu_share_pct": 10}, "contention.cpu_share_pct")]:
         with pytest.raises(ValidationError) as e:
-            Contention(**kwargs)
+            Contention.from_dict(kwargs)
         assert e.value.field == field
         assert "<=" in e.value.allowed or "period" in e.value.allowed
     with pytest.raises(ValidationError, match="thread_ids"):

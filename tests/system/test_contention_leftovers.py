@@ -159,7 +159,7 @@ import json, signal, sys
 from bbrlab.contention.models import contended
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Contention
-with contended(LocalHost(), [int(sys.argv[1])], Contention(**json.loads(sys.argv[2])), watch_interval_s=None) as s:
+with contended(LocalHost(), [int(sys.argv[1])], Contention.from_dict(json.loads(sys.argv[2])), watch_interval_s=None) as s:
     own = getattr(s, "own", None)
     print(json.dumps({"cgroup": str(own.path) if own else None, "loops": [p.pid for p in getattr(s, "loops", [])]}),
           flush=True)
@@ -250,8 +250,8 @@ def test_a_run_under_a_quota_it_did_not_ask_for_fails_its_checks(busy_unpinned, 
     lasts :data:`BODY_S`: the checks also ask that the thread got CPU time."""
     body_s = BODY_S.get(model, BODY_DEFAULT_S)
     h = cgroups.detect()
-    contention = Contention(**{"none": {"timeslice_ms": 1, "cpu_share_pct": 100, "model": "none"},
-                               "deadline": {"timeslice_ms": 10, "cpu_share_pct": 50}, **MODELS}[model])
+    contention = Contention.from_dict({"none": {"timeslice_ms": 1, "cpu_share_pct": 100, "model": "none"},
+                                       "deadline": {"timeslice_ms": 10, "cpu_share_pct": 50}, **MODELS}[model])
     scenario = SimpleNamespace(contention=contention)
     stale = h.root / f"bbrlab-test-stale-{os.getpid()}"
     stale.mkdir()

@@ -16,6 +16,7 @@ import pytest
 
 from bbrlab.contention import cgroups
 from bbrlab.contention.models import contended
+from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.scenario import Contention
 
@@ -44,7 +45,7 @@ def _measure(session_block_s: float, busy, contention: Contention):
 def test_cfs_quota_gives_the_asked_share_and_leaves_nothing(busy):
     h = cgroups.detect()
     before = h.thread_cgroup(busy.pid)
-    s = _measure(3, busy, Contention(25, 25, "cfs-quota", 100))
+    s = _measure(3, busy, Contention(25, 25, "cfs-quota", CfsParams(100)))
     achieved = s.record().evidence.achieved
     print(f"cfs-quota 25 % of 100 ms on {h.name}: achieved {achieved.achieved_share_pct} %")
     assert abs(achieved.achieved_share_pct - 25) <= 2
@@ -128,7 +129,7 @@ def test_cfs_burst_is_set_read_back_and_lets_saved_quota_be_spent(busy):
     (cpu.stat's nr_bursts counts it). The burst is read back from the kernel and the cgroup removed after."""
     h = cgroups.detect()
     before = h.thread_cgroup(busy.pid)
-    with contended(LocalHost(), [busy.pid], Contention(25, 25, "cfs-burst", 100, burst_ms=25)) as s:
+    with contended(LocalHost(), [busy.pid], Contention(25, 25, "cfs-burst", BurstParams(period_ms=100, burst_ms=25))) as s:
         assert h.burst(s.own.path) == 25000 and h.limit(s.own.path) == (25000, 100000)
         os.kill(busy.pid, signal.SIGSTOP)
         time.sleep(0.5)
@@ -147,7 +148,7 @@ def test_credit_gives_full_cpu_until_the_balance_is_spent_then_the_baseline(busy
     """0.5 CPU-second of credit at a 25 % baseline: a busy thread spends 0.75 s of credit a second at full CPU
     (less when the machine is busy: it runs out later), then gets 25 % under the baseline quota."""
     h = cgroups.detect()
-    with contended(LocalHost(), [busy.pid], Contention(25, 25, "credit", credit_s=0.5)) as s:
+    with contended(LocalHost(), [busy.pid], Contention(25, 25, "credit", CreditParams(credit_s=0.5))) as s:
         assert h.limit(s.own.path) == (None, 100000)
         time.sleep(3.5)
         assert h.limit(s.own.path) == (25000, 100000)
@@ -169,7 +170,7 @@ def test_credit_earned_back_while_idle_gives_full_cpu_again(busy):
     """Stopped (no CPU used), the thread earns 25 % of a CPU-second a second; at 10 % of its 0.4 s balance the
     controller lifts the quota again."""
     h = cgroups.detect()
-    with contended(LocalHost(), [busy.pid], Contention(25, 25, "credit", credit_s=0.4)) as s:
+    with contended(LocalHost(), [busy.pid], Contention(25, 25, "credit", CreditParams(credit_s=0.4))) as s:
         wait_until = time.monotonic() + 5
         while h.limit(s.own.path)[0] is None and time.monotonic() < wait_until:
             time.sleep(0.05)

@@ -7,6 +7,7 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.contention_models import load_share_pct, load_threads
+from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 
@@ -28,7 +29,7 @@ def test_a_deadline_scenario_keeps_its_json_and_run_id():
 
 def test_cfs_quota_defaults_to_a_100_ms_period_and_says_so_in_its_id():
     c = Contention(25, 25, "cfs-quota")
-    assert c.period_ms == 100 and c.to_dict() == {"timeslice_ms": 25, "cpu_share_pct": 25, "model": "cfs-quota",
+    assert c.params.period_ms == 100 and c.to_dict() == {"timeslice_ms": 25, "cpu_share_pct": 25, "model": "cfs-quota",
                                                    "period_ms": 100}
     s = _scenario(c)
     assert "-cfs100ms-sh25-" in s.run_id and Scenario.from_dict(s.to_dict()) == s
@@ -47,7 +48,7 @@ def test_cfs_quota_defaults_to_a_100_ms_period_and_says_so_in_its_id():
 ])
 def test_each_model_checks_its_parameters_and_names_the_field(kwargs, field, words):
     with pytest.raises(ValidationError) as e:
-        Contention(**{"timeslice_ms": 1, "cpu_share_pct": 10, **kwargs})
+        Contention.from_dict({"timeslice_ms": 1, "cpu_share_pct": 10, **kwargs})
     assert e.value.field == field and words in str(e.value)
 
 
@@ -68,8 +69,8 @@ def test_a_spec_crosses_models_with_shares():
     spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["deadline", "cfs-quota", "competing-load", "none"],
                                    "cfs_periods_ms": [10, 100]})
     got = [s.contention for s in spec.grid()]
-    assert got[4:] == [Contention(2.5, 25, "cfs-quota", 10), Contention(5, 50, "cfs-quota", 10),
-                       Contention(25, 25, "cfs-quota", 100), Contention(50, 50, "cfs-quota", 100),
+    assert got[4:] == [Contention(2.5, 25, "cfs-quota", CfsParams(10)), Contention(5, 50, "cfs-quota", CfsParams(10)),
+                       Contention(25, 25, "cfs-quota", CfsParams(100)), Contention(50, 50, "cfs-quota", CfsParams(100)),
                        Contention(1, 25, "competing-load"), Contention(1, 50, "competing-load"),
                        Contention(1, 100, "none")]
     assert len({s.run_id for s in spec.plan()}) == len(got)
@@ -102,15 +103,15 @@ def test_a_spec_names_the_bad_model_key(extra, field):
 ])
 def test_burst_and_credit_check_their_parameters_and_name_the_field(kwargs, field, words):
     with pytest.raises(ValidationError) as e:
-        Contention(**{"timeslice_ms": 1, "cpu_share_pct": 10, **kwargs})
+        Contention.from_dict({"timeslice_ms": 1, "cpu_share_pct": 10, **kwargs})
     assert e.value.field == field and words in str(e.value)
 
 
 def test_burst_and_credit_say_their_parameters_in_json_and_run_id():
-    b = Contention(25, 25, "cfs-burst", burst_ms=5)
-    assert b.period_ms == 100 and b.to_dict() == {"timeslice_ms": 25, "cpu_share_pct": 25, "model": "cfs-burst",
+    b = Contention(25, 25, "cfs-burst", BurstParams(burst_ms=5))
+    assert b.params.period_ms == 100 and b.to_dict() == {"timeslice_ms": 25, "cpu_share_pct": 25, "model": "cfs-burst",
                                                    "period_ms": 100, "burst_ms": 5}
-    c = Contention(25, 25, "credit", credit_s=8)
+    c = Contention(25, 25, "credit", CreditParams(credit_s=8))
     assert c.to_dict()["credit_s"] == 8 and "burst_ms" not in c.to_dict()
     for contention, tag in ((b, "-cfs100ms-burst5ms-sh25-"), (c, "-credit8s-cfs100ms-sh25-")):
         s = _scenario(contention)
@@ -121,9 +122,10 @@ def test_a_spec_crosses_burst_and_credit_with_shares_and_counts_its_runs():
     spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["cfs-burst", "credit", "none"], "cfs_periods_ms": [100],
                                    "cfs_bursts_ms": [5, 10], "credits_s": [4]})
     got = [s.contention for s in spec.grid()]
-    assert got == [Contention(25, 25, "cfs-burst", 100, burst_ms=5), Contention(50, 50, "cfs-burst", 100, burst_ms=5),
-                   Contention(25, 25, "cfs-burst", 100, burst_ms=10), Contention(50, 50, "cfs-burst", 100, burst_ms=10),
-                   Contention(25, 25, "credit", credit_s=4), Contention(50, 50, "credit", credit_s=4),
+    burst, credit = (lambda ms: BurstParams(period_ms=100, burst_ms=ms)), (lambda s: CreditParams(credit_s=s))
+    assert got == [Contention(25, 25, "cfs-burst", burst(5)), Contention(50, 50, "cfs-burst", burst(5)),
+                   Contention(25, 25, "cfs-burst", burst(10)), Contention(50, 50, "cfs-burst", burst(10)),
+                   Contention(25, 25, "credit", credit(4)), Contention(50, 50, "credit", credit(4)),
                    Contention(1, 100, "none")]
     assert spec.runs == len(spec.plan()) == 7
     assert CampaignSpec.from_dict(spec.to_dict()) == spec
@@ -147,7 +149,7 @@ def test_credit_may_cross_with_baselines_of_its_own():
     spec = CampaignSpec.from_dict({**SPEC, "contention_models": ["cfs-quota", "credit"], "credits_s": [1],
                                    "credit_shares_pct": [5, 25]})
     got = [s.contention for s in spec.grid()]
-    assert got[2:] == [Contention(5, 5, "credit", credit_s=1), Contention(25, 25, "credit", credit_s=1)]
+    assert got[2:] == [Contention(5, 5, "credit", CreditParams(credit_s=1)), Contention(25, 25, "credit", CreditParams(credit_s=1))]
     assert spec.runs == len(spec.plan()) == 4 and CampaignSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(ValidationError) as e:
         CampaignSpec.from_dict({**SPEC, "contention_models": ["credit"], "credit_shares_pct": [0.5]})

@@ -26,6 +26,7 @@ from bbrlab.contention.evidence import (
 )
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.contention.threadstat import ThreadUsage
+from bbrlab.core.cpumodels import CreditParams
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.core.signals import Interrupted
@@ -191,7 +192,7 @@ def test_the_contention_check_wants_sched_other_under_the_other_models():
     """A cfs-quota, credit or competing-load run's vCPU stays under the fair scheduler: SCHED_OTHER passes (the
     runner refused every such run before #28's credit work), SCHED_DEADLINE is a leftover that fails it."""
     thread = ThreadEvidence(7, OTHER, True, usage=_usage(7, 2.5), got_cpu=True)
-    for c in (Contention(25, 25, "cfs-quota"), Contention(5, 5, "credit", credit_s=1), Contention(1, 50, "competing-load")):
+    for c in (Contention(25, 25, "cfs-quota"), Contention(5, 5, "credit", CreditParams(credit_s=1)), Contention(1, 50, "competing-load")):
         checks.contention_held(_contention(thread), SimpleNamespace(contention=c))
         with pytest.raises(RunFailed, match=f"ran under SCHED_DEADLINE for a {c.cpu_share_pct:g} % share .model {c.model}"):
             checks.contention_held(_contention(replace(thread, policy_after=DEADLINE)), SimpleNamespace(contention=c))

@@ -73,7 +73,7 @@ def test_contention_period_and_limits():
         (dict(timeslice_ms=0.0001, cpu_share_pct=50), "contention.timeslice_ms"),  # runtime < 1024 ns
     ]:
         with pytest.raises(ValidationError) as e:
-            Contention(**kwargs)
+            Contention.from_dict(kwargs)
         assert e.value.field == field
 
 

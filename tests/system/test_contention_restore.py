@@ -20,7 +20,7 @@ from bbrlab.contention.deadline import ContentionRestoreError, ContentionSession
 from bbrlab.contention.sched import SchedPolicy, sched_getattr
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import Runner
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
@@ -120,7 +120,7 @@ def test_a_failed_run_leaves_no_deadline_policy_for_the_next_attempt(busy, tmp_p
         "emulator": {"address": "192.0.2.11"}, "receiver": {"address": "192.0.2.12", "experiment_ip": "10.0.0.2"}}}))
     runner = RunWhoseRestoreFails(from_spec(tbfile.load_file(lab)))
     runner.found = []
-    scenario = Scenario(Link.unshaped(20), Contention(10, 50), Flow("cubic", 5))
+    scenario = Scenario(Link.unshaped(20), Contention(10, 50), Flow("cubic", IperfParams(5)))
     out = tmp_path / "campaign"
     out.mkdir()
     record = campaign.execute_run(SimpleNamespace(name="restore", max_attempts=2), out, scenario, runner)

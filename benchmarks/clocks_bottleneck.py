@@ -26,7 +26,7 @@ import statistics
 import tempfile
 import time
 
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import clocks
 from bbrlab.run.runner import run_once
 
@@ -60,7 +60,8 @@ def clock_offsets(tb, reps: int) -> None:
 
 
 def sampler_cost(tb) -> None:
-    scenario = Scenario(LINK, Contention(10, 100), Flow("cubic", duration_s=10, sample_ms=10, sampler="netlink"))
+    scenario = Scenario(LINK, Contention(10, 100),
+                        Flow("cubic", IperfParams(duration_s=10), sample_ms=10, sampler="netlink"))
     with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
         record = run_once(tb, scenario, out)
     if record["status"] != "ok":
@@ -85,7 +86,7 @@ def perturbation(tb, reps: int) -> None:
         for rep in range(reps):
             got = {}
             for traced in ((True, False) if rep % 2 == 0 else (False, True)):
-                flow = Flow("cubic", duration_s=10, sample_ms=10, sampler="netlink",
+                flow = Flow("cubic", IperfParams(duration_s=10), sample_ms=10, sampler="netlink",
                             vcpu_trace="on" if traced else "off", bottleneck_ms=5 if traced else 0)
                 with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
                     record = run_once(tb, Scenario(LINK, contention, flow), out)

@@ -58,11 +58,11 @@ def _overhead(tb, n_runs: int, sampled: bool = False) -> list[float]:
 
 
 def _sampler(tb, share_pct: float, kind: str) -> dict:
-    from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+    from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
     from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
-                        Flow("cubic", duration_s=10, sample_ms=10, sampler=kind))
+                        Flow("cubic", IperfParams(duration_s=10), sample_ms=10, sampler=kind))
     with tempfile.TemporaryDirectory(prefix="bbrlab-bench-") as out:
         record = run_once(tb, scenario, out)
     if record["status"] != "ok":

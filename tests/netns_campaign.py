@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 SENDER_IP = "10.211.0.1"
 RECEIVER_IP = "10.211.0.2"
@@ -166,7 +166,7 @@ def record_run(pair: NetnsPair, scenario: Scenario, campaign_dir: Path, campaign
         _wait_listening(pair, IPERF_PORT)
         flow = scenario.flow
         client_argv = [*_chrt_prefix(scenario.contention), "iperf3", "-c", RECEIVER_IP, "-p", str(IPERF_PORT),
-                       "-t", f"{flow.duration_s:g}", "-i", f"{interval_s:g}", "-P", str(flow.streams),
+                       "-t", f"{flow.params.duration_s:g}", "-i", f"{interval_s:g}", "-P", str(flow.params.streams),
                        "-C", flow.cca, "-J"]
         client = subprocess.Popen(pair.in_sender(*client_argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
@@ -174,7 +174,7 @@ def record_run(pair: NetnsPair, scenario: Scenario, campaign_dir: Path, campaign
             sampler = threading.Thread(target=_sample_ss, args=(pair, flow.sample_ms / 1000, stop, samples))
             sampler.start()
         policy = _policy_of_client(pair, client.pid)
-        out, err = client.communicate(timeout=flow.duration_s + 30)
+        out, err = client.communicate(timeout=flow.params.duration_s + 30)
     finally:
         stop.set()
         if sampler is not None:
@@ -268,7 +268,8 @@ def small_grid(duration_s: float = 2, repetitions: int = 2) -> list[Scenario]:
         for share in (25, 100):
             for rep in range(repetitions):
                 out.append(Scenario(link, Contention(timeslice_ms=1, cpu_share_pct=share),
-                                    Flow(cca=cca, duration_s=duration_s, streams=1, sample_ms=200, sampler="ss"), rep))
+                                    Flow(cca=cca, params=IperfParams(duration_s=duration_s, streams=1),
+                                         sample_ms=200, sampler="ss"), rep))
     return out
 
 

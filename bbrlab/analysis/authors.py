@@ -70,6 +70,7 @@ from pathlib import Path
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, authors_queue_bytes
 from bbrlab.core.units import parse_percent, parse_rate_mbit, parse_time_ms
+from bbrlab.core.workload_params import IperfParams
 from bbrlab.sampling.ss import parse_ss_line
 
 from . import identity
@@ -254,7 +255,7 @@ def point_params(meta: Mapping, deadline_unit: str = "ns") -> dict:
         "streams": 1.0 if math.isnan(streams) else streams, "loss_model": model, "loss_pct": loss_pct,
         "hypervisor": vm, "accelerator": "kvm" if vm == "qemu_kvm" else None,
         "sender_qdisc": meta.get("qdisc") or None, "testbed_kind": "authors", "source": "authors",
-        "ss_sampled": False, "sampler": None, "workload": "iperf3",
+        "ss_sampled": False, "sampler": None, "workload": IperfParams.name,
     }
 
 
@@ -423,7 +424,7 @@ def read_socket_log(root: Path, unit: str, dataset: str) -> list[RunRows]:
         "cca": who.cca, "bbr_version": who.bbr_version, "patched": who.patched, "kernel": None,
         "variant": who.variant, "contention_mode": "deadline" if share < 100 else "none",
         "cpu_share_pct": share, "repetition": float(rep), "ss_sampled": True, "sampler": "ss", "testbed_kind": "authors",
-        "started_at": _iso(t0) if samples else None, "workload": "iperf3",
+        "started_at": _iso(t0) if samples else None, "workload": IperfParams.name,
         **authors_queue(0.0),  # the queue in force; the log's name gives no rate x RTT, so no BDP
     }
     return [RunRows(row, [], ss, notes)]

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
+from bbrlab.core.workload_params import RsyncParams
 
 from . import authors, records_reader, runkey
 from .stats import BlockedInterval, blocked_median_interval, median_interval
@@ -399,7 +400,7 @@ def transfer_outcomes(tables: Tables, by: Sequence[str] = ("variant", "cpu_share
     >>> data.transfer_outcomes(data.select(tables, workload="rsync"))  # doctest: +SKIP
     """
     runs = tables.runs
-    copies = runs[runs["workload"] == "rsync"]
+    copies = runs[runs["workload"] == RsyncParams.name]
     cols = [c for c in by if c in copies.columns]
     columns = [*cols, "copies", "completed", "timed_out", "goodput_mbit_median", "completion_s_median",
                "bytes_delivered_median"]

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bbrlab.core.workload_params import IperfParams
+
 from . import confidence_report, evidence, paper_setup, runkey
 from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
@@ -225,7 +227,7 @@ def _without_empty_repeats(table: pd.DataFrame) -> pd.DataFrame:
 def bandwidth_claims(tables) -> pd.DataFrame:
     """Figure 7's claim (BBR's throughput at low shares does not depend on the rate) on every stock BBR variant,
     judged below the sender's CPU ceiling on unsampled iperf3 runs."""
-    plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)
+    plain = split_by_ceiling(select(tables, ss_sampled=False, workload=IperfParams.name).runs)
     med = medians(plain.judged)
     stock, _ = bbr_variants(tables.runs)
     rows = [(claim_bandwidth_independent(med, v), plain.reasons((v,), shares=LOW_SHARES_PCT)) for v in stock]
@@ -261,7 +263,7 @@ def claims_of_one_setting(tables) -> pd.DataFrame:
         One row per claim and subject.
     """
     runs = tables.runs
-    plain = split_by_ceiling(select(tables, ss_sampled=False, workload="iperf3").runs)  # throughput: sampling costs the sender CPU
+    plain = split_by_ceiling(select(tables, ss_sampled=False, workload=IperfParams.name).runs)  # throughput: sampling costs the sender CPU
     every = split_by_ceiling(runs[runs["status"] == "ok"] if "status" in runs else runs)  # the ss claims
     med = medians(plain.judged)
     stock, pairs = bbr_variants(runs)
@@ -342,7 +344,7 @@ def confidence_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     if "ss_sampled" in plain:
         plain = plain[plain["ss_sampled"].fillna(False).astype(bool) == False]  # noqa: E712 - a column mask
     if "workload" in plain:
-        plain = plain[plain["workload"] == "iperf3"]
+        plain = plain[plain["workload"] == IperfParams.name]
     judged = split_by_ceiling(plain).judged
     pairs = bbr_variants(runs)[1] if {"bbr_version", "patched"} <= set(runs.columns) else []
     return confidence_report.threshold_rows(judged), confidence_report.comparison_rows(judged, pairs)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from bbrlab.core.workload_params import IperfParams
+
 from . import runkey
 
 
@@ -33,7 +35,7 @@ def _one_or_missing(col: pd.Series) -> pd.Series:
 
 #: The paper's setup, column by column (a column the table lacks is not checked).
 PAPER_SETUP: tuple[Condition, ...] = (
-    Condition("workload", lambda c: c == "iperf3", "a bulk iperf3 transfer"),
+    Condition("workload", lambda c: c == IperfParams.name, "a bulk iperf3 transfer"),
     Condition("contention_mode", lambda c: c.isin(["deadline", "none"]), "SCHED_DEADLINE or no CPU policy"),
     Condition("loss_pct", lambda c: c.fillna(0) == 0, "no loss"),
     Condition("loss_model", lambda c: c.fillna("none") == "none", "no loss model"),

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
 
+from bbrlab.core.workload_params import RsyncParams
+
 from . import evidence
 from .data import summarise
 from .explore import representative_runs
@@ -492,7 +494,7 @@ def transfer_time_vs_loss(tables: Tables, *, row: str | None = None, col: str | 
     >>> fig, table = plots.transfer_time_vs_loss(data.select(tables, workload="rsync"))  # doctest: +SKIP
     """
     runs = tables.runs
-    copies = runs[runs["workload"] == "rsync"] if "workload" in runs.columns else runs.iloc[0:0]
+    copies = runs[runs["workload"] == RsyncParams.name] if "workload" in runs.columns else runs.iloc[0:0]
     if copies.empty:
         return empty_figure("Nothing to plot: no rsync copies in the selection (workloads: [rsync])."), \
             summarise(copies, ["loss_pct"], "elapsed_s")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bbrlab.core.workload_params import DEFAULT_WORKLOAD, IperfParams, RsyncParams
 from bbrlab.run import clocks
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
@@ -109,7 +110,7 @@ class RunView:
     @property
     def workload(self) -> str:
         """``iperf3`` or ``rsync`` (records older than the transfer workload: ``iperf3``)."""
-        return self.flow.get("workload", "iperf3")
+        return self.flow.get("workload", DEFAULT_WORKLOAD)
 
     @property
     def transfer(self) -> Mapping:
@@ -121,7 +122,7 @@ class RunView:
         """Goodput in Mbit/s: iperf3's receiver throughput, or an rsync copy's bytes over its wall time; None
         when unknown.
         """
-        if self.workload == "iperf3":
+        if self.workload == IperfParams.name:
             return self.summary.get("throughput_mbit")
         return self.transfer.get("goodput_mbit")
 
@@ -134,7 +135,7 @@ class RunView:
     @property
     def transfer_s(self) -> float | None:
         """How long the transfer lasted: iperf3's asked duration, an rsync copy's wall time; None when unknown."""
-        return self.transfer.get("elapsed_s") if self.workload == "rsync" else self.flow.get("duration_s")
+        return self.transfer.get("elapsed_s") if self.workload == RsyncParams.name else self.flow.get("duration_s")
 
     @property
     def samples_cover_transfer(self) -> bool | None:
@@ -265,7 +266,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     row = run_row(record, iperf_summary(report), rel, fair if flows else None, span_s)
     flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
     intervals = iperf_intervals(row["run_id"], report)
-    if row["workload"] == "rsync":
+    if row["workload"] == RsyncParams.name:
         try:
             intervals = progress_intervals(row["run_id"], json.loads((run_dir / "transfer.json").read_text()))
         except (OSError, json.JSONDecodeError) as e:

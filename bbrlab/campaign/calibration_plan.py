@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from bbrlab.core.cpumodels import MODELS
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.link import DelaySplit
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.ceiling import PointKey
 
 DEFAULT_STREAMS = (1, 4)
@@ -77,14 +77,14 @@ class CalibrationSpec:
                 raise ValidationError(f"rtts_ms[{i}]", rtt, e.allowed) from None
         for i, n in enumerate(self.streams):
             try:
-                Flow(CCA, streams=n)
+                IperfParams(streams=n)
             except ValidationError as e:
                 raise ValidationError(f"streams[{i}]", n, e.allowed) from None
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) \
                 or not 1 <= self.repetitions <= 100:
             raise ValidationError("repetitions", self.repetitions, "a whole number from 1 to 100")
         try:
-            Flow(CCA, duration_s=self.duration_s)
+            IperfParams(duration_s=self.duration_s)
         except ValidationError as e:
             raise ValidationError("duration_s", self.duration_s, e.allowed) from None
 
@@ -150,7 +150,8 @@ class CalibrationSpec:
 
     def _scenario(self, key: PointKey, streams: int, repetition: int, *, rtt_ms: float | None = None) -> Scenario:
         link = Link.unshaped(key.rtt_ms if rtt_ms is None else rtt_ms, delay_split=self.delay_split)
-        return Scenario(link, self._contention(key), Flow(CCA, duration_s=self.duration_s, streams=streams), repetition)
+        return Scenario(link, self._contention(key), Flow(CCA, IperfParams(self.duration_s, streams)),
+                        repetition)
 
     def reference_point(self) -> PointKey | None:
         """The bridge reference (no qdisc, 100 %), when asked for and some RTT is not already 0."""

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Scenario
+from bbrlab.core.workload_params import DEFAULT_WORKLOAD
 from bbrlab.run import record as rec
 
 from .adaptive import needs_more
@@ -164,15 +165,13 @@ def point_id(scenario: Scenario) -> str:
 def measured_mbit(out: Path, run_id: str) -> float | None:
     """The throughput a committed run measured (Mbit/s): iperf3's receiver sum in ``iperf.json``, or an
     rsync copy's goodput in its record; None when the run has none (it is then a run without a value)."""
+    from bbrlab.run.workloads import REGISTRY
+
     run_dir = Path(out) / rec.RUNS / run_id
     try:
         record = json.loads((run_dir / rec.RECORD_FILE).read_text())
-        if (record.get("scenario", {}).get("flow", {}).get("workload") or "iperf3") == "rsync":
-            value = (record.get("metadata", {}).get("transfer") or {}).get("goodput_mbit")
-        else:
-            report = json.loads((run_dir / "iperf.json").read_text())
-            value = (((report.get("end") or {}).get("sum_received") or {}).get("bits_per_second"))
-            value = value / 1e6 if value is not None else None
+        name = record.get("scenario", {}).get("flow", {}).get("workload") or DEFAULT_WORKLOAD
+        value = REGISTRY.get(name, REGISTRY[DEFAULT_WORKLOAD]).measured_mbit(run_dir, record)
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

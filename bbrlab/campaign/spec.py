@@ -87,12 +87,17 @@ from bbrlab.core.scenario import (
     DEFAULT_FILE_MB,
     DEFAULT_SAMPLER,
     DEFAULT_TRANSFER_TIMEOUT_S,
+    DEFAULT_WORKLOAD,
     Contention,
     Flow,
+    IperfParams,
     Link,
+    RsyncParams,
     Scenario,
+    WorkloadParams,
     check_cca,
 )
+from bbrlab.core.workload_params import params_of, params_type
 from bbrlab.core.yamlfile import read_capped
 
 from .blocks import check_blocks
@@ -144,7 +149,7 @@ class CampaignSpec:
     streams: tuple[int, ...] = (1,)
     sender_qdiscs: tuple[str, ...] = ("default",)
     flows: tuple[ExtraFlow, ...] = ()
-    workloads: tuple[str, ...] = ("iperf3",)
+    workloads: tuple[str, ...] = (DEFAULT_WORKLOAD,)
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     repetitions: int = 30
@@ -235,13 +240,16 @@ class CampaignSpec:
                         sender_qdisc=qdisc, flows=self.flows)
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
-        """The flow of one grid point: iperf3 with the spec's duration, or rsync with its file and timeout."""
-        if workload == "rsync":
-            return Flow(cca=cca, streams=streams, sample_ms=self.sample_ms, sampler=self.sampler, workload="rsync",
-                        file_mb=self.file_mb, transfer_timeout_s=self.transfer_timeout_s, vcpu_trace=self.vcpu_trace,
-                        bottleneck_ms=self.bottleneck_ms)
-        return Flow(cca=cca, duration_s=self.duration_s, streams=streams, sample_ms=self.sample_ms,
-                    sampler=self.sampler, vcpu_trace=self.vcpu_trace, bottleneck_ms=self.bottleneck_ms)
+        """The flow of one grid point: ``workload`` with its parameters (:meth:`workload_params`)."""
+        return Flow(cca, self.workload_params(workload, streams), self.sample_ms, self.sampler, self.vcpu_trace,
+                    self.bottleneck_ms)
+
+    def workload_params(self, workload: str, streams: int = 1) -> WorkloadParams:
+        """The parameters of ``workload`` (found by name, :data:`bbrlab.core.workload_params.PARAMS`) with
+        ``streams``: the spec's keys of the same names (iperf3's ``duration_s``; rsync's ``file_mb`` and
+        ``transfer_timeout_s``)."""
+        own = {f.name: getattr(self, f.name) for f in fields(params_type(workload)) if f.name != "streams"}
+        return params_of(workload, streams=streams, **own)
 
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``: block after block, kernel
@@ -280,11 +288,11 @@ class CampaignSpec:
         rate less its loss, at most ``transfer_timeout_s``; each block's boot :data:`ESTIMATED_BLOCK_BOOT_S`."""
         total = 0.0
         for s in self.grid():
-            if s.flow.workload == "rsync":
+            if isinstance(s.flow.params, RsyncParams):
                 copy_s = 0.0  # an unshaped link: no rate to estimate the copy from
                 if s.link.rate_mbit is not None:
                     rate_bit_s = s.link.rate_mbit * 1e6 * (1 - s.link.effective_loss_pct / 100)
-                    copy_s = min(s.flow.file_bytes * 8 / rate_bit_s, s.flow.transfer_timeout_s)
+                    copy_s = min(s.flow.params.file_bytes * 8 / rate_bit_s, s.flow.params.transfer_timeout_s)
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
                 total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
@@ -317,7 +325,7 @@ _LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "b
 _NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models", "sender_qdiscs")
 _REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
 #: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
-_OMITTED_DEFAULTS = {"workloads": ["iperf3"], "file_mb": DEFAULT_FILE_MB,
+_OMITTED_DEFAULTS = {"workloads": [DEFAULT_WORKLOAD], "file_mb": DEFAULT_FILE_MB,
                      "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
                      "contention_models": [DEFAULT_MODEL], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
                      "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
@@ -404,7 +412,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
             "losses_pct", lists["losses_pct"],
             lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
     if "streams" in lists:
-        checked["streams"] = _check_each("streams", lists["streams"], lambda v: Flow("cubic", streams=v))
+        checked["streams"] = _check_each("streams", lists["streams"], lambda v: IperfParams(streams=v))
     if "sender_qdiscs" in lists:
         checked["sender_qdiscs"] = _check_each("sender_qdiscs", lists["sender_qdiscs"], check_sender_qdisc)
     if "flows" in d:
@@ -413,7 +421,7 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
     if "workloads" in d:
         checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
-                                           lambda v: Flow("cubic", workload=v))
+                                           lambda v: params_type(v).name)
     scalars = check_scalars(d)
     if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
         search = replace(search, seed=scalars.get("seed", CampaignSpec.seed))

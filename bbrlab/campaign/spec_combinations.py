@@ -10,6 +10,7 @@ from typing import Protocol
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.scenario import Contention, Flow, Link, Scenario, check_sampling_load
+from bbrlab.core.workload_params import DEFAULT_WORKLOAD, params_type
 
 from .spec_models import check_contentions
 
@@ -56,12 +57,12 @@ def check_combinations(spec: CombinedSpec) -> None:
         raise ValidationError("grid x repetitions", spec.runs,
                               f"at most {MAX_RUNS} runs (the product of the list lengths x repetitions); "
                               "split the campaign")
-    if "rsync" in spec.workloads:
-        for j, streams in enumerate(spec.streams):
-            if streams != 1:
-                raise ValidationError(f"streams[{j}] with workloads[{spec.workloads.index('rsync')}]", streams,
-                                      "1 for the rsync workload (one SSH connection); run other stream counts "
-                                      "in an iperf3-only campaign")
+    for i, workload in enumerate(spec.workloads):
+        only = params_type(workload).fixed.get("streams")  # rsync's one SSH connection
+        for j, streams in enumerate(spec.streams if only is not None else ()):
+            if streams != only[0]:
+                raise ValidationError(f"streams[{j}] with workloads[{i}]", streams,
+                                      f"{only[1]}; run other stream counts in an {DEFAULT_WORKLOAD}-only campaign")
     check_contentions(spec)
     _check_links(spec)
     _check_sampling(spec)
@@ -77,7 +78,7 @@ def _check_flows(spec: CombinedSpec) -> None:
             Scenario(Link(rtt_ms=10, rate_mbit=100), Contention(1, 100), spec.flow(workload, spec.ccas[0], 1),
                      flows=spec.flows)
         except ValidationError as e:
-            raise ValidationError(f"{e.field} with duration_s" if workload == "iperf3" else
+            raise ValidationError(f"{e.field} with duration_s" if params_type(workload).competes else
                                   f"flows with workloads[{i}]", e.value, e.allowed) from None
 
 
@@ -86,12 +87,11 @@ def _check_sampling(spec: CombinedSpec) -> None:
     workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
     if spec.sample_ms is None:
         return
-    durations = {"iperf3": ("duration_s", spec.duration_s), "rsync": ("transfer_timeout_s", spec.transfer_timeout_s)}
     for j, streams in enumerate(spec.streams):
         for workload in spec.workloads:
-            key, seconds = durations[workload]
+            field, seconds = spec.workload_params(workload).sampled_span  # iperf3's duration, rsync's timeout
             check_sampling_load(spec.sample_ms, streams, seconds, spec.sampler,
-                                fields=("sample_ms", f"streams[{j}]", key))
+                                fields=("sample_ms", f"streams[{j}]", field.removeprefix("flow.")))
 
 
 def _check_links(spec: CombinedSpec) -> None:

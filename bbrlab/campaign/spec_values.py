@@ -14,7 +14,9 @@ from bbrlab.core.scenario import (
     DEFAULT_SAMPLER,
     Contention,
     Flow,
+    IperfParams,
     Link,
+    RsyncParams,
     Scenario,
     check_bottleneck_ms,
 )
@@ -106,7 +108,7 @@ def check_scalars(d: dict) -> dict:
     if "duration_s" in d:
         out["duration_s"] = number("duration_s", d["duration_s"])
         try:
-            Flow("cubic", duration_s=out["duration_s"])
+            IperfParams(duration_s=out["duration_s"])
         except ValidationError as e:
             raise rename_field(e, "duration_s") from None
     out.update(sampling(d))
@@ -114,7 +116,7 @@ def check_scalars(d: dict) -> dict:
         if key in d:
             out[key] = number(key, d[key])
             try:
-                Flow("cubic", workload="rsync", **{key: out[key]})
+                RsyncParams(**{key: out[key]})
             except ValidationError as e:
                 raise rename_field(e, key) from None
     if "vcpu_trace" in d:

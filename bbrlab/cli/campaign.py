@@ -22,6 +22,7 @@ from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.single import run_campaign_on
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
+from bbrlab.core.workload_params import IperfParams, RsyncParams
 
 from .worker import add_tls_options, lab_tls
 
@@ -145,9 +146,9 @@ def run_plan(args) -> int:
         print(json.dumps({**info, "run_ids": [s.run_id for s in runs]}, indent=2))
         return 0
     what = f"of {spec.duration_s:g} s"
-    if "rsync" in spec.workloads:
+    if RsyncParams.name in spec.workloads:
         what = (f"(iperf3: {spec.duration_s:g} s; rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)"
-                if "iperf3" in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
+                if IperfParams.name in spec.workloads else f"(rsync: {spec.file_mb:g} MB, at most {spec.transfer_timeout_s:g} s)")
     print(f"{spec.name}: {info['grid_points']} grid points x {spec.repetitions} repetitions = {len(runs)} runs "
           f"{what}, order {spec.order} (seed {spec.seed})" + (f", in {spec.blocks} blocks, each on a fresh boot of the "
                                                              f"{spec.block_reboot.replace('+', ' and ')}"
@@ -167,8 +168,8 @@ def run_plan(args) -> int:
               f"run in rounds of {r.block} runs of every open probe, ordered by seed {spec.search.seed}, not in the "
               "plan's order below")
     print(f"expected duration: {_hms(info['expected_duration_s'])} (assuming {ESTIMATED_OVERHEAD_S:g} s overhead "
-          "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if "rsync" in
-                       spec.workloads else "") + ")")
+          "per run" + (", rsync copies at the link's rate less its loss: slow copies take longer" if RsyncParams.name
+                       in spec.workloads else "") + ")")
     for s in runs[:5]:
         print(f"  {s.run_id}")
     if len(runs) > 5:

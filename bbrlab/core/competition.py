@@ -106,13 +106,13 @@ def scenario_extras(sender_qdisc: str, flows: tuple[ExtraFlow, ...], main_flow) 
     extra flows are iperf3's, and each must start before flow 0 ends)."""
     check_sender_qdisc(sender_qdisc)
     extra_flows(list(flows))
-    if flows and main_flow.workload != "iperf3":
-        raise ValidationError("flows", [f.to_dict() for f in flows], "none beside an rsync flow (extra flows are "
-                              "iperf3 transfers next to an iperf3 flow 0)")
+    if flows and not main_flow.params.competes:
+        raise ValidationError("flows", [f.to_dict() for f in flows], f"none beside an {main_flow.workload} flow "
+                              "(extra flows are iperf3 transfers next to an iperf3 flow 0)")
     for i, f in enumerate(flows, start=1):
-        if f.start_s >= main_flow.duration_s:
+        if f.start_s >= main_flow.params.duration_s:
             raise ValidationError(f"flows[{i}].start_s", f.start_s, f"0 <= start_s < flow 0's duration_s "
-                                  f"({main_flow.duration_s:g} s): a flow that starts later never competes")
+                                  f"({main_flow.params.duration_s:g} s): a flow that starts later never competes")
 
 
 def scenario_dict(sender_qdisc: str, flows: tuple[ExtraFlow, ...]) -> dict:

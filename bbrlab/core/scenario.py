@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from . import competition, cpumodels
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
@@ -18,13 +18,18 @@ from .cpumodels import DEFAULT_MODEL, ContentionModel
 from .errors import ValidationError
 from .link import Link
 from .ranges import check_range as _check_range
-
-#: What a flow can carry: iperf3's bulk transfer, or a file copied with rsync over SSH (bbrlab.run.transfer).
-WORKLOADS = ("iperf3", "rsync")
-DEFAULT_FILE_MB = 160
-DEFAULT_TRANSFER_TIMEOUT_S = 1200.0
-#: rsync's file lives on the sender's disk (the local guest's root disk is 2 GB).
-MAX_FILE_MB = 1024
+from .workload_params import (  # noqa: F401 - the workloads' parameters, re-exported where Flow is
+    DEFAULT_FILE_MB,
+    DEFAULT_TRANSFER_TIMEOUT_S,
+    DEFAULT_WORKLOAD,
+    MAX_FILE_MB,
+    WORKLOADS,
+    IperfParams,
+    RsyncParams,
+    WorkloadParams,
+    is_params,
+    params_of,
+)
 
 
 def check_cca(name: object, field_name: str = "cca") -> str:
@@ -149,12 +154,13 @@ from .sampling_limits import (  # noqa: E402,F401 - re-exported: the limits belo
 
 @dataclass(frozen=True)
 class Flow:
-    """What the (contended) sender sends to the receiver: the workload and its congestion control.
+    """What the (contended) sender sends to the receiver: the workload, its parameters, its congestion control.
 
-    ``workload`` ``iperf3`` (the default) is a bulk transfer of ``duration_s`` over ``streams`` connections;
-    ``rsync`` copies one incompressible file of ``file_mb`` (10^6 bytes) over one SSH connection, ended
-    after ``transfer_timeout_s`` if it has not finished (see :mod:`bbrlab.run.transfer`). The fields of the
-    other workload keep their defaults and are left out of :meth:`to_dict`.
+    ``params`` is the workload's parameters object (:mod:`bbrlab.core.workload_params`): :class:`IperfParams`
+    (the default: a bulk transfer of ``duration_s`` over ``streams`` connections) or :class:`RsyncParams` (one
+    incompressible file of ``file_mb`` copied over one SSH connection, ended after ``transfer_timeout_s``; see
+    :mod:`bbrlab.run.transfer`). :meth:`to_dict` writes them in the flat form records have always had, and
+    :meth:`of` builds a flow from it.
 
     ``sample_ms``: sample the data sockets every that many ms with ``sampler`` (None: unsampled). Records
     written before the samplers had a choice say ``sample_ss_ms`` (the ss loop): :meth:`from_dict` reads them,
@@ -165,13 +171,9 @@ class Flow:
     """
 
     cca: str
-    duration_s: float = 20.0
-    streams: int = 1
+    params: WorkloadParams = IperfParams()
     sample_ms: int | None = None
     sampler: str = DEFAULT_SAMPLER
-    workload: str = "iperf3"
-    file_mb: float = DEFAULT_FILE_MB
-    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     vcpu_trace: str = "auto"
     bottleneck_ms: int | str = "auto"
 
@@ -180,74 +182,55 @@ class Flow:
         if self.sample_ms is None:  # the sampler of an unsampled flow means nothing: one form for equality
             object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
 
+    @classmethod
+    def of(cls, cca: str, *, workload: str = DEFAULT_WORKLOAD, sample_ms: int | None = None,
+           sampler: str = DEFAULT_SAMPLER, vcpu_trace: str = "auto", bottleneck_ms: int | str = "auto",
+           **workload_fields) -> Flow:
+        """A flow from the flat fields of a record (or a spec): ``workload`` names the parameters type, and the
+        workload's own fields (``duration_s``, ``file_mb``, ...) go into it (:func:`params_of`)."""
+        return cls(cca, params_of(workload, **workload_fields), sample_ms, sampler, vcpu_trace, bottleneck_ms)
+
+    @property
+    def workload(self) -> str:
+        """The workload's name (``iperf3``, ``rsync``): the key of its parameters and of its runner."""
+        return self.params.name
+
     def validate(self) -> None:
-        """Check the CCA name, the duration (whole seconds), the streams and the workload's fields."""
+        """Check the CCA name, the workload's parameters, the sampling and the tracing."""
         check_cca(self.cca, "flow.cca")
-        _check_range("flow.duration_s", self.duration_s, 1, 3600, unit="s")
-        if self.duration_s != int(self.duration_s):
-            raise ValidationError("flow.duration_s", self.duration_s,
-                                  "a whole number of seconds from 1 to 3600 (iperf3 -t counts whole seconds)")
-        if not isinstance(self.streams, int) or isinstance(self.streams, bool):
-            raise ValidationError("flow.streams", self.streams, "a whole number from 1 to 128")
-        _check_range("flow.streams", self.streams, 1, 128)
+        if not is_params(self.params):
+            raise ValidationError("flow.params", self.params,
+                                  f"the parameters of one of {', '.join(WORKLOADS)} (bbrlab.core.workload_params)")
         if self.sample_ms is not None:
             if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
                 raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
             _check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
         if self.sampler not in SAMPLERS:
             raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
-        if self.workload not in WORKLOADS:
-            raise ValidationError("flow.workload", self.workload, f"one of {', '.join(WORKLOADS)}")
         if self.vcpu_trace not in VCPU_TRACE:
             raise ValidationError("flow.vcpu_trace", self.vcpu_trace, f"one of {', '.join(VCPU_TRACE)}")
-        _check_range("flow.file_mb", self.file_mb, 0.001, MAX_FILE_MB, unit="MB")
-        _check_range("flow.transfer_timeout_s", self.transfer_timeout_s, 1, 86_400, unit="s")
-        self._check_workload_fields()
         check_bottleneck_ms(self.bottleneck_ms)
         if self.sample_ms is not None:
-            duration = ("flow.transfer_timeout_s", self.transfer_timeout_s) if self.workload == "rsync" else \
-                ("flow.duration_s", self.duration_s)
-            check_sampling_load(self.sample_ms, self.streams, duration[1], self.sampler,
-                                fields=("flow.sample_ms", "flow.streams", duration[0]))
-
-    def _check_workload_fields(self) -> None:
-        """Each workload's own fields; the other workload's must stay at their defaults."""
-        if self.workload == "rsync":
-            if self.streams != 1:
-                raise ValidationError("flow.streams", self.streams, "1 for the rsync workload (one SSH connection)")
-            if self.duration_s != Flow.duration_s:
-                raise ValidationError("flow.duration_s", self.duration_s,
-                                      f"left at {Flow.duration_s:g} for rsync (a copy lasts until the file is "
-                                      "there or transfer_timeout_s has passed)")
-            return
-        for name in ("file_mb", "transfer_timeout_s"):
-            if getattr(self, name) != getattr(Flow, name):
-                raise ValidationError(f"flow.{name}", getattr(self, name),
-                                      f"left at {getattr(Flow, name):g} for {self.workload} (it applies to rsync only)")
+            span_field, span_s = self.params.sampled_span
+            check_sampling_load(self.sample_ms, self.params.connections, span_s, self.sampler,
+                                fields=("flow.sample_ms", "flow.streams", span_field))
 
     @property
     def bottleneck_interval_ms(self) -> int | None:
         """Every how many ms the run samples the emulator's bottleneck queue (None: it does not)."""
         return bottleneck_interval_ms(self.bottleneck_ms, self.sample_ms)
 
-    @property
-    def file_bytes(self) -> int:
-        """The size of rsync's file in bytes (``file_mb`` x 10^6)."""
-        return int(round(self.file_mb * 1e6))
-
     def to_dict(self) -> dict:
-        """The flow as recorded, its run id as before later options existed: iperf3 without the workload keys, rsync
-        without ``duration_s``, unsampled or ss-sampled with ``sample_ss_ms``, ``vcpu_trace`` only when not auto."""
-        d = asdict(self)
+        """The flow as recorded, its run id as before later options existed: the workload's fields flat
+        (iperf3 without a ``workload`` key), unsampled or ss-sampled with ``sample_ss_ms``, ``vcpu_trace`` only
+        when not auto, ``bottleneck_ms`` only when not auto."""
+        d = {"cca": self.cca, **self.params.record_fields(), "sample_ms": self.sample_ms, "sampler": self.sampler,
+             "vcpu_trace": self.vcpu_trace, "bottleneck_ms": self.bottleneck_ms}
+        d = {k: d[k] for k in sorted(d, key=_RECORD_ORDER.index)}  # the keys in the order records always had
         if self.vcpu_trace == "auto":
             del d["vcpu_trace"]
         if self.bottleneck_ms == "auto":
             del d["bottleneck_ms"]
-        if self.workload == "iperf3":
-            for name in ("workload", "file_mb", "transfer_timeout_s"):
-                del d[name]
-        else:
-            del d["duration_s"]
         if self.sample_ms is None or self.sampler == "ss":
             d["sample_ss_ms"] = d.pop("sample_ms")
             del d["sampler"]
@@ -262,7 +245,12 @@ class Flow:
             if d.get("sample_ms") is not None:
                 raise ValidationError("flow.sample_ss_ms", legacy, "absent when flow.sample_ms is given")
             d["sample_ms"], d["sampler"] = legacy, "ss"
-        return cls(**d)
+        return cls.of(**d)
+
+
+#: The order of a flow record's keys (as :func:`dataclasses.asdict` gave them when the flow had them all as fields).
+_RECORD_ORDER = ("cca", "duration_s", "streams", "sample_ms", "sampler", "workload", "file_mb", "transfer_timeout_s",
+                 "vcpu_trace", "bottleneck_ms")
 
 
 SCENARIO_SCHEMA_VERSION = 1
@@ -326,9 +314,8 @@ class Scenario:
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         c, li, f = self.contention, self.link, self.flow
-        workload = "" if f.workload == "iperf3" else f"{f.workload}-"
         rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
         tree = "".join(tag for tag, on in (("-qauthors", li.queue == "authors"),
                                            ("-offloads", li.emulator_offloads == "on")) if on)
-        return (f"{self.kernel_tag}{workload}{f.cca}-{c.id_tag}-rtt{li.rtt_ms:g}ms-"
+        return (f"{self.kernel_tag}{f.params.id_prefix}{f.cca}-{c.id_tag}-rtt{li.rtt_ms:g}ms-"
                 f"{rate}{tree}{competition.id_tags(self.sender_qdisc, self.flows)}-r{self.repetition:02d}-{digest}")

@@ -49,8 +49,9 @@ def client_result(result, flow: Flow) -> iperf.IperfResult:
         raise RunFailed(f"iperf3 client exit code {result.exit_code}")
     if parsed.sender_tcp_congestion != flow.cca:
         raise RunFailed(f"iperf3 reports sender_tcp_congestion {parsed.sender_tcp_congestion!r}, asked for {flow.cca!r}")
-    if not math.isclose(parsed.duration_s, flow.duration_s):
-        raise RunFailed(f"iperf3 ran a {parsed.duration_s:g} s test, the scenario asked for {flow.duration_s:g} s")
+    if not math.isclose(parsed.duration_s, flow.params.duration_s):
+        raise RunFailed(f"iperf3 ran a {parsed.duration_s:g} s test, the scenario asked for "
+                        f"{flow.params.duration_s:g} s")
     return parsed
 
 

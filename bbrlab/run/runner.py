@@ -107,7 +107,8 @@ class Runner:
             if hostlock.check_held(self.testbed):  # taken again after it was lost: the hosts may have changed
                 self.session.hosts_retaken()
             try:
-                self.run(scenario, Path(staging), meta, ports=client_ports(run_id, attempt, scenario.flow.streams),
+                ports = client_ports(run_id, attempt, scenario.flow.params.connections)
+                self.run(scenario, Path(staging), meta, ports=ports,
                          **({} if block is None else {"block": block}))
             except Exception:
                 # No deadline policy outlives a failed run, even one whose restore failed: the next attempt
@@ -172,7 +173,7 @@ class Runner:
         tb, flow = self.testbed, scenario.flow
         with ExitStack() as traffic:
             with meta.timed("setup"):
-                endpoint = traffic.enter_context(work.server(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
+                endpoint = traffic.enter_context(work.start(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                              ready_timeout_s=self.ready_timeout_s))
                 meta.flow["server_port"] = endpoint.port
                 meta.flow["receiver_user"] = endpoint.account.name  # who the receiving end ran as
@@ -197,7 +198,7 @@ class Runner:
                         vcputrace.traced(tb.sender.hypervisor, vcpus) if traces_vcpu(flow) else nullcontext())
                 with meta.timed("client"):
                     threads = flows.start(extra, tb.receiver.experiment_ip, time.monotonic())
-                    result = work.run_client(tb, flow, endpoint, ports)
+                    result = work.wait(tb, flow, endpoint, ports)
                     flows.wait(threads, extra)
                 with meta.timed("release"):
                     contended.close()
@@ -286,7 +287,8 @@ class Runner:
                 sampled, before, ports, extra: list) -> None:
         tb, flow = self.testbed, scenario.flow
         meta.qdiscs = self.link.readback()
-        data_ports = work.verify(flow, endpoint, result, ports, out, meta)
+        parsed = work.result(flow, endpoint, result, out, meta)
+        data_ports = work.check(flow, endpoint, result, parsed, ports)
         if scenario.flows:
             meta.flows = flows.verify(extra, out)
         if sampled is not None:  # its log is in out/ already: streamed there while it ran
@@ -297,8 +299,7 @@ class Runner:
         meta.link = linkcount.LinkRecord(delta, linkcount.effective_queue(meta.qdiscs, tb.emulator.ports, scenario.link),
                                          offloads=self.link.offloads)  # as read back when the link was set
         meta.link.loss = checks.drops_as_configured(scenario.link, delta)
-        if flow.workload == "iperf3":
-            checks.not_stalled(iperf.parse_result((out / "iperf.json").read_text()).intervals, scenario, delta)
+        work.check_link(scenario, parsed, delta)
 
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:

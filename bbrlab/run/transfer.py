@@ -19,7 +19,7 @@ incompressible file take, and does it finish at all, when the path loses 1, 10 o
   connected socket, and hands the socket to ssh. So the CCA applies to that connection only; the
   management SSH and everything else keep theirs. The copy runs under ``timeout``: one still running after
   ``transfer_timeout_s`` is ended and recorded as timed out with the bytes that arrived, not as a failure.
-- **The record** (:meth:`Rsync.verify`): ``metadata.transfer`` (bytes delivered, completion time, goodput,
+- **The record** (:meth:`Rsync.result`): ``metadata.transfer`` (bytes delivered, completion time, goodput,
   timed out, both checksums, the SSH cipher negotiated), ``metadata.cca.socket``, and the files
   ``transfer.json`` (summary and progress series) and ``rsync.log`` (rsync's output).
 """
@@ -38,6 +38,7 @@ from bbrlab.core import leftdirs
 from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.scenario import Flow
+from bbrlab.core.workload_params import RsyncParams
 
 from . import checks, progress, rxuser, sshd
 from . import record as rec
@@ -377,41 +378,39 @@ def session(testbed, file: TestFile, *, lifetime_s: float, ready_timeout_s: floa
 # -- the workload ----------------------------------------------------------------------------------
 
 class Rsync:
-    """rsync over SSH of ``flow.file_mb`` (see the module docstring): the workload ``rsync``."""
+    """rsync over SSH of ``flow.params.file_mb`` (see the module docstring): the workload ``rsync``."""
 
-    name = "rsync"
+    name = RsyncParams.name
 
     def client_limit_s(self, flow: Flow) -> float:
         """How long the client may take, in seconds: the flow's ``transfer_timeout_s`` plus the time to kill
         the copy and report."""
-        return flow.transfer_timeout_s + CLIENT_MARGIN_S
+        return flow.params.transfer_timeout_s + CLIENT_MARGIN_S
 
     def prepare(self, testbed, flow: Flow) -> TestFile:
-        """The sender's cached file of ``flow.file_bytes`` random bytes, made first when missing or changed
+        """The sender's cached file of ``flow.params.file_bytes`` random bytes, made first when missing or changed
         (:func:`ensure_file`)."""
-        return ensure_file(testbed.sender.host, flow.file_bytes)
+        return ensure_file(testbed.sender.host, flow.params.file_bytes)
 
-    def server(self, testbed, flow: Flow, prepared: TestFile, *, lifetime_s: float, ready_timeout_s: float):
+    def start(self, testbed, flow: Flow, prepared: TestFile, *, lifetime_s: float, ready_timeout_s: float):
         """The :func:`session` for copying ``prepared``: the receiver's sshd and poller and the sender's
         client files, for the ``with`` block. A connection has the client's whole time limit to log in
         (a handshake across a lossy link is slow; the client can never use more)."""
         return session(testbed, prepared, lifetime_s=lifetime_s, ready_timeout_s=ready_timeout_s,
                        login_grace_s=self.client_limit_s(flow))
 
-    def run_client(self, testbed, flow: Flow, endpoint: Session, ports: list[int]) -> Result:
-        """The copy on the sender from local port ``ports[0]`` with the flow's CCA, under its timeout; the
-        command's result whatever its exit code."""
+    def wait(self, testbed, flow: Flow, endpoint: Session, ports: list[int]) -> Result:
+        """The copy on the sender from local port ``ports[0]`` with the flow's CCA, under its timeout, until it
+        ends; the command's result whatever its exit code."""
+        timeout_s = flow.params.transfer_timeout_s
         argv = client_argv(endpoint.client_dir, endpoint.file.path, cca=flow.cca, local_port=ports[0],
-                           local_ip=testbed.sender.experiment_ip, timeout_s=flow.transfer_timeout_s)
-        return testbed.sender.host.run(argv, timeout=flow.transfer_timeout_s + CLIENT_MARGIN_S + SSH_MARGIN_S,
-                                       check=False)
+                           local_ip=testbed.sender.experiment_ip, timeout_s=timeout_s)
+        return testbed.sender.host.run(argv, timeout=timeout_s + CLIENT_MARGIN_S + SSH_MARGIN_S, check=False)
 
-    def verify(self, flow: Flow, endpoint: Session, result: Result, ports: list[int], out: Path,
-               meta: RunMetadata) -> list[int]:
+    def result(self, flow: Flow, endpoint: Session, raw: Result, out: Path, meta: RunMetadata) -> ClientResult:
         """Write ``rsync.log`` and ``transfer.json`` into ``out``, fill ``meta.transfer`` and
-        ``meta.cca.socket``, and :func:`check` the run (raising :class:`~bbrlab.core.errors.RunFailed`);
-        returns ``ports[:1]``, the SSH connection's local port."""
-        parsed = parse_client_output(result.stdout)
+        ``meta.cca.socket``; what the client reported."""
+        parsed = parse_client_output(raw.stdout)
         rec.write_file(out / "rsync.log", parsed.rsync_output)
         samples = progress.parse(endpoint.poller.text or "")
         summary = summarise(flow, endpoint, parsed, samples)
@@ -420,9 +419,21 @@ class Rsync:
              "progress": progress.series(samples)}, indent=1) + "\n")
         meta.transfer = summary
         meta.cca.socket = parsed.socket["cca_connected"] or parsed.socket["cca_set"]
-        check(flow, parsed, endpoint, result)
+        return parsed
+
+    def check(self, flow: Flow, endpoint: Session, raw: Result, parsed: ClientResult, ports: list[int]) -> list[int]:
+        """:func:`check` the copy (raising :class:`~bbrlab.core.errors.RunFailed`) and its connection's local
+        port; returns ``ports[:1]``, the SSH connection's local port."""
+        check(flow, parsed, endpoint, raw)
         checks.data_ports([parsed.socket["local_port"]], ports[:1], "the SSH connection")
         return ports[:1]
+
+    def check_link(self, scenario, parsed: ClientResult, delta) -> None:
+        """Nothing: a copy's time is its result, however the link carried it."""
+
+    def measured_mbit(self, run_dir: Path, record: dict) -> float | None:
+        """The copy's goodput in the run's record (``metadata.transfer``), in Mbit/s."""
+        return (record.get("metadata", {}).get("transfer") or {}).get("goodput_mbit")
 
 
 def summarise(flow: Flow, endpoint: Session, parsed: ClientResult, samples: list[tuple[float, int]]) -> dict:
@@ -433,7 +444,7 @@ def summarise(flow: Flow, endpoint: Session, parsed: ClientResult, samples: list
     return {
         "file_bytes": endpoint.file.size_bytes, "file_sha256": endpoint.file.sha256,
         "file_made": endpoint.file.made, "bytes_delivered": received.bytes,
-        "completed": completed, "timed_out": parsed.timed_out, "timeout_s": flow.transfer_timeout_s,
+        "completed": completed, "timed_out": parsed.timed_out, "timeout_s": flow.params.transfer_timeout_s,
         "elapsed_s": elapsed, "completion_s": elapsed if completed else None,
         "goodput_mbit": received.bytes * 8 / elapsed / 1e6 if elapsed else None,
         "receiver_sha256": received.sha256,

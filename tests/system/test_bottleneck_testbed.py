@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import bottleneck as trees
 from bbrlab.run.runner import run_once
 from bbrlab.sampling import bottleneck
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 def test_a_cubic_run_fills_the_sampled_queue_and_records_both_clocks(testbed, tmp_path):
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
-                        Flow("cubic", duration_s=6, sample_ms=10, sampler="netlink"))
+                        Flow("cubic", IperfParams(duration_s=6), sample_ms=10, sampler="netlink"))
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     meta = record["metadata"]

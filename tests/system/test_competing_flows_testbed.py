@@ -12,7 +12,7 @@ import json
 import pytest
 
 from bbrlab.analysis import data
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.runner import run_once
 from bbrlab.testbed.local import plumbing
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 
 def test_a_bbr_flow_and_a_later_cubic_competitor_share_the_bottleneck_and_are_both_recorded(testbed, tmp_path):
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=10), Contention(10, 100), Flow("bbr", duration_s=12),
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=10), Contention(10, 100), Flow("bbr", IperfParams(duration_s=12)),
                         flows=[{"cca": "cubic", "origin": "competitor", "start_s": 3, "duration_s": 9}])
     run_dir = tmp_path / "c" / "runs" / scenario.run_id
     record = run_once(testbed, scenario, run_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bbrlab.core.cpumodels import CreditParams
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import run_once
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
@@ -28,7 +28,7 @@ def test_a_credit_runs_out_mid_transfer_and_the_record_shows_the_crossing(testbe
     4.2-5.2 s, iperf3 carried 18.8-22.6 Mbit/s before and 10.9-14.6 after, the vCPU got 10.05-10.11 % at baseline;
     at 5 %, 2.8-3.1 s, 6 Mbit/s after, 5.04-5.06 %."""
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(5, BASELINE_PCT, "credit", CreditParams(credit_s=0.5)),
-                        Flow("cubic", duration_s=12))
+                        Flow("cubic", IperfParams(duration_s=12)))
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     contention = record["metadata"]["contention"]

@@ -24,7 +24,7 @@ import pytest
 from bbrlab.campaign.loop import Attempt, InProcess
 from bbrlab.core import hosts
 from bbrlab.core.hosts import SSHHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import Runner
 from bbrlab.testbed import hostlock
 from tests.polling import wait_for
@@ -154,7 +154,7 @@ def test_a_run_whose_lock_is_lost_is_a_failed_attempt_with_the_reason(lab, tmp_p
             _kill_holder(lock_dir)
 
     monkeypatch.setattr(runner, "run", run)
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("cubic", 5))
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("cubic", IperfParams(5)))
     (tmp_path / "campaign").mkdir()
     executor = InProcess(runner, tmp_path / "campaign")
     with hostlock.hold(host, testbed="lab-t", directory=lock_dir):

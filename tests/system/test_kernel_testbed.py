@@ -13,7 +13,7 @@ import json
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.kernel import (
     DEFAULT_PATCH,
     DEFICIT_PARAMS,
@@ -129,7 +129,7 @@ def _probe_bw_samples(testbed, tmp_path, cca: str, tag: str) -> list[dict]:
     from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(timeslice_ms=1, cpu_share_pct=25),
-                        Flow(cca=cca, duration_s=10, sample_ms=100, sampler="ss"))
+                        Flow(cca=cca, params=IperfParams(duration_s=10), sample_ms=100, sampler="ss"))
     record = run_once(testbed, scenario, tmp_path / tag)
     if record["status"] != "ok" and "SsFieldsMissing" in (record["reason"] or "") and "bw:0bps" in record["reason"]:
         # A sample taken before BBR's first ACK has no gains yet (ss omits zero gains) and the runner's

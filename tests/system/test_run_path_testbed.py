@@ -26,7 +26,7 @@ from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core import machine
 from bbrlab.core.hosts import LocalHost, SSHHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run import record, sender
 from bbrlab.run.linkcheck import validate as validate_link
@@ -132,7 +132,7 @@ def test_a_refused_sysctl_on_the_sender_fails_the_run(testbed, tmp_path):
     try:
         with pytest.raises(sender.SenderNotReady, match="tcp_no_metrics_save"):
             sender.prepare(s)
-        rec = run_once(testbed, Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2)),
+        rec = run_once(testbed, Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", IperfParams(2))),
                        tmp_path)
         assert rec["status"] == "failed" and "SenderNotReady" in rec["reason"] and "sender.py" in rec["reason"]
         assert rec["metadata"]["testbed"]["name"] == testbed.name  # what was measured before still recorded
@@ -146,7 +146,7 @@ def test_a_fresh_record_names_its_machine(testbed, tmp_path):
     """The local testbed's sender VM runs on this machine: a 2 s run's record names it as bbrlab.core.machine
     reads it here (CPU model and speed, CPUs, kernel, anonymised machine and boot id), and the runs table's
     machine column reads its label."""
-    rec = run_once(testbed, Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2)),
+    rec = run_once(testbed, Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", IperfParams(2))),
                    tmp_path)
     assert rec["status"] == "ok", rec["reason"]
     named = rec["metadata"]["testbed"]["machine"]
@@ -162,7 +162,8 @@ def test_no_per_run_file_at_a_predictable_tmp_name(testbed, tmp_path):
     """Links planted where earlier versions wrote (/tmp/bbrlab-iperf3-server-<run>.log on the receiver,
     /tmp/bbrlab-ss-<run>.log and .stop on the sender) are not followed; per-run files go to private
     directories that are gone after the run."""
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("cubic", 2, sample_ms=100, sampler="ss"))
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100),
+                        Flow("cubic", IperfParams(2), sample_ms=100, sampler="ss"))
     run_id = scenario.run_id
     victim = "/root/bbrlab-victim"
     plant = (f'echo keep > {victim} && ln -sfn {victim} /tmp/bbrlab-iperf3-server-{run_id}.log && '

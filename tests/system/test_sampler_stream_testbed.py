@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from bbrlab.core.ownedpids import KILL_OURS_SH
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import SAMPLE_FILES, run_once
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
@@ -76,7 +76,7 @@ def test_the_log_streams_here_and_the_guest_holds_no_log(testbed, tmp_path, kind
     private directory gone after the run, nothing written at a predictable name, in test_run_path_testbed.py::
     test_no_per_run_file_at_a_predictable_tmp_name."""
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
-                        Flow("bbr", duration_s=10, sample_ms=sample_ms, sampler=kind))
+                        Flow("bbr", IperfParams(duration_s=10), sample_ms=sample_ms, sampler=kind))
     log_file = tmp_path / SAMPLE_FILES[kind]
     with GuestWatch(testbed.sender.host, log_file) as watch:
         record = run_once(testbed, scenario, tmp_path)

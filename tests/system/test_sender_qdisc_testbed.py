@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import senderqdisc
 from bbrlab.run.runner import run_once
 
@@ -23,7 +23,7 @@ def _root(testbed, interface: str) -> str | None:
 
 
 def test_a_cubic_run_with_fq_reads_fq_back_records_it_and_leaves_the_default(testbed, tmp_path):
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 100), Flow("cubic", duration_s=4),
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 100), Flow("cubic", IperfParams(duration_s=4)),
                         sender_qdisc="fq")
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]

@@ -499,11 +499,11 @@ def test_deploy_copies_only_when_the_hash_differs(testbed, deployed, deployed_bp
 def test_sampled_run_through_the_run_path(testbed, tmp_path, kind):
     """The done-when criterion: 10 s at 100 % share sampled at 10 ms holds >= 500 samples; the record says
     which sampler (and binary) took them, the achieved interval, missed ticks and CPU per sample."""
-    from bbrlab.core.scenario import Contention, Flow, Scenario
+    from bbrlab.core.scenario import Contention, Flow, IperfParams, Scenario
     from bbrlab.run.runner import run_once
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
-                        Flow("bbr", duration_s=10, sample_ms=10, sampler=kind))
+                        Flow("bbr", IperfParams(duration_s=10), sample_ms=10, sampler=kind))
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     s = record["metadata"]["sampling"]

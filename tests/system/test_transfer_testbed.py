@@ -31,7 +31,7 @@ from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, Link, RsyncParams, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run.runner import Runner, run_once
 from tests.stalls import run_once_as_a_campaign_would
@@ -44,7 +44,7 @@ BBRLAB = str(Path(sys.executable).with_name("bbrlab"))
 
 
 def _rsync(cca: str, file_mb: float, timeout_s: float, **kw) -> Flow:
-    return Flow(cca, workload="rsync", file_mb=file_mb, transfer_timeout_s=timeout_s, **kw)
+    return Flow(cca, RsyncParams(file_mb=file_mb, transfer_timeout_s=timeout_s), **kw)
 
 
 def _sender_sha256(testbed, path: str) -> str:

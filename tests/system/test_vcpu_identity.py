@@ -25,7 +25,7 @@ from bbrlab.contention.sched import SchedPolicy, ThreadReplacedError, sched_geta
 from bbrlab.contention.vcpu import VcpuIdentityError
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import checks
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
@@ -191,7 +191,7 @@ def test_the_pin_is_checked_again_at_the_moment_of_the_change(vcpu, method):
 
 
 def _scenario(share_pct: float) -> Scenario:
-    return Scenario(Link.unshaped(20), Contention(10, share_pct), Flow("cubic", 5))
+    return Scenario(Link.unshaped(20), Contention(10, share_pct), Flow("cubic", IperfParams(5)))
 
 
 @pytest.mark.parametrize("share_pct", [50, 100])

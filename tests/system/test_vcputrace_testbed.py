@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import VCPU_FILE, run_once
 from bbrlab.sampling import vcputrace
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 def test_a_sampled_contended_run_records_its_vcpu_trace(testbed, tmp_path):
     before = set(os.listdir(vcputrace.INSTANCES)) if os.path.isdir(vcputrace.INSTANCES) else set()  # the run mounts it
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(1, 25),
-                        Flow("bbr", duration_s=5, sample_ms=10, sampler="bpf"))
+                        Flow("bbr", IperfParams(duration_s=5), sample_ms=10, sampler="bpf"))
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     trace, meta = record["metadata"]["vcpu_trace"], record["metadata"]
@@ -53,7 +53,7 @@ def test_a_netlink_sampled_run_checks_only_the_samples_inside_the_traced_window(
     # the netlink sampler runs from before the transfer to after it; the trace covers the transfer. Samples outside
     # it are not counted as misses (they were: a run at 100 % warned with 68 % inside, all of it this effect)
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
-                        Flow("cubic", duration_s=3, sample_ms=10, sampler="netlink"))
+                        Flow("cubic", IperfParams(duration_s=3), sample_ms=10, sampler="netlink"))
     record = run_once(testbed, scenario, tmp_path)
     assert record["status"] == "ok", record["reason"]
     aligned = record["metadata"]["alignment"]

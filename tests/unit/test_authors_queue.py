@@ -18,7 +18,7 @@ from bbrlab.core import errors
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, authors_burst_bytes
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import bottleneck, offloads
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as linkmod
@@ -316,10 +316,11 @@ def test_every_recorded_run_keeps_its_id_and_scenario():
 
 
 def test_the_authors_tree_and_offloads_are_part_of_the_run_identity():
-    base = Scenario(Link(20, 100), Contention(10, 25), Flow("cubic", 10))
+    base = Scenario(Link(20, 100), Contention(10, 25), Flow("cubic", IperfParams(10)))
     assert "queue" not in base.to_dict()["link"] and "emulator_offloads" not in base.to_dict()["link"]
-    authors = Scenario(Link(20, 100, queue="authors"), Contention(10, 25), Flow("cubic", 10))
-    both = Scenario(Link(20, 100, queue="authors", emulator_offloads="on"), Contention(10, 25), Flow("cubic", 10))
+    authors = Scenario(Link(20, 100, queue="authors"), Contention(10, 25), Flow("cubic", IperfParams(10)))
+    both = Scenario(Link(20, 100, queue="authors", emulator_offloads="on"), Contention(10, 25),
+                    Flow("cubic", IperfParams(10)))
     assert authors.run_id.startswith("cubic-ts10ms-sh25-rtt20ms-100mbit-qauthors-r00-")
     assert both.run_id.startswith("cubic-ts10ms-sh25-rtt20ms-100mbit-qauthors-offloads-r00-")
     assert len({base.run_id, authors.run_id, both.run_id}) == 3

@@ -9,7 +9,7 @@ from bbrlab.campaign import calibrate
 from bbrlab.campaign.calibrate import CalibrationSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec
@@ -42,7 +42,7 @@ def test_unshaped_link_refuses_a_buffer_and_names_it():
 
 
 def test_unshaped_scenario_round_trips_and_says_so_in_its_id():
-    s = Scenario(Link.unshaped(20), Contention(10, 25), Flow("cubic", 5, streams=4))
+    s = Scenario(Link.unshaped(20), Contention(10, 25), Flow("cubic", IperfParams(5, streams=4)))
     assert Scenario.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     assert "-unshaped-" in s.run_id
 
@@ -102,7 +102,7 @@ def _write_runs(tmp_path, spec, throughput, **kw):
 
 def _mbit(s: Scenario) -> float:
     base = 40.0 if s.contention.cpu_share_pct == 25 else 200.0 if s.link.rtt_ms else 300.0
-    return base + (5.0 if s.flow.streams == 4 else 0.0) + s.repetition  # 4 streams carry a little more
+    return base + (5.0 if s.flow.params.streams == 4 else 0.0) + s.repetition  # 4 streams carry a little more
 
 
 def test_ceiling_is_the_highest_run_of_the_better_stream_count(tmp_path):
@@ -187,20 +187,20 @@ def test_a_bad_file_is_refused_naming_what_is_wrong(tmp_path):
 def test_a_calibration_of_another_testbed_is_not_used(saved, field):
     other = {**TESTBED, field: "something else"}
     assert saved.mismatches(other) and field in saved.mismatches(other)[0]
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", 10))
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(10)))
     with pytest.raises(CalibrationMismatch, match=field):
         saved.pointer(scenario, other)
     assert saved.mismatches({**TESTBED, "hypervisor": "QEMU 8"}) == []  # not part of the identity
 
 
 def test_pointer_names_value_source_and_key(saved):
-    run = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", 10))
+    run = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(10)))
     p = saved.pointer(run, TESTBED, "calibration.json")
     assert p["value_mbit"] == 47.0 and p["key"] == "ts10ms-sh25-rtt20ms" and p["source"] == "calibration.json"
     assert p["file_sha256"] == saved.digest() and p["limit"] == "sender-cpu"
-    full = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("bbr", 10))
+    full = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("bbr", IperfParams(10)))
     assert saved.pointer(full, TESTBED)["key"] == "sh100-rtt20ms"
-    elsewhere = Scenario(Link(rtt_ms=40, rate_mbit=50), Contention(10, 25), Flow("bbr", 10))
+    elsewhere = Scenario(Link(rtt_ms=40, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(10)))
     with pytest.raises(CalibrationMismatch, match="ts10ms-sh25-rtt40ms"):
         saved.pointer(elsewhere, TESTBED)
     assert saved.missing([run, full, elsewhere]) == ["ts10ms-sh25-rtt40ms"]

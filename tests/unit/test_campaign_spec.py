@@ -41,7 +41,7 @@ def test_grid_size_and_parameters():
     grid = s.grid()
     assert len(grid) == 2 * 2 * 2
     assert {g.flow.cca for g in grid} == {"cubic", "bbr"}
-    assert all(g.flow.duration_s == 5 and g.link.rate_mbit == 100 and g.link.buffer_bdp == 1 for g in grid)
+    assert all(g.flow.params.duration_s == 5 and g.link.rate_mbit == 100 and g.link.buffer_bdp == 1 for g in grid)
     assert len({g.run_id for g in s.plan()}) == 8 * 3
 
 

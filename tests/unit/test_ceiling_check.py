@@ -90,7 +90,7 @@ def test_the_demos_calibration_re_summarises_to_the_file_it_recorded():
 def test_one_high_run_makes_the_ceiling_even_when_another_stream_count_has_the_higher_median(tmp_path):
     spec = CalibrationSpec("c", (1,), (10,), (20,), streams=(1, 4), repetitions=2, bridge_reference=False)
     values = {(1, 0): 48.0, (1, 1): 12.0, (4, 0): 30.0, (4, 1): 31.0}
-    _write_runs(tmp_path, spec, lambda s: values[(s.flow.streams, s.repetition)])
+    _write_runs(tmp_path, spec, lambda s: values[(s.flow.params.streams, s.repetition)])
     point = ceilings.summarise(spec, tmp_path, TESTBED).find(PointKey.of(1, 10, 20))
     assert point.ceiling_mbit == 48.0 and point.streams == 1
     assert point.by_streams["4"] == {**point.by_streams["4"], "median_mbit": 30.5, "max_mbit": 31.0}

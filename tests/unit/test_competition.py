@@ -4,7 +4,7 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, RsyncParams, Scenario
 
 BASE = dict(name="pair", ccas=["bbr", "bbr2b"], timeslices_ms=[10], cpu_shares_pct=[50, 100], rtts_ms=[20],
             rates_mbit=[20], repetitions=2, duration_s=30)
@@ -12,7 +12,7 @@ CUBIC = {"cca": "cubic", "origin": "competitor", "start_s": 3, "duration_s": 27}
 
 
 def _scenario(**kw) -> Scenario:
-    return Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 50), Flow("bbr", duration_s=30), **kw)
+    return Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 50), Flow("bbr", IperfParams(duration_s=30)), **kw)
 
 
 def test_defaults_leave_the_record_and_run_id_as_before():
@@ -51,7 +51,7 @@ def test_bad_values_name_their_field(kw, field):
 
 def test_extra_flows_go_beside_iperf3_only():
     with pytest.raises(ValidationError, match="rsync") as e:
-        Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 50), Flow("bbr", workload="rsync"), flows=[CUBIC])
+        Scenario(Link(rtt_ms=20, rate_mbit=20), Contention(10, 50), Flow("bbr", RsyncParams()), flows=[CUBIC])
     assert e.value.field == "flows"
 
 

@@ -12,7 +12,7 @@ import pytest
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.core.errors import RunFailed, ValidationError
-from bbrlab.core.scenario import Flow, Link
+from bbrlab.core.scenario import Flow, IperfParams, Link
 from bbrlab.core.signals import Interrupted, interruptible
 from bbrlab.link import counters as link
 from bbrlab.run import checks, record, runmeta
@@ -86,9 +86,9 @@ def test_a_failed_run_is_recorded_once_with_where_it_failed_and_what_it_measured
 
 def test_fractional_durations_are_refused_because_iperf3_counts_whole_seconds():
     with pytest.raises(ValidationError, match="whole number of seconds") as e:
-        Flow("cubic", duration_s=2.5)
+        Flow("cubic", IperfParams(duration_s=2.5))
     assert e.value.field == "flow.duration_s"
-    assert Flow("cubic", duration_s=3.0).duration_s == 3.0
+    assert Flow("cubic", IperfParams(duration_s=3.0)).params.duration_s == 3.0
 
 
 def _readback(netem_packets, netem_drops, tbf_drops, ack_drops=0):

@@ -11,7 +11,14 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, SAMPLE_RECORD_BYTES, SAMPLER_MAX_PORTS, Flow
+from bbrlab.core.scenario import (
+    MAX_SAMPLE_RECORDS,
+    SAMPLE_RECORD_BYTES,
+    SAMPLER_MAX_PORTS,
+    Flow,
+    IperfParams,
+    RsyncParams,
+)
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling.sockdiag import check_ports
 
@@ -28,37 +35,37 @@ def test_the_port_cap_is_the_c_programs_own():
 
 @pytest.mark.parametrize("sampler", ["bpf", "netlink"])
 def test_more_streams_than_the_sampler_watches_are_refused_in_the_flow(sampler):
-    assert Flow("bbr", duration_s=10, streams=64, sample_ms=100, sampler=sampler).streams == 64
+    assert Flow("bbr", IperfParams(duration_s=10, streams=64), sample_ms=100, sampler=sampler).params.streams == 64
     with pytest.raises(ValidationError) as e:
-        Flow("bbr", duration_s=10, streams=65, sample_ms=100, sampler=sampler)
+        Flow("bbr", IperfParams(duration_s=10, streams=65), sample_ms=100, sampler=sampler)
     assert e.value.field == "flow.streams" and e.value.allowed.startswith(f"1 <= streams <= 64 with sampler {sampler}")
-    assert Flow("bbr", duration_s=10, streams=65).streams == 65  # unsampled: no sampler to outgrow
+    assert Flow("bbr", IperfParams(duration_s=10, streams=65)).params.streams == 65  # unsampled: no sampler to outgrow
 
 
 def test_the_ss_loop_has_no_port_cap_but_the_same_bound_on_samples():
-    assert Flow("bbr", duration_s=10, streams=128, sample_ms=100, sampler="ss").streams == 128
+    assert Flow("bbr", IperfParams(duration_s=10, streams=128), sample_ms=100, sampler="ss").params.streams == 128
     with pytest.raises(ValidationError, match="samples x streams <= 500000"):
-        Flow("bbr", duration_s=3600, streams=128, sample_ms=100, sampler="ss")
+        Flow("bbr", IperfParams(duration_s=3600, streams=128), sample_ms=100, sampler="ss")
 
 
 def test_samples_times_streams_times_duration_beyond_the_bound_is_refused_with_the_way_back():
-    Flow("bbr", duration_s=500, streams=1, sample_ms=1)  # 500000: the bound itself
+    Flow("bbr", IperfParams(duration_s=500, streams=1), sample_ms=1)  # 500000: the bound itself
     with pytest.raises(ValidationError) as e:
-        Flow("bbr", duration_s=501, streams=1, sample_ms=1)
+        Flow("bbr", IperfParams(duration_s=501, streams=1), sample_ms=1)
     assert e.value.field == "flow.sample_ms with flow.streams and flow.duration_s"
     assert "is 501000" in e.value.allowed and "sample_ms >= 2 ms" in e.value.allowed
     assert "duration_s <= 500 s" in e.value.allowed and ", or streams <=" not in e.value.allowed  # even 1 is too many
     with pytest.raises(ValidationError) as e:  # 64 streams at 10 ms: 78 s at most
-        Flow("bbr", duration_s=100, streams=64, sample_ms=10)
+        Flow("bbr", IperfParams(duration_s=100, streams=64), sample_ms=10)
     assert "sample_ms >= 13 ms" in e.value.allowed and "duration_s <= 78 s" in e.value.allowed
     assert "streams <= 50" in e.value.allowed
 
 
 def test_an_rsync_flow_is_bounded_over_its_timeout():
     with pytest.raises(ValidationError) as e:
-        Flow("bbr", workload="rsync", sample_ms=1)  # 1200 s timeout at 1 ms
+        Flow("bbr", RsyncParams(), sample_ms=1)  # 1200 s timeout at 1 ms
     assert e.value.field == "flow.sample_ms with flow.streams and flow.transfer_timeout_s"
-    assert Flow("bbr", workload="rsync", sample_ms=10).sample_ms == 10
+    assert Flow("bbr", RsyncParams(), sample_ms=10).sample_ms == 10
 
 
 def _spec(**over) -> dict:

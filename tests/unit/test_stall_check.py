@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bbrlab.core.errors import RunFailed
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link.counters import LinkCounters, QdiscCounters
 from bbrlab.run import checks
 from bbrlab.run.iperf import Interval
@@ -17,7 +17,7 @@ def _intervals(mbit: list[float]) -> list[Interval]:
 
 
 STALL = [30.1, 33.8] + [0.0] * 15
-UNCONTENDED = Scenario(Link(rtt_ms=10, rate_mbit=50), Contention(10, 100), Flow("cubic", duration_s=17))
+UNCONTENDED = Scenario(Link(rtt_ms=10, rate_mbit=50), Contention(10, 100), Flow("cubic", IperfParams(duration_s=17)))
 
 
 def test_an_uncontended_flow_that_stops_for_seconds_fails_with_the_emulators_counters():
@@ -37,9 +37,9 @@ def test_an_uncontended_flow_that_keeps_moving_passes(mbit):
 
 
 @pytest.mark.parametrize("scenario", [
-    Scenario(Link(rtt_ms=10, rate_mbit=50), Contention(10, 25), Flow("bbr", duration_s=17)),  # the subject
+    Scenario(Link(rtt_ms=10, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(duration_s=17))),  # the subject
     Scenario(Link(rtt_ms=10, rate_mbit=50, loss_model="uniform", loss_pct=30), Contention(10, 100),
-             Flow("cubic", duration_s=17)),  # RTO backoff under heavy loss is what such a run measures
+             Flow("cubic", IperfParams(duration_s=17))),  # RTO backoff under heavy loss is what such a run measures
 ])
 def test_contended_or_lossy_runs_are_not_judged(scenario):
     checks.not_stalled(_intervals(STALL), scenario)

@@ -16,7 +16,7 @@ import pytest
 from bbrlab.analysis import data
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import RunFailed, ValidationError
-from bbrlab.core.scenario import Flow, Link, Scenario
+from bbrlab.core.scenario import Flow, Link, RsyncParams, Scenario
 from bbrlab.run import progress, sshd, transfer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transfer"
@@ -52,7 +52,7 @@ def test_rsync_is_a_grid_dimension_with_its_file_and_timeout():
     grid = s.grid()
     assert len(grid) == 2 * 2 * 2 * 2
     rsync = [g for g in grid if g.flow.workload == "rsync"]
-    assert len(rsync) == 8 and all(g.flow.file_bytes == 16_000_000 and g.flow.transfer_timeout_s == 90 for g in rsync)
+    assert len(rsync) == 8 and all(g.flow.params.file_bytes == 16_000_000 and g.flow.params.transfer_timeout_s == 90 for g in rsync)
     d = rsync[0].to_dict()["flow"]
     assert d["workload"] == "rsync" and "duration_s" not in d and d["file_mb"] == 16
     assert Scenario.from_dict(rsync[0].to_dict()) == rsync[0]
@@ -107,7 +107,7 @@ def test_loss_is_limited_to_half_the_packets():
 ])
 def test_a_flow_takes_only_its_own_workloads_fields(kwargs, field):
     with pytest.raises(ValidationError) as e:
-        Flow("cubic", **kwargs)
+        Flow.of("cubic", **kwargs)  # the flat fields of a record or a spec
     assert e.value.field == field
 
 
@@ -187,7 +187,7 @@ def _client(name: str):
 
 
 def test_a_completed_copy_must_arrive_whole_with_the_same_checksum():
-    flow = Flow("cubic", workload="rsync", file_mb=2)
+    flow = Flow("cubic", RsyncParams(file_mb=2))
     transfer.check(flow, _client("complete"), _session(transfer.Received(2_000_000, "a" * 64)), None)
     with pytest.raises(RunFailed, match="differs"):
         transfer.check(flow, _client("complete"), _session(transfer.Received(2_000_000, "b" * 64)), None)
@@ -196,15 +196,15 @@ def test_a_completed_copy_must_arrive_whole_with_the_same_checksum():
 
 
 def test_a_timed_out_copy_is_a_result_and_the_socket_must_carry_the_asked_cca():
-    flow = Flow("bbr", workload="rsync", file_mb=2)
+    flow = Flow("bbr", RsyncParams(file_mb=2))
     transfer.check(flow, _client("timeout"), _session(transfer.Received(720_896, None)), None)
     with pytest.raises(RunFailed, match="congestion control 'bbr', asked for 'cubic'"):
-        transfer.check(Flow("cubic", workload="rsync", file_mb=2), _client("timeout"),
+        transfer.check(Flow("cubic", RsyncParams(file_mb=2)), _client("timeout"),
                        _session(transfer.Received(720_896, None)), None)
 
 
 def test_a_failed_client_fails_the_run():
-    flow = Flow("bbr", workload="rsync", file_mb=2)
+    flow = Flow("bbr", RsyncParams(file_mb=2))
     text = (FIXTURES / "client-complete.txt").read_text().replace("exit=0", "exit=255")
     with pytest.raises(RunFailed, match="rsync exited with 255"):
         transfer.check(flow, transfer.parse_client_output(text), _session(transfer.Received(0, None)), None)
@@ -337,7 +337,7 @@ def _stepped(text: str, t1: str, uptime: str | None) -> transfer.ClientResult:
 def test_a_copy_timed_across_a_backward_clock_step_fails_the_run():
     """The complete fixture's copy took 8.107 s (t0 1795328521.913337); a guest whose clock was stepped back
     by 10 s meanwhile reported -1.89 s, which was recorded ``ok``."""
-    flow = Flow("cubic", workload="rsync", file_mb=2)
+    flow = Flow("cubic", RsyncParams(file_mb=2))
     text = (FIXTURES / "client-complete.txt").read_text()
     for uptime in (None, "100.00 100.00 108.10 108.11"):
         parsed = _stepped(text, "1795328520.020564", uptime)
@@ -347,7 +347,7 @@ def test_a_copy_timed_across_a_backward_clock_step_fails_the_run():
 
 
 def test_a_forward_clock_step_is_caught_by_the_uptime_readings():
-    flow = Flow("cubic", workload="rsync", file_mb=2)
+    flow = Flow("cubic", RsyncParams(file_mb=2))
     text = (FIXTURES / "client-complete.txt").read_text()
     stepped = _stepped(text, "1795328560.020564", "100.00 100.00 108.10 108.11")  # 38.1 s by the wall clock
     assert 29.9 < stepped.clock_step_s() < 30  # 38.107 s against at most 8.11 s and the allowances

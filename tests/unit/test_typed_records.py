@@ -28,7 +28,7 @@ from bbrlab.contention.sched import SchedPolicy
 from bbrlab.contention.threadstat import ThreadUsage
 from bbrlab.core.cpumodels import CreditParams
 from bbrlab.core.errors import RunFailed
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.core.signals import Interrupted
 from bbrlab.link.counters import LinkRecord, NetemLoss, QdiscCounters
 from bbrlab.run import checks, runmeta
@@ -254,7 +254,7 @@ def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy
 
     monkeypatch.setattr(runner, "run", fail)
     monkeypatch.setattr(runner.session, "clear_deadline", lambda: {"deadline_cleared_tids": []})
-    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", 5))
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5)))
     with pytest.raises(FailedRun) as caught:
         runner(scenario, tmp_path, run_id="r", attempt=1)
     carried = runmeta.of_error(caught.value)
@@ -270,7 +270,7 @@ def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(mo
 
     monkeypatch.setattr(Runner, "run", fail)
     monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: {"error": "no host"})
-    record = run_once(_testbed(), Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", 5)),
+    record = run_once(_testbed(), Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5))),
                       tmp_path, run_id="r")
     assert record["status"] == "failed" and record["campaign"] == "adhoc"
     assert record["reason"].startswith("EOFError:  (at test_typed_records.py:") and record["reason"].endswith("in fail)")

@@ -1,7 +1,7 @@
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario, check_cca
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario, check_cca
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
 
 
@@ -86,9 +86,9 @@ def test_cca_names_refuse_hostile_values(hostile):
 
 
 def test_scenario_round_trip_and_stable_id():
-    s = Scenario(Link(20, 50), Contention(10, 50), Flow("bbr", 5), repetition=3)
+    s = Scenario(Link(20, 50), Contention(10, 50), Flow("bbr", IperfParams(5)), repetition=3)
     again = Scenario.from_dict(s.to_dict())
     assert again == s and again.run_id == s.run_id
     assert s.run_id.startswith("bbr-ts10ms-sh50-rtt20ms-50mbit-r03-")
-    other = Scenario(Link(20, 50), Contention(10, 50), Flow("bbr", 5), repetition=4)
+    other = Scenario(Link(20, 50), Contention(10, 50), Flow("bbr", IperfParams(5)), repetition=4)
     assert other.run_id != s.run_id

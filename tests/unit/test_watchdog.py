@@ -11,12 +11,12 @@ import time
 import pytest
 
 from bbrlab.campaign import watchdog
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 
 def _scenario(duration_s: float = 20, kernel: str | None = None) -> Scenario:
-    return Scenario(Link(rate_mbit=50, rtt_ms=20), Contention(timeslice_ms=10, cpu_share_pct=100), Flow(cca="cubic", duration_s=duration_s),
-                    kernel=kernel)
+    return Scenario(Link(rate_mbit=50, rtt_ms=20), Contention(timeslice_ms=10, cpu_share_pct=100),
+                    Flow(cca="cubic", params=IperfParams(duration_s=duration_s)), kernel=kernel)
 
 
 def test_the_bound_grows_with_the_transfer_and_a_sender_kernel():

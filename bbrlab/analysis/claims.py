@@ -4,7 +4,7 @@ Each claim in the registry (``docs/claims.yaml``) names a data folder, a selecti
 ``runs`` table, applied with :func:`bbrlab.analysis.data.select`), a statistic and the value as printed. The
 prose carries an invisible marker right after each number (``7.6<!-- claim:fq-cubic-25-fq --> Mbit/s``), and
 :func:`check` recomputes every claim and compares it with the registry and with the prose. ``bbrlab claims
-check`` prints what differs; ``tests/unit/test_claims.py`` fails on it.
+check`` prints what differs; ``tests/unit/analysis/test_claims.py`` fails on it.
 
 Statistics (``stat``) of ``column`` over the selected runs:
 

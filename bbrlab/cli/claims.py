@@ -31,7 +31,7 @@ How a number is tied to the data:
 
 Exit status: 0 when every claim recomputes to its value, every marker's number matches and every number in
 a findings section has a claim; 1 otherwise, with a table of what differs (claim, where, stated, recomputed;
-"(no claim)" for an unmarked number). tests/unit/test_claims.py runs the same check.
+"(no claim)" for an unmarked number). tests/unit/analysis/test_claims.py runs the same check.
 """
 
 

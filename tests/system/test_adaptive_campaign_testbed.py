@@ -21,7 +21,7 @@ from bbrlab.run import record
 from tests import killed_campaign
 
 # make test-slow: about 2 minutes of the suite's 30 for a mechanism make test covers twice over, with stand-in runs
-# killed and resumed by both executors (tests/unit/test_adaptive_campaign.py) and with a real search SIGKILLed and
+# killed and resumed by both executors (tests/unit/campaign/test_adaptive_campaign.py) and with a real search SIGKILLed and
 # resumed on this testbed to the decisions of a replay (test_search_campaign_testbed.py).
 pytestmark = [pytest.mark.system, pytest.mark.testbed, pytest.mark.slow]
 

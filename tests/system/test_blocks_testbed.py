@@ -3,7 +3,7 @@
 
 Both tests are in ``make test-slow``: ``make test`` checks one block's fresh sender boot in the README's demo
 campaign (tests/system/test_testbed_hardening.py, the demo has ``blocks: 2``), and the block logic without a
-testbed in tests/unit/test_blocks.py."""
+testbed in tests/unit/campaign/test_blocks.py."""
 
 from __future__ import annotations
 

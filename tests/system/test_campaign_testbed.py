@@ -77,7 +77,7 @@ def test_campaign_killed_and_resumed(testbed, tmp_path):
     test_a_worker_killed_during_a_contended_run_loses_nothing_and_the_testbed_is_restored; the campaign's
     own recovery, recorded as ``deadline_cleared_tids``, before it describes the testbed:
     test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testbed below. A half-written
-    run under ``.tmp`` cleared, not counted: tests/unit/test_campaign_spec.py::
+    run under ``.tmp`` cleared, not counted: tests/unit/campaign/test_campaign_spec.py::
     test_half_written_runs_are_cleared_not_counted (the campaign directory's own logic, no testbed in it)."""
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(testbed.name)))

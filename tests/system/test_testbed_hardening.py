@@ -197,9 +197,9 @@ README_NOT_RUN = {
     "bbrlab figures --data runs/demo --out build/figures": "test_figures renders every notebook",
     "bbrlab campaign run SPEC --testbed lab.yaml --out DIR": "a lab's testbed file (placeholders)",
     "bbrlab figures --data DIR": "a placeholder (the figures command above)",
-    "bbrlab compare data/demo runs/demo": "needs a second demo recording; tests/unit/test_compare.py runs the "
+    "bbrlab compare data/demo runs/demo": "needs a second demo recording; tests/unit/analysis/test_compare.py runs the "
                                           "command on data/demo and data/fq-local",
-    "bbrlab compare data/demo data/demo-second": "reads the committed data/ only; tests/unit/test_compare.py "
+    "bbrlab compare data/demo data/demo-second": "reads the committed data/ only; tests/unit/analysis/test_compare.py "
                                                  "runs it",
     "bbrlab calibrate": "the command's name in the text",
     "bbrlab calibrate specs/demo.yaml --out runs/demo": "5-10 minutes for the demo grid; test_calibrate_testbed "
@@ -221,8 +221,8 @@ README_NOT_RUN = {
                                                       "its own",
     "bbrlab contention recount": "rebuilds this machine's root domains; test_deadline_accounting runs it after "
                                  "making the kernel's count drift",
-    "bbrlab claims check": "reads data/, not the testbed; tests/unit/test_claims.py runs it",
-    "bbrlab hostload data": "reads the committed data/ only; tests/unit/test_hostload.py runs it",
+    "bbrlab claims check": "reads data/, not the testbed; tests/unit/analysis/test_claims.py runs it",
+    "bbrlab hostload data": "reads the committed data/ only; tests/unit/analysis/test_hostload.py runs it",
     "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
                                                    "real (this machine's shared image must stay)",
 }

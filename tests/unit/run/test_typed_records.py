@@ -1,0 +1,287 @@
+"""Typed records where data crosses modules (issue #25): the contention evidence, the link's counters and the
+sampler's summary are dataclasses whose JSON is, byte for byte, what ``record.json`` has always held; the run
+checks read their attributes; a failed run's exception carries its metadata as a field."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import signal
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bbrlab.campaign.sameness import MixedTestbed
+from bbrlab.contention.evidence import (
+    ContentionEvidence,
+    ContentionRecord,
+    EvidenceMissing,
+    Stall,
+    ThreadEvidence,
+    WatchReport,
+    evidence_from_dict,
+)
+from bbrlab.contention.sched import SchedPolicy
+from bbrlab.contention.threadstat import ThreadUsage
+from bbrlab.core.cpumodels import CreditParams
+from bbrlab.core.errors import RunFailed
+from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
+from bbrlab.core.signals import Interrupted
+from bbrlab.link.counters import LinkRecord, NetemLoss, QdiscCounters
+from bbrlab.run import checks, runmeta
+from bbrlab.run.runmeta import FailedRun, RunMetadata
+from bbrlab.run.runner import Runner, run_once
+from bbrlab.sampling import sockdiag
+from bbrlab.sampling.sampler import parse_sampler_footer
+from bbrlab.sampling.sockdiag import Deployed
+from bbrlab.sampling.summary import KEYS, SamplingSummary, summarize
+
+ROOT = Path(__file__).resolve().parents[3]
+RECORDS = sorted(ROOT.glob("data/**/record.json"))
+SAMPLED = sorted(p.parent for p in ROOT.glob("data/*/runs/*/samples.log"))
+FIX = ROOT / "tests" / "fixtures" / "sockdiag"
+
+
+def _record(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_committed_data_is_there_to_compare_with():
+    metas = [_record(p)["metadata"] for p in RECORDS]
+    assert len(metas) > 100
+    assert sum("sampling" in m for m in metas) >= 10 and sum("link" in m for m in metas) > 100
+    assert any(m["contention"]["evidence"]["watch"] for m in metas)  # watched runs (share < 100 %)
+    assert any(m["contention"]["evidence"]["watch"] is None for m in metas)  # unwatched ones (100 %)
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda p: str(p.relative_to(ROOT / "data")))
+def test_every_committed_record_reads_typed_and_writes_back_byte_for_byte(path):
+    record = _record(path)
+    meta = RunMetadata.from_dict(record["metadata"])
+    assert isinstance(meta.contention, ContentionRecord) and isinstance(meta.cca, runmeta.CcaUse)
+    assert isinstance(meta.contention.evidence, ContentionEvidence)
+    assert all(isinstance(t, ThreadEvidence) and isinstance(t.usage, ThreadUsage)
+               for t in meta.contention.evidence.threads)
+    assert all(isinstance(p, SchedPolicy) for p in meta.contention.applied.values())
+    if "link" in record["metadata"]:
+        assert isinstance(meta.link, LinkRecord) and isinstance(meta.link.loss, NetemLoss)
+        assert all(isinstance(c, QdiscCounters) for c in meta.link.counters.data.values())
+    if "sampling" in record["metadata"]:
+        assert isinstance(meta.sampling, SamplingSummary) and isinstance(meta.sampling.binary, Deployed)
+    written = json.dumps({**record, "metadata": meta.to_dict()}, indent=2) + "\n"  # as bbrlab.run.record.commit
+    assert written == path.read_text()
+
+
+@pytest.mark.parametrize("run", SAMPLED, ids=lambda p: p.name)
+def test_the_sampling_summary_made_from_a_committed_log_is_the_committed_one(run):
+    """checks.samples on a run's own samples.log gives back its record's ``metadata.sampling`` and ``ss_seen``."""
+    meta = _record(run / "record.json")["metadata"]
+    kind = meta["sampling"]["kind"]
+    sampled = SimpleNamespace(kind=kind, log_file=run / "samples.log", complete=True, exit_code=0, capped=False,
+                              binary=Deployed.from_dict(meta["sampling"]["binary"]))
+    summary, seen = checks.samples(sampled, meta["flow"]["client_ports"], meta["cca"]["requested"],
+                                   meta["sampling"]["asked_interval_ms"])
+    assert json.dumps(summary.to_dict()) == json.dumps(meta["sampling"])
+    assert seen == meta["cca"]["ss_seen"]
+
+
+def test_the_ss_loop_and_netlink_summaries_write_their_own_keys_in_their_order():
+    ss_text = (FIX / "live-bbr.ss.log").read_text()
+    ss = summarize("ss", ss_text, rows=7, asked_interval_ms=10)
+    assert list(ss.to_dict()) == list(KEYS["ss"]) and ss.to_dict()["binary"] is None
+    footer = parse_sampler_footer(ss_text)
+    assert (ss.samples, ss.cpu_s, ss.ended, ss.missed_ticks) == (footer["samples"], footer["cpu_s"], "stop_file", None)
+
+    nl_text = gzip.decompress((FIX / "live-bbr.sockdiag.log.gz").read_bytes()).decode()
+    nl = summarize("netlink", nl_text, rows=3, asked_interval_ms=10).to_dict()
+    assert list(nl) == list(KEYS["netlink"]) and nl["rows"] == 3 and nl["asked_interval_ms"] == 10
+    raw = sockdiag.summary(nl_text)
+    assert {k: nl[k] for k in KEYS["netlink"] if k not in ("kind", "binary", "asked_interval_ms", "rows")} == \
+        {k: raw[k] for k in KEYS["netlink"] if k not in ("kind", "binary", "asked_interval_ms", "rows")}
+    assert SamplingSummary.from_dict(nl) == summarize("netlink", nl_text, rows=3, asked_interval_ms=10)
+
+
+def test_a_log_of_another_sampler_or_a_summary_of_unknown_shape_is_refused(tmp_path):
+    nl_text = gzip.decompress((FIX / "live-bbr.sockdiag.log.gz").read_bytes()).decode()
+    (tmp_path / "samples.log").write_text(nl_text)
+    with pytest.raises(RunFailed, match="a netlink sampler's, not a bpf sampler's"):
+        checks.samples(SimpleNamespace(kind="bpf", log_file=tmp_path / "samples.log", binary=None), [5201], "bbr", 10)
+    legacy = {"rows": 3, "footer": {"samples": 3}, "interval": {"median_ms": 10.0}}  # before the sampler choice
+    with pytest.raises(ValueError, match="no kind"):
+        SamplingSummary.from_dict(legacy)
+    with pytest.raises(ValueError, match="differ from what that sampler writes"):
+        SamplingSummary.from_dict({**summarize("netlink", nl_text, rows=3, asked_interval_ms=10).to_dict(),
+                                   "extra": 1})
+
+
+# -- the contention record ----------------------------------------------------------------------------------
+
+DEADLINE = SchedPolicy.deadline(10_000_000, 10_000_000, 40_000_000)
+OTHER = SchedPolicy("SCHED_OTHER")
+
+
+def _usage(tid: int, cpu_s: float) -> ThreadUsage:
+    return ThreadUsage(tid, "CPU 0/TCG", 10.0, cpu_s, 5.0, 7910, True)
+
+
+def _contention(*threads: ThreadEvidence, share: float = 25, watch: WatchReport | None = None,
+                held: bool = True) -> ContentionRecord:
+    evidence = ContentionEvidence("syscall", held, share, list(threads), watch or WatchReport(1.0, 11))
+    return ContentionRecord(Contention(10, share), "localhost", "syscall", None, {7: OTHER}, {7: DEADLINE}, evidence)
+
+
+def test_a_thread_writes_gone_and_got_cpu_only_when_known_in_the_order_records_have():
+    gone = ThreadEvidence(7, None, held=False, gone=True, usage=_usage(7, 1.25), got_cpu=True).to_dict()
+    assert list(gone) == ["tid", "policy_after", "held", "gone", "comm", "wall_s", "cpu_s", "wait_s", "timeslices",
+                          "same_thread", "cpu_share_pct", "got_cpu"]
+    assert gone["cpu_share_pct"] == 12.5 and gone["policy_after"] is None
+    unsampled = ThreadEvidence(7, DEADLINE, held=True).to_dict()
+    assert unsampled == {"tid": 7, "policy_after": DEADLINE.to_dict(), "held": True}
+    for thread in (gone, unsampled):
+        assert ThreadEvidence.from_dict(thread).to_dict() == thread
+
+
+def test_a_stall_that_could_not_be_restarted_and_missing_evidence_read_back_as_themselves():
+    stall = Stall(7, 3.5, 140.2, restarted=False, error="EPERM")
+    watch = WatchReport(1.0, 4, stalls=[stall])
+    assert watch.to_dict()["stalls"] == [{"tid": 7, "at_monotonic_s": 3.5, "stalled_s": 140.2, "restarted": False,
+                                          "error": "EPERM"}]
+    assert WatchReport.from_dict(watch.to_dict()) == watch
+    missing = EvidenceMissing("could not collect evidence: host gone")
+    assert evidence_from_dict(missing.to_dict()) == missing and evidence_from_dict(None) is None
+    record = replace(_contention(), evidence=missing)
+    assert ContentionRecord.from_dict(record.to_dict()) == record
+
+
+def test_the_contention_check_passes_a_committed_run_and_reads_attributes():
+    meta = RunMetadata.from_dict(_record(next(p for p in RECORDS if "/runs/" in str(p)
+                                              and "sh25" in p.parent.name))["metadata"])
+    scenario = SimpleNamespace(contention=meta.contention.requested)
+    checks.contention_held(meta.contention, scenario)  # the committed run held
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"got_cpu": False}, r"vCPU thread\(s\) \[7\] got no CPU time"),
+    ({"policy_after": OTHER}, "ran under SCHED_OTHER for a 25 % share"),
+])
+def test_the_contention_check_fails_a_thread_that_did_not_hold(change, match):
+    thread = replace(ThreadEvidence(7, DEADLINE, True, usage=_usage(7, 2.5), got_cpu=True), **change)
+    with pytest.raises(RunFailed, match=match):
+        checks.contention_held(_contention(thread), SimpleNamespace(contention=Contention(10, 25)))
+    checks.contention_held(_contention(replace(thread, policy_after=DEADLINE, got_cpu=True)),
+                           SimpleNamespace(contention=Contention(10, 25)))  # the same thread, held: passes
+
+
+def test_the_contention_check_fails_missing_evidence_a_policy_not_held_and_a_deadline_at_full_share():
+    scenario = SimpleNamespace(contention=Contention(10, 25))
+    with pytest.raises(RunFailed, match="contention evidence missing: host gone"):
+        checks.contention_held(replace(_contention(), evidence=EvidenceMissing("host gone")), scenario)
+    with pytest.raises(RunFailed, match="did not hold.*no evidence"):
+        checks.contention_held(replace(_contention(), evidence=None), scenario)
+    with pytest.raises(RunFailed, match="did not hold on the vCPU threads"):
+        checks.contention_held(_contention(ThreadEvidence(7, DEADLINE, False), held=False), scenario)
+    with pytest.raises(RunFailed, match="ran under SCHED_DEADLINE for a 100 % share"):
+        checks.contention_held(_contention(ThreadEvidence(7, DEADLINE, True), share=100),
+                               SimpleNamespace(contention=Contention(10, 100)))
+
+
+def test_the_contention_check_wants_sched_other_under_the_other_models():
+    """A cfs-quota, credit or competing-load run's vCPU stays under the fair scheduler: SCHED_OTHER passes (the
+    runner refused every such run before #28's credit work), SCHED_DEADLINE is a leftover that fails it."""
+    thread = ThreadEvidence(7, OTHER, True, usage=_usage(7, 2.5), got_cpu=True)
+    for c in (Contention(25, 25, "cfs-quota"), Contention(5, 5, "credit", CreditParams(credit_s=1)), Contention(1, 50, "competing-load")):
+        checks.contention_held(_contention(thread), SimpleNamespace(contention=c))
+        with pytest.raises(RunFailed, match=f"ran under SCHED_DEADLINE for a {c.cpu_share_pct:g} % share .model {c.model}"):
+            checks.contention_held(_contention(replace(thread, policy_after=DEADLINE)), SimpleNamespace(contention=c))
+
+
+# -- a failed run's exception ------------------------------------------------------------------------------
+
+def _fail_inside(meta: RunMetadata, error: BaseException) -> None:
+    with meta.carried_by_errors():
+        meta.sysctls = {"sender": {"net.ipv4.tcp_no_metrics_save": "1"}}
+        raise error
+
+
+def test_a_failed_run_raises_failed_run_carrying_its_metadata_from_the_original_error():
+    meta = RunMetadata()
+    with pytest.raises(FailedRun) as caught:
+        _fail_inside(meta, RunFailed("iperf3 client exit code 1"))
+    e = caught.value
+    assert e.metadata is meta and isinstance(e.error, RunFailed) and e.__cause__ is e.error
+    assert str(e) == "RunFailed: iperf3 client exit code 1"
+    assert runmeta.of_error(e) == meta.to_dict() and runmeta.of_error(e)["timing"]["run_wall_s"] >= 0
+    assert runmeta.of_error(e.error) == {}  # only the FailedRun carries it: nothing set on the original
+    reason = runmeta.failure_reason(e)
+    assert reason.startswith("RunFailed: iperf3 client exit code 1 (at test_typed_records.py:")
+    assert reason.endswith(" in _fail_inside)")
+    again = pickle.loads(pickle.dumps(e))  # crosses a process boundary with its metadata
+    assert again.metadata == meta and str(again.error) == "iperf3 client exit code 1"
+
+
+@pytest.mark.parametrize("error", [Interrupted(signal.SIGTERM), KeyboardInterrupt(),
+                                   MixedTestbed("--testbed", "lab", "the testbed this campaign ran on")])
+def test_interruptions_and_a_mixed_testbed_leave_as_themselves(error):
+    meta = RunMetadata()
+    with pytest.raises(type(error)) as caught:
+        _fail_inside(meta, error)
+    assert caught.value is error and not isinstance(caught.value, FailedRun)
+    assert "run_wall_s" in meta.timing  # the wall time is kept however the block ends
+
+
+def test_a_failed_run_is_not_wrapped_twice():
+    inner = RunMetadata()
+    with pytest.raises(FailedRun) as caught:
+        with RunMetadata().carried_by_errors():
+            _fail_inside(inner, OSError("ssh channel closed"))
+    assert caught.value.metadata is inner and isinstance(caught.value.error, OSError)
+
+
+def _testbed() -> SimpleNamespace:
+    host = SimpleNamespace(name="nowhere")
+    return SimpleNamespace(kind="local", emulator=SimpleNamespace(host=host, ports=("eth1", "eth2")))
+
+
+def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy_did(monkeypatch, tmp_path):
+    runner = Runner(_testbed())
+
+    def fail(scenario, out, meta, *, ports):
+        meta.flow = {"workload": "iperf3", "client_ports": ports}
+        raise RunFailed("the sender offers ['cubic'], not 'bbr'")
+
+    monkeypatch.setattr(runner, "run", fail)
+    monkeypatch.setattr(runner.session, "clear_deadline", lambda: {"deadline_cleared_tids": []})
+    scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5)))
+    with pytest.raises(FailedRun) as caught:
+        runner(scenario, tmp_path, run_id="r", attempt=1)
+    carried = runmeta.of_error(caught.value)
+    assert carried["contention"] == {"after_failure": {"deadline_cleared_tids": []}}  # as records have it
+    assert carried["flow"]["workload"] == "iperf3" and caught.value.metadata.contention is None
+    assert RunMetadata.from_dict(carried).to_dict() == carried
+
+
+def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(monkeypatch, tmp_path):
+    def fail(self, scenario, out, meta, *, ports):
+        meta.flow = {"workload": "iperf3", "client_ports": ports}
+        raise EOFError
+
+    monkeypatch.setattr(Runner, "run", fail)
+    monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: {"error": "no host"})
+    record = run_once(_testbed(), Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5))),
+                      tmp_path, run_id="r")
+    assert record["status"] == "failed" and record["campaign"] == "adhoc"
+    assert record["reason"].startswith("EOFError:  (at test_typed_records.py:") and record["reason"].endswith("in fail)")
+    assert record["metadata"]["contention"] == {"after_failure": {"error": "no host"}}
+    assert record["metadata"]["flow"]["workload"] == "iperf3"
+
+
+def test_metadata_keys_the_campaign_adds_are_kept_and_unknown_keys_refused():
+    meta = RunMetadata.from_dict(_record(RECORDS[0])["metadata"]).to_dict()
+    added = {**meta, "mixed": {"allowed": True, "differences": []}, "worker": {"testbed": "a", "host": "h",
+                                                                               "cpus": None}}
+    assert json.dumps(RunMetadata.from_dict(added).to_dict()) == json.dumps(added)
+    with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
+        RunMetadata.from_dict({**meta, "surprise": 1})

@@ -5,7 +5,7 @@ This host binds the cpu controller to a v1 hierarchy that cannot be unmounted he
 it. The sender guest (Debian 12, kernel 6.1, 1 vCPU, bbrlab's own init) has cgroup v2 in its kernel and no
 cgroup mounted: the test copies bbrlab's cgroup modules (``bbrlab/contention/cgroups.py``, ``ledger.py``, the
 credit model's controller ``creditbalance.py``, ``bbrlab/core/errors.py``, ``owners.py``, ``contention_models.py``,
-``bbrlab/testbed/lock.py`` for the ledger's directory, unmodified,
+``bbrlab/core/lockdir.py`` for the ledger's directory, unmodified,
 from this working tree; and ``json`` and ``dataclasses``, which the guest's python3-minimal lacks, from this
 Python's standard library) into a private directory in the guest, mounts cgroup2 at a mount point inside it, starts a
 busy loop (``sh -c 'while :; do :; done'``), and runs ``tests/cgroupv2_driver.py`` there with the ledger in
@@ -29,10 +29,10 @@ import pytest
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 ROOT = Path(__file__).parents[2]
-#: The real modules the driver imports (the guest's package markers come from the same tree, bar testbed's).
+#: The real modules the driver imports (the guest's package markers come from the same tree).
 MODULES = ["bbrlab/__init__.py", "bbrlab/core/__init__.py", "bbrlab/core/errors.py", "bbrlab/core/owners.py",
            "bbrlab/contention/__init__.py", "bbrlab/contention/cgroups.py", "bbrlab/contention/ledger.py",
-           "bbrlab/contention/creditbalance.py", "bbrlab/core/contention_models.py", "bbrlab/testbed/lock.py"]
+           "bbrlab/contention/creditbalance.py", "bbrlab/core/contention_models.py", "bbrlab/core/lockdir.py"]
 #: What the guest's python3-minimal lacks of the standard library these need, copied from this Python's (the same
 #: minor version, checked): pure Python (json falls back from its C speed-ups).
 STDLIB = ["json/__init__.py", "json/decoder.py", "json/encoder.py", "json/scanner.py", "dataclasses.py"]
@@ -112,7 +112,6 @@ def guest_v2(testbed):
             host.put(ROOT / m, f"{tmp}/lib/{m}")
         for m in STDLIB:
             host.put(Path(sysconfig.get_path("stdlib"), m), f"{tmp}/lib/{m}")
-        host.write_text(f"{tmp}/lib/bbrlab/testbed/__init__.py", "")  # the real one imports the whole testbed
         host.put(ROOT / "tests" / "cgroupv2_driver.py", f"{tmp}/cgroupv2_driver.py")
         host.run(["mount", "-t", "cgroup2", "none", mount], timeout=30)
         cpu_before = "1" if "cpu" in host.read_text(f"{mount}/cgroup.subtree_control").split() else "0"

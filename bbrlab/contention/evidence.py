@@ -265,6 +265,14 @@ class ContentionRecord:
     #: competing-load: its threads); None for deadline, and absent from the JSON then.
     applied_model: dict | None = None
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
+
     def to_dict(self) -> dict:
         """The record's JSON (the policies as lists of rows with their thread id)."""
         d = {

@@ -168,6 +168,14 @@ class LinkRecord:
     loss: NetemLoss | None = None
     offloads: Offloads | None = None
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
+
     def to_dict(self) -> dict:
         """The record's JSON: ``counters``, then the queue's keys, then ``emulator_offloads``, then ``loss``."""
         d: dict = {"counters": self.counters.to_dict()}

@@ -11,6 +11,7 @@ schema. :func:`record_json_schema` is the record's JSON Schema.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,12 @@ def upgraded(record: dict) -> dict:
     if schema == SCHEMA_1:
         out["metadata"] = {k: v for k, v in (record.get("metadata") or {}).items() if k != "contention"}
     return out
+
+
+def metadata_of(record: Mapping) -> RunMetadata:
+    """The typed metadata of a record's JSON (:func:`upgraded` first), for readers that take the envelope and the
+    scenario as they are; a record without metadata has an empty one."""
+    return RunMetadata.from_dict(upgraded({**record, "metadata": record.get("metadata") or {}})["metadata"])
 
 
 def record_json_schema() -> dict:

@@ -45,9 +45,10 @@ class CcaUse:
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
 #: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard; ``search``: a threshold
-#: search's run's place in its interleaved order, bbrlab.campaign.search); :meth:`RunMetadata.from_dict` keeps them in
-#: ``added``.
-CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search")
+#: search's run's place in its interleaved order, bbrlab.campaign.search; ``hang``: the bound a hung run passed, the
+#: whole metadata of its failed record besides ``timing``, bbrlab.campaign.loop and .distributed);
+#: :meth:`RunMetadata.from_dict` keeps them in ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search", "hang")
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
 

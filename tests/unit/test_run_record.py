@@ -52,6 +52,15 @@ def test_a_schema_1_record_is_upgraded_where_it_is_read():
         assert json.loads(path.read_text()) == stored  # the record given is left as it was
 
 
+def test_the_failed_record_of_a_hung_run_reads_typed_with_what_the_campaign_added():
+    stored = json.loads(RECORDS[0].read_text())
+    hung = {**stored, "status": "failed", "reason": "hung: ...",
+            "metadata": {"hang": {"bound_s": 120.0, "ran_s": 130.2, "worker": "tcp://w"}, "timing": {"between_s": 1.0}}}
+    typed = RunRecord.from_json(hung)
+    assert typed.metadata.added == {"hang": hung["metadata"]["hang"]} and typed.metadata.timing == {"between_s": 1.0}
+    assert typed.status == "failed" and typed.metadata.contention is None
+
+
 def test_an_unknown_schema_or_a_value_that_does_not_fit_is_refused_by_name():
     stored = json.loads(RECORDS[0].read_text())
     with pytest.raises(ValueError, match="bbrlab.run/9"):

@@ -89,7 +89,8 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 
 class RunView:
     """One bbrlab record and its iperf3 summary, with the parts the column readers use: ``meta`` is the record's
-    :class:`~bbrlab.run.runmeta.RunMetadata` (typed and upgraded), the scenario's parts are its JSON."""
+    :class:`~bbrlab.run.runmeta.RunMetadata` (typed and upgraded; a part in a form older than its type is left
+    out, its columns missing), the scenario's parts are its JSON."""
 
     def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
                  samples_span_s: float | None = None):
@@ -100,7 +101,7 @@ class RunView:
         self.link = self.scenario.get("link") or {}
         self.cont = self.scenario.get("contention") or {}
         self.flow = self.scenario.get("flow") or {}
-        self.meta = metadata_of(record)  # typed, upgraded (bbrlab.run.runrecord)
+        self.meta = metadata_of(record, drop_unreadable=True)  # typed, upgraded (bbrlab.run.runrecord)
         self.testbed = self.meta.testbed
 
     @cached_property

@@ -49,9 +49,15 @@ def json_schema(tp: Any) -> dict:
 
 def own_layout(cls: type) -> core_schema.CoreSchema:
     """The schema of a class whose JSON layout is its own: read by ``cls.from_dict`` (an instance passes as
-    it is), written by its ``to_dict``; in the JSON Schema, an object."""
+    it is), written by its ``to_dict``; in the JSON Schema, an object. A key it lacks or a value of another type
+    is a ValueError, which pydantic reports at the field's place."""
     def read(value: Any) -> Any:
-        return value if isinstance(value, cls) else cls.from_dict(value)
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls.from_dict(value)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a {cls.__name__}: {type(e).__name__} {e}") from e
 
     return core_schema.no_info_plain_validator_function(
         read, serialization=core_schema.plain_serializer_function_ser_schema(lambda value: value.to_dict()),

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import pydantic
+
 from bbrlab.core import recordjson
 
 from .runmeta import RunMetadata
@@ -77,10 +79,19 @@ def upgraded(record: dict) -> dict:
     return out
 
 
-def metadata_of(record: Mapping) -> RunMetadata:
+def metadata_of(record: Mapping, *, drop_unreadable: bool = False) -> RunMetadata:
     """The typed metadata of a record's JSON (:func:`upgraded` first), for readers that take the envelope and the
-    scenario as they are; a record without metadata has an empty one."""
-    return RunMetadata.from_dict(upgraded({**record, "metadata": record.get("metadata") or {}})["metadata"])
+    scenario as they are; a record without metadata has an empty one. ``drop_unreadable``: a part that does not
+    read typed (a form older than its type, not upgraded here) is left out, None, rather than the whole record
+    refused; an unknown key is still refused."""
+    metadata = upgraded({**record, "metadata": record.get("metadata") or {}})["metadata"]
+    try:
+        return RunMetadata.from_dict(metadata)
+    except pydantic.ValidationError as e:
+        parts = {err["loc"][0] for err in e.errors() if err["loc"]}
+        if not drop_unreadable or not parts:
+            raise
+    return RunMetadata.from_dict({k: v for k, v in metadata.items() if k not in parts})
 
 
 def record_json_schema() -> dict:

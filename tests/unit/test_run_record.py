@@ -13,7 +13,7 @@ import pytest
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.run import record
 from bbrlab.run.runmeta import CcaUse, RunMetadata
-from bbrlab.run.runrecord import RECORD_SCHEMA, RunRecord, record_json_schema, upgraded
+from bbrlab.run.runrecord import RECORD_SCHEMA, RunRecord, metadata_of, record_json_schema, upgraded
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = sorted(ROOT.glob("data/**/record.json"))
@@ -59,6 +59,19 @@ def test_the_failed_record_of_a_hung_run_reads_typed_with_what_the_campaign_adde
     typed = RunRecord.from_json(hung)
     assert typed.metadata.added == {"hang": hung["metadata"]["hang"]} and typed.metadata.timing == {"between_s": 1.0}
     assert typed.status == "failed" and typed.metadata.contention is None
+
+
+def test_a_part_older_than_its_type_is_left_out_where_the_tables_read_it():
+    stored = json.loads(RECORDS[0].read_text())
+    older = {**stored, "metadata": {**stored["metadata"], "sampling": {"samples": 10, "ended": "stop_file"},
+                                    "contention": {"requested": {}}}}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        metadata_of(older)
+    assert {e["loc"][0] for e in caught.value.errors()} == {"sampling", "contention"}
+    meta = metadata_of(older, drop_unreadable=True)
+    assert meta.sampling is None and meta.contention is None and meta.testbed == stored["metadata"]["testbed"]
+    with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
+        metadata_of({**stored, "metadata": {**stored["metadata"], "surprise": 1}}, drop_unreadable=True)
 
 
 def test_an_unknown_schema_or_a_value_that_does_not_fit_is_refused_by_name():

@@ -52,19 +52,21 @@ def _queue_held(meta: RunMetadata) -> QueueHeld | None:
 
 def _in_force(meta: RunMetadata) -> QueueInForce | None:
     """Which tree and limit the queue was (``metadata.link.queue_mode`` ...); None in records made before it."""
-    held = _queue_held(meta)
-    return held.in_force if held is not None else None
+    return getattr(_queue_held(meta), "in_force", None)
+
+
+def _ceiling_mbit(meta: RunMetadata) -> float | None:
+    return getattr(meta.ceiling, "value_mbit", None)
 
 
 def _credit_ran_out_s(meta: RunMetadata) -> float | None:
     evidence = meta.contention.evidence if meta.contention is not None else None
-    credit = evidence.credit if isinstance(evidence, ContentionEvidence) else None
-    return credit.ran_out_after_s if credit is not None else None
+    return getattr(evidence.credit, "ran_out_after_s", None) if isinstance(evidence, ContentionEvidence) else None
 
 
 def _sampling(v, name: str):
     """The sampler's ``name`` (:class:`~bbrlab.sampling.summary.SamplingSummary`); None for an unsampled run."""
-    return getattr(v.meta.sampling, name) if v.meta.sampling is not None else None
+    return getattr(v.meta.sampling, name, None)
 
 
 def _get(d, *keys):
@@ -85,8 +87,7 @@ def _tbf_limit(qdiscs) -> int | None:
 def queue_mode(link: Mapping, meta: RunMetadata) -> str:
     """The emulator's qdisc tree of a bbrlab run: ``metadata.link.queue_mode`` (read back from the kernel),
     else the scenario's ``link.queue``; ``bbrlab`` for records made before there was a choice."""
-    in_force = _in_force(meta)
-    return (in_force.queue_mode if in_force is not None else None) or link.get("queue") or "bbrlab"
+    return getattr(_in_force(meta), "queue_mode", None) or link.get("queue") or "bbrlab"
 
 
 def _bdp_bytes(link: Mapping) -> int | None:
@@ -109,9 +110,8 @@ def asked_buffer(link: Mapping) -> tuple[int | None, float | None]:
 def authors_queue(link: Mapping, meta: RunMetadata) -> tuple[int, int]:
     """``(packets, bytes)`` of the authors' tree's queue: netem's packet limit (as read back, else theirs) and
     that many full-size frames (MTU + Ethernet header)."""
-    in_force = _in_force(meta)
-    packets = (in_force.queue_packets if in_force is not None else None) or AUTHORS_NETEM_LIMIT_PACKETS
-    held = _queue_held(meta).queue_bytes if _queue_held(meta) is not None else None
+    packets = getattr(_in_force(meta), "queue_packets", None) or AUTHORS_NETEM_LIMIT_PACKETS
+    held = getattr(_queue_held(meta), "queue_bytes", None)
     return packets, held if held is not None else packets * (link.get("mtu_bytes", 1500) + ETHERNET_HEADER_BYTES)
 
 
@@ -130,7 +130,7 @@ def effective_buffer(link: Mapping, meta: RunMetadata) -> tuple[float | None, fl
         return held, (held / bdp_bytes if bdp_bytes else None)
     asked_bytes, _ = asked_buffer(link)
     asked_bdp = link.get("buffer_bdp")
-    held = _queue_held(meta).queue_bytes if _queue_held(meta) is not None else None
+    held = getattr(_queue_held(meta), "queue_bytes", None)
     if held is None:
         held = _tbf_limit(meta.qdiscs)
     if held is None:
@@ -144,8 +144,7 @@ def _limit_qdisc(v) -> str | None:
     """Whose limit was the bottleneck queue: ``tbf`` (bytes) or ``netem`` (packets); None when unshaped."""
     if not v.link.get("rate_mbit"):
         return None
-    in_force = _in_force(v.meta)
-    return (in_force.limit_in_force if in_force is not None else None) or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
+    return getattr(_in_force(v.meta), "limit_in_force", None) or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
 
 
 #: The ``runs`` table: one row per run (one repetition of one point).
@@ -239,7 +238,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
     Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
     Column("block", "Int64", "the run's block in a campaign with blocks (each on a fresh boot of the sender; "
-           "docs/statistics.md); <NA> without blocks", lambda v: (v.meta.block or {}).get("block")),
+           "docs/statistics.md); <NA> without blocks", lambda v: getattr(v.meta.block, "block", None)),
     Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
            "other flows of a run of several: table flows) [Mbit/s]",
            lambda v: v.summary.get("throughput_mbit")),
@@ -252,10 +251,10 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("link_utilisation", "float64", "throughput / rate (0..1)", lambda v: v.utilisation),
     Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "
            "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
-           lambda v: (v.meta.ceiling or {}).get("value_mbit")),
+           lambda v: _ceiling_mbit(v.meta)),
     Column("above_ceiling", "boolean", "the run's throughput exceeds its ceiling_mbit: the ceiling does not bound "
            "it (bbrlab.analysis.ceiling_check); <NA> without a ceiling or a throughput",
-           lambda v: above_ceiling(v.summary.get("throughput_mbit"), (v.meta.ceiling or {}).get("value_mbit"))),
+           lambda v: above_ceiling(v.summary.get("throughput_mbit"), _ceiling_mbit(v.meta))),
     Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
            "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",
            lambda v: _get(v.meta.cpu_load, "sender_hypervisor", "busy_pct")),

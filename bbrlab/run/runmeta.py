@@ -29,6 +29,8 @@ from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.summary import SamplingSummary
 
+from .blockboot import BlockPlace
+
 
 @dataclass
 class CcaUse:
@@ -41,6 +43,21 @@ class CcaUse:
     ss_seen: list[str] | None = None  # what the sampler saw on the data streams (sampled runs)
     bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
     patched: bool = False
+
+
+@dataclass(frozen=True)
+class CeilingPointer:
+    """``metadata.ceiling``: the sender's CPU ceiling at the run's point (``value_mbit``), the calibration it came
+    from (``source``, ``calibrated_at``, ``file_sha256``), the point's ``key``, what bounded it (``limit``) and the
+    streams it was measured with (:meth:`bbrlab.run.ceiling.Calibration.pointer`)."""
+
+    value_mbit: float
+    source: str | None
+    key: str
+    limit: str
+    streams: int | None
+    calibrated_at: str
+    file_sha256: str
 
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
@@ -77,11 +94,11 @@ class RunMetadata:
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
-    ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
+    ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
-    block: dict | None = None  # blocks: K campaigns: the run's block and whether it booted afresh (bbrlab.run.blockboot)
+    block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).

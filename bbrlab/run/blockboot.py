@@ -57,12 +57,13 @@ class BlockBoot:
 class BlockPlace:
     """``metadata.block``: the run's ``block``, the count (``blocks``), what a block reboots, and whether this
     run's process booted the testbed afresh for it just before (``fresh_boot``; false for the block's later
-    runs)."""
+    runs). A run writes every field; an older record without the last two reads as a sender reboot, fresh
+    boot unknown (None)."""
 
     block: int
     blocks: int
-    reboot: str
-    fresh_boot: bool
+    reboot: str = "sender"
+    fresh_boot: bool | None = None
 
 
 def needs_fresh_boot(request: BlockBoot, session_block: int | None, current_boot_id: str) -> bool:

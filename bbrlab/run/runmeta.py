@@ -49,15 +49,16 @@ class CcaUse:
 class CeilingPointer:
     """``metadata.ceiling``: the sender's CPU ceiling at the run's point (``value_mbit``), the calibration it came
     from (``source``, ``calibrated_at``, ``file_sha256``), the point's ``key``, what bounded it (``limit``) and the
-    streams it was measured with (:meth:`bbrlab.run.ceiling.Calibration.pointer`)."""
+    streams it was measured with (:meth:`bbrlab.run.ceiling.Calibration.pointer`). A run writes every field; a
+    pointer that names fewer (the value, its source and key) reads with the others None."""
 
     value_mbit: float
     source: str | None
     key: str
-    limit: str
-    streams: int | None
-    calibrated_at: str
-    file_sha256: str
+    limit: str | None = None
+    streams: int | None = None
+    calibrated_at: str | None = None
+    file_sha256: str | None = None
 
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask

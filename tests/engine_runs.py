@@ -52,7 +52,9 @@ def block_run(scenario, staging, *, run_id, attempt, block=None):
 
     metadata = slow_run(scenario, staging, run_id=run_id, attempt=attempt)
     assert block is None or isinstance(block, BlockBoot)
-    return {**metadata, "block": None if block is None else block.record(False)}
+    from bbrlab.core import recordjson
+
+    return {**metadata, "block": None if block is None else recordjson.to_json(block.record(False))}
 
 
 def dying_run(scenario, staging, *, run_id, attempt):

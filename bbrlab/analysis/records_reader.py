@@ -23,6 +23,7 @@ import pandas as pd
 
 from bbrlab.core.workload_params import DEFAULT_WORKLOAD, IperfParams, RsyncParams
 from bbrlab.run import clocks
+from bbrlab.run.runrecord import metadata_of
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 
@@ -88,7 +89,9 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 
 
 class RunView:
-    """One bbrlab record and its iperf3 summary, with the parts the column readers use."""
+    """One bbrlab record and its iperf3 summary, with the parts the column readers use: ``meta`` is the record's
+    :class:`~bbrlab.run.runmeta.RunMetadata` (typed and upgraded; a part in a form older than its type is left
+    out, its columns missing), the scenario's parts are its JSON."""
 
     def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
                  samples_span_s: float | None = None):
@@ -99,8 +102,8 @@ class RunView:
         self.link = self.scenario.get("link") or {}
         self.cont = self.scenario.get("contention") or {}
         self.flow = self.scenario.get("flow") or {}
-        self.meta = record.get("metadata") or {}
-        self.testbed = self.meta.get("testbed") or {}
+        self.meta = metadata_of(record, drop_unreadable=True)  # typed, upgraded (bbrlab.run.runrecord)
+        self.testbed = self.meta.testbed
 
     @cached_property
     def identity(self) -> identity.Identity:
@@ -115,7 +118,7 @@ class RunView:
     @property
     def transfer(self) -> Mapping:
         """``metadata.transfer`` of an rsync run (docs/transfer.md); empty for iperf3."""
-        return self.meta.get("transfer") or {}
+        return self.meta.transfer or {}
 
     @property
     def goodput_mbit(self) -> float | None:
@@ -147,7 +150,7 @@ class RunView:
         """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
         recorded.
         """
-        return _get(self.meta, "sysctls", "sender", name)
+        return _get(self.meta.sysctls, "sender", name)
 
 
 def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
@@ -406,13 +409,14 @@ def signature(campaign_dir: Path, rel: str) -> list:
 
 
 def read_units(campaign_dir: str, rels: list[str]) -> list[tuple[str, list[RunRows]]]:
-    """Read run directories; an unreadable one becomes a note, not an exception."""
+    """Read run directories; an unreadable one (a record that is not JSON, or whose metadata does not read
+    typed) becomes a note, not an exception."""
     base = Path(campaign_dir)
     out = []
     for rel in rels:
         try:
             out.append((rel, [read_run(base, rel)]))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, UnicodeDecodeError) as e:  # ValueError: not JSON, or not a run record's
             out.append((rel, [RunRows({}, [], [], [f"{rel}: unreadable run ({e})"])]))
     return out
 

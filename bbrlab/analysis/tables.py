@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.core.cpumodels import DEFAULT_MODEL, MODELS
 from bbrlab.core.cpumodels import none as no_contention
 from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
+from bbrlab.link.counters import QueueHeld, QueueInForce
+from bbrlab.run.runmeta import RunMetadata
 
 from . import evidence
 from .ceiling_check import above_ceiling
@@ -41,17 +44,41 @@ def _share(v) -> float | None:
     return v.cont.get("cpu_share_pct")
 
 
-def achieved_share(meta: Mapping) -> float | None:
+def achieved_share(meta: RunMetadata) -> float | None:
     """The share of a CPU the sender's vCPU threads really got over the transfer [%] (``/proc/<tid>/schedstat``
     run time / wall time, mean over the threads): ``contention.evidence.achieved`` where recorded, else the mean
     of the threads' ``cpu_share_pct`` (records made before it; the same numbers); None without evidence."""
-    evidence = _get(meta, "contention", "evidence") or {}
-    achieved = evidence.get("achieved") if isinstance(evidence, dict) else None
-    if achieved:
-        return achieved.get("achieved_share_pct")
-    shares = [t["cpu_share_pct"] for t in evidence.get("threads") or []
-              if isinstance(t, dict) and t.get("cpu_share_pct") is not None and t.get("same_thread", True)]
+    evidence = meta.contention.evidence if meta.contention is not None else None
+    if not isinstance(evidence, ContentionEvidence):  # none, or why it is missing
+        return None
+    if evidence.achieved is not None:
+        return evidence.achieved.achieved_share_pct
+    shares = [t.usage.cpu_share_pct for t in evidence.threads if t.usage is not None and t.usage.same_thread]
     return round(sum(shares) / len(shares), 2) if shares else None
+
+
+def _queue_held(meta: RunMetadata) -> QueueHeld | None:
+    """The queue a run's link held (``metadata.link``'s queue keys); None in records made before it."""
+    return meta.link.queue if meta.link is not None else None
+
+
+def _in_force(meta: RunMetadata) -> QueueInForce | None:
+    """Which tree and limit the queue was (``metadata.link.queue_mode`` ...); None in records made before it."""
+    return getattr(_queue_held(meta), "in_force", None)
+
+
+def _ceiling_mbit(meta: RunMetadata) -> float | None:
+    return getattr(meta.ceiling, "value_mbit", None)
+
+
+def _credit_ran_out_s(meta: RunMetadata) -> float | None:
+    evidence = meta.contention.evidence if meta.contention is not None else None
+    return getattr(evidence.credit, "ran_out_after_s", None) if isinstance(evidence, ContentionEvidence) else None
+
+
+def _sampling(v, name: str):
+    """The sampler's ``name`` (:class:`~bbrlab.sampling.summary.SamplingSummary`); None for an unsampled run."""
+    return getattr(v.meta.sampling, name, None)
 
 
 def _get(d, *keys):
@@ -69,10 +96,10 @@ def _tbf_limit(qdiscs) -> int | None:
     return None
 
 
-def queue_mode(link: Mapping, meta: Mapping) -> str:
+def queue_mode(link: Mapping, meta: RunMetadata) -> str:
     """The emulator's qdisc tree of a bbrlab run: ``metadata.link.queue_mode`` (read back from the kernel),
     else the scenario's ``link.queue``; ``bbrlab`` for records made before there was a choice."""
-    return _get(meta, "link", "queue_mode") or link.get("queue") or "bbrlab"
+    return getattr(_in_force(meta), "queue_mode", None) or link.get("queue") or "bbrlab"
 
 
 def _bdp_bytes(link: Mapping) -> int | None:
@@ -92,15 +119,15 @@ def asked_buffer(link: Mapping) -> tuple[int | None, float | None]:
     return asked_bytes, asked_bdp
 
 
-def authors_queue(link: Mapping, meta: Mapping) -> tuple[int, int]:
+def authors_queue(link: Mapping, meta: RunMetadata) -> tuple[int, int]:
     """``(packets, bytes)`` of the authors' tree's queue: netem's packet limit (as read back, else theirs) and
     that many full-size frames (MTU + Ethernet header)."""
-    packets = _get(meta, "link", "queue_packets") or AUTHORS_NETEM_LIMIT_PACKETS
-    held = _get(meta, "link", "queue_bytes")
+    packets = getattr(_in_force(meta), "queue_packets", None) or AUTHORS_NETEM_LIMIT_PACKETS
+    held = getattr(_queue_held(meta), "queue_bytes", None)
     return packets, held if held is not None else packets * (link.get("mtu_bytes", 1500) + ETHERNET_HEADER_BYTES)
 
 
-def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float | None]:
+def effective_buffer(link: Mapping, meta: RunMetadata) -> tuple[float | None, float | None]:
     """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had, never the asked buffer where it was not in
     force.
 
@@ -115,9 +142,9 @@ def effective_buffer(link: Mapping, meta: Mapping) -> tuple[float | None, float 
         return held, (held / bdp_bytes if bdp_bytes else None)
     asked_bytes, _ = asked_buffer(link)
     asked_bdp = link.get("buffer_bdp")
-    held = _get(meta, "link", "queue_bytes")
+    held = getattr(_queue_held(meta), "queue_bytes", None)
     if held is None:
-        held = _tbf_limit(meta.get("qdiscs"))
+        held = _tbf_limit(meta.qdiscs)
     if held is None:
         return asked_bytes, asked_bdp
     if held == asked_bytes and asked_bdp is not None:
@@ -129,7 +156,7 @@ def _limit_qdisc(v) -> str | None:
     """Whose limit was the bottleneck queue: ``tbf`` (bytes) or ``netem`` (packets); None when unshaped."""
     if not v.link.get("rate_mbit"):
         return None
-    return _get(v.meta, "link", "limit_in_force") or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
+    return getattr(_in_force(v.meta), "limit_in_force", None) or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
 
 
 #: The ``runs`` table: one row per run (one repetition of one point).
@@ -166,11 +193,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
            lambda v: v.identity.kernel),
     Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
-           "worker owned)", lambda v: (v.meta.get("worker") or {}).get("testbed") or v.testbed.get("name")),
+           "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.get("name")),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
-           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.get("kernel") or {}).get("origin")),
+           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.kernel or {}).get("origin")),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
-           lambda v: (v.meta.get("kernel") or {}).get("name")),
+           lambda v: (v.meta.kernel or {}).get("name")),
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
@@ -188,7 +215,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            "[CPU-seconds]", lambda v: v.cont.get("credit_s")),
     Column("credit_ran_out_s", "float64", "credit: when the balance was spent and the quota dropped to the "
            "baseline, after the contention was applied (just before the transfer); <NA> when it lasted or for "
-           "the other models [s]", lambda v: (_get(v.meta, "contention", "evidence", "credit") or {}).get("ran_out_after_s")),
+           "the other models [s]", lambda v: _credit_ran_out_s(v.meta)),
     Column("cpu_share_pct", "float64", "CPU share = runtime / period [%]; 100 without a policy", _share),
     Column("achieved_share_pct", "float64", "share of a CPU the sender's vCPU threads really got over the "
            "transfer, run time / wall time from the host's /proc/<tid>/schedstat, mean over the threads [%]; <NA> "
@@ -223,7 +250,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
     Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
     Column("block", "Int64", "the run's block in a campaign with blocks (each on a fresh boot of the sender; "
-           "docs/statistics.md); <NA> without blocks", lambda v: (v.meta.get("block") or {}).get("block")),
+           "docs/statistics.md); <NA> without blocks", lambda v: getattr(v.meta.block, "block", None)),
     Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
            "other flows of a run of several: table flows) [Mbit/s]",
            lambda v: v.summary.get("throughput_mbit")),
@@ -236,17 +263,17 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("link_utilisation", "float64", "throughput / rate (0..1)", lambda v: v.utilisation),
     Column("ceiling_mbit", "float64", "the sender's CPU ceiling at the run's timeslice, share and RTT (bbrlab "
            "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
-           lambda v: (v.meta.get("ceiling") or {}).get("value_mbit")),
+           lambda v: _ceiling_mbit(v.meta)),
     Column("above_ceiling", "boolean", "the run's throughput exceeds its ceiling_mbit: the ceiling does not bound "
            "it (bbrlab.analysis.ceiling_check); <NA> without a ceiling or a throughput",
-           lambda v: above_ceiling(v.summary.get("throughput_mbit"), (v.meta.get("ceiling") or {}).get("value_mbit"))),
+           lambda v: above_ceiling(v.summary.get("throughput_mbit"), _ceiling_mbit(v.meta))),
     Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
            "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",
-           lambda v: _get(v.meta, "cpu_load", "sender_hypervisor", "busy_pct")),
+           lambda v: _get(v.meta.cpu_load, "sender_hypervisor", "busy_pct")),
     Column("host_other_busy_pct", "float64", "the host's CPU used by processes outside the testbed during the "
            "transfer (metadata.host_other; bbrlab.contention.outside); <NA> in records made before it was "
            "measured and where the sender's QEMU ran on another machine [% of all its CPUs]",
-           lambda v: _get(v.meta, "host_other", "other_busy_pct")),
+           lambda v: _get(v.meta.host_other, "other_busy_pct")),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
@@ -258,7 +285,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
-           lambda v: _get(v.meta, "sender_qdisc", "root")),
+           lambda v: _get(v.meta.sender_qdisc, "root")),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
@@ -266,49 +293,49 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("started_at", "string", "start time, UTC ISO 8601", lambda v: v.record.get("started_at")),
     # the host trace of the vCPU threads (docs/vcpu-trace.md); <NA> for a run not traced
     Column("vcpu_on_cpu_share", "float64", "share of the transfer the vCPU threads were on a host CPU, from the "
-           "trace (mean over threads)", lambda v: _get(v.meta, "vcpu_trace", "on_cpu_share")),
+           "trace (mean over threads)", lambda v: _get(v.meta.vcpu_trace, "on_cpu_share")),
     Column("vcpu_gaps", "Int64", "number of complete off-CPU gaps of the vCPU threads",
-           lambda v: _get(v.meta, "vcpu_trace", "gaps", "count")),
-    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _get(v.meta, "vcpu_trace", "gaps", "p50_ms")),
+           lambda v: _get(v.meta.vcpu_trace, "gaps", "count")),
+    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _get(v.meta.vcpu_trace, "gaps", "p50_ms")),
     Column("vcpu_gap_p99_ms", "float64", "99th percentile off-CPU gap [ms]",
-           lambda v: _get(v.meta, "vcpu_trace", "gaps", "p99_ms")),
+           lambda v: _get(v.meta.vcpu_trace, "gaps", "p99_ms")),
     Column("vcpu_longest_gap_ms", "float64", "longest off-CPU gap [ms]",
-           lambda v: _get(v.meta, "vcpu_trace", "longest_gap_ms")),
+           lambda v: _get(v.meta.vcpu_trace, "longest_gap_ms")),
     Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
-           lambda v: _get(v.meta, "vcpu_trace", "schedstat_agrees")),
+           lambda v: _get(v.meta.vcpu_trace, "schedstat_agrees")),
     # whether the run's samples and trace are whole (bbrlab.analysis.evidence; docs/run-record.md); <NA> unsampled
     # resp. untraced, and in the authors' layout
     Column("sampling_ended", "string", "how the socket sampler ended: stop_file (asked to, after the transfer); "
            "deadline, signal, error or 'killed (no footer)' in records made before such runs failed",
-           lambda v: _get(v.meta, "sampling", "ended")),
+           lambda v: _sampling(v, "ended")),
     Column("samples_dropped", "Int64", "samples the BPF sampler's ring buffer dropped (<NA>: netlink and ss, which "
-           "have none)", lambda v: _get(v.meta, "sampling", "dropped")),
+           "have none)", lambda v: _sampling(v, "dropped")),
     Column("ticks_missed", "Int64", "sampling ticks the sampler missed because it did not run (its vCPU was off "
            "a CPU); the samples' own times show the gap, so the samples are whole (<NA>: the ss loop)",
-           lambda v: _get(v.meta, "sampling", "missed_ticks")),
+           lambda v: _sampling(v, "missed_ticks")),
     Column("samples_span_s", "float64", "first to last socket sample of the data stream sampled least long [s]",
            lambda v: v.samples_span_s),
     Column("samples_cover_transfer", "boolean", "the samples span the transfer (iperf3: duration_s; rsync: "
            "elapsed_s) to within two sample intervals", lambda v: v.samples_cover_transfer),
     Column("sampling_complete", "boolean", "the socket samples are whole: ended by the stop file, none dropped, "
            "they cover the transfer; figures of samples leave out runs where this is False",
-           lambda v: evidence.sampling_complete(_get(v.meta, "sampling", "ended"),
-                                                _get(v.meta, "sampling", "dropped"), v.samples_cover_transfer)),
+           lambda v: evidence.sampling_complete(_sampling(v, "ended"),
+                                                _sampling(v, "dropped"), v.samples_cover_transfer)),
     Column("trace_capped", "boolean", "the vCPU trace reached its byte cap: it ends before the transfer did",
-           lambda v: _get(v.meta, "vcpu_trace", "capped")),
+           lambda v: _get(v.meta.vcpu_trace, "capped")),
     Column("trace_lost_events", "Int64", "events the trace's ring buffer lost (overruns, dropped events)",
-           lambda v: _get(v.meta, "vcpu_trace", "lost_events")),
+           lambda v: _get(v.meta.vcpu_trace, "lost_events")),
     Column("trace_complete", "boolean", "the vCPU trace is whole: not capped, no event lost, on-CPU time within 2 % "
            "of schedstat's; timelines leave out runs where this is False",
-           lambda v: evidence.trace_complete(_get(v.meta, "vcpu_trace", "capped"),
-                                             _get(v.meta, "vcpu_trace", "lost_events"),
-                                             _get(v.meta, "vcpu_trace", "schedstat_agrees"))),
+           lambda v: evidence.trace_complete(_get(v.meta.vcpu_trace, "capped"),
+                                             _get(v.meta.vcpu_trace, "lost_events"),
+                                             _get(v.meta.vcpu_trace, "schedstat_agrees"))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
-           "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta, "alignment", "fraction_inside")),
+           "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta.alignment, "fraction_inside")),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "
            "its socket samples on this machine's clock (the ss table's t_host_s) [ms]",
-           lambda v: None if _get(v.meta, "alignment", "uncertainty_ns") is None
-           else _get(v.meta, "alignment", "uncertainty_ns") / 1e6),
+           lambda v: None if _get(v.meta.alignment, "uncertainty_ns") is None
+           else _get(v.meta.alignment, "uncertainty_ns") / 1e6),
     # the workload (docs/transfer.md); the authors' runs are iperf3's
     Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
            lambda v: v.workload),

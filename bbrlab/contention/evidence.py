@@ -6,14 +6,17 @@ policy read back after the body and the CPU it got (:class:`ThreadEvidence`), an
 (:class:`WatchReport`: the deviations it saw and the stalled reservations it restarted).
 
 ``to_dict`` gives the JSON a record holds, with the keys in the order records have always had them, and
-``from_dict`` reads that JSON back: ``X.from_dict(x.to_dict()) == x``. Keys written only by later versions
+``from_dict`` reads that JSON back: ``X.from_dict(x.to_dict()) == x``. The parts whose JSON is their fields
+(a deviation, the watch, the achieved share) have no such methods: :mod:`bbrlab.core.recordjson` writes and
+reads them. Keys written only by later versions
 (a thread's ``got_cpu``) are absent from older records and stay absent when such a record is read and written.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
+from bbrlab.core import recordjson
 from bbrlab.core.scenario import Contention
 
 from .creditbalance import CreditReport
@@ -31,15 +34,6 @@ class Deviation:
     at_monotonic_s: float
     seen: str
 
-    def to_dict(self) -> dict:
-        """The record's JSON of this deviation."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Deviation:
-        """A deviation read from a record."""
-        return cls(d["tid"], d["at_monotonic_s"], d["seen"])
-
 
 @dataclass(frozen=True)
 class Stall:
@@ -51,6 +45,14 @@ class Stall:
     stalled_s: float
     restarted: bool
     error: str | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
 
     def to_dict(self) -> dict:
         """The record's JSON of this stall (``error`` only when the restart failed)."""
@@ -74,17 +76,6 @@ class WatchReport:
     checks: int
     deviations: list[Deviation] = field(default_factory=list)
     stalls: list[Stall] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        """The record's JSON of the watch (``evidence.watch``)."""
-        return {"interval_s": self.interval_s, "checks": self.checks,
-                "deviations": [d.to_dict() for d in self.deviations], "stalls": [s.to_dict() for s in self.stalls]}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> WatchReport:
-        """A watch report read from a record."""
-        return cls(d["interval_s"], d["checks"], [Deviation.from_dict(x) for x in d["deviations"]],
-                   [Stall.from_dict(x) for x in d["stalls"]])
 
 
 _USAGE_KEYS = tuple(f.name for f in fields(ThreadUsage))
@@ -162,16 +153,6 @@ class AchievedShare:
         return cls(round(share, 2), round(sum(u.wait_s for u in used), 6), sum(u.timeslices for u in used),
                    max(u.wall_s for u in used), len(used), steal)
 
-    def to_dict(self) -> dict:
-        """The record's JSON (``evidence.achieved``)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> AchievedShare:
-        """The summary read from a record."""
-        return cls(d["achieved_share_pct"], d["wait_s"], d["timeslices"], d["wall_s"], d["threads"], d["steal"])
-
-
 @dataclass(frozen=True)
 class ContentionEvidence:
     """Whether the policy held over the body (``policy_held``), thread by thread, what the watch saw
@@ -199,9 +180,9 @@ class ContentionEvidence:
         """The record's JSON of the evidence (``contention.evidence``)."""
         d = {"method": self.method, "policy_held": self.policy_held,
              "configured_share_pct": self.configured_share_pct, "threads": [t.to_dict() for t in self.threads],
-             "watch": self.watch.to_dict() if self.watch is not None else None}
+             "watch": recordjson.to_json(self.watch) if self.watch is not None else None}
         if self.achieved is not None:
-            d["achieved"] = self.achieved.to_dict()
+            d["achieved"] = recordjson.to_json(self.achieved)
         if self.credit is not None:
             d["credit"] = self.credit.to_dict()
         if self.foreign_limits is not None:
@@ -214,8 +195,8 @@ class ContentionEvidence:
         watch, achieved, credit = d.get("watch"), d.get("achieved"), d.get("credit")
         return cls(d["method"], d["policy_held"], d["configured_share_pct"],
                    [ThreadEvidence.from_dict(t) for t in d["threads"]],
-                   WatchReport.from_dict(watch) if watch is not None else None,
-                   AchievedShare.from_dict(achieved) if achieved is not None else None,
+                   recordjson.from_json(WatchReport, watch) if watch is not None else None,
+                   recordjson.from_json(AchievedShare, achieved) if achieved is not None else None,
                    CreditReport.from_dict(credit) if credit is not None else None,
                    d.get("foreign_limits"))
 
@@ -264,6 +245,14 @@ class ContentionRecord:
     #: What a model other than deadline set up, as read back (cfs-quota: its cgroup, quota and period;
     #: competing-load: its threads); None for deadline, and absent from the JSON then.
     applied_model: dict | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
 
     def to_dict(self) -> dict:
         """The record's JSON (the policies as lists of rows with their thread id)."""

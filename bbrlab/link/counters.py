@@ -5,15 +5,16 @@ record keeps them as ``metadata.link`` (:class:`LinkRecord`, docs/run-record.md)
 
 ``ports = (sender_side, receiver_side)`` everywhere: the receiver side carries the data, the sender side the
 ACKs. ``to_dict`` gives the record's JSON (keys in the order records have always had them) and ``from_dict``
-reads it back. What records made before a field existed lack stays absent (None here), so every committed
+reads it back; the counters, whose JSON is their fields, are written and read by :mod:`bbrlab.core.recordjson`. What records made before a field existed lack stays absent (None here), so every committed
 record reads and writes back byte for byte.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from bbrlab.core import recordjson
 from bbrlab.core.linksizing import LIMIT_IN_FORCE
 from bbrlab.core.scenario import Link
 
@@ -41,15 +42,6 @@ class QdiscCounters:
         return QdiscCounters(self.packets - before.packets, self.bytes - before.bytes, self.drops - before.drops,
                              self.backlog)
 
-    def to_dict(self) -> dict:
-        """The record's JSON of these counters."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> QdiscCounters:
-        """Counters read from a record."""
-        return cls(*(d[k] for k in COUNTER_KEYS))
-
 
 @dataclass(frozen=True)
 class LinkCounters:
@@ -64,17 +56,6 @@ class LinkCounters:
             return {kind: c.minus(then.get(kind)) for kind, c in now.items()}
 
         return LinkCounters(role(self.ack, before.ack), role(self.data, before.data))
-
-    def to_dict(self) -> dict:
-        """The record's JSON: ``{"ack"|"data": {kind: counters}}``."""
-        return {"ack": {k: c.to_dict() for k, c in self.ack.items()},
-                "data": {k: c.to_dict() for k, c in self.data.items()}}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> LinkCounters:
-        """Counters read from a record's ``metadata.link.counters``."""
-        return cls({k: QdiscCounters.from_dict(c) for k, c in d["ack"].items()},
-                   {k: QdiscCounters.from_dict(c) for k, c in d["data"].items()})
 
 
 @dataclass(frozen=True)
@@ -168,9 +149,17 @@ class LinkRecord:
     loss: NetemLoss | None = None
     offloads: Offloads | None = None
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
+
     def to_dict(self) -> dict:
         """The record's JSON: ``counters``, then the queue's keys, then ``emulator_offloads``, then ``loss``."""
-        d: dict = {"counters": self.counters.to_dict()}
+        d: dict = {"counters": recordjson.to_json(self.counters)}
         if self.queue is not None:
             d.update(self.queue.to_dict())
         if self.offloads is not None:
@@ -184,7 +173,8 @@ class LinkRecord:
         """A run record's ``metadata.link``."""
         queue = QueueHeld.from_dict(d) if "queue_bytes" in d else None
         loss, offloads = d.get("loss"), d.get("emulator_offloads")
-        return cls(LinkCounters.from_dict(d["counters"]), queue, NetemLoss.from_dict(loss) if loss is not None else None,
+        return cls(recordjson.from_json(LinkCounters, d["counters"]), queue,
+                   NetemLoss.from_dict(loss) if loss is not None else None,
                    Offloads.from_dict(offloads) if offloads is not None else None)
 
 

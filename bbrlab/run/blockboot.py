@@ -47,10 +47,23 @@ class BlockBoot:
         return cls(int(d["block"]), int(d["blocks"]), str(d.get("reboot", "sender")),
                    tuple(str(b) for b in d.get("boot_ids", ())))
 
-    def record(self, booted: bool) -> dict:
-        """``metadata.block``: the block, the count, what a block reboots, and whether this run's process booted
-        the testbed afresh for it just before (``fresh_boot``; false for the block's later runs)."""
-        return {"block": self.block, "blocks": self.blocks, "reboot": self.reboot, "fresh_boot": booted}
+    def record(self, booted: bool) -> BlockPlace:
+        """``metadata.block`` of a run of this block (``booted``: this run's process booted the testbed afresh for
+        it just before)."""
+        return BlockPlace(self.block, self.blocks, self.reboot, booted)
+
+
+@dataclass(frozen=True)
+class BlockPlace:
+    """``metadata.block``: the run's ``block``, the count (``blocks``), what a block reboots, and whether this
+    run's process booted the testbed afresh for it just before (``fresh_boot``; false for the block's later
+    runs). A run writes every field; an older record without the last two reads as a sender reboot, fresh
+    boot unknown (None)."""
+
+    block: int
+    blocks: int
+    reboot: str = "sender"
+    fresh_boot: bool | None = None
 
 
 def needs_fresh_boot(request: BlockBoot, session_block: int | None, current_boot_id: str) -> bool:

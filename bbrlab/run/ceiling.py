@@ -39,6 +39,7 @@ from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.scenario import Contention, Scenario
 
 from .record import write_json_atomic
+from .runmeta import CeilingPointer
 
 SCHEMA = "bbrlab.calibration/1"
 FILE_NAME = "calibration.json"
@@ -215,7 +216,7 @@ class Calibration:
         keys = {PointKey.of_scenario(s) for s in scenarios}
         return sorted(k.text for k in keys if (p := self.find(k)) is None or p.ceiling_mbit is None)
 
-    def pointer(self, scenario: Scenario, testbed: dict, source: str | None = None) -> dict:
+    def pointer(self, scenario: Scenario, testbed: dict, source: str | None = None) -> CeilingPointer:
         """``metadata.ceiling`` of a run of ``scenario`` on ``testbed``; raises if stale or missing."""
         self.check_testbed(testbed)
         key = PointKey.of_scenario(scenario)
@@ -223,9 +224,8 @@ class Calibration:
         if point is None or point.ceiling_mbit is None:
             raise CalibrationMismatch(f"the calibration {self.path or ''} has no ceiling for {key.text}: "
                                       "calibrate this campaign's grid (bbrlab calibrate SPEC --out DIR)")
-        return {"value_mbit": point.ceiling_mbit, "source": source or (str(self.path) if self.path else None),
-                "key": point.key, "limit": point.limit, "streams": point.streams,
-                "calibrated_at": self.created_at, "file_sha256": self.digest()}
+        return CeilingPointer(point.ceiling_mbit, source or (str(self.path) if self.path else None), point.key,
+                              point.limit, point.streams, self.created_at, self.digest())
 
     def digest(self) -> str:
         """The first 16 hex digits of the SHA-256 of the content (what a run's pointer names)."""

@@ -13,6 +13,7 @@ import math
 from dataclasses import replace
 
 from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.core.sampling_limits import SAMPLE_LOG_MAX_BYTES
 from bbrlab.core.scenario import Flow, Link, Scenario
@@ -262,6 +263,6 @@ def not_stalled(intervals, scenario: Scenario, delta: LinkCounters | None = None
         if silent_s >= STALL_S:
             where = ""
             if delta is not None:
-                where = "; the emulator's qdiscs over the run: " + json.dumps(delta.to_dict(), sort_keys=True)
+                where = "; the emulator's qdiscs over the run: " + json.dumps(recordjson.to_json(delta), sort_keys=True)
             raise RunFailed(f"stalled: an uncontended flow on a loss-free link carried nothing for {silent_s:g} s "
                             f"from {silent_from:g} s (the testbed's path, not the congestion control){where}")

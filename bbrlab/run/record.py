@@ -1,4 +1,5 @@
-"""The run record (schema ``bbrlab.run/2``, docs/run-record.md) and its crash-safe storage.
+"""The run record (schema ``bbrlab.run/2``, docs/run-record.md; typed: :mod:`bbrlab.run.runrecord`) and its
+crash-safe storage.
 
 A run is written into ``CAMPAIGN/.tmp/<run_id>.<pid>/`` and only then renamed, as a whole directory,
 to ``runs/<run_id>`` (status ok) or ``failed/<run_id>.a<N>`` (a failed attempt). Every file is fsynced
@@ -28,6 +29,7 @@ from pathlib import Path
 from bbrlab.core.errors import BbrlabError
 
 from .runmeta import failure_reason, of_error
+from .runrecord import RECORD_SCHEMA
 
 #: errno values of a write refused for want of room: the file system's (ENOSPC) or the user's quota (EDQUOT).
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -72,9 +74,6 @@ def disk_full(campaign_dir: Path, run_id: str | None = None, staging: Path | Non
     return DiskFull(Path(campaign_dir), free, run_id)
 
 
-RECORD_SCHEMA = "bbrlab.run/2"
-#: Earlier schemas readers still accept (bbrlab.run/1: before the typed run metadata of the run recipe).
-READABLE_SCHEMAS = ("bbrlab.run/1", RECORD_SCHEMA)
 RECORD_FILE = "record.json"
 RUNS = "runs"
 FAILED = "failed"
@@ -319,7 +318,8 @@ def _pid_alive(pid: int) -> bool:
 
 def load_record(run_dir: Path) -> dict:
     """The ``record.json`` of the run directory ``run_dir``, as parsed JSON (``OSError`` when it cannot be
-    read, ``json.JSONDecodeError`` when it is not JSON)."""
+    read, ``json.JSONDecodeError`` when it is not JSON); typed and upgraded: :meth:`RunRecord.load
+    <bbrlab.run.runrecord.RunRecord.load>`."""
     with open(Path(run_dir) / RECORD_FILE) as f:
         return json.load(f)
 

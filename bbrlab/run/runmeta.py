@@ -4,7 +4,8 @@ Each field is one thing measured while the run happened; the parts other steps m
 records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
 (:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
-of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back.
+of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back. Both go through
+:mod:`bbrlab.core.recordjson` (pydantic's TypeAdapter), which writes and checks every field and part.
 
 If a run fails, what was measured up to the failure still goes into its failed record: inside
 :meth:`RunMetadata.carried_by_errors` an error becomes a :class:`FailedRun` raised from it, which carries
@@ -14,19 +15,21 @@ error's type, message and place) and :func:`of_error` (the metadata).
 
 from __future__ import annotations
 
-import copy
 import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.summary import SamplingSummary
+
+from .blockboot import BlockPlace
 
 
 @dataclass
@@ -41,23 +44,29 @@ class CcaUse:
     bbr_version: int | None = None  # 1, 2 or 3 for BBR; None otherwise
     patched: bool = False
 
-    def to_dict(self) -> dict:
-        """The record's JSON (``metadata.cca``)."""
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> CcaUse:
-        """A record's ``metadata.cca``."""
-        return cls(**d)
+@dataclass(frozen=True)
+class CeilingPointer:
+    """``metadata.ceiling``: the sender's CPU ceiling at the run's point (``value_mbit``), the calibration it came
+    from (``source``, ``calibrated_at``, ``file_sha256``), the point's ``key``, what bounded it (``limit``) and the
+    streams it was measured with (:meth:`bbrlab.run.ceiling.Calibration.pointer`). A run writes every field; a
+    pointer that names fewer (the value, its source and key) reads with the others None."""
+
+    value_mbit: float
+    source: str | None
+    key: str
+    limit: str | None = None
+    streams: int | None = None
+    calibrated_at: str | None = None
+    file_sha256: str | None = None
 
 
 #: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
 #: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard; ``search``: a threshold
-#: search's run's place in its interleaved order, bbrlab.campaign.search); :meth:`RunMetadata.from_dict` keeps them in
-#: ``added``.
-CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search")
-#: The fields that are typed records of their own, each read back by its ``from_dict``.
-_TYPED = {"cca": CcaUse, "contention": ContentionRecord, "link": LinkRecord, "sampling": SamplingSummary}
+#: search's run's place in its interleaved order, bbrlab.campaign.search; ``hang``: the bound a hung run passed, the
+#: whole metadata of its failed record besides ``timing``, bbrlab.campaign.loop and .distributed);
+#: :meth:`RunMetadata.from_dict` keeps them in ``added``.
+CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search", "hang")
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
 
@@ -86,11 +95,11 @@ class RunMetadata:
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
-    ceiling: dict | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.campaign.calibrate)
+    ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
-    block: dict | None = None  # blocks: K campaigns: the run's block and whether it booted afresh (bbrlab.run.blockboot)
+    block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
@@ -125,48 +134,42 @@ class RunMetadata:
             self.timing["run_wall_s"] = round(time.monotonic() - t0, 3)
 
     def to_dict(self) -> dict:
-        """The JSON of ``record.json``'s ``metadata``: the fields in their order, each typed record as its own
-        JSON, fields never measured left out."""
-        out: dict = {}
-        for f in fields(self):
-            if f.name in ("deadline_after_failure", "added"):
-                continue
-            value = getattr(self, f.name)
-            if f.name == "contention":
-                value = self._contention_dict()
-            elif f.name in _TYPED and value is not None:
-                value = value.to_dict()
-            else:
-                value = copy.deepcopy(value)
-            if value is not None or f.name in _KEPT_WHEN_NONE:
-                out[f.name] = value
-        out.update(copy.deepcopy(self.added))
-        return out
-
-    def _contention_dict(self) -> dict | None:
-        if self.contention is None and self.deadline_after_failure is None:
-            return None
-        d = self.contention.to_dict() if self.contention is not None else {}
-        if self.deadline_after_failure is not None:
-            d["after_failure"] = copy.deepcopy(self.deadline_after_failure)
-        return d
+        """The JSON of ``record.json``'s ``metadata`` (:func:`bbrlab.core.recordjson.to_json`)."""
+        return recordjson.to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunMetadata:
-        """A record's ``metadata`` (schema ``bbrlab.run/2``), typed; ValueError for a key it does not know."""
-        names = {f.name for f in fields(cls)} - {"deadline_after_failure", "added"}
-        unknown = sorted(set(d) - names - set(CAMPAIGN_KEYS))
-        if unknown:
-            raise ValueError(f"metadata keys {unknown} are not those of a bbrlab.run/2 record")
-        values = {k: copy.deepcopy(v) for k, v in d.items() if k in names}
-        contention = values.pop("contention", None)
-        if contention is not None:
-            values["deadline_after_failure"] = contention.pop("after_failure", None)
-            values["contention"] = ContentionRecord.from_dict(contention) if contention else None
-        for name, typed in _TYPED.items():
-            if name != "contention" and values.get(name) is not None:
-                values[name] = typed.from_dict(values[name])
-        return cls(**values, added={k: copy.deepcopy(d[k]) for k in d if k in CAMPAIGN_KEYS})
+        """A record's ``metadata`` (schema ``bbrlab.run/2``), typed (:func:`bbrlab.core.recordjson.from_json`):
+        ValueError for a key it does not know or a value that does not fit its field (named)."""
+        return recordjson.from_json(cls, d)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The fields in their order, each typed part as its own JSON, with the record's layout around them:
+        fields never measured left out, ``deadline_after_failure`` as ``contention.after_failure``, what the
+        campaign added (``added``) as keys of its own at the end."""
+        return recordjson.record_layout(source, handler, read=_metadata_fields, write=_metadata_json)
+
+
+def _metadata_json(out: dict) -> dict:
+    after_failure, added = out.pop("deadline_after_failure"), out.pop("added")
+    if after_failure is not None:
+        out["contention"] = {**(out["contention"] or {}), "after_failure": after_failure}
+    return {k: v for k, v in out.items() if v is not None or k in _KEPT_WHEN_NONE} | added
+
+
+def _metadata_fields(d: dict) -> dict:
+    names = {f.name for f in fields(RunMetadata)} - {"deadline_after_failure", "added"}
+    unknown = sorted(set(d) - names - set(CAMPAIGN_KEYS))
+    if unknown:
+        raise ValueError(f"metadata keys {unknown} are not those of a bbrlab.run/2 record")
+    values = {k: v for k, v in d.items() if k in names}
+    contention = values.get("contention")
+    if contention is not None:
+        values["contention"] = {k: v for k, v in contention.items() if k != "after_failure"} or None
+        values["deadline_after_failure"] = contention.get("after_failure")
+    values["added"] = {k: d[k] for k in d if k in CAMPAIGN_KEYS}
+    return values
 
 
 class FailedRun(BbrlabError):

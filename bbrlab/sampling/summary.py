@@ -68,6 +68,14 @@ class SamplingSummary:
         if self.kind not in KEYS:
             raise ValueError(f"sampler kind {self.kind!r}: expected one of {', '.join(KEYS)}")
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict`
+        (:func:`bbrlab.core.recordjson.own_layout`)."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
+
     def to_dict(self) -> dict:
         """The record's JSON: the keys of this kind of sampler (:data:`KEYS`), in their order."""
         d = {k: getattr(self, k) for k in KEYS[self.kind]}

@@ -11,6 +11,7 @@ from bbrlab.analysis import authors, tables
 from bbrlab.analysis.records_reader import RunView
 from bbrlab.campaign.spec import CampaignSpec, spec_from_yaml
 from bbrlab.core.errors import ValidationError
+from bbrlab.link.counters import LinkCounters, LinkRecord, QueueHeld, QueueInForce
 
 SPEC = {"name": "q", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [25, 100], "rtts_ms": [20],
         "rates_mbit": [10, 100], "buffers_bdp": [1, 4], "repetitions": 2}
@@ -70,9 +71,13 @@ def _row(link: dict, meta: dict, summary: dict | None = None) -> dict:
     return {c.name: c.of_record(view) for c in tables.RUN_SCHEMA}
 
 
-AUTHORS_META = {"link": {"queue_mode": "authors", "limit_in_force": "netem", "queue_packets": 100_000,
-                         "queue_bytes": 151_400_000, "queue_bdp": 605.6, "tbf_limit_bytes": 250_000,
-                         "emulator_offloads": {"asked": "on", "ports": {}}}}
+def _link_json(queue_bytes: int, queue_bdp: float | None = None, in_force: QueueInForce | None = None) -> dict:
+    """``metadata.link`` as a run writes it, holding ``queue_bytes`` (its counters left empty)."""
+    return LinkRecord(LinkCounters({}, {}), QueueHeld(queue_bytes, queue_bdp, in_force)).to_dict()
+
+
+AUTHORS_META = {"link": _link_json(151_400_000, 605.6, QueueInForce("authors", "netem", 100_000,
+                                                                 "netem's packet limit x full-size frames", 250_000))}
 AUTHORS_LINK = {"rtt_ms": 20, "rate_mbit": 100, "buffer_bdp": 1, "buffer_bytes": None, "queue": "authors",
                 "emulator_offloads": "on"}
 
@@ -92,9 +97,9 @@ def test_an_authors_tree_run_without_a_read_back_still_never_shows_the_asked_buf
 
 def test_a_run_of_bbrlabs_tree_and_an_old_record_show_tbfs_limit():
     new = _row({"rtt_ms": 20, "rate_mbit": 100, "buffer_bdp": 2, "buffer_bytes": None},
-               {"link": {"queue_mode": "bbrlab", "limit_in_force": "tbf", "queue_bytes": 500_000}})
+               {"link": _link_json(500_000, None, QueueInForce("bbrlab", "tbf", None, "tbf's byte limit", 500_000))})
     old = _row({"rtt_ms": 20, "rate_mbit": 100, "buffer_bdp": 1, "buffer_bytes": None},
-               {"link": {"queue_bytes": 250_000, "queue_bdp": 1.0}})
+               {"link": _link_json(250_000, 1.0)})
     for row, bdp in ((new, 2), (old, 1)):
         assert (row["queue_mode"], row["queue_limit_qdisc"], row["buffer_bdp"], row["buffer_asked_bdp"]) == \
             ("bbrlab", "tbf", bdp, bdp)

@@ -14,6 +14,7 @@ from bbrlab.analysis.data import summarise
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
+from bbrlab.core import recordjson
 from bbrlab.core.confidence import blocked_median_interval, median_interval, order_statistic_rank
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record
@@ -99,7 +100,7 @@ class SimulatedTestbed:
             self.boot = f"boot-{self.boots}-{self.boot}"
         self.session_block = block.block
         (staging / "iperf.json").write_text("{}")
-        return {"testbed": {"sender_boot_id": self.boot}, "block": block.record(fresh)}
+        return {"testbed": {"sender_boot_id": self.boot}, "block": recordjson.to_json(block.record(fresh))}
 
 
 def _records(out) -> list[dict]:

@@ -196,10 +196,10 @@ def test_a_calibration_of_another_testbed_is_not_used(saved, field):
 def test_pointer_names_value_source_and_key(saved):
     run = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(10)))
     p = saved.pointer(run, TESTBED, "calibration.json")
-    assert p["value_mbit"] == 47.0 and p["key"] == "ts10ms-sh25-rtt20ms" and p["source"] == "calibration.json"
-    assert p["file_sha256"] == saved.digest() and p["limit"] == "sender-cpu"
+    assert p.value_mbit == 47.0 and p.key == "ts10ms-sh25-rtt20ms" and p.source == "calibration.json"
+    assert p.file_sha256 == saved.digest() and p.limit == "sender-cpu"
     full = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(1, 100), Flow("bbr", IperfParams(10)))
-    assert saved.pointer(full, TESTBED)["key"] == "sh100-rtt20ms"
+    assert saved.pointer(full, TESTBED).key == "sh100-rtt20ms"
     elsewhere = Scenario(Link(rtt_ms=40, rate_mbit=50), Contention(10, 25), Flow("bbr", IperfParams(10)))
     with pytest.raises(CalibrationMismatch, match="ts10ms-sh25-rtt40ms"):
         saved.pointer(elsewhere, TESTBED)

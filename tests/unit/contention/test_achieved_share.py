@@ -9,10 +9,14 @@ from bbrlab.contention.evidence import (
     STEAL_UNDER_TCG,
     AchievedShare,
     ContentionEvidence,
+    ContentionRecord,
+    EvidenceMissing,
     ThreadEvidence,
     steal_note,
 )
 from bbrlab.contention.threadstat import ThreadUsage
+from bbrlab.core.scenario import Contention
+from bbrlab.run.runmeta import RunMetadata
 
 
 def _thread(tid: int, cpu_s: float, wall_s: float = 4.0, same: bool = True) -> ThreadEvidence:
@@ -40,9 +44,16 @@ def test_evidence_adds_the_achieved_key_and_reads_it_back():
     assert ContentionEvidence.from_dict(d) == new
 
 
+def _meta(evidence: ContentionEvidence | EvidenceMissing) -> RunMetadata:
+    """A run's typed metadata whose contention has ``evidence`` (as the runs table reads it)."""
+    return RunMetadata(contention=ContentionRecord(Contention(1, 25), "localhost", "sched_setattr", None, {}, {},
+                                                   evidence))
+
+
 def test_the_table_reads_achieved_else_the_threads_shares():
-    threads = [_thread(1, 1.0).to_dict(), _thread(2, 2.0).to_dict()]
-    assert achieved_share({"contention": {"evidence": {"threads": threads}}}) == 37.5
-    assert achieved_share({"contention": {"evidence": {"threads": threads, "achieved": {"achieved_share_pct": 9.0}}}}) == 9.0
-    assert achieved_share({"contention": {"evidence": {"error": "x"}}}) is None
-    assert achieved_share({}) is None
+    threads = [_thread(1, 1.0), _thread(2, 2.0)]
+    assert achieved_share(_meta(ContentionEvidence("sched_setattr", True, 25.0, threads))) == 37.5
+    achieved = AchievedShare(9.0, 0.0, 0, 4.0, 2)
+    assert achieved_share(_meta(ContentionEvidence("sched_setattr", True, 25.0, threads, None, achieved))) == 9.0
+    assert achieved_share(_meta(EvidenceMissing("x"))) is None
+    assert achieved_share(RunMetadata()) is None

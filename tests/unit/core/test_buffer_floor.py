@@ -19,7 +19,7 @@ from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.linksizing import BufferBelowMinimum
 from bbrlab.core.scenario import Link
-from bbrlab.link.counters import QueueHeld, QueueInForce, effective_queue
+from bbrlab.link.counters import LinkCounters, LinkRecord, QueueHeld, QueueInForce, effective_queue
 from bbrlab.link.qdisc import build_tree
 
 PORTS = ("eth1", "eth2")
@@ -111,6 +111,11 @@ def _view(link: dict, meta: dict) -> RunView:
     return RunView({"run_id": "r", "scenario": {"link": link}, "metadata": meta}, {}, "runs/r")
 
 
+def _link_json(queue_bytes: int, queue_bdp: float | None = None, in_force: QueueInForce | None = None) -> dict:
+    """``metadata.link`` as a run writes it, holding ``queue_bytes`` (its counters left empty)."""
+    return LinkRecord(LinkCounters({}, {}), QueueHeld(queue_bytes, queue_bdp, in_force)).to_dict()
+
+
 def _buffer_columns(view: RunView) -> tuple:
     cols = {c.name: c for c in tables.RUN_SCHEMA}
     return cols["buffer_bytes"].of_record(view), cols["buffer_bdp"].of_record(view)
@@ -127,9 +132,9 @@ def test_an_old_record_whose_buffer_was_enlarged_shows_what_the_kernel_held():
 
 def test_a_record_with_the_effective_queue_shows_it_and_keeps_the_asked_value_when_it_held():
     held = _view({**ASKED_TENTH, "buffer_bdp": 1 / 3},
-                 {"link": {"queue_bytes": 4167, "queue_bdp": 0.33336}, "qdiscs": _tbf_readback(4167)})
+                 {"link": _link_json(4167, 0.33336), "qdiscs": _tbf_readback(4167)})
     assert _buffer_columns(held) == (4167, 1 / 3)  # the kernel held the asked value, to the byte
-    differs = _view({**ASKED_TENTH, "buffer_bdp": 0.5}, {"link": {"queue_bytes": 3000}})
+    differs = _view({**ASKED_TENTH, "buffer_bdp": 0.5}, {"link": _link_json(3000)})
     assert _buffer_columns(differs) == (3000, 0.24)
 
 

@@ -26,6 +26,7 @@ from bbrlab.contention.evidence import (
 )
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.contention.threadstat import ThreadUsage
+from bbrlab.core import recordjson
 from bbrlab.core.cpumodels import CreditParams
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
@@ -147,9 +148,9 @@ def test_a_thread_writes_gone_and_got_cpu_only_when_known_in_the_order_records_h
 def test_a_stall_that_could_not_be_restarted_and_missing_evidence_read_back_as_themselves():
     stall = Stall(7, 3.5, 140.2, restarted=False, error="EPERM")
     watch = WatchReport(1.0, 4, stalls=[stall])
-    assert watch.to_dict()["stalls"] == [{"tid": 7, "at_monotonic_s": 3.5, "stalled_s": 140.2, "restarted": False,
-                                          "error": "EPERM"}]
-    assert WatchReport.from_dict(watch.to_dict()) == watch
+    assert recordjson.to_json(watch)["stalls"] == [{"tid": 7, "at_monotonic_s": 3.5, "stalled_s": 140.2,
+                                                    "restarted": False, "error": "EPERM"}]
+    assert recordjson.from_json(WatchReport, recordjson.to_json(watch)) == watch
     missing = EvidenceMissing("could not collect evidence: host gone")
     assert evidence_from_dict(missing.to_dict()) == missing and evidence_from_dict(None) is None
     record = replace(_contention(), evidence=missing)

@@ -1,0 +1,80 @@
+"""Typed records to and from their JSON, by pydantic's :class:`~pydantic.TypeAdapter` on plain stdlib dataclasses.
+
+The records that cross rooms (the run record, its metadata and their parts) stay stdlib dataclasses, importable
+without pydantic; this module is the one place that turns them into JSON values (:func:`to_json`) and back
+(:func:`from_json`, which names the field that is wrong: ``contention.previous: Input should be ...``), and gives
+their JSON Schema (:func:`json_schema`). One adapter is built per type, once.
+
+A field is written as its dataclass declares it: the fields in their order, a nested dataclass as its own
+fields, a plain ``dict`` or ``list`` copied as it is (values not coerced when written). Classes whose JSON has a
+layout of its own, kept byte for byte from older records (inlined parts, rows keyed by a field, keys written
+only when known), say so with a ``__get_pydantic_core_schema__`` that returns :func:`own_layout`: the adapter
+then calls their ``to_dict``/``from_dict`` where they are nested.
+
+Reading coerces as pydantic's lax mode does: a JSON integer in a field declared ``float`` becomes a float.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import core_schema
+
+
+@functools.cache
+def adapter(tp: Any) -> TypeAdapter:
+    """The one :class:`~pydantic.TypeAdapter` of ``tp``, built on first use."""
+    return TypeAdapter(tp)
+
+
+def to_json(obj: Any, tp: Any = None) -> Any:
+    """``obj`` (of type ``tp``, by default its own class) as JSON values: dicts, lists, numbers, strings, None.
+    Values a field holds that its annotation does not name are written as they are, without a warning."""
+    return adapter(type(obj) if tp is None else tp).dump_python(obj, warnings=False)
+
+
+def from_json(tp: Any, data: Any) -> Any:
+    """``data`` (parsed JSON) read as ``tp``; :class:`pydantic.ValidationError` (a ValueError) names each
+    field that does not fit."""
+    return adapter(tp).validate_python(data)
+
+
+def json_schema(tp: Any) -> dict:
+    """The JSON Schema of ``tp``'s JSON, for editors and checkers."""
+    return adapter(tp).json_schema()
+
+
+def own_layout(cls: type) -> core_schema.CoreSchema:
+    """The schema of a class whose JSON layout is its own: read by ``cls.from_dict`` (an instance passes as
+    it is), written by its ``to_dict``; in the JSON Schema, an object. A key it lacks or a value of another type
+    is a ValueError, which pydantic reports at the field's place."""
+    def read(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls.from_dict(value)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a {cls.__name__}: {type(e).__name__} {e}") from e
+
+    return core_schema.no_info_plain_validator_function(
+        read, serialization=core_schema.plain_serializer_function_ser_schema(lambda value: value.to_dict()),
+        json_schema_input_schema=core_schema.dict_schema())
+
+
+def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],
+                  write: Callable[[dict], dict]) -> core_schema.CoreSchema:
+    """The schema of a dataclass whose JSON is its fields with a layout around them: ``read`` turns the record's
+    JSON into the fields' values before they are checked (an instance passes as it is), ``write`` turns the
+    fields as written into the record's JSON. ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
+    fields_schema = handler(source)
+
+    def before(value: Any) -> Any:
+        return read(value) if isinstance(value, dict) else value
+
+    return core_schema.no_info_before_validator_function(
+        before, fields_schema,
+        serialization=core_schema.wrap_serializer_function_ser_schema(lambda value, dump: write(dump(value)),
+                                                                       schema=fields_schema))

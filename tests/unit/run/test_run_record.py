@@ -1,0 +1,95 @@
+"""The typed run record (issue #37): every committed record reads as one :class:`RunRecord` and writes back, byte
+for byte, as it is stored (data/ loads unchanged); older schemas are upgraded in one place; a value that does not
+fit names its field; the record has a JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.run import record
+from bbrlab.run.runmeta import CcaUse, RunMetadata
+from bbrlab.run.runrecord import RECORD_SCHEMA, RunRecord, metadata_of, record_json_schema, upgraded
+
+ROOT = Path(__file__).resolve().parents[3]
+RECORDS = sorted(ROOT.glob("data/**/record.json"))
+SCHEMA_1 = sorted(ROOT.glob("tests/fixtures/campaign/runs/*/record.json"))
+
+
+def test_every_committed_record_reads_typed_and_writes_back_byte_for_byte():
+    assert len(RECORDS) > 800
+    differ = []
+    for path in RECORDS:
+        text = path.read_text()
+        typed = RunRecord.from_json(text)
+        assert isinstance(typed.metadata, RunMetadata) and isinstance(typed.metadata.cca, CcaUse)
+        if json.dumps(typed.to_dict(), indent=2) + "\n" != text:  # as bbrlab.run.record.commit writes it
+            differ.append(str(path.relative_to(ROOT)))
+    assert differ == []
+
+
+def test_a_record_built_by_the_run_is_the_typed_records_json():
+    stored = json.loads(RECORDS[0].read_text())
+    typed = RunRecord.from_json(stored)
+    built = record.build_record(**{k: v for k, v in stored.items() if k not in ("schema", "metadata")},
+                                metadata=typed.metadata.to_dict())
+    assert json.dumps(built) == json.dumps(typed.to_dict()) == json.dumps(stored)
+    assert RunRecord.load(RECORDS[0].parent) == typed
+
+
+def test_a_schema_1_record_is_upgraded_where_it_is_read():
+    assert SCHEMA_1
+    for path in SCHEMA_1:
+        stored = json.loads(path.read_text())
+        assert stored["schema"] == "bbrlab.run/1" and "host" not in stored["metadata"]["contention"]
+        typed = RunRecord.from_json(stored)
+        assert typed.schema == RECORD_SCHEMA and typed.metadata.contention is None
+        assert typed.metadata.cca.bbr_version is None and typed.metadata.testbed == stored["metadata"]["testbed"]
+        assert json.loads(path.read_text()) == stored  # the record given is left as it was
+
+
+def test_the_failed_record_of_a_hung_run_reads_typed_with_what_the_campaign_added():
+    stored = json.loads(RECORDS[0].read_text())
+    hung = {**stored, "status": "failed", "reason": "hung: ...",
+            "metadata": {"hang": {"bound_s": 120.0, "ran_s": 130.2, "worker": "tcp://w"}, "timing": {"between_s": 1.0}}}
+    typed = RunRecord.from_json(hung)
+    assert typed.metadata.added == {"hang": hung["metadata"]["hang"]} and typed.metadata.timing == {"between_s": 1.0}
+    assert typed.status == "failed" and typed.metadata.contention is None
+
+
+def test_a_part_older_than_its_type_is_left_out_where_the_tables_read_it():
+    stored = json.loads(RECORDS[0].read_text())
+    older = {**stored, "metadata": {**stored["metadata"], "sampling": {"samples": 10, "ended": "stop_file"},
+                                    "contention": {"requested": {}}}}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        metadata_of(older)
+    assert {e["loc"][0] for e in caught.value.errors()} == {"sampling", "contention"}
+    meta = metadata_of(older, drop_unreadable=True)
+    assert meta.sampling is None and meta.contention is None and meta.testbed == stored["metadata"]["testbed"]
+    with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
+        metadata_of({**stored, "metadata": {**stored["metadata"], "surprise": 1}}, drop_unreadable=True)
+
+
+def test_an_unknown_schema_or_a_value_that_does_not_fit_is_refused_by_name():
+    stored = json.loads(RECORDS[0].read_text())
+    with pytest.raises(ValueError, match="bbrlab.run/9"):
+        upgraded({**stored, "schema": "bbrlab.run/9"})
+    bad = {**stored, "attempt": "second", "metadata": {**stored["metadata"], "cca": {"available": []}}}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        RunRecord.from_json(bad)
+    where = {".".join(map(str, e["loc"])) for e in caught.value.errors()}
+    assert where == {"attempt", "metadata.cca.requested"}
+    with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
+        RunRecord.from_json({**stored, "metadata": {**stored["metadata"], "surprise": 1}})
+
+
+def test_the_record_has_a_json_schema():
+    schema = record_json_schema()
+    assert schema["required"] == ["run_id", "campaign", "status", "reason", "attempt", "started_at", "ended_at",
+                                  "scenario", "metadata"]
+    assert "requested" in schema["$defs"]["CcaUse"]["required"]
+    assert isinstance(RunRecord.from_json(RECORDS[0].read_text()).metadata.contention, ContentionRecord)

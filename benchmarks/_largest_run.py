@@ -4,7 +4,7 @@ Nothing here was measured: the files are real logs repeated and shifted in time,
 temporary directory the benchmark makes and removes, never into ``data/``. The campaign is named
 ``synthetic-largest-run`` and every file says so in its record.
 
-- ``samples.log``: a BPF sampler log of :data:`~bbrlab.core.sampling_limits.MAX_SAMPLE_RECORDS` records (one stream
+- ``samples.log``: a BPF sampler log of :data:`~bbrlab.scenario.sampling_limits.MAX_SAMPLE_RECORDS` records (one stream
   sampled every 1 ms for 500 s, the most a flow may ask for), each a real record of
   tests/fixtures/sockdiag/live-bbr-both.bpf.log.gz with its time, slot and byte counters moved on;
 - ``trace.txt``: the vCPU trace reader's raw text at its cap (:data:`bbrlab.sampling.vcputrace.MAX_BYTES`), the
@@ -22,8 +22,8 @@ import re
 import struct
 from pathlib import Path
 
-from bbrlab.core.sampling_limits import MAX_SAMPLE_RECORDS
 from bbrlab.sampling import vcputrace
+from bbrlab.scenario.sampling_limits import MAX_SAMPLE_RECORDS
 
 ROOT = Path(__file__).resolve().parents[1]
 BPF_FIXTURE = ROOT / "tests" / "fixtures" / "sockdiag" / "live-bbr-both.bpf.log.gz"

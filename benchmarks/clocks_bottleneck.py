@@ -26,9 +26,9 @@ import statistics
 import tempfile
 import time
 
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import clocks
 from bbrlab.run.runner import run_once
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 LINK = Link(rtt_ms=20, rate_mbit=100)
 

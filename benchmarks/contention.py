@@ -12,7 +12,7 @@ import time
 
 from bbrlab.contention.deadline import contended
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 
 SETTINGS = [(1, 25), (10, 50), (1, 10), (10, 10), (20, 70)]
 HOLD_S = 3.0

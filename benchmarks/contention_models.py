@@ -17,10 +17,10 @@ import time
 
 from bbrlab.contention.creditbalance import CreditController
 from bbrlab.contention.models import contended
-from bbrlab.core.contention_models import CREDIT_TICK_S
-from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.contention_models import CREDIT_TICK_S
+from bbrlab.scenario.cpumodels import BurstParams, CfsParams, CreditParams
+from bbrlab.scenario.scenario import Contention
 
 HOLD_S = 5.0
 RUN_S = 20.0

@@ -35,10 +35,11 @@ def _set_clear_cost(tb, link, n: int = 5) -> None:
 
 
 def main() -> None:
-    import bbrlab.testbed as tbmod
-    from bbrlab.core.scenario import Link
-    from bbrlab.link import emulator as linkmod
     from bbrlab.link.validate import validate as validate_link
+
+    import bbrlab.testbed as tbmod
+    from bbrlab.link import emulator as linkmod
+    from bbrlab.scenario.scenario import Link
 
     with tbmod.testbed_lock("local"):
         try:

@@ -58,8 +58,8 @@ def _overhead(tb, n_runs: int, sampled: bool = False) -> list[float]:
 
 
 def _sampler(tb, share_pct: float, kind: str) -> dict:
-    from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
     from bbrlab.run.runner import run_once
+    from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, share_pct),
                         Flow("cubic", IperfParams(duration_s=10), sample_ms=10, sampler=kind))

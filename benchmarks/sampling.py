@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 from bbrlab.contention.deadline import contended
 from bbrlab.core.hostloop import RUNNING_SH
-from bbrlab.core.scenario import Contention, Link
 from bbrlab.link import emulator as link
 from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
+from bbrlab.scenario.scenario import Contention, Link
 
 LINK = Link(rtt_ms=20, rate_mbit=100)
 INTERVAL_MS = 10

@@ -16,8 +16,8 @@ import time
 
 from bbrlab.contention.deadline import contended
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
 from bbrlab.sampling import vcputrace
+from bbrlab.scenario.scenario import Contention
 
 SETTINGS = (Contention(10, 100), Contention(1, 25))
 

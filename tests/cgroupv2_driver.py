@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 from bbrlab.contention import cgroups, creditbalance, ledger
-from bbrlab.core.contention_models import CREDIT_TICK_S
+from bbrlab.scenario.contention_models import CREDIT_TICK_S
 
 #: How long the share is measured with the quota on, and before it, without [s].
 LIMITED_S = 2.0

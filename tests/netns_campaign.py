@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 SENDER_IP = "10.211.0.1"
 RECEIVER_IP = "10.211.0.2"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bbrlab.core.workload_params import IperfParams
+from bbrlab.scenario.workload_params import IperfParams
 
 from . import confidence_report, evidence, paper_setup, runkey
 from .ceiling_check import ceiling_exceeded, report_lines

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from bbrlab.contention.evidence import ContentionEvidence
-from bbrlab.core.cpumodels import DEFAULT_MODEL, MODELS
-from bbrlab.core.cpumodels import none as no_contention
-from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
+from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
+from bbrlab.scenario.cpumodels import none as no_contention
+from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
 from . import evidence
 from .ceiling_check import above_ceiling

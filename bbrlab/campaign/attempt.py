@@ -4,7 +4,7 @@ way to run it (:func:`run_attempt`), and what comes back (:class:`Finished`), wh
 Both executors run an attempt through :func:`run_attempt`: :class:`bbrlab.campaign.loop.InProcess` in this
 process, and a Dask testbed worker in its task (:func:`bbrlab.campaign.worker.run_on_worker`), which sends the
 :class:`Finished` back to the driver pickled. Everything in both classes therefore pickles (a
-:class:`~bbrlab.core.scenario.Scenario`, a :class:`~bbrlab.run.blockboot.BlockBoot`, paths, plain values); the
+:class:`~bbrlab.scenario.scenario.Scenario`, a :class:`~bbrlab.run.blockboot.BlockBoot`, paths, plain values); the
 driver trusts nothing of what a worker sends before :func:`bbrlab.campaign.distributed.check_outcome`.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.blockboot import BlockBoot
 from bbrlab.run.runmeta import failure_reason, of_error
+from bbrlab.scenario.scenario import Scenario
 
 from . import watchdog
 from .sameness import MixedTestbed

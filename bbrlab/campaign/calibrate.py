@@ -3,7 +3,7 @@
 For each timeslice x CPU share x RTT of a campaign (or a grid given directly), the least CPU-limited
 configuration is run a few times with the contention applied exactly as in a measurement: Cubic, one
 stream and several, over an *unshaped* link (the point's RTT as netem delay, no token bucket, no
-bottleneck queue: :meth:`bbrlab.core.scenario.Link.unshaped`), each run as long as the campaign's runs
+bottleneck queue: :meth:`bbrlab.scenario.scenario.Link.unshaped`), each run as long as the campaign's runs
 (:meth:`CalibrationSpec.covering`). Each run is a normal run of :class:`bbrlab.run.runner.Runner`, planned and
 recorded by the campaign engine, opened the one way a campaign is opened on one testbed
 (:func:`bbrlab.campaign.single.run_on_testbed`), in ``DIR/calibration/<key>/``, so a calibration resumes after a

@@ -11,11 +11,11 @@ import json
 import random
 from dataclasses import asdict, dataclass
 
-from bbrlab.core.cpumodels import MODELS
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.link import DelaySplit
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.ceiling import PointKey
+from bbrlab.scenario.cpumodels import MODELS
+from bbrlab.scenario.link import DelaySplit
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 DEFAULT_STREAMS = (1, 4)
 DEFAULT_REPETITIONS = 3

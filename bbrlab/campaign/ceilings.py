@@ -30,9 +30,9 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import IDENTITY, Calibration, CalibrationMismatch, CeilingPoint, PointKey
+from bbrlab.scenario.scenario import Scenario
 
 from .calibration_plan import CCA
 

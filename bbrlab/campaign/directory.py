@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Protocol
 
 from bbrlab.core.errors import BbrlabError
-from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
+from bbrlab.scenario.scenario import Scenario
 
 from .repetitions import rule_of
 from .search import make_gate, search_of

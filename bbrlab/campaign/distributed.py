@@ -43,8 +43,8 @@ from pathlib import Path
 from distributed import Nanny, SpecCluster
 
 from bbrlab.core.errors import BbrlabError
-from bbrlab.core.scenario import MAX_SAMPLE_RECORDS, Scenario
 from bbrlab.run import record as rec
+from bbrlab.scenario.scenario import MAX_SAMPLE_RECORDS, Scenario
 from bbrlab.testbed import isolation
 
 from . import handoff, watchdog
@@ -81,7 +81,7 @@ WATCH_POLL_S = 0.05
 HANG_STACKS_FILE = "hang-stacks.txt"
 
 #: Bounds on what a worker may send back for one attempt. The largest file a valid run can make is the
-#: socket-sample log, at most :data:`~bbrlab.core.scenario.MAX_SAMPLE_RECORDS` records of under 1 KiB each (about
+#: socket-sample log, at most :data:`~bbrlab.scenario.scenario.MAX_SAMPLE_RECORDS` records of under 1 KiB each (about
 #: 700 B measured, docs/sampling.md); the bounds admit that log and keep a rogue or broken worker from filling
 #: the driver's disk or memory.
 SAMPLE_RECORD_MAX_BYTES = 1024

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from bbrlab.core.scenario import Scenario
+from bbrlab.scenario.scenario import Scenario
 
 
 def plan_order(spec) -> list[Scenario]:

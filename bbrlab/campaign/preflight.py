@@ -15,9 +15,9 @@ from pathlib import Path
 from bbrlab import testbed as testbed_mod
 from bbrlab.contention import cgroups
 from bbrlab.contention.limits import read_kernel_limits
-from bbrlab.core.cpumodels import MODELS, param_names
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
+from bbrlab.scenario.cpumodels import MODELS, param_names
 
 from .spec import check_admission
 

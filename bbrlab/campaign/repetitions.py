@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Scenario
-from bbrlab.core.workload_params import DEFAULT_WORKLOAD
 from bbrlab.run import record as rec
+from bbrlab.scenario.scenario import Scenario
+from bbrlab.scenario.workload_params import DEFAULT_WORKLOAD
 
 from .adaptive import needs_more
 

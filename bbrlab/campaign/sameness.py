@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bbrlab.core.errors import NotARunFailure, ValidationError
-from bbrlab.core.scenario import Scenario
 from bbrlab.run import record as rec
+from bbrlab.scenario.scenario import Scenario
 
 #: What a resumed campaign's testbed must share with the one its records ran on (keys of
 #: ``Testbed.describe()`` and ``metadata.testbed``); the sender kernel is its ``uname -r``.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bbrlab.core.confidence import LEVEL, median_interval
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Scenario
+from bbrlab.scenario.scenario import Scenario
 
 from . import search_coverage
 from .adaptive import SearchPlan

@@ -69,9 +69,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from bbrlab.core.competition import ExtraFlow, check_sender_qdisc, extra_flows
-from bbrlab.core.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
-from bbrlab.core.cpumodels import (
+from bbrlab.core.errors import BbrlabError, ValidationError, key_name
+from bbrlab.core.yamlfile import read_capped
+from bbrlab.scenario.competition import ExtraFlow, check_sender_qdisc, extra_flows
+from bbrlab.scenario.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
+from bbrlab.scenario.cpumodels import (
     DEFAULT_MODEL,
     MODELS,
     BurstParams,
@@ -81,9 +83,8 @@ from bbrlab.core.cpumodels import (
     cfs_quota,
     credit,
 )
-from bbrlab.core.errors import BbrlabError, ValidationError, key_name
-from bbrlab.core.linksizing import BufferBelowMinimum
-from bbrlab.core.scenario import (
+from bbrlab.scenario.linksizing import BufferBelowMinimum
+from bbrlab.scenario.scenario import (
     DEFAULT_FILE_MB,
     DEFAULT_SAMPLER,
     DEFAULT_TRANSFER_TIMEOUT_S,
@@ -97,8 +98,7 @@ from bbrlab.core.scenario import (
     WorkloadParams,
     check_cca,
 )
-from bbrlab.core.workload_params import params_of, params_type
-from bbrlab.core.yamlfile import read_capped
+from bbrlab.scenario.workload_params import params_of, params_type
 
 from .blocks import check_blocks
 from .hostguard import HostGuard
@@ -245,7 +245,7 @@ class CampaignSpec:
                     self.bottleneck_ms)
 
     def workload_params(self, workload: str, streams: int = 1) -> WorkloadParams:
-        """The parameters of ``workload`` (found by name, :data:`bbrlab.core.workload_params.PARAMS`) with
+        """The parameters of ``workload`` (found by name, :data:`bbrlab.scenario.workload_params.PARAMS`) with
         ``streams``: the spec's keys of the same names (iperf3's ``duration_s``; rsync's ``file_mb`` and
         ``transfer_timeout_s``)."""
         own = {f.name: getattr(self, f.name) for f in fields(params_type(workload)) if f.name != "streams"}

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario, check_sampling_load
-from bbrlab.core.workload_params import DEFAULT_WORKLOAD, params_type
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario, check_sampling_load
+from bbrlab.scenario.workload_params import DEFAULT_WORKLOAD, params_type
 
 from .spec_models import check_contentions
 
@@ -84,7 +84,7 @@ def _check_flows(spec: CombinedSpec) -> None:
 
 def _check_sampling(spec: CombinedSpec) -> None:
     """A sampled spec: every stream count within the sampler's port cap, and samples x streams over each
-    workload's duration (rsync: its timeout) within :data:`bbrlab.core.scenario.MAX_SAMPLE_RECORDS`."""
+    workload's duration (rsync: its timeout) within :data:`bbrlab.scenario.scenario.MAX_SAMPLE_RECORDS`."""
     if spec.sample_ms is None:
         return
     for j, streams in enumerate(spec.streams):

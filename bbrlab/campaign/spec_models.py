@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import itertools
 
-from bbrlab.core import cpumodels
-from bbrlab.core.cpumodels import UNUSED_TIMESLICE_MS  # noqa: F401 - known from here
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario import cpumodels
+from bbrlab.scenario.cpumodels import UNUSED_TIMESLICE_MS  # noqa: F401 - known from here
+from bbrlab.scenario.scenario import Contention
 
 
 def check_model_name(value: object) -> None:
@@ -20,7 +20,7 @@ def check_model_name(value: object) -> None:
 
 def contention_of(model: str, share: float, values: list) -> Contention:
     """The contention of ``model`` at ``share`` with its own values (``CampaignSpec.model_lists``' order; the
-    model's :meth:`~bbrlab.core.cpumodels.base.ContentionModel.grid_point` makes its timeslice and parameters)."""
+    model's :meth:`~bbrlab.scenario.cpumodels.base.ContentionModel.grid_point` makes its timeslice and parameters)."""
     timeslice_ms, params = cpumodels.MODELS[model].grid_point(share, values)
     return Contention(timeslice_ms, share, model, params)
 

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.link import EMULATOR_OFFLOADS
-from bbrlab.core.scenario import (
+from bbrlab.scenario.link import EMULATOR_OFFLOADS
+from bbrlab.scenario.scenario import (
     DEFAULT_SAMPLER,
     Contention,
     Flow,

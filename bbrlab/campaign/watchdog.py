@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bbrlab.core.scenario import Scenario
+from bbrlab.scenario.scenario import Scenario
 
 #: What a run's setup and teardown may take beyond its transfer: the link, the clocks, the sampler, the
 #: deadline policy, the server, copying the files back; measured overheads are 2-16 s on a 10 s run

@@ -138,8 +138,8 @@ def run_set(args) -> int:
     / ``--share``) on the target's vCPU threads and print it as read back; it stays until ``clear``. A
     100 % share applies nothing. Returns 0."""
     from bbrlab.contention.deadline import ContentionSession
-    from bbrlab.core.scenario import Contention
     from bbrlab.core.units import parse_percent, parse_time_ms
+    from bbrlab.scenario.scenario import Contention
 
     contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
                             cpu_share_pct=parse_percent(args.share, "--share"))

@@ -24,9 +24,9 @@ import json
 from typing import TYPE_CHECKING
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.link import EMULATOR_OFFLOADS
-from bbrlab.core.linksizing import QUEUE_MODES
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
+from bbrlab.scenario.link import EMULATOR_OFFLOADS
+from bbrlab.scenario.linksizing import QUEUE_MODES
 
 from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
 
@@ -99,8 +99,8 @@ def register(sub) -> None:
 
 
 def link_from_args(args: argparse.Namespace):
-    """A validated :class:`~bbrlab.core.scenario.Link` from the flags (raises before anything is touched)."""
-    from bbrlab.core.linksizing import BufferBelowMinimum
+    """A validated :class:`~bbrlab.scenario.scenario.Link` from the flags (raises before anything is touched)."""
+    from bbrlab.scenario.linksizing import BufferBelowMinimum
 
     buffer_bdp, buffer_bytes = parse_buffer(args.buffer, "--buffer")
     loss_pct = parse_percent(args.loss, "--loss") if args.loss is not None else 0.0
@@ -114,7 +114,7 @@ def link_from_args(args: argparse.Namespace):
 
 
 def _link(args: argparse.Namespace, buffer_bdp, buffer_bytes, loss_pct: float, model: str):
-    from bbrlab.core.scenario import Link
+    from bbrlab.scenario.scenario import Link
 
     return Link(
         rtt_ms=parse_time_ms(args.rtt, "--rtt"),
@@ -233,8 +233,8 @@ def run_clear(args) -> int:
 
 def _configured_link(args, tb):
     """The link to validate: from the flags (then it is set first), or as the emulator holds it now."""
-    from bbrlab.core.scenario import Link
     from bbrlab.link import emulator as linkmod
+    from bbrlab.scenario.scenario import Link
 
     given = [f for f in LINK_FLAGS if getattr(args, f) is not None]
     if given and len(given) != len(LINK_FLAGS):

@@ -5,6 +5,6 @@ watch and stall guard (``watch``), finding the vCPU threads (``vcpu``), which ho
 threads may run on (``placement``), what a thread and the host's CPUs really got (``threadstat``,
 ``hostcpu``), and what the host spent outside the testbed (``outside``).
 
-May import: ``bbrlab.core``. Never ``testbed``, ``run``, ``campaign``, ``analysis``, ``cli``
+May import: ``bbrlab.core``, ``bbrlab.scenario``. Never ``testbed``, ``run``, ``campaign``, ``analysis``, ``cli``
 (the testbed finds its vCPU threads through this room, not the other way round).
 """

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbrlab.core.cpumodels import cfs_burst, cfs_quota
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.cpumodels import cfs_burst, cfs_quota
+from bbrlab.scenario.scenario import Contention
 
 from . import cgroups
 from .deadline import ContentionRestoreError

@@ -1,12 +1,12 @@
 """The credit model: CPU as burstable cloud instances sell it. The vCPU threads get full CPU while a credit
 balance lasts; the balance earns credit at the baseline share and spends the CPU they use, so a busy vCPU drains
 (100 - baseline) % of a CPU-second each second; once it is spent, the quota drops to the baseline (the share's
-CFS quota), and full CPU comes back when :data:`~bbrlab.core.contention_models.CREDIT_REARM_FRACTION` of the
+CFS quota), and full CPU comes back when :data:`~bbrlab.scenario.contention_models.CREDIT_REARM_FRACTION` of the
 starting balance is earned again.
 
 :class:`CreditSession` is :class:`~bbrlab.contention.cfs.CfsSession` with the cgroup made without a quota and a
 :class:`~bbrlab.contention.creditbalance.CreditController` (its own module): a thread of the bbrlab process, for
-the length of the run, that every :data:`~bbrlab.core.contention_models.CREDIT_TICK_S` reads the threads' CPU time
+the length of the run, that every :data:`~bbrlab.scenario.contention_models.CREDIT_TICK_S` reads the threads' CPU time
 (``/proc/<tid>/schedstat``), settles the balance and writes the quota when the state changes. Every switch (when,
 and the balance then) and the CPU the threads got in each phase go into the evidence (``evidence.credit``), so a
 run shows its flow crossing from burst to baseline. The parameters (``credit_s``, the baseline, the earn rate, the
@@ -20,8 +20,8 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 
-from bbrlab.core.contention_models import CREDIT_TICK_S
-from bbrlab.core.cpumodels import credit
+from bbrlab.scenario.contention_models import CREDIT_TICK_S
+from bbrlab.scenario.cpumodels import credit
 
 from .cfs import CfsSession
 from .creditbalance import CreditController, CreditReport

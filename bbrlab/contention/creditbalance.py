@@ -5,7 +5,7 @@ use and switches a quota between none (``burst``) and the baseline when the bala
 It needs only the threads' ids (their CPU time is read from ``/proc/<tid>/schedstat`` on this machine) and a
 function that writes the quota, so it runs wherever those exist: under :class:`~bbrlab.contention.credit.CreditSession`
 on a hypervisor host, and alone beside a cgroup v2 hierarchy in a guest (tests/system/test_cgroup_v2_guest.py).
-Standard library, :mod:`bbrlab.core.contention_models` and :mod:`bbrlab.core.errors` only.
+Standard library, :mod:`bbrlab.scenario.contention_models` and :mod:`bbrlab.core.errors` only.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bbrlab.core.contention_models import CREDIT_REARM_FRACTION
 from bbrlab.core.errors import TestbedError
+from bbrlab.scenario.contention_models import CREDIT_REARM_FRACTION
 
 
 @dataclass(frozen=True)

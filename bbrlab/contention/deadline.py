@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-from bbrlab.core.cpumodels import deadline as deadline_model
-from bbrlab.core.cpumodels import none as no_contention
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import restore_on_signals
+from bbrlab.scenario.cpumodels import deadline as deadline_model
+from bbrlab.scenario.cpumodels import none as no_contention
+from bbrlab.scenario.scenario import Contention
 
 from . import cgroups
 from .accounting import drift_note
@@ -115,7 +115,7 @@ class ContentionSession:
 
     def __post_init__(self):
         if not isinstance(self.contention, Contention):
-            raise ValidationError("contention", self.contention, "a bbrlab.core.scenario.Contention")
+            raise ValidationError("contention", self.contention, "a bbrlab.scenario.scenario.Contention")
         self.thread_ids = _validate_thread_ids(self.thread_ids)
         self.scheduler = scheduler_for(self.host, self.method)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from bbrlab.core import recordjson
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 
 from .creditbalance import CreditReport
 from .limits import KernelLimits

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 
 from .threadstat import read_proc_files
 

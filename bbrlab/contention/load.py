@@ -1,7 +1,7 @@
 """competing-load contention: busy threads beside each vCPU thread on one CPU, shared under the fair scheduler.
 
 For a share s, each vCPU thread is pinned (``sched_setaffinity``) to a CPU of its own, the last ones it may use,
-and n = (100 - s) / s busy loops rounded half up (:func:`bbrlab.core.contention_models.load_threads`) are started
+and n = (100 - s) / s busy loops rounded half up (:func:`bbrlab.scenario.contention_models.load_threads`) are started
 and pinned there with it. With equal weights the vCPU thread gets 1 / (n + 1) of that CPU when it is busy: 25 %
 -> 3 loops (25 %), 40 % -> 2 loops (33 %); the record says the n used and the share it gives. Each loop is a
 ``sh`` in a session of its own, so with autogroup scheduling each is one group of the same weight as the vCPU's.
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bbrlab.core import owners
-from bbrlab.core.contention_models import load_share_pct
-from bbrlab.core.cpumodels import competing_load
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.contention_models import load_share_pct
+from bbrlab.scenario.cpumodels import competing_load
+from bbrlab.scenario.scenario import Contention
 
 from . import cgroups, ledger
 from .deadline import ContentionRestoreError

@@ -1,8 +1,8 @@
 """One way in for every contention model: :func:`contended` finds the model's session in :data:`SESSIONS` (by the
-model's name, :mod:`bbrlab.core.cpumodels`) and gives every model the same discipline: check, apply and read back,
+model's name, :mod:`bbrlab.scenario.cpumodels`) and gives every model the same discipline: check, apply and read back,
 run the body, collect the evidence, restore on every exit (signals included).
 
-The scenario's side of a model (its parameters and their checks) is :mod:`bbrlab.core.cpumodels`, one module each;
+The scenario's side of a model (its parameters and their checks) is :mod:`bbrlab.scenario.cpumodels`, one module each;
 this is the applying side, one session module per mechanism, each naming the models it applies (its ``MODELS``):
 ``deadline`` and ``none`` are :class:`bbrlab.contention.deadline.ContentionSession`, opened by
 :func:`bbrlab.contention.deadline.contended` (its watch included; none applies nothing and measures what the
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 
 from . import deadline
 from .cfs import CfsSession

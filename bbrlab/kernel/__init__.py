@@ -14,7 +14,7 @@ compares them run by run. The steps, each a function here:
 
 :func:`ensure_bbr2b` does all of it for a host (the testbed calls it when it comes up).
 
-May import: ``bbrlab.core``. Never a room above it.
+May import: ``bbrlab.core``, ``bbrlab.scenario``. Never a room above it.
 """
 
 from __future__ import annotations

@@ -4,5 +4,5 @@ force (``bottleneck``), the ports' offloads (``offloads``), what one run did to 
 counters, netem's own loss and the queue held, a run record's typed ``metadata.link``). The paper's set-up
 validation (configured versus measured) sends traffic, so it lives with the runs: :mod:`bbrlab.run.linkcheck`.
 
-May import: ``bbrlab.core``, ``bbrlab.testbed``. Never ``run``, ``campaign``, ``analysis``, ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.scenario``, ``bbrlab.testbed``. Never ``run``, ``campaign``, ``analysis``, ``cli``.
 """

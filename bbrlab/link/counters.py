@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bbrlab.core import recordjson
-from bbrlab.core.linksizing import LIMIT_IN_FORCE
-from bbrlab.core.scenario import Link
+from bbrlab.scenario.linksizing import LIMIT_IN_FORCE
+from bbrlab.scenario.scenario import Link
 
 from .bottleneck import of_kind, queue_mode_of
 from .emulator import Readback, is_ours

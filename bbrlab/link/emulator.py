@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import CommandError, Host
-from bbrlab.core.scenario import Link
+from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import hostlock
 
 from . import offloads
@@ -370,7 +370,7 @@ def apply(host: Host, ports: Sequence[str], link: Link, *, known: set[str] | Non
     kinds the host was already seen to take (:func:`check_host_can_run`).
     """
     if not isinstance(link, Link):
-        raise ValidationError("link", link, "a bbrlab.core.scenario.Link")
+        raise ValidationError("link", link, "a bbrlab.scenario.scenario.Link")
     tree = build_tree(link, tuple(ports))
     names = [p.ifname for p in tree.ports]
     before = check_ports_free(host, names)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.link import EMULATOR_OFFLOADS
+from bbrlab.scenario.link import EMULATOR_OFFLOADS
 
 #: ethtool's short names (for ``-K``) and the names ``-k`` prints for them.
 FEATURES = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",

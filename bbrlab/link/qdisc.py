@@ -1,6 +1,6 @@
 """The one description of the emulator's qdiscs, and its two renderers.
 
-A :class:`~bbrlab.core.scenario.Link` becomes a :class:`LinkTree`: one :class:`PortTree` per bridge port
+A :class:`~bbrlab.scenario.scenario.Link` becomes a :class:`LinkTree`: one :class:`PortTree` per bridge port
 of the emulator. Data flows sender -> receiver, so
 
 * the **data port** (the receiver-side port; its egress carries data) gets netem (one-way data
@@ -30,8 +30,8 @@ so the same count serves the ack port.
 
 Queue
 -----
-In bbrlab's tree tbf's ``limit`` is exactly :attr:`~bbrlab.core.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
-below two full-size frames is refused when the ``Link`` is built (:class:`bbrlab.core.link.Link`),
+In bbrlab's tree tbf's ``limit`` is exactly :attr:`~bbrlab.scenario.scenario.Link.queue_limit_bytes`, the buffer as asked; a buffer
+below two full-size frames is refused when the ``Link`` is built (:class:`bbrlab.scenario.link.Link`),
 never enlarged. What the kernel then holds is read back into every run record
 (:func:`bbrlab.link.counters.effective_queue`).
 
@@ -48,7 +48,7 @@ so the burst does not need to hold 64 KiB.
 
 Unshaped links
 --------------
-A :meth:`~bbrlab.core.scenario.Link.unshaped` link (no rate) gets netem alone on the data port: the delay (and
+A :meth:`~bbrlab.scenario.scenario.Link.unshaped` link (no rate) gets netem alone on the data port: the delay (and
 loss), no token bucket, so no bottleneck queue of the emulator's making; with no delay at all no qdisc is
 set. netem's limit cannot come from the link's BDP then: it is sized for
 :data:`UNSHAPED_SIZING_RATE_MBIT` over the RTT, far above what a sender here can send, so that netem
@@ -86,8 +86,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS, U32_MAX
-from bbrlab.core.scenario import Link
+from bbrlab.scenario.linksizing import NETEM_MIN_LIMIT_PACKETS, U32_MAX
+from bbrlab.scenario.scenario import Link
 
 #: Handles of bbrlab's qdiscs ("bb" for bbrlab); a root qdisc with another non-zero handle is not ours.
 ROOT_HANDLE = "bb:"

@@ -4,6 +4,6 @@ between runs on one testbed (``session``), the workloads (``workloads``, ``iperf
 metadata (``record``, ``runmeta``), the calibration file it is checked against (``ceiling``) and
 recovery after a killed process (``recovery``).
 
-May import: ``bbrlab.core``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.testbed``, ``bbrlab.link``.
+May import: ``bbrlab.core``, ``bbrlab.scenario``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.testbed``, ``bbrlab.link``.
 Never ``campaign``, ``analysis``, ``cli``.
 """

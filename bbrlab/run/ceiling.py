@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.scenario import Contention, Scenario
+from bbrlab.scenario.scenario import Contention, Scenario
 
 from .record import write_json_atomic
 from .runmeta import CeilingPointer

@@ -15,13 +15,13 @@ from dataclasses import replace
 from bbrlab.contention.evidence import ContentionRecord, EvidenceMissing
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, RunFailed
-from bbrlab.core.sampling_limits import SAMPLE_LOG_MAX_BYTES
-from bbrlab.core.scenario import Flow, Link, Scenario
 from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
 from bbrlab.link.emulator import Readback, check_readback
 from bbrlab.link.qdisc import build_tree
 from bbrlab.sampling import logscan
 from bbrlab.sampling.summary import SamplingSummary, of_numbers
+from bbrlab.scenario.sampling_limits import SAMPLE_LOG_MAX_BYTES
+from bbrlab.scenario.scenario import Flow, Link, Scenario
 
 from . import iperf
 

@@ -24,9 +24,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from bbrlab.core.competition import ExtraFlow
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import Host, NetnsHost
+from bbrlab.scenario.competition import ExtraFlow
 from bbrlab.testbed.local import plumbing
 
 from . import checks, iperf

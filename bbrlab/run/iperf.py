@@ -30,7 +30,7 @@ from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH
 from bbrlab.core.hosts import Host, Result
 from bbrlab.core.ownedpids import KILL_OURS_SH, Spawned
-from bbrlab.core.scenario import check_cca
+from bbrlab.scenario.scenario import check_cca
 
 from . import rxuser
 

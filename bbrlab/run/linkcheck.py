@@ -34,8 +34,8 @@ import statistics
 
 from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Link
 from bbrlab.link.emulator import show
+from bbrlab.scenario.scenario import Link
 
 from . import iperf
 

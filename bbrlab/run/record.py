@@ -326,7 +326,7 @@ def load_record(run_dir: Path) -> dict:
 
 def failure_record(run_id: str, campaign: str, scenario, attempt: int, started_at: str,
                    error: BaseException) -> dict:
-    """The record of a failed attempt of ``scenario`` (a :class:`~bbrlab.core.scenario.Scenario`): the reason,
+    """The record of a failed attempt of ``scenario`` (a :class:`~bbrlab.scenario.scenario.Scenario`): the reason,
     with where it was raised, and what the run measured before it failed (:func:`bbrlab.run.runmeta.of_error`)."""
     return build_record(run_id=run_id, campaign=campaign, status="failed", reason=failure_reason(error),
                         attempt=attempt, started_at=started_at, ended_at=now_iso(),

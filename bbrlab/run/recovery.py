@@ -33,9 +33,9 @@ from __future__ import annotations
 from bbrlab.contention import cgroups, ledger, load
 from bbrlab.contention import deadline as contention
 from bbrlab.core import leftdirs
-from bbrlab.core.competition import MAX_EXTRA_FLOWS
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import vcputrace
+from bbrlab.scenario.competition import MAX_EXTRA_FLOWS
 from bbrlab.testbed import isolation
 
 from . import iperf, transfer

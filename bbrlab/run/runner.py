@@ -28,13 +28,13 @@ from pathlib import Path
 from bbrlab.contention import hostcpu, outside
 from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
-from bbrlab.core.scenario import Scenario
 from bbrlab.core.sidebyside import SideBySide
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
 from bbrlab.sampling import alignment, logscan, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
+from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed import hostlock
 
 from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads

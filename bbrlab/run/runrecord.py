@@ -41,7 +41,7 @@ class RunRecord:
     attempt: int
     started_at: str  # UTC ISO 8601 with milliseconds
     ended_at: str
-    scenario: dict  # the scenario's own JSON (bbrlab.core.scenario.Scenario.to_dict)
+    scenario: dict  # the scenario's own JSON (bbrlab.scenario.scenario.Scenario.to_dict)
     metadata: RunMetadata
 
     def to_dict(self) -> dict:

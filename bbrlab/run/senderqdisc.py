@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from bbrlab.core.competition import check_sender_qdisc
 from bbrlab.core.errors import TestbedError
 from bbrlab.core.hosts import Host
+from bbrlab.scenario.competition import check_sender_qdisc
 
 #: bash, fixed text; the receiver's address and the asked qdisc arrive as "$1" and "$2".
 _SET = r"""
@@ -70,7 +70,7 @@ def _apply(host: Host, toward_ip: str, kind: str) -> SenderQdisc:
 
 
 def apply(host: Host, toward_ip: str, kind: str) -> SenderQdisc:
-    """Set ``kind`` (:data:`~bbrlab.core.competition.SENDER_QDISCS`) on ``host``'s interface toward
+    """Set ``kind`` (:data:`~bbrlab.scenario.competition.SENDER_QDISCS`) on ``host``'s interface toward
     ``toward_ip`` and read it back; raise :class:`SenderQdiscError` when fq was asked and is not the root, or
     the default was asked and fq stays the root though the kernel's default is another qdisc."""
     check_sender_qdisc(kind)

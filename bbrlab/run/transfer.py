@@ -37,8 +37,8 @@ from pathlib import Path
 from bbrlab.core import leftdirs
 from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
-from bbrlab.core.scenario import Flow
-from bbrlab.core.workload_params import RsyncParams
+from bbrlab.scenario.scenario import Flow
+from bbrlab.scenario.workload_params import RsyncParams
 
 from . import checks, progress, rxuser, sshd
 from . import record as rec

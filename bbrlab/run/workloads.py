@@ -16,7 +16,7 @@ Every workload has the same steps, so the run recipe (:mod:`bbrlab.run.runner`) 
 
 :data:`REGISTRY` holds one workload per name, each from its own module (``iperf3``:
 :mod:`bbrlab.run.iperf_workload`, ``rsync``: :mod:`bbrlab.run.transfer`), keyed as the parameters types of
-:data:`bbrlab.core.workload_params.PARAMS` are.
+:data:`bbrlab.scenario.workload_params.PARAMS` are.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from bbrlab.core.scenario import Flow, Scenario
 from bbrlab.link.counters import LinkCounters
+from bbrlab.scenario.scenario import Flow, Scenario
 
 from .iperf_workload import Iperf3
 from .runmeta import RunMetadata
@@ -64,10 +64,10 @@ class Workload(Protocol):
         """The throughput a committed run in ``run_dir`` measured, in Mbit/s (None: none); may raise on a bad file."""
 
 
-#: Each workload by its name (the names of :data:`bbrlab.core.workload_params.PARAMS`).
+#: Each workload by its name (the names of :data:`bbrlab.scenario.workload_params.PARAMS`).
 REGISTRY: dict[str, Workload] = {w.name: w for w in (Iperf3(), Rsync())}
 
 
 def for_flow(flow: Flow) -> Workload:
-    """The workload ``flow.workload`` names (its parameters validated by :class:`~bbrlab.core.scenario.Flow`)."""
+    """The workload ``flow.workload`` names (its parameters validated by :class:`~bbrlab.scenario.scenario.Flow`)."""
     return REGISTRY[flow.workload]

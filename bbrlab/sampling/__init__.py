@@ -2,5 +2,5 @@
 netlink and BPF samplers (``sockdiag``: build, deploy, command, parsers) and their C sources (``native/``),
 and what a run record keeps of any of them (``summary``: the typed ``metadata.sampling``, the data rows).
 
-May import: ``bbrlab.core``. Never a room above it (``contention``, ``testbed``, ``run``, ...).
+May import: ``bbrlab.core``, ``bbrlab.scenario``. Never a room above it (``contention``, ``testbed``, ``run``, ...).
 """

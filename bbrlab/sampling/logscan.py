@@ -1,6 +1,6 @@
 """A sampler's log read from its file in one pass, in memory that does not grow with its rows.
 
-A run's socket-sample log may hold :data:`~bbrlab.core.sampling_limits.MAX_SAMPLE_RECORDS` samples (about 350 MB).
+A run's socket-sample log may hold :data:`~bbrlab.scenario.sampling_limits.MAX_SAMPLE_RECORDS` samples (about 350 MB).
 Read whole, split into lines, parsed into every sample's raw attributes and then into rows, it took about
 1.4 GB; :func:`scan` reads it a line at a time instead and hands each data-stream row to a callback as soon as
 it is made, keeping only what the log's summary needs (one number or two per sample). It gives the rows of

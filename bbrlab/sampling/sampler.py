@@ -37,7 +37,7 @@ from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH, SCHEDULE_BASH
 from bbrlab.core.hosts import Host
 from bbrlab.core.ownedpids import KILL_OURS_SH
-from bbrlab.core.sampling_limits import SAMPLE_LOG_MAX_BYTES
+from bbrlab.scenario.sampling_limits import SAMPLE_LOG_MAX_BYTES
 
 from . import sockdiag
 
@@ -118,7 +118,7 @@ class Sampler:
     the stream is complete (None before, and after a failed block); ``binary`` names the program that ran
     (netlink and bpf: path, sha256, source_sha256, whether this run copied it). ``exit_code`` is how the
     sampler's command ended (:data:`bbrlab.core.commands.CAPPED_EXIT` when its log reached
-    :data:`~bbrlab.core.sampling_limits.SAMPLE_LOG_MAX_BYTES` and was cut: then ``capped``)."""
+    :data:`~bbrlab.scenario.sampling_limits.SAMPLE_LOG_MAX_BYTES` and was cut: then ``capped``)."""
 
     kind: str
     host: Host
@@ -226,7 +226,7 @@ def sampler(host: Host, ports: Sequence[int], interval_ms: float, stop_after_s: 
     the channel goes, at its next write). When the block ends, the sampler is asked to stop (stop file; its
     session is killed after 10 s) and the stream is drained: the log is complete and ``Sampler.text`` reads
     it. When the block fails, whatever arrived stays in ``log_file``. The log on this machine is capped at
-    :data:`~bbrlab.core.sampling_limits.SAMPLE_LOG_MAX_BYTES` (the spec bounds' largest log and a margin): a
+    :data:`~bbrlab.scenario.sampling_limits.SAMPLE_LOG_MAX_BYTES` (the spec bounds' largest log and a margin): a
     sampler writing beyond it is cut off there and the run's checks fail it.
     """
     if kind not in ("ss", *sockdiag.KINDS):

@@ -12,7 +12,7 @@ One API for the local testbed on this machine and for a real lab described by a 
     testbed.down()                           # stop VMs, remove namespaces/taps/bridges
     tb = testbed.load("lab.yaml")            # a lab (or a running local testbed by name)
 
-May import: ``bbrlab.core``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``. Never ``link``, ``run``,
+May import: ``bbrlab.core``, ``bbrlab.scenario``, ``bbrlab.kernel``, ``bbrlab.sampling``, ``bbrlab.contention``. Never ``link``, ``run``,
 ``campaign``, ``analysis``, ``cli``.
 """
 

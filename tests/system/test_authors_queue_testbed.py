@@ -28,10 +28,10 @@ import time
 
 import pytest
 
-from bbrlab.core.scenario import Link
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as linkmod
 from bbrlab.link import offloads
+from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import lock as tblock
 from tests.testbed_flows import client_report, received_mbit, serve_once
 
@@ -123,7 +123,7 @@ def test_bbrlabs_tree_enforces_its_limit(testbed, emulator, tmp_path):
     bbrlab's own tree (netem -> tbf) holding its queue to tbf's limit on the emulator's kernel, sampled while a
     cubic flow overflows it (backlog at most the limit plus one aggregate, tbf's drops rising), in
     test_bottleneck_testbed.py::test_a_cubic_run_fills_the_sampled_queue_and_records_both_clocks; which
-    qdisc's limit is in force, read from the kernel's tree: tests/unit/core/test_buffer_floor.py."""
+    qdisc's limit is in force, read from the kernel's tree: tests/unit/scenario/test_buffer_floor.py."""
     link = Link(rtt_ms=RTT_MS, rate_mbit=RATE_MBIT, buffer_bdp=None, buffer_bytes=ASKED_BYTES)
     readback = linkmod.set(emulator.host, emulator.ports, link)
     assert linkcount.effective_queue(readback, emulator.ports, link).in_force.limit_in_force == "tbf"

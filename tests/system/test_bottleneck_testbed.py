@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import bottleneck as trees
 from bbrlab.run.runner import run_once
 from bbrlab.sampling import bottleneck
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

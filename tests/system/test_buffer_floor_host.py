@@ -16,9 +16,9 @@ import pytest
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import NetnsHost
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.counters import QueueHeld, QueueInForce, effective_queue
+from bbrlab.scenario.scenario import Link
 
 pytestmark = pytest.mark.system
 

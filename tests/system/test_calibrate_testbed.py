@@ -17,10 +17,10 @@ import yaml
 
 from bbrlab.analysis import data
 from bbrlab.campaign import calibrate
-from bbrlab.core.scenario import Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec
+from bbrlab.scenario.scenario import Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -32,7 +32,8 @@ ROOT = Path(__file__).parents[2]
 #: The real modules the driver imports (the guest's package markers come from the same tree).
 MODULES = ["bbrlab/__init__.py", "bbrlab/core/__init__.py", "bbrlab/core/errors.py", "bbrlab/core/owners.py",
            "bbrlab/contention/__init__.py", "bbrlab/contention/cgroups.py", "bbrlab/contention/ledger.py",
-           "bbrlab/contention/creditbalance.py", "bbrlab/core/contention_models.py", "bbrlab/core/lockdir.py"]
+           "bbrlab/contention/creditbalance.py", "bbrlab/scenario/__init__.py", "bbrlab/scenario/contention_models.py",
+           "bbrlab/core/lockdir.py"]
 #: What the guest's python3-minimal lacks of the standard library these need, copied from this Python's (the same
 #: minor version, checked): pure Python (json falls back from its C speed-ups).
 STDLIB = ["json/__init__.py", "json/decoder.py", "json/encoder.py", "json/scanner.py", "dataclasses.py"]

@@ -12,9 +12,9 @@ import json
 import pytest
 
 from bbrlab.analysis import data
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import record as rec
 from bbrlab.run.runner import run_once
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.testbed.local import plumbing
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]

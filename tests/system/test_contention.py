@@ -29,7 +29,7 @@ from bbrlab.contention.sched import (
 from bbrlab.contention.vcpu import qmp_vcpu_threads
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.system
@@ -120,7 +120,7 @@ _CONTROLLER = """
 import signal, sys
 from bbrlab.contention.deadline import contended
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 with contended(LocalHost(), [int(sys.argv[1])], Contention(10, 50)):
     print("applied", flush=True)
     while True:

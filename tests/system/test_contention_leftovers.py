@@ -31,8 +31,8 @@ from bbrlab.contention.models import contended
 from bbrlab.core import owners
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
 from bbrlab.run import checks
+from bbrlab.scenario.scenario import Contention
 
 pytestmark = pytest.mark.system
 
@@ -158,7 +158,7 @@ HOLDER = """
 import json, signal, sys
 from bbrlab.contention.models import contended
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 with contended(LocalHost(), [int(sys.argv[1])], Contention.from_dict(json.loads(sys.argv[2])), watch_interval_s=None) as s:
     own = getattr(s, "own", None)
     print(json.dumps({"cgroup": str(own.path) if own else None, "loops": [p.pid for p in getattr(s, "loops", [])]}),

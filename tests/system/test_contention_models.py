@@ -16,9 +16,9 @@ import pytest
 
 from bbrlab.contention import cgroups
 from bbrlab.contention.models import contended
-from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.cpumodels import BurstParams, CfsParams, CreditParams
+from bbrlab.scenario.scenario import Contention
 
 pytestmark = pytest.mark.system
 
@@ -67,7 +67,7 @@ KILLED = """
 import os, signal, sys
 from bbrlab.contention.cfs import CfsSession
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 s = CfsSession(LocalHost(), [int(sys.argv[1])], Contention(50, 50, "cfs-quota"))
 s.apply()
 print(s.own.path, flush=True)

@@ -29,7 +29,7 @@ HOLDER = """
 import json, signal, sys
 from bbrlab.contention.models import contended
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 with contended(LocalHost(), [int(sys.argv[1])], Contention.from_dict(json.loads(sys.argv[2])), watch_interval_s=0.2) as s:
     own = getattr(s, "own", None)
     print(json.dumps({"cgroup": str(own.path) if own else None, "loops": [p.pid for p in getattr(s, "loops", [])]}),

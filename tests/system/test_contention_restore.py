@@ -21,8 +21,8 @@ from bbrlab.contention.deadline import ContentionRestoreError, ContentionSession
 from bbrlab.contention.sched import SchedPolicy, sched_getattr
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
 from bbrlab.run.runner import Runner
+from bbrlab.scenario.scenario import Contention
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
 

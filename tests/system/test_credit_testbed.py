@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.core.cpumodels import CreditParams
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import run_once
+from bbrlab.scenario.cpumodels import CreditParams
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -23,7 +23,7 @@ from bbrlab.contention.deadline import contended
 from bbrlab.contention.limits import read_kernel_limits
 from bbrlab.contention.sched import DeadlineAdmissionError, SchedPolicy, sched_setattr
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
+from bbrlab.scenario.scenario import Contention
 
 from .test_contention import TinyQemu
 

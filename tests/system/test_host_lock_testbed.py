@@ -20,8 +20,8 @@ import pytest
 
 from bbrlab.core import errors
 from bbrlab.core.hosts import SSHHost
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as link
+from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import hostlock
 from bbrlab.testbed.local.state import state_dir
 
@@ -34,7 +34,7 @@ DRIVER = """
 import sys
 from bbrlab import testbed
 from bbrlab.link import emulator as link
-from bbrlab.core.scenario import Link
+from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import hostlock
 tb = testbed.load(sys.argv[1])
 with hostlock.hold(tb.emulator.host, testbed="driver-a", activity="campaign run"):

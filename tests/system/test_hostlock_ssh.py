@@ -24,8 +24,8 @@ import pytest
 from bbrlab.campaign.loop import Attempt, InProcess
 from bbrlab.core import hosts
 from bbrlab.core.hosts import SSHHost
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import Runner
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.testbed import hostlock
 from tests.polling import wait_for
 

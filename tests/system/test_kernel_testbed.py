@@ -13,7 +13,6 @@ import json
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.kernel import (
     DEFAULT_PATCH,
     DEFICIT_PARAMS,
@@ -28,6 +27,7 @@ from bbrlab.kernel import (
     set_params,
 )
 from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -13,7 +13,6 @@ import pytest
 
 from bbrlab.core import errors
 from bbrlab.core.hosts import CommandError, LocalHost, NetnsHost
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
     PortTree,
@@ -25,6 +24,7 @@ from bbrlab.link.qdisc import (
     clear_pyroute2,
     to_tc_argv,
 )
+from bbrlab.scenario.scenario import Link
 
 pytestmark = pytest.mark.system
 

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.run.linkcheck import measure_loss
+from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import lock as tblock
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]

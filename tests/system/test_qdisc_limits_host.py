@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Link
 from bbrlab.link.qdisc import build_tree, node_argv
+from bbrlab.scenario.scenario import Link
 
 pytestmark = pytest.mark.system
 

@@ -26,11 +26,11 @@ from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core import machine
 from bbrlab.core.hosts import LocalHost, SSHHost
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run import record, sender
 from bbrlab.run.linkcheck import validate as validate_link
 from bbrlab.run.runner import Runner, run_once
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -14,10 +14,10 @@ import threading
 import pytest
 
 from bbrlab.core.ownedpids import KILL_OURS_SH
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import SAMPLE_FILES, run_once
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

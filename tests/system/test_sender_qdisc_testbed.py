@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import senderqdisc
 from bbrlab.run.runner import run_once
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -32,12 +32,12 @@ from pathlib import Path
 import pytest
 
 from bbrlab.core.hostloop import RUNNING_SH
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as link
 from bbrlab.run import iperf
 from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
 from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.scenario.scenario import Link
 from tests.sampler_compare import (
     IDLE_FIELDS,
     MONOTONE,
@@ -499,8 +499,8 @@ def test_deploy_copies_only_when_the_hash_differs(testbed, deployed, deployed_bp
 def test_sampled_run_through_the_run_path(testbed, tmp_path, kind):
     """The done-when criterion: 10 s at 100 % share sampled at 10 ms holds >= 500 samples; the record says
     which sampler (and binary) took them, the achieved interval, missed ticks and CPU per sample."""
-    from bbrlab.core.scenario import Contention, Flow, IperfParams, Scenario
     from bbrlab.run.runner import run_once
+    from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Scenario
 
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=100), Contention(10, 100),
                         Flow("bbr", IperfParams(duration_s=10), sample_ms=10, sampler=kind))

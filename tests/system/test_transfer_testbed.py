@@ -31,9 +31,9 @@ from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.contention.deadline import show_policies
 from bbrlab.core.hosts import SSHHost
-from bbrlab.core.scenario import Contention, Flow, Link, RsyncParams, Scenario
 from bbrlab.link import emulator as link
 from bbrlab.run.runner import Runner, run_once
+from bbrlab.scenario.scenario import Contention, Flow, Link, RsyncParams, Scenario
 from tests.stalls import run_once_as_a_campaign_would
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output

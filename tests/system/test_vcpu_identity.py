@@ -25,8 +25,8 @@ from bbrlab.contention.sched import SchedPolicy, ThreadReplacedError, sched_geta
 from bbrlab.contention.vcpu import VcpuIdentityError
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run import checks
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.testbed import file as tbfile
 from bbrlab.testbed.roles import from_spec
 from tests.polling import wait_for

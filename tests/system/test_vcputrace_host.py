@@ -17,9 +17,9 @@ import pytest
 from bbrlab.contention.deadline import contended
 from bbrlab.contention.vcpu import qmp_vcpu_threads
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Contention
 from bbrlab.run import recovery
 from bbrlab.sampling import vcputrace
+from bbrlab.scenario.scenario import Contention
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.system

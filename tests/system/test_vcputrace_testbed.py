@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.run.runner import VCPU_FILE, run_once
 from bbrlab.sampling import vcputrace
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import SAMPLER_MAX_PORTS
+from bbrlab.scenario.scenario import SAMPLER_MAX_PORTS
 
 #: The C programs' limits (bbrlab/sampling/native/sampler_common.h, sockdiag_sampler.c, sockbpf_sampler.c).
 MAX_PORTS = SAMPLER_MAX_PORTS

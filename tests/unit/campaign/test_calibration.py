@@ -8,12 +8,12 @@ import pytest
 from bbrlab.campaign import calibrate
 from bbrlab.campaign.calibrate import CalibrationSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import Calibration, CalibrationMismatch, PointKey
+from bbrlab.scenario.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 TESTBED = {"name": "tb", "kind": "local", "accelerator": "tcg", "sender_kernel": "6.1.0-56-amd64",
            "sender_vcpus": 1, "hypervisor": "QEMU 7.2"}

@@ -22,8 +22,8 @@ from bbrlab.campaign.spec import CampaignSpec, check_admission, load_spec
 from bbrlab.contention.limits import KernelLimits, read_kernel_limits
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import LocalHost
-from bbrlab.core.scenario import Link
 from bbrlab.run import record
+from bbrlab.scenario.scenario import Link
 from tests.campaign_runs import writing_run
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output

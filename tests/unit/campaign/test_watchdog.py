@@ -11,7 +11,7 @@ import time
 import pytest
 
 from bbrlab.campaign import watchdog
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 
 def _scenario(duration_s: float = 20, kernel: str | None = None) -> Scenario:

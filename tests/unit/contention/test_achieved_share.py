@@ -15,8 +15,8 @@ from bbrlab.contention.evidence import (
     steal_note,
 )
 from bbrlab.contention.threadstat import ThreadUsage
-from bbrlab.core.scenario import Contention
 from bbrlab.run.runmeta import RunMetadata
+from bbrlab.scenario.scenario import Contention
 
 
 def _thread(tid: int, cpu_s: float, wall_s: float = 4.0, same: bool = True) -> ThreadEvidence:

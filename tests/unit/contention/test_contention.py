@@ -22,8 +22,8 @@ from bbrlab.contention.schedulers import chrt_set_argv, parse_chrt_show, schedul
 from bbrlab.contention.threadstat import ThreadSample, _parse_stat, usage_between
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host
-from bbrlab.core.scenario import Contention
 from bbrlab.core.signals import restore_on_signals
+from bbrlab.scenario.scenario import Contention
 
 LIMITS_2CPU = KernelLimits(period_min_us=100, period_max_us=4_194_304, rt_runtime_us=950_000,
                            rt_period_us=1_000_000, online_cpus=2, kernel_release="6.18")

@@ -13,8 +13,8 @@ from bbrlab.contention import watch
 from bbrlab.contention.evidence import ContentionEvidence, ContentionRecord, Stall, WatchReport
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.core.errors import RunFailed
-from bbrlab.core.scenario import Contention
 from bbrlab.run import checks
+from bbrlab.scenario.scenario import Contention
 
 pytestmark = pytest.mark.mock_only
 

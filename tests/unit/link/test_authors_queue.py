@@ -17,13 +17,13 @@ import pytest
 from bbrlab.core import errors
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.hosts import Host, Result
-from bbrlab.core.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, authors_burst_bytes
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link import bottleneck, offloads
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import Netem, Tbf, build_tree, pyroute2_kwargs, to_tc_argv
 from bbrlab.run import checks
+from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, authors_burst_bytes
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 PORTS = ("eth1", "eth2")  # sender side (ACKs leave here), receiver side (data leaves here)
 DATA = Path(__file__).parents[3] / "data"

@@ -7,8 +7,6 @@ import pytest
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.linksizing import NETEM_MIN_LIMIT_PACKETS
-from bbrlab.core.scenario import Link
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
     Netem,
@@ -20,6 +18,8 @@ from bbrlab.link.qdisc import (
     pyroute2_kwargs,
     to_tc_argv,
 )
+from bbrlab.scenario.linksizing import NETEM_MIN_LIMIT_PACKETS
+from bbrlab.scenario.scenario import Link
 
 PORTS = ("eth1", "eth2")  # sender side (ACKs leave here), receiver side (data leaves here)
 

@@ -12,10 +12,10 @@ import pytest
 from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.core.errors import RunFailed, ValidationError
-from bbrlab.core.scenario import Flow, IperfParams, Link
 from bbrlab.core.signals import Interrupted, interruptible
 from bbrlab.link import counters as link
 from bbrlab.run import checks, record, runmeta
+from bbrlab.scenario.scenario import Flow, IperfParams, Link
 from tests.unit.campaign.test_campaign_spec import spec
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from bbrlab.core.errors import RunFailed
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.link.counters import LinkCounters, QdiscCounters
 from bbrlab.run import checks
 from bbrlab.run.iperf import Interval
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 
 def _intervals(mbit: list[float]) -> list[Interval]:

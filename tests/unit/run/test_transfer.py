@@ -16,8 +16,8 @@ import pytest
 from bbrlab.analysis import data
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import RunFailed, ValidationError
-from bbrlab.core.scenario import Flow, Link, RsyncParams, Scenario
 from bbrlab.run import progress, sshd, transfer
+from bbrlab.scenario.scenario import Flow, Link, RsyncParams, Scenario
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "transfer"
 ROOT = Path(__file__).resolve().parents[3]

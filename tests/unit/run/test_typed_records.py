@@ -27,9 +27,7 @@ from bbrlab.contention.evidence import (
 from bbrlab.contention.sched import SchedPolicy
 from bbrlab.contention.threadstat import ThreadUsage
 from bbrlab.core import recordjson
-from bbrlab.core.cpumodels import CreditParams
 from bbrlab.core.errors import RunFailed
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario
 from bbrlab.core.signals import Interrupted
 from bbrlab.link.counters import LinkRecord, NetemLoss, QdiscCounters
 from bbrlab.run import checks, runmeta
@@ -39,6 +37,8 @@ from bbrlab.sampling import sockdiag
 from bbrlab.sampling.sampler import parse_sampler_footer
 from bbrlab.sampling.sockdiag import Deployed
 from bbrlab.sampling.summary import KEYS, SamplingSummary, summarize
+from bbrlab.scenario.cpumodels import CreditParams
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDS = sorted(ROOT.glob("data/**/record.json"))

@@ -12,9 +12,9 @@ import pytest
 from bbrlab.analysis import records_reader
 from bbrlab.analysis.tables import BOTTLENECK_COLUMNS, RunRows, build_tables
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Flow
 from bbrlab.sampling import bottleneck
 from bbrlab.sampling.sockdiag import build
+from bbrlab.scenario.scenario import Flow
 
 # bbrlab's tree: netem 1: at the root, tbf 2: below it; two samples 5 ms apart
 LOG = """# bbrlab-qdisc-sampler format=1 interval_ns=5000000 stop_after_s=36 ifname=eth2 ifindex=3 pid=7 t0_ns=1

@@ -11,7 +11,9 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import (
+from bbrlab.sampling import sampler as sampling
+from bbrlab.sampling.sockdiag import check_ports
+from bbrlab.scenario.scenario import (
     MAX_SAMPLE_RECORDS,
     SAMPLE_RECORD_BYTES,
     SAMPLER_MAX_PORTS,
@@ -19,8 +21,6 @@ from bbrlab.core.scenario import (
     IperfParams,
     RsyncParams,
 )
-from bbrlab.sampling import sampler as sampling
-from bbrlab.sampling.sockdiag import check_ports
 
 NATIVE = Path(sampling.__file__).parent / "native"
 

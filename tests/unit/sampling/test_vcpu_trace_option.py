@@ -7,8 +7,8 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
 from bbrlab.run.runner import traces_vcpu
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 
 def test_auto_leaves_the_flow_and_its_run_id_as_before():

@@ -1,5 +1,5 @@
 """The numbers behind the emulator's queues and token bucket: the constants of both queue trees and the
-sizes that take plain numbers. :class:`~bbrlab.core.link.Link` computes a link's sizes from them and refuses,
+sizes that take plain numbers. :class:`~bbrlab.scenario.link.Link` computes a link's sizes from them and refuses,
 when it is made, a link whose queues the kernel could not hold.
 
 The reasons for each size (netem's limit never drops; the bucket covers a late watchdog; unshaped links
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 #: Bytes a full-size frame takes in the bottleneck queue: the IP MTU plus the Ethernet header (tbf's bfifo
 #: counts every frame with its Ethernet header).
@@ -26,7 +26,7 @@ ETHERNET_HEADER_BYTES = 14
 #: is a link that drops whenever two packets meet; bbrlab asks for room for two.
 MIN_QUEUE_FRAMES = 2
 #: The largest buffer in BDP bbrlab sets in any case; larger ones up to the authors' queue are allowed too
-#: (:meth:`~bbrlab.core.link.Link.max_buffer_bdp`).
+#: (:meth:`~bbrlab.scenario.link.Link.max_buffer_bdp`).
 MAX_BUFFER_BDP = 1000
 #: tbf's limit is a 32-bit count of bytes.
 MAX_QUEUE_BYTES = 2**32 - 1

@@ -3,7 +3,8 @@ measured all the same (by :mod:`bbrlab.contention.deadline`'s session, which app
 
 from __future__ import annotations
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
+
 from .base import UNUSED_TIMESLICE_MS, NoParams
 
 

@@ -1,15 +1,16 @@
 """``credit``: a credit balance as burstable cloud instances have it (applied by :mod:`bbrlab.contention.credit`):
 full CPU while the balance lasts, credit earned at the baseline share (``cpu_share_pct``) and spent by the CPU
 used; once spent, the quota drops to the baseline (share x ``period_ms``), and full CPU comes back once
-:data:`~bbrlab.core.contention_models.CREDIT_REARM_FRACTION` of ``credit_s`` is earned again. ``credit_s``
+:data:`~bbrlab.scenario.contention_models.CREDIT_REARM_FRACTION` of ``credit_s`` is earned again. ``credit_s``
 [CPU-seconds] is the balance at the start and its cap."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bbrlab.core.errors import ValidationError
+
 from ..contention_models import CFS_DEFAULT_PERIOD_MS, CREDIT_MAX_S
-from ..errors import ValidationError
 from .base import number
 from .cfs_quota import check_period
 
@@ -33,7 +34,7 @@ class Credit:
 
     def validate(self, share_pct: float, timeslice_ms: float, params: CreditParams) -> None:
         """The period as cfs-quota's (a baseline below 100 % needs a quota of at least 1 ms), then
-        0 < credit_s <= :data:`~bbrlab.core.contention_models.CREDIT_MAX_S`."""
+        0 < credit_s <= :data:`~bbrlab.scenario.contention_models.CREDIT_MAX_S`."""
         check_period(share_pct, params.period_ms)
         credit = number("contention.credit_s", params.credit_s)
         if not 0 < credit <= CREDIT_MAX_S:

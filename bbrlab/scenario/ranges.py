@@ -3,7 +3,7 @@ range with its unit, so a bad spec is refused before anything on the testbed cha
 
 from __future__ import annotations
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 
 def check_range(field_name: str, value, lo, hi, *, lo_open=False, hi_open=False, unit="") -> None:

@@ -17,10 +17,10 @@ from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.cli import link as cli_link
 from bbrlab.cli.main import main
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.linksizing import BufferBelowMinimum
-from bbrlab.core.scenario import Link
 from bbrlab.link.counters import LinkCounters, LinkRecord, QueueHeld, QueueInForce, effective_queue
 from bbrlab.link.qdisc import build_tree
+from bbrlab.scenario.linksizing import BufferBelowMinimum
+from bbrlab.scenario.scenario import Link
 
 PORTS = ("eth1", "eth2")
 

@@ -1,7 +1,7 @@
 """The contention models' constants: the kernel's limits for a CFS period and quota, the credit model's
 balance, rearm fraction and tick, competing-load's thread count (:func:`load_threads`).
 
-The models themselves (their names, parameters and checks) are :mod:`bbrlab.core.cpumodels`, one module each.
+The models themselves (their names, parameters and checks) are :mod:`bbrlab.scenario.cpumodels`, one module each.
 This module stays a leaf of the standard library alone: tests/system/test_cgroup_v2_guest.py copies it into a
 guest beside :mod:`bbrlab.contention.creditbalance`, which reads the credit constants from here.
 """

@@ -3,10 +3,10 @@
 Each model module holds the model's parameters (a frozen dataclass of its own fields only), their checks, its
 run-id tag and the flags other rooms ask (:class:`~.base.ContentionModel`): ``deadline`` (the default),
 ``cfs-quota``, ``cfs-burst``, ``credit``, ``competing-load``, ``none``. This is the scenario's side, in
-:mod:`bbrlab.core` so that :class:`~bbrlab.core.scenario.Contention` validates without importing
+:mod:`bbrlab.core` so that :class:`~bbrlab.scenario.scenario.Contention` validates without importing
 :mod:`bbrlab.contention`; how each model is applied, read back, watched, evidenced, restored and recovered is its
 session's, registered under the same names in :data:`bbrlab.contention.models.SESSIONS`. The kernel's limits and
-the constants the credit controller shares with a guest stay in :mod:`bbrlab.core.contention_models` (a module of
+the constants the credit controller shares with a guest stay in :mod:`bbrlab.scenario.contention_models` (a module of
 the standard library alone, copied into a guest by tests/system/test_cgroup_v2_guest.py).
 
 A record keeps a contention flat (``period_ms`` beside ``timeslice_ms``): :func:`params_of` turns those flat
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, fields
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
+
 from . import cfs_burst, cfs_quota, competing_load, credit, deadline, none
 from .base import UNUSED_TIMESLICE_MS, ContentionModel, NoParams  # noqa: F401 - known from here
 from .cfs_burst import BurstParams  # noqa: F401

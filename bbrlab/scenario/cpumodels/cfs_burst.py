@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bbrlab.core.errors import ValidationError
+
 from ..contention_models import CFS_DEFAULT_PERIOD_MS
-from ..errors import ValidationError
 from .base import number
 from .cfs_quota import check_period
 

@@ -11,11 +11,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from bbrlab.core.errors import ValidationError
+
 from . import competition, cpumodels
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
 from .contention_models import load_threads
 from .cpumodels import DEFAULT_MODEL, ContentionModel
-from .errors import ValidationError
 from .link import Link
 from .ranges import check_range as _check_range
 from .workload_params import (  # noqa: F401 - the workloads' parameters, re-exported where Flow is
@@ -46,7 +47,7 @@ def _check_contention_ranges(timeslice_ms, share_pct) -> None:
 
 @dataclass(frozen=True)
 class Contention:
-    """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.core.cpumodels`, one module each)
+    """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.scenario.cpumodels`, one module each)
     with ``params``, that model's own parameters (its ``params_type``; None: the model's defaults).
 
     ``deadline`` (default): SCHED_DEADLINE, runtime = deadline = timeslice, period = timeslice / share.
@@ -96,7 +97,7 @@ class Contention:
 
     @property
     def kind(self) -> ContentionModel:
-        """The model (:data:`bbrlab.core.cpumodels.MODELS`): its checks and what it is."""
+        """The model (:data:`bbrlab.scenario.cpumodels.MODELS`): its checks and what it is."""
         return cpumodels.MODELS[self.model]
 
     @property
@@ -156,7 +157,7 @@ from .sampling_limits import (  # noqa: E402,F401 - re-exported: the limits belo
 class Flow:
     """What the (contended) sender sends to the receiver: the workload, its parameters, its congestion control.
 
-    ``params`` is the workload's parameters object (:mod:`bbrlab.core.workload_params`): :class:`IperfParams`
+    ``params`` is the workload's parameters object (:mod:`bbrlab.scenario.workload_params`): :class:`IperfParams`
     (the default: a bulk transfer of ``duration_s`` over ``streams`` connections) or :class:`RsyncParams` (one
     incompressible file of ``file_mb`` copied over one SSH connection, ended after ``transfer_timeout_s``; see
     :mod:`bbrlab.run.transfer`). :meth:`to_dict` writes them in the flat form records have always had, and
@@ -200,7 +201,7 @@ class Flow:
         check_cca(self.cca, "flow.cca")
         if not is_params(self.params):
             raise ValidationError("flow.params", self.params,
-                                  f"the parameters of one of {', '.join(WORKLOADS)} (bbrlab.core.workload_params)")
+                                  f"the parameters of one of {', '.join(WORKLOADS)} (bbrlab.scenario.workload_params)")
         if self.sample_ms is not None:
             if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
                 raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
@@ -259,7 +260,7 @@ SCENARIO_SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class Scenario:
     """One run: link x contention x flow x repetition index; the sender's qdisc and flows beside the flow
-    (:mod:`bbrlab.core.competition`)."""
+    (:mod:`bbrlab.scenario.competition`)."""
 
     link: Link
     contention: Contention

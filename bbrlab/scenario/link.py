@@ -2,7 +2,7 @@
 (the BDP, the bottleneck queue in bytes) and how large the emulator's queues and token bucket are for it,
 checked against what the kernel's fields can hold when the link is made.
 
-The sizes' constants and the reasons for them are in :mod:`bbrlab.core.linksizing` (numbers only) and
+The sizes' constants and the reasons for them are in :mod:`bbrlab.scenario.linksizing` (numbers only) and
 :mod:`bbrlab.link.qdisc` (which builds the qdiscs from these sizes). Imports nothing of bbrlab but
 ``core``'s errors, range check and sizing constants.
 """
@@ -13,7 +13,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
+
 from .linksizing import (
     AUTHORS_BURST_BYTES_PER_MBIT,
     AUTHORS_NETEM_LIMIT_PACKETS,

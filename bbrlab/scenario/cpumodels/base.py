@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 #: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable [ms].
 UNUSED_TIMESLICE_MS = 1.0
@@ -40,7 +40,7 @@ class ContentionModel(Protocol):
     uses_cgroup: ClassVar[bool]
     #: Applied on the machine that runs the testbed only (cgroups, busy loops), not on another hypervisor host.
     local_only: ClassVar[bool]
-    #: Busy threads compete with the vCPU thread (:attr:`bbrlab.core.scenario.Contention.load_threads`).
+    #: Busy threads compete with the vCPU thread (:attr:`bbrlab.scenario.scenario.Contention.load_threads`).
     adds_load: ClassVar[bool]
     #: The share this model always runs at (none: 100), or None when a spec crosses it with its shares.
     fixed_share_pct: ClassVar[float | None]

@@ -1,8 +1,8 @@
 import pytest
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, Scenario, check_cca
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario, check_cca
 
 
 @pytest.mark.parametrize("text,ms", [("20ms", 20), ("0.5s", 500), ("500us", 0.5), (7, 7), ("1e1ms", 10)])

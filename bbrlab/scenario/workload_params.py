@@ -1,6 +1,6 @@
 """What a flow's workload is asked to do: one frozen parameters type per workload, found by its name.
 
-A :class:`~bbrlab.core.scenario.Flow` carries one parameters object (``flow.params``) and no fields of the
+A :class:`~bbrlab.scenario.scenario.Flow` carries one parameters object (``flow.params``) and no fields of the
 other workloads. :data:`PARAMS` maps each workload's name to its type; :mod:`bbrlab.run.workloads` runs them,
 keyed by the same names. The flow's record keeps the flat form it always had (``duration_s``, ``streams``;
 ``workload``, ``file_mb``, ``transfer_timeout_s``): :func:`params_of` reads it, and accepts another
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import ClassVar, Protocol
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
+
 from .ranges import check_range
 
 DEFAULT_FILE_MB = 160
@@ -29,7 +30,7 @@ class WorkloadParams(Protocol):
     name: ClassVar[str]
     #: The run id's prefix for this workload (empty for the default, so its ids are as before).
     id_prefix: ClassVar[str]
-    #: Whether extra flows (:mod:`bbrlab.core.competition`) may run beside it.
+    #: Whether extra flows (:mod:`bbrlab.scenario.competition`) may run beside it.
     competes: ClassVar[bool]
     #: Other workloads' fields the record may hold for this one: ``{field: (the only value, why)}``.
     fixed: ClassVar[dict[str, tuple[object, str]]]

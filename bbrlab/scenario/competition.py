@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
-#: As :data:`bbrlab.core.scenario.CCA_NAME` (which imports this module).
+#: As :data:`bbrlab.scenario.scenario.CCA_NAME` (which imports this module).
 CCA_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")
 
 #: The sender qdiscs a scenario can ask for.

@@ -1,11 +1,12 @@
 """``competing-load``: ``n`` CPU-bound threads pinned to the vCPU thread's CPU under the fair scheduler, equal
-weights, so the vCPU gets 1 / (n + 1) of it (:func:`~bbrlab.core.contention_models.load_threads`; applied by
+weights, so the vCPU gets 1 / (n + 1) of it (:func:`~bbrlab.scenario.contention_models.load_threads`; applied by
 :mod:`bbrlab.contention.load`). No parameters of its own: the share sets ``n``."""
 
 from __future__ import annotations
 
+from bbrlab.core.errors import ValidationError
+
 from ..contention_models import MAX_LOAD_THREADS, load_threads
-from ..errors import ValidationError
 from .base import UNUSED_TIMESLICE_MS, NoParams
 
 
@@ -19,7 +20,7 @@ class CompetingLoad:
     spec_keys, own_shares_key = (), None
 
     def validate(self, share_pct: float, timeslice_ms: float, params: NoParams) -> None:
-        """Below 100 %: a share that needs 1 to :data:`~bbrlab.core.contention_models.MAX_LOAD_THREADS` threads."""
+        """Below 100 %: a share that needs 1 to :data:`~bbrlab.scenario.contention_models.MAX_LOAD_THREADS` threads."""
         if share_pct >= 100:
             return
         n = load_threads(share_pct)

@@ -4,7 +4,7 @@ import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, IperfParams, Link, RsyncParams, Scenario
+from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, RsyncParams, Scenario
 
 BASE = dict(name="pair", ccas=["bbr", "bbr2b"], timeslices_ms=[10], cpu_shares_pct=[50, 100], rtts_ms=[20],
             rates_mbit=[20], repetitions=2, duration_s=30)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bbrlab.core.errors import ValidationError
+
 from ..contention_models import CFS_DEFAULT_PERIOD_MS, CFS_PERIOD_MAX_MS, CFS_PERIOD_MIN_MS, CFS_QUOTA_MIN_MS
-from ..errors import ValidationError
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ and the runtime (applied by :mod:`bbrlab.contention.deadline`)."""
 
 from __future__ import annotations
 
-from ..errors import ValidationError
+from bbrlab.core.errors import ValidationError
+
 from .base import NoParams
 
 #: Limits the kernel applies to SCHED_DEADLINE (defaults of sched_deadline_period_{min,max}_us).

@@ -1,11 +1,11 @@
 """How much a flow may sample: the socket samplers on offer, how many sockets they watch, how many samples a run
-may take, and the bottleneck queue's sampling interval (re-exported by :mod:`bbrlab.core.scenario`)."""
+may take, and the bottleneck queue's sampling interval (re-exported by :mod:`bbrlab.scenario.scenario`)."""
 
 from __future__ import annotations
 
 import math
 
-from .errors import ValidationError
+from bbrlab.core.errors import ValidationError
 
 #: Socket samplers a flow can ask for: the in-kernel BPF program, the persistent netlink (inet_diag) client,
 #: or the ``ss`` fork loop (kept for cross-checks). benchmarks/sampling.py measured what each costs.

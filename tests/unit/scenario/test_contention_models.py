@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from bbrlab.campaign.spec import CampaignSpec
-from bbrlab.core.contention_models import load_share_pct, load_threads
-from bbrlab.core.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.core.errors import ValidationError
-from bbrlab.core.scenario import Contention, Flow, Link, Scenario
+from bbrlab.scenario.contention_models import load_share_pct, load_threads
+from bbrlab.scenario.cpumodels import BurstParams, CfsParams, CreditParams
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 SPEC = {"name": "m", "ccas": ["cubic"], "timeslices_ms": [1, 10], "cpu_shares_pct": [25, 50], "rtts_ms": [10],
         "rates_mbit": [100], "repetitions": 1}

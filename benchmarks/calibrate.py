@@ -21,7 +21,7 @@ import time
 
 def main() -> None:
     import bbrlab.testbed as tbmod
-    from bbrlab.campaign.calibrate import calibrate, format_grid, host_load
+    from bbrlab.calibration.calibrate import calibrate, format_grid, host_load
     from bbrlab.campaign.spec import load_spec
     from bbrlab.demo import DEMO_SPECS, calibration_spec
     from bbrlab.run.runner import Runner

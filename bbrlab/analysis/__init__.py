@@ -3,7 +3,7 @@
 (``records_reader``, ``authors``), run identity (``identity``), the figures (``plots``), the paper's claims
 (``fidelity``), interactive picking (``explore``) and the host's load during a folder's runs (``hostload``).
 
-May import: ``bbrlab.core``, ``bbrlab.scenario``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.link``, ``bbrlab.run``,
-``bbrlab.campaign`` (the typed run record and its parts, the samplers' files, the calibration and search formats).
-Never ``cli``.
+May import: ``bbrlab.core``, ``bbrlab.scenario``, ``bbrlab.sampling``, ``bbrlab.contention``, ``bbrlab.link``,
+``bbrlab.run``, ``bbrlab.campaign``, ``bbrlab.calibration`` (the typed run record and its parts, the samplers' files,
+the search's decisions, the ceilings). Never ``cli``.
 """

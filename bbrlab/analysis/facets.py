@@ -357,7 +357,7 @@ def facet_lines(runs: pd.DataFrame, *, x: str, value: str, hue: str, row: str | 
     (:data:`BAND_SHOWS`, the legend says the level reached, :func:`band_title`; the table also keeps the interquartile range, ``q25``/``q75``); ``'std'`` the standard
     deviation. A title, when given, is followed by what the band shows.
     ``logy``, ``logx``: logarithmic axes.
-    ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.campaign.calibrate`)
+    ``ceiling`` also draws the sender's CPU ceiling (column ``ceiling_mbit``, see :mod:`bbrlab.calibration.calibrate`)
     when ``value`` is the throughput and the runs carry one (:func:`ceiling_lines`).
     Returns (figure, summary table).
     """

@@ -16,7 +16,7 @@ measures the sender's CPU, not its congestion control, so no claim is judged on 
 (:func:`split_by_ceiling`). Each claim lists the points it set aside and why (``set_aside``); points
 without a ceiling (no calibration) are judged as they are, and :func:`testbed_note` says how many. Points
 whose runs carried MORE than their ceiling (the ceiling does not bound them) are counted there too and
-listed in the report (:mod:`bbrlab.analysis.ceiling_check`).
+listed in the report (:mod:`bbrlab.calibration.check`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bbrlab.calibration.check import ceiling_exceeded, report_lines
 from bbrlab.scenario.workload_params import IperfParams
 
 from . import confidence_report, evidence, paper_setup, runkey
-from .ceiling_check import ceiling_exceeded, report_lines
 from .data import select
 from .paper_claims import (
     LOW_SHARES_PCT,
@@ -294,7 +294,7 @@ def write_report(table: pd.DataFrame, note: str, out_dir, runs: pd.DataFrame | N
     out_dir : str or pathlib.Path
     runs : pandas.DataFrame, optional
         The ``runs`` judged: the report then also lists the points whose runs exceed their CPU ceiling
-        (:func:`bbrlab.analysis.ceiling_check.ceiling_exceeded`), each recovery threshold with its interval and
+        (:func:`bbrlab.calibration.check.ceiling_exceeded`), each recovery threshold with its interval and
         patched against original at every point (:mod:`bbrlab.analysis.confidence_report`), on the runs the
         throughput claims judge (:func:`confidence_tables`).
     data_dir : str or pathlib.Path, optional

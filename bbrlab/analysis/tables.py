@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from bbrlab.calibration.check import above_ceiling
 from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
@@ -24,7 +25,6 @@ from bbrlab.scenario.cpumodels import none as no_contention
 from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
 from . import evidence
-from .ceiling_check import above_ceiling
 from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, MACHINE_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
 from .frames import frame_of_parts, normalise_frame, untyped
 from .runkey import RUN_KEY
@@ -265,7 +265,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            "calibrate; docs/calibration.md); missing without a calibration [Mbit/s]",
            lambda v: _ceiling_mbit(v.meta)),
     Column("above_ceiling", "boolean", "the run's throughput exceeds its ceiling_mbit: the ceiling does not bound "
-           "it (bbrlab.analysis.ceiling_check); <NA> without a ceiling or a throughput",
+           "it (bbrlab.calibration.check); <NA> without a ceiling or a throughput",
            lambda v: above_ceiling(v.summary.get("throughput_mbit"), _ceiling_mbit(v.meta))),
     Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
            "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",

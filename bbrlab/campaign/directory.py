@@ -40,7 +40,7 @@ SPEC_FILE = "spec.yaml"
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".lock"
 SET_ASIDE = "set-aside"
-#: What ``bbrlab calibrate --out DIR`` leaves for the campaign that follows it (bbrlab.run.ceiling, bbrlab.campaign.calibrate).
+#: What ``bbrlab calibrate --out DIR`` leaves for the campaign that follows it (bbrlab.run.ceiling, bbrlab.calibration.calibrate).
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_DIR = "calibration"
 #: What a campaign leaves in its directory before ``plan.json`` exists (a crash between the two writes).
@@ -195,7 +195,7 @@ def repair(out_dir: str | Path, run_ids: list[str], say: Callable[[str], None] =
 
 class Planned(Protocol):
     """What the campaign directory and the run loop need of a spec: a :class:`~bbrlab.campaign.spec.CampaignSpec`, or another
-    plan of scenarios such as :class:`bbrlab.campaign.calibrate.CalibrationSpec` (whose points are not a full grid).
+    plan of scenarios such as :class:`bbrlab.calibration.calibrate.CalibrationSpec` (whose points are not a full grid).
     ``to_dict()`` is written as ``spec.yaml`` and must hold ``max_attempts``."""
 
     name: str

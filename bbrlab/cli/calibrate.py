@@ -68,8 +68,8 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    """The :class:`~bbrlab.campaign.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
-    from bbrlab.campaign.calibrate import CalibrationSpec
+    """The :class:`~bbrlab.calibration.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
+    from bbrlab.calibration.calibrate import CalibrationSpec
     from bbrlab.campaign.spec import load_spec
     from bbrlab.core.errors import ValidationError
 
@@ -99,7 +99,7 @@ def run(args) -> int:
     """``bbrlab calibrate``: print a calibration's grid (``--show``) or the plan (``--plan``), or measure the
     ceilings into ``--out``/calibration.json. Returns 0, or 1 when a point got no ceiling because every run
     there failed."""
-    from bbrlab.campaign.calibrate import format_grid
+    from bbrlab.calibration.calibrate import format_grid
     from bbrlab.core.errors import ValidationError
     from bbrlab.run import ceiling
 
@@ -124,7 +124,7 @@ def run(args) -> int:
 def _measure(args, spec, target: str | None) -> int:
     from tqdm import tqdm
 
-    from bbrlab.campaign.calibrate import calibrate, format_grid
+    from bbrlab.calibration.calibrate import calibrate, format_grid
     from bbrlab.run.runner import Runner
     from bbrlab.testbed.target import resolve
 

@@ -5,7 +5,7 @@ that runs the sender VM. The emulator forwards every packet, and under QEMU TCG 
 far more CPU per packet than a real router, so it can be the limit of a fast transfer; the sender's
 hypervisor host also runs QEMU's I/O threads (and, on the local testbed, the emulator and whatever else the
 machine does). When either was busy nearly all the time, a throughput says more about it than about the
-sender's congestion control (see :mod:`bbrlab.campaign.calibrate`).
+sender's congestion control (see :mod:`bbrlab.calibration.calibrate`).
 
 ``/proc/stat`` counts, per CPU, the clock ticks spent in user, nice, system, idle, iowait, irq,
 softirq and steal time; busy is everything but idle and iowait. Forwarding happens in softirq, which is

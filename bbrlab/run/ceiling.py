@@ -6,7 +6,7 @@ run never takes a deadline ceiling; at 100 % share every model is the same uncon
 
 A ceiling is what the contended sender can carry at all: the median throughput of the least CPU-limited
 configuration (Cubic, the better of one and several streams, an unshaped link with the point's RTT),
-measured by :mod:`bbrlab.campaign.calibrate`. A run whose link rate is at or above the ceiling of its point
+measured by :mod:`bbrlab.calibration.calibrate`. A run whose link rate is at or above the ceiling of its point
 measures the sender's CPU, not its congestion control.
 
 This module is the file and its use: the schema (:data:`SCHEMA`), reading and writing, finding the point
@@ -49,7 +49,7 @@ MAX_FILE_BYTES = 16 << 20
 #: What must be equal between the calibration's testbed and the one a run uses.
 IDENTITY = ("name", "kind", "accelerator", "sender_kernel", "sender_vcpus")
 #: What a point's ``limit`` names, joined with " and " when several were saturated, or "undetermined"
-#: (see :func:`bbrlab.campaign.calibrate.classify_limit`).
+#: (see :func:`bbrlab.calibration.calibrate.classify_limit`).
 LIMITS = ("sender-cpu", "emulator", "host-cpu")
 
 

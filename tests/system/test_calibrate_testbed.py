@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bbrlab.analysis import data
-from bbrlab.campaign import calibrate
+from bbrlab.calibration import calibrate
 from bbrlab.link import emulator as link
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bbrlab.campaign import calibrate
-from bbrlab.campaign.calibrate import CalibrationSpec
+from bbrlab.calibration import calibrate
+from bbrlab.calibration.calibrate import CalibrationSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from bbrlab.analysis import data, fidelity
-from bbrlab.analysis.ceiling_check import above_ceiling, ceiling_exceeded, report_lines
-from bbrlab.campaign import ceilings
-from bbrlab.campaign.calibrate import CalibrationSpec
+from bbrlab.calibration import ceilings
+from bbrlab.calibration.calibrate import CalibrationSpec
+from bbrlab.calibration.check import above_ceiling, ceiling_exceeded, report_lines
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run.ceiling import PointKey, load
-from tests.unit.campaign.test_calibration import TESTBED, _write_runs
+from tests.unit.calibration.test_calibration import TESTBED, _write_runs
 
 DEMO = Path(__file__).parents[3] / "data" / "demo"
 

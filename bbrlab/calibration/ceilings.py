@@ -1,6 +1,6 @@
 """Turning calibration runs into ceilings (``calibration.json``): the statistic, and which limit each point measured.
 
-The runs themselves are planned and measured by :mod:`bbrlab.campaign.calibrate`. Here they are summarised:
+The runs themselves are planned and measured by :mod:`bbrlab.calibration.calibrate`. Here they are summarised:
 
 The ceiling of a point is an UPPER bound of what the contended sender carried: the highest receiver
 throughput of any of its runs, of the stream count that reached it (:data:`CEILING_STATISTIC`). It used to be
@@ -34,10 +34,10 @@ from bbrlab.run import record as rec
 from bbrlab.run.ceiling import IDENTITY, Calibration, CalibrationMismatch, CeilingPoint, PointKey
 from bbrlab.scenario.scenario import Scenario
 
-from .calibration_plan import CCA
+from .plan import CCA
 
 if TYPE_CHECKING:
-    from .calibration_plan import CalibrationSpec
+    from .plan import CalibrationSpec
 
 #: Above this share of the time wanting the CPU, the sender is the limit.
 SENDER_BOUND_DEMAND_PCT = 90.0

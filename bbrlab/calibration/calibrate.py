@@ -9,7 +9,7 @@ recorded by the campaign engine, opened the one way a campaign is opened on one 
 (:func:`bbrlab.campaign.single.run_on_testbed`), in ``DIR/calibration/<key>/``, so a calibration resumes after a
 crash and every number in ``DIR/calibration.json`` can be traced to its runs. How
 the runs become ceilings (the highest throughput of any run, an upper bound) and which limit each point
-measured is :mod:`bbrlab.campaign.ceilings`.
+measured is :mod:`bbrlab.calibration.ceilings`.
 
 Another contention model than deadline (cfs-quota, cfs-burst, credit, competing-load) is calibrated at its own
 points (``model_contentions``, keyed by the model and its parameters: ``cfs100ms-sh25-rtt20ms``), applied as the
@@ -21,7 +21,7 @@ transfer with no qdisc at all on the emulator (RTT 0), to tell what netem itself
 
 API::
 
-    from bbrlab.campaign import calibrate
+    from bbrlab.calibration import calibrate
     spec = calibrate.CalibrationSpec.for_campaign(load_spec("specs/demo.yaml"))
     cal = calibrate.calibrate(testbed, spec, "runs/demo")      # writes runs/demo/calibration.json
     cal.find(PointKey.of(10, 25, 20)).ceiling_mbit
@@ -34,14 +34,14 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from bbrlab.campaign.options import CampaignOptions
+from bbrlab.campaign.sameness import testbed_differences
+from bbrlab.campaign.single import run_on_testbed
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import FILE_NAME, Calibration
 from bbrlab.run.runner import Runner
 
-from .calibration_plan import (
-    CalibrationSpec,
-)  # noqa: F401 - the plan, reached through this module
 from .ceilings import (  # noqa: F401 - the summary's API, also reached through this module
     BUSY_PCT,
     CCA,
@@ -57,9 +57,9 @@ from .ceilings import (  # noqa: F401 - the summary's API, also reached through 
     summarise,
     summarise_point,
 )
-from .options import CampaignOptions
-from .sameness import testbed_differences
-from .single import run_on_testbed
+from .plan import (
+    CalibrationSpec,
+)  # noqa: F401 - the plan, reached through this module
 
 #: Folder of the calibration runs inside the campaign directory (one sub-folder per testbed and grid).
 RUNS_FOLDER = "calibration"
@@ -139,9 +139,8 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
 
 def _complete_calibration(out: Path, runs_dir: Path) -> Calibration | None:
     """The calibration file in ``out`` when it summarises ``runs_dir`` and nothing is left to run there."""
+    from bbrlab.campaign.directory import status
     from bbrlab.run.ceiling import load
-
-    from .directory import status
 
     path = out / FILE_NAME
     if not path.is_file() or not (runs_dir / "plan.json").is_file():

@@ -1,6 +1,6 @@
 """The plan of a calibration (:class:`CalibrationSpec`): which points (timeslice x share x RTT, and other
-models' contentions x RTT) are run, how often, for how long, in which order. :mod:`bbrlab.campaign.calibrate`
-runs it and :mod:`bbrlab.campaign.ceilings` turns its runs into ceilings; both read it from here.
+models' contentions x RTT) are run, how often, for how long, in which order. :mod:`bbrlab.calibration.calibrate`
+runs it and :mod:`bbrlab.calibration.ceilings` turns its runs into ceilings; both read it from here.
 """
 
 from __future__ import annotations

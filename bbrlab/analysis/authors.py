@@ -71,7 +71,7 @@ from bbrlab.core.errors import ValidationError
 from bbrlab.core.units import parse_percent, parse_rate_mbit, parse_time_ms
 from bbrlab.sampling.ss import parse_ss_line
 from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, authors_queue_bytes
-from bbrlab.scenario.workload_params import IperfParams
+from bbrlab.scenario.workloads import IperfParams
 
 from . import identity
 from .records_reader import iperf_intervals, iperf_summary

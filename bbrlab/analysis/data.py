@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from bbrlab.core.errors import BbrlabError
-from bbrlab.scenario.workload_params import RsyncParams
+from bbrlab.scenario.workloads import RsyncParams
 
 from . import authors, records_reader, runkey
 from .stats import BlockedInterval, blocked_median_interval, median_interval

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from bbrlab.calibration.check import ceiling_exceeded, report_lines
-from bbrlab.scenario.workload_params import IperfParams
+from bbrlab.scenario.workloads import IperfParams
 
 from . import confidence_report, evidence, paper_setup, runkey
 from .data import select

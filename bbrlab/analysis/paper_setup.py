@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bbrlab.scenario.workload_params import IperfParams
+from bbrlab.scenario.workloads import IperfParams
 
 from . import runkey
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
 
-from bbrlab.scenario.workload_params import RsyncParams
+from bbrlab.scenario.workloads import RsyncParams
 
 from . import evidence
 from .data import summarise

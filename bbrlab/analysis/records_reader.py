@@ -25,7 +25,7 @@ from bbrlab.run import clocks
 from bbrlab.run.runrecord import metadata_of
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
-from bbrlab.scenario.workload_params import DEFAULT_WORKLOAD, IperfParams, RsyncParams
+from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, IperfParams, RsyncParams
 
 from . import evidence, fairness, heap, identity
 from .columns import VCPU_SCHEMA

@@ -29,7 +29,7 @@ from pathlib import Path
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record as rec
 from bbrlab.scenario.scenario import Scenario
-from bbrlab.scenario.workload_params import DEFAULT_WORKLOAD
+from bbrlab.scenario.workloads import DEFAULT_WORKLOAD
 
 from .adaptive import needs_more
 

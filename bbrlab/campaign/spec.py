@@ -98,7 +98,7 @@ from bbrlab.scenario.scenario import (
     WorkloadParams,
     check_cca,
 )
-from bbrlab.scenario.workload_params import params_of, params_type
+from bbrlab.scenario.workloads import params_of, params_type
 
 from .blocks import check_blocks
 from .hostguard import HostGuard
@@ -245,7 +245,7 @@ class CampaignSpec:
                     self.bottleneck_ms)
 
     def workload_params(self, workload: str, streams: int = 1) -> WorkloadParams:
-        """The parameters of ``workload`` (found by name, :data:`bbrlab.scenario.workload_params.PARAMS`) with
+        """The parameters of ``workload`` (found by name, :data:`bbrlab.scenario.workloads.PARAMS`) with
         ``streams``: the spec's keys of the same names (iperf3's ``duration_s``; rsync's ``file_mb`` and
         ``transfer_timeout_s``)."""
         own = {f.name: getattr(self, f.name) for f in fields(params_type(workload)) if f.name != "streams"}

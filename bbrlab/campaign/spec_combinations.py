@@ -10,7 +10,7 @@ from typing import Protocol
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario, check_sampling_load
-from bbrlab.scenario.workload_params import DEFAULT_WORKLOAD, params_type
+from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, params_type
 
 from .spec_models import check_contentions
 

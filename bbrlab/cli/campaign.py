@@ -22,7 +22,7 @@ from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.single import run_campaign_on
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import BETWEEN_RUNS, Interrupted
-from bbrlab.scenario.workload_params import IperfParams, RsyncParams
+from bbrlab.scenario.workloads import IperfParams, RsyncParams
 
 from .worker import add_tls_options, lab_tls
 

@@ -1,7 +1,7 @@
 """iperf3 as a workload: the bulk transfer of ``duration_s`` over ``streams`` connections (the paper's load).
 
 The steps of :class:`bbrlab.run.workloads.Workload` on the mechanisms of :mod:`bbrlab.run.iperf` (server,
-client, JSON) and :mod:`bbrlab.run.checks`; its parameters are :class:`bbrlab.scenario.workload_params.IperfParams`.
+client, JSON) and :mod:`bbrlab.run.checks`; its parameters are :class:`bbrlab.scenario.workloads.IperfParams`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bbrlab.link.counters import LinkCounters
 from bbrlab.scenario.scenario import Flow, Scenario
-from bbrlab.scenario.workload_params import IperfParams
+from bbrlab.scenario.workloads import IperfParams
 
 from . import checks, iperf
 from . import record as rec

@@ -38,7 +38,7 @@ from bbrlab.core import leftdirs
 from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.scenario.scenario import Flow
-from bbrlab.scenario.workload_params import RsyncParams
+from bbrlab.scenario.workloads import RsyncParams
 
 from . import checks, progress, rxuser, sshd
 from . import record as rec

@@ -16,7 +16,7 @@ Every workload has the same steps, so the run recipe (:mod:`bbrlab.run.runner`) 
 
 :data:`REGISTRY` holds one workload per name, each from its own module (``iperf3``:
 :mod:`bbrlab.run.iperf_workload`, ``rsync``: :mod:`bbrlab.run.transfer`), keyed as the parameters types of
-:data:`bbrlab.scenario.workload_params.PARAMS` are.
+:data:`bbrlab.scenario.workloads.PARAMS` are.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Workload(Protocol):
         """The throughput a committed run in ``run_dir`` measured, in Mbit/s (None: none); may raise on a bad file."""
 
 
-#: Each workload by its name (the names of :data:`bbrlab.scenario.workload_params.PARAMS`).
+#: Each workload by its name (the names of :data:`bbrlab.scenario.workloads.PARAMS`).
 REGISTRY: dict[str, Workload] = {w.name: w for w in (Iperf3(), Rsync())}
 
 

@@ -19,7 +19,7 @@ from .contention_models import load_threads
 from .cpumodels import DEFAULT_MODEL, ContentionModel
 from .link import Link
 from .ranges import check_range as _check_range
-from .workload_params import (  # noqa: F401 - the workloads' parameters, re-exported where Flow is
+from .workloads import (  # noqa: F401 - the workloads' parameters, re-exported where Flow is
     DEFAULT_FILE_MB,
     DEFAULT_TRANSFER_TIMEOUT_S,
     DEFAULT_WORKLOAD,
@@ -157,7 +157,7 @@ from .sampling_limits import (  # noqa: E402,F401 - re-exported: the limits belo
 class Flow:
     """What the (contended) sender sends to the receiver: the workload, its parameters, its congestion control.
 
-    ``params`` is the workload's parameters object (:mod:`bbrlab.scenario.workload_params`): :class:`IperfParams`
+    ``params`` is the workload's parameters object (:mod:`bbrlab.scenario.workloads`): :class:`IperfParams`
     (the default: a bulk transfer of ``duration_s`` over ``streams`` connections) or :class:`RsyncParams` (one
     incompressible file of ``file_mb`` copied over one SSH connection, ended after ``transfer_timeout_s``; see
     :mod:`bbrlab.run.transfer`). :meth:`to_dict` writes them in the flat form records have always had, and
@@ -201,7 +201,7 @@ class Flow:
         check_cca(self.cca, "flow.cca")
         if not is_params(self.params):
             raise ValidationError("flow.params", self.params,
-                                  f"the parameters of one of {', '.join(WORKLOADS)} (bbrlab.scenario.workload_params)")
+                                  f"the parameters of one of {', '.join(WORKLOADS)} (bbrlab.scenario.workloads)")
         if self.sample_ms is not None:
             if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
                 raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")

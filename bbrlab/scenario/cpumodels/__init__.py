@@ -3,7 +3,7 @@
 Each model module holds the model's parameters (a frozen dataclass of its own fields only), their checks, its
 run-id tag and the flags other rooms ask (:class:`~.base.ContentionModel`): ``deadline`` (the default),
 ``cfs-quota``, ``cfs-burst``, ``credit``, ``competing-load``, ``none``. This is the scenario's side, in
-:mod:`bbrlab.core` so that :class:`~bbrlab.scenario.scenario.Contention` validates without importing
+:mod:`bbrlab.scenario` so that :class:`~bbrlab.scenario.scenario.Contention` validates without importing
 :mod:`bbrlab.contention`; how each model is applied, read back, watched, evidenced, restored and recovered is its
 session's, registered under the same names in :data:`bbrlab.contention.models.SESSIONS`. The kernel's limits and
 the constants the credit controller shares with a guest stay in :mod:`bbrlab.scenario.contention_models` (a module of

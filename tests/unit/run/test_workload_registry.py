@@ -5,7 +5,7 @@ import pytest
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import workloads
 from bbrlab.scenario.scenario import Flow
-from bbrlab.scenario.workload_params import PARAMS, IperfParams, RsyncParams, params_of
+from bbrlab.scenario.workloads import PARAMS, IperfParams, RsyncParams, params_of
 
 
 def test_the_parameters_and_the_runners_are_registered_under_the_same_names():

@@ -166,17 +166,21 @@ def test_a_campaign_waits_for_the_testbed_lock_before_it_reads_the_testbed(tmp_p
         proc = subprocess.Popen([sys.executable, "-c", "import sys; from bbrlab.cli.main import main; sys.exit(main())", "campaign", "run", str(spec), "--out",
                                  str(tmp_path / "out"), "--no-progress"], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=4)
-            waited = False
-        except subprocess.TimeoutExpired:
-            waited = True
-        assert waited, f"the campaign read the testbed without waiting for its lock: {err}"
+        # Ready when it says it waits (read line by line, never a fixed sleep: a loaded machine starts it late).
+        said = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("waiting" in line for line in said):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            said.append(line)
+        assert any("in use by" in line and "waiting" in line for line in said), \
+            f"the campaign did not wait for the testbed's lock: {''.join(said)}"
+        assert proc.poll() is None, "the campaign ended while the lock was still held"
     finally:
         holder.stdin.close()
         holder.wait(10)
-    _, err = proc.communicate(timeout=60)
-    assert "in use by" in err and "waiting" in err
+    _, err = proc.communicate(timeout=120)
     assert "not up" in err  # read once it held the lock: the testbed was never brought up
     assert proc.returncode != 0
 

@@ -105,3 +105,37 @@ def test_the_run_identity_and_the_tables_take_a_new_dimensions_column():
         scenario = {"link": {"loss_pct": 2.0}}
 
     assert col.of_record(View()) == 2.0
+
+
+# -- the spec's JSON Schema -----------------------------------------------------------------------------------
+def test_every_shipped_spec_validates_against_the_json_schema_and_it_names_every_key():
+    import glob
+
+    import jsonschema
+    import yaml
+
+    from bbrlab.campaign.spec_schema import spec_json_schema
+
+    schema = spec_json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    known = {f.name for f in dataclasses.fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}
+    assert set(schema["properties"]) == known
+    files = sorted(glob.glob(str(spec.Path(spec.__file__).parents[2] / "specs" / "*.yaml")))
+    assert files
+    for path in files:
+        with open(path) as f:
+            jsonschema.validate(yaml.safe_load(f), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**BASE, "rtts_ms": []}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**BASE, "typo": 1}, schema)
+
+
+def test_bbrlab_campaign_schema_prints_it(capsys):
+    import json
+
+    from bbrlab.campaign.spec_schema import spec_json_schema
+    from bbrlab.cli.main import main
+
+    assert main(["campaign", "schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == spec_json_schema()

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bbrlab.campaign.dimensions import DIMENSIONS, Dimension
+
 
 @dataclass(frozen=True)
 class Column:
@@ -121,3 +123,28 @@ MACHINE_SCHEMA: tuple[Column, ...] = (
     Column("sender_boot_id", "string", "the sender VM's boot id: the runs of one sender boot share it",
            lambda v: v.testbed.get("sender_boot_id")),
 )
+
+
+#: A dimension's values' type -> its column's dtype.
+_DTYPES = {str: "string", int: "Int64", float: "float64"}
+
+
+def _reader(d: Dimension) -> Callable[[Any], Any]:
+    """How a run's value of dimension ``d`` is read from its record's scenario (where :attr:`Dimension.lands_in`);
+    a record made before the dimension existed ran at its default."""
+    default = d.default[0] if d.default else None
+
+    def read(v) -> Any:
+        part = v.scenario if d.part == "scenario" else v.scenario.get(d.part) or {}
+        return part.get(d.field, default)
+    return read
+
+
+def dimension_columns(schema: tuple[Column, ...]) -> tuple[Column, ...]:
+    """``runs`` columns for the spec's dimensions (:data:`bbrlab.campaign.dimensions.DIMENSIONS`) whose column
+    ``schema`` lacks, read where the value lands in the scenario: a new dimension's column from its table entry
+    on (none while every dimension's column is declared in ``schema`` with its own reader)."""
+    have = {c.name for c in schema}
+    out = {d.column: Column(d.column, _DTYPES[d.type], d.doc + (f" [{d.unit}]" if d.unit else ""), _reader(d))
+           for d in DIMENSIONS if d.column not in have}
+    return tuple(out.values())

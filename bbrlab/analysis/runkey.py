@@ -33,6 +33,8 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from bbrlab.campaign.dimensions import identity_columns
+
 #: The congestion control that ran and the kernel it ran on.
 CCA_KEY: Final[tuple[str, ...]] = ("variant", "kernel", "cca")
 #: The CPU contention: its model and every parameter of it (the share included).
@@ -50,9 +52,15 @@ WORKLOAD_KEY: Final[tuple[str, ...]] = ("workload", "duration_s", "file_mb")
 #: Where it ran: the layout, the kind of testbed, the hypervisor and the machine (CPU model).
 MACHINE_KEY: Final[tuple[str, ...]] = ("source", "testbed_kind", "hypervisor", "accelerator", "machine")
 
+#: The columns of the spec's dimensions in the run identity (bbrlab.campaign.dimensions) that no group above
+#: names: a new dimension's column is in the key from its table entry on (empty while every one is placed).
+DIMENSIONS_KEY: Final[tuple[str, ...]] = tuple(
+    c for c in identity_columns()
+    if c not in (*CCA_KEY, *CONTENTION_KEY, *LINK_KEY, *SENDER_KEY, *FLOWS_KEY, *WORKLOAD_KEY, *MACHINE_KEY))
+
 #: Every column of the run-identity key, in this order.
 RUN_KEY: Final[tuple[str, ...]] = (*CCA_KEY, *CONTENTION_KEY, *LINK_KEY, *SENDER_KEY, *FLOWS_KEY, *WORKLOAD_KEY,
-                                   *MACHINE_KEY)
+                                   *DIMENSIONS_KEY, *MACHINE_KEY)
 #: The contention's parameters: not part of an uncontended run's identity.
 CONTENTION_PARAMETERS: Final[tuple[str, ...]] = tuple(c for c in CONTENTION_KEY
                                                       if c not in ("contention_mode", "cpu_share_pct"))

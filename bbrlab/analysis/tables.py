@@ -25,7 +25,15 @@ from bbrlab.scenario.cpumodels import none as no_contention
 from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
 
 from . import evidence
-from .columns import BOTTLENECK_SCHEMA, FLOW_SCHEMA, MACHINE_SCHEMA, STREAM_SCHEMA, VCPU_SCHEMA, Column
+from .columns import (
+    BOTTLENECK_SCHEMA,
+    FLOW_SCHEMA,
+    MACHINE_SCHEMA,
+    STREAM_SCHEMA,
+    VCPU_SCHEMA,
+    Column,
+    dimension_columns,
+)
 from .frames import frame_of_parts, normalise_frame, untyped
 from .runkey import RUN_KEY
 
@@ -400,6 +408,7 @@ SS_SCHEMA: tuple[Column, ...] = (
     Column("inflight_bdp", "float64", "inflight_bytes / bdp_bytes [BBR BDP]"),
 )
 
+RUN_SCHEMA += dimension_columns(RUN_SCHEMA)  # a spec dimension's column not declared above (none today)
 
 RUN_COLUMNS = tuple(c.name for c in RUN_SCHEMA)
 BOTTLENECK_COLUMNS = tuple(c.name for c in BOTTLENECK_SCHEMA)

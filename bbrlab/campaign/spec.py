@@ -65,42 +65,28 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.yamlfile import read_capped
-from bbrlab.scenario.competition import ExtraFlow, check_sender_qdisc, extra_flows
-from bbrlab.scenario.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
-from bbrlab.scenario.cpumodels import (
-    DEFAULT_MODEL,
-    MODELS,
-    BurstParams,
-    CfsParams,
-    CreditParams,
-    cfs_burst,
-    cfs_quota,
-    credit,
-)
-from bbrlab.scenario.linksizing import BufferBelowMinimum
+from bbrlab.scenario.competition import ExtraFlow, extra_flows
+from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
 from bbrlab.scenario.scenario import (
     DEFAULT_FILE_MB,
     DEFAULT_SAMPLER,
     DEFAULT_TRANSFER_TIMEOUT_S,
-    DEFAULT_WORKLOAD,
     Contention,
     Flow,
-    IperfParams,
     Link,
     RsyncParams,
     Scenario,
     WorkloadParams,
-    check_cca,
 )
 from bbrlab.scenario.workloads import params_of, params_type
 
 from .blocks import check_blocks
+from .dimensions import DIMENSIONS, Dimension, default_of
 from .hostguard import HostGuard
 from .order import plan_order
 from .repetitions import RepetitionRule
@@ -110,10 +96,9 @@ from .spec_models import (  # noqa: F401 - check_admission is re-exported: calle
     UNUSED_TIMESLICE_MS,
     check_admission,
     check_contentions,
-    check_model_name,
     contention_of,
 )
-from .spec_values import ORDERS, check_scalars, check_testbed, kernel_name, number, rename_field  # noqa: F401
+from .spec_values import ORDERS, check_scalars, check_testbed  # noqa: F401
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
@@ -127,7 +112,11 @@ ESTIMATED_BLOCK_BOOT_S = 30.0
 
 @dataclass(frozen=True)
 class CampaignSpec:
-    """A validated campaign spec. Build with :func:`load_spec` / :meth:`from_dict`."""
+    """A validated campaign spec. Build with :func:`load_spec` / :meth:`from_dict`.
+
+    Its list fields are the spec's dimensions (:data:`bbrlab.campaign.dimensions.DIMENSIONS`, where their defaults,
+    checks, places in the scenario and run identity are declared); the fields' order is the order of the keys in
+    ``spec.yaml`` (:meth:`to_dict`)."""
 
     name: str
     ccas: tuple[str, ...]
@@ -136,20 +125,20 @@ class CampaignSpec:
     rtts_ms: tuple[float, ...]
     rates_mbit: tuple[float, ...]
     testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
-    kernels: tuple[str, ...] = ()  # the sender's kernels (a dimension); empty: whatever the sender runs
-    buffers_bdp: tuple[float, ...] = (1.0,)
-    queues: tuple[str, ...] = ("bbrlab",)
-    contention_models: tuple[str, ...] = (DEFAULT_MODEL,)
-    cfs_periods_ms: tuple[float, ...] = (CFS_DEFAULT_PERIOD_MS,)
-    cfs_bursts_ms: tuple[float, ...] = (CFS_QUOTA_MIN_MS,)
-    credits_s: tuple[float, ...] = (DEFAULT_CREDIT_S,)
-    credit_shares_pct: tuple[float, ...] = ()  # empty: the credit model crosses with cpu_shares_pct
+    kernels: tuple[str, ...] = default_of("kernels")  # the sender's kernels (a dimension); empty: whatever the sender runs
+    buffers_bdp: tuple[float, ...] = default_of("buffers_bdp")
+    queues: tuple[str, ...] = default_of("queues")
+    contention_models: tuple[str, ...] = default_of("contention_models")
+    cfs_periods_ms: tuple[float, ...] = default_of("cfs_periods_ms")
+    cfs_bursts_ms: tuple[float, ...] = default_of("cfs_bursts_ms")
+    credits_s: tuple[float, ...] = default_of("credits_s")
+    credit_shares_pct: tuple[float, ...] = default_of("credit_shares_pct")  # empty: the credit model crosses with cpu_shares_pct
     emulator_offloads: str = "off"
-    losses_pct: tuple[float, ...] = (0.0,)
-    streams: tuple[int, ...] = (1,)
-    sender_qdiscs: tuple[str, ...] = ("default",)
+    losses_pct: tuple[float, ...] = default_of("losses_pct")
+    streams: tuple[int, ...] = default_of("streams")
+    sender_qdiscs: tuple[str, ...] = default_of("sender_qdiscs")
     flows: tuple[ExtraFlow, ...] = ()
-    workloads: tuple[str, ...] = (DEFAULT_WORKLOAD,)
+    workloads: tuple[str, ...] = default_of("workloads")
     file_mb: float = DEFAULT_FILE_MB
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     repetitions: int = 30
@@ -185,21 +174,31 @@ class CampaignSpec:
             del d["cpu_shares_pct"], d["repetitions"]
         else:
             del d["search"]
-        if not d["kernels"]:
-            del d["kernels"]  # as in directories made before kernels were a dimension
         if self.host_guard is not None:
             d["host_guard"] = self.host_guard.to_value()
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
     def grid(self, kernel: str | None = None) -> list[Scenario]:
-        """Every parameter combination, repetition 0, in a fixed nested order; with ``kernel``, only that
-        kernel's points (the kernel is the outermost dimension)."""
-        kernels = [kernel] if kernel is not None else (list(self.kernels) or [None])
-        points = itertools.product(kernels, self.workloads, self.ccas, self.contentions(),
-                                   self.rtts_ms, self.rates_mbit, self.buffers_bdp, self.queues, self.losses_pct,
-                                   self.streams, self.sender_qdiscs)
-        return [self._scenario(*p, repetition=0) for p in points]
+        """Every parameter combination, repetition 0, nested in the order of
+        :data:`~bbrlab.campaign.dimensions.DIMENSIONS` (the contention's block: :meth:`contentions`); with
+        ``kernel``, only that kernel's points (the kernel is the outermost dimension)."""
+        axes = self._axes(kernel)
+        return [self._scenario(dict(zip(axes, point, strict=True)), repetition=0)
+                for point in itertools.product(*axes.values())]
+
+    def _axes(self, kernel: str | None = None) -> dict[Dimension | None, list]:
+        """The grid's axes, outermost first: each dimension's values (an empty list: one point of its part's
+        default, e.g. whatever kernel the sender runs), the contention's dimensions as one axis (key None) of
+        :meth:`contentions`."""
+        axes: dict[Dimension | None, list] = {}
+        for d in DIMENSIONS:
+            if d.part == "contention":
+                if None not in axes:
+                    axes[None] = self.contentions()
+            else:
+                axes[d] = [kernel] if kernel is not None and d.key == "kernels" else list(getattr(self, d.key))
+        return {d: values or [None] for d, values in axes.items()}
 
     def contentions(self) -> list[Contention]:
         """The contention of every grid point, model by model: deadline's timeslice x share (first, in the
@@ -229,15 +228,25 @@ class CampaignSpec:
 
     def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:
         """The link of one grid point (``queue``: its qdisc tree; the offloads are the spec's)."""
-        return Link(rtt_ms=rtt, rate_mbit=rate, buffer_bdp=buf, loss_model="uniform" if loss else "none",
-                    loss_pct=loss, delay_split=self.delay_split, queue=queue,
-                    emulator_offloads=self.emulator_offloads)
+        return self._link_of({"rtt_ms": rtt, "rate_mbit": rate, "buffer_bdp": buf, "loss_model": "uniform" if loss
+                              else "none", "loss_pct": loss, "queue": queue})
 
-    def _scenario(self, kernel, workload, cca, contention, rtt, rate, buf, queue, loss, streams, qdisc, *,
-                  repetition: int) -> Scenario:
-        link = self.link(rate, rtt, buf, loss, queue)
-        return Scenario(link, contention, self.flow(workload, cca, streams), repetition, kernel,
-                        sender_qdisc=qdisc, flows=self.flows)
+    def _link_of(self, given: dict) -> Link:
+        """The link of the fields ``given`` (the link's dimensions' values), with the spec's own settings."""
+        return Link(**given, delay_split=self.delay_split, emulator_offloads=self.emulator_offloads)
+
+    def _scenario(self, point: dict, *, repetition: int) -> Scenario:
+        """The scenario of one grid ``point`` (each axis of :meth:`_axes` with its value): each dimension's value
+        where it lands (:attr:`Dimension.lands_in`)."""
+        parts: dict[str, dict] = {"scenario": {}, "flow": {}, "link": {}}
+        for d, value in point.items():
+            if d is not None and value is not None:
+                parts[d.part].update(d.fields(value))
+        flow = dict(parts["flow"])
+        cca, workload = flow.pop("cca"), flow.pop("workload")
+        return Scenario(self._link_of(parts["link"]), point[None],
+                        Flow(cca, self._params(workload, flow), self.sample_ms, self.sampler, self.vcpu_trace,
+                             self.bottleneck_ms), repetition, flows=self.flows, **parts["scenario"])
 
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point: ``workload`` with its parameters (:meth:`workload_params`)."""
@@ -248,8 +257,13 @@ class CampaignSpec:
         """The parameters of ``workload`` (found by name, :data:`bbrlab.scenario.workloads.PARAMS`) with
         ``streams``: the spec's keys of the same names (iperf3's ``duration_s``; rsync's ``file_mb`` and
         ``transfer_timeout_s``)."""
-        own = {f.name: getattr(self, f.name) for f in fields(params_type(workload)) if f.name != "streams"}
-        return params_of(workload, streams=streams, **own)
+        return self._params(workload, {"streams": streams})
+
+    def _params(self, workload: str, given: dict) -> WorkloadParams:
+        """``workload``'s parameters: the fields ``given`` (its dimensions' values), the others from the spec's
+        keys of the same names."""
+        own = {f.name: getattr(self, f.name) for f in fields(params_type(workload)) if f.name not in given}
+        return params_of(workload, **given, **own)
 
     def plan(self) -> list[Scenario]:
         """All runs (grid x repetitions) in execution order, reproducible from ``seed``: block after block, kernel
@@ -267,8 +281,8 @@ class CampaignSpec:
     @property
     def runs(self) -> int:
         """Number of runs: grid points x repetitions (without building them)."""
-        lists = math.prod(len(getattr(self, key)) for key in _LISTS if key not in ("timeslices_ms", "cpu_shares_pct"))
-        return lists * self.contention_count * len(self.workloads) * max(1, len(self.kernels)) * self.repetitions
+        lists = math.prod(max(1, len(getattr(self, d.key))) for d in DIMENSIONS if d.part != "contention")
+        return lists * self.contention_count * self.repetitions
 
     @property
     def contention_count(self) -> int:
@@ -319,49 +333,13 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # Validation
 # ---------------------------------------------------------------------------------------------
 
-_LISTS = ("ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit", "buffers_bdp", "queues",
-          "losses_pct", "streams", "sender_qdiscs")
-#: Lists of names, not numbers.
-_NAME_LISTS = ("ccas", "workloads", "kernels", "queues", "contention_models", "sender_qdiscs")
-_REQUIRED = ("name", "ccas", "timeslices_ms", "cpu_shares_pct", "rtts_ms", "rates_mbit")
-#: The workload and queue-tree keys and their defaults (left out of spec.yaml when unchanged).
-_OMITTED_DEFAULTS = {"workloads": [DEFAULT_WORKLOAD], "file_mb": DEFAULT_FILE_MB,
-                     "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S, "queues": ["bbrlab"], "emulator_offloads": "off",
-                     "contention_models": [DEFAULT_MODEL], "cfs_periods_ms": [CFS_DEFAULT_PERIOD_MS],
-                     "cfs_bursts_ms": [CFS_QUOTA_MIN_MS], "credits_s": [DEFAULT_CREDIT_S], "credit_shares_pct": [],
-                     "sender_qdiscs": ["default"], "flows": [], "blocks": 1, "block_reboot": "sender",
-                     "host_guard": None}
-
-
-def _list(data: dict, key: str) -> list:
-    value = data[key]
-    if not isinstance(value, list) or not value:
-        raise ValidationError(key, value, "a non-empty list, e.g. [1, 10, 20]")
-    if len(value) > 1000:
-        raise ValidationError(key, f"{len(value)} values", "at most 1000 values")
-    return value
-
-
-def _check_each(key: str, values: list, probe: Callable[[object], object]) -> tuple:
-    """Validate every element with ``probe`` (which builds the real dataclass) and name ``key[i]``."""
-    out = []
-    for i, v in enumerate(values):
-        if key not in _NAME_LISTS:
-            number(f"{key}[{i}]", v, integer=key == "streams")
-        try:
-            probe(v)
-        except ValidationError as e:
-            raise rename_field(e, f"{key}[{i}]") from None
-        out.append(v)
-    if len(set(out)) != len(out):
-        raise ValidationError(key, values, "distinct values (a value listed twice would run twice)")
-    return tuple(out)
-
-
-def _share_in_range(value: object) -> None:
-    """A share on its own: 0 < share <= 100 (whether its period is possible depends on the timeslice)."""
-    if not 0 < value <= 100:
-        raise ValidationError("contention.cpu_share_pct", value, "0 < cpu_share_pct <= 100 %")
+#: The keys a spec must give.
+_REQUIRED = ("name", *(d.key for d in DIMENSIONS if d.required))
+#: The keys left out of spec.yaml at their defaults (the workload and queue-tree keys, the contention models'
+#: lists ...): the dimensions' own (:attr:`Dimension.omitted_default`) and these settings'.
+_OMITTED_SETTINGS = {"file_mb": DEFAULT_FILE_MB, "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S,
+                     "emulator_offloads": "off", "flows": [], "blocks": 1, "block_reboot": "sender", "host_guard": None}
+_OMITTED_DEFAULTS = {**{d.key: list(d.default) for d in DIMENSIONS if d.omitted_default}, **_OMITTED_SETTINGS}
 
 
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
@@ -380,48 +358,9 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
     testbed = check_testbed(d.get("testbed"), base)
-    lists = {key: _list(d, key) for key in _LISTS if key in d}
-    checked = {
-        "ccas": _check_each("ccas", lists["ccas"], lambda v: check_cca(v, "flow.cca")),
-        "timeslices_ms": _check_each("timeslices_ms", lists["timeslices_ms"], lambda v: Contention(v, 100)),
-        "cpu_shares_pct": _check_each("cpu_shares_pct", lists["cpu_shares_pct"], _share_in_range),
-        "rtts_ms": _check_each("rtts_ms", lists["rtts_ms"], _floor_later(lambda v: Link(rtt_ms=v, rate_mbit=100))),
-        "rates_mbit": _check_each("rates_mbit", lists["rates_mbit"],
-                                  _floor_later(lambda v: Link(rtt_ms=10, rate_mbit=v))),
-    }
-    if "buffers_bdp" in lists:
-        checked["buffers_bdp"] = _check_each("buffers_bdp", lists["buffers_bdp"], _buffer_alone)
-    if "queues" in lists:
-        checked["queues"] = _check_each("queues", lists["queues"], lambda v: Link(rtt_ms=10, rate_mbit=100, queue=v))
-    if "contention_models" in d:
-        checked["contention_models"] = _check_each("contention_models", _list(d, "contention_models"),
-                                                   check_model_name)
-    if "cfs_periods_ms" in d:
-        checked["cfs_periods_ms"] = _check_each("cfs_periods_ms", _list(d, "cfs_periods_ms"),
-                                                lambda v: Contention(1, 100, cfs_quota.MODEL.name, CfsParams(v)))
-    if "cfs_bursts_ms" in d:
-        checked["cfs_bursts_ms"] = _check_each("cfs_bursts_ms", _list(d, "cfs_bursts_ms"),
-                                               lambda v: Contention(1, 100, cfs_burst.MODEL.name, BurstParams(burst_ms=v)))
-    if "credits_s" in d:
-        checked["credits_s"] = _check_each("credits_s", _list(d, "credits_s"),
-                                           lambda v: Contention(1, 100, credit.MODEL.name, CreditParams(credit_s=v)))
-    if "credit_shares_pct" in d:
-        checked["credit_shares_pct"] = _check_each("credit_shares_pct", _list(d, "credit_shares_pct"), _share_in_range)
-    if "losses_pct" in lists:
-        checked["losses_pct"] = _check_each(
-            "losses_pct", lists["losses_pct"],
-            lambda v: Link(rtt_ms=10, rate_mbit=100, loss_model="uniform" if v else "none", loss_pct=v))
-    if "streams" in lists:
-        checked["streams"] = _check_each("streams", lists["streams"], lambda v: IperfParams(streams=v))
-    if "sender_qdiscs" in lists:
-        checked["sender_qdiscs"] = _check_each("sender_qdiscs", lists["sender_qdiscs"], check_sender_qdisc)
+    checked = {dim.key: dim.checked(d[dim.key]) for dim in DIMENSIONS if dim.key in d}
     if "flows" in d:
         checked["flows"] = extra_flows(d["flows"])
-    if "kernels" in d:
-        checked["kernels"] = _check_each("kernels", _list(d, "kernels"), kernel_name)
-    if "workloads" in d:
-        checked["workloads"] = _check_each("workloads", _list(d, "workloads"),
-                                           lambda v: params_type(v).name)
     scalars = check_scalars(d)
     if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
         search = replace(search, seed=scalars.get("seed", CampaignSpec.seed))
@@ -448,25 +387,6 @@ def _search_shares(d: dict) -> SearchRule | None:
                               "is a deadline reservation's)")
     d["cpu_shares_pct"], d["repetitions"] = rule.shares(), rule.max_reps
     return rule
-
-
-def _buffer_alone(value: object) -> None:
-    """A buffer on its own: more than 0 BDP. How small and how large it may be depends on the rate x RTT it
-    meets (two frames at least; 1000 BDP or the authors' queue at most), which :func:`_check_links` names."""
-    if not value > 0:
-        raise ValidationError("link.buffer_bdp", value, "0 < buffer_bdp (its bounds depend on the rate x RTT, "
-                              "checked with them)")
-
-
-def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object]:
-    """``probe`` of one value, leaving a buffer below two frames to :func:`_check_links`: whether a buffer
-    is large enough depends on the rate x RTT it meets, which that check names."""
-    def checked(value: object) -> None:
-        try:
-            probe(value)
-        except BufferBelowMinimum:
-            pass
-    return checked
 
 
 def spec_from_yaml(text: str, source: str = "<spec>", base: Path | None = None) -> CampaignSpec:

@@ -48,7 +48,7 @@ every testbed and leaves the campaign resumable with the same command.
 
 
 def register(sub) -> None:
-    """Add ``bbrlab campaign`` (verbs run, status, plan, thresholds) to the subparsers ``sub``."""
+    """Add ``bbrlab campaign`` (verbs run, status, plan, schema, thresholds) to the subparsers ``sub``."""
     p = sub.add_parser("campaign", help="run a campaign spec (YAML) on a testbed, resume it, show its progress",
                        description="Campaigns: a grid of scenarios x repetitions, run in a seeded order. A killed "
                                    "campaign resumes where it stopped when run again with the same --out.")
@@ -103,6 +103,9 @@ def register(sub) -> None:
                            f"deviation, as a fraction of the link rate (default {DEFAULT_SPREAD})")
     plan.set_defaults(func=run_plan)
 
+    schema = verbs.add_parser("schema", help="print the campaign spec's JSON Schema (its keys and their shapes)")
+    schema.set_defaults(func=run_schema)
+
     th = verbs.add_parser("thresholds", help="the thresholds a threshold search found, beside the paper's")
     th.add_argument("dir", help="the campaign directory of a spec with 'search:'")
     th.add_argument("--figure", type=Path, metavar="PATH", help="also draw them into this image (png, svg, pdf)")
@@ -117,6 +120,15 @@ DEFAULT_SPREAD = 0.05
 
 def _hms(seconds: float) -> str:
     return str(dt.timedelta(seconds=int(round(seconds))))
+
+
+def run_schema(args) -> int:
+    """``bbrlab campaign schema``: print the spec's JSON Schema (:func:`bbrlab.campaign.spec_schema.spec_json_schema`).
+    Returns 0."""
+    from bbrlab.campaign.spec_schema import spec_json_schema
+
+    print(json.dumps(spec_json_schema(), indent=2))
+    return 0
 
 
 def run_plan(args) -> int:

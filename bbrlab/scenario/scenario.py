@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bbrlab.core.errors import ValidationError
@@ -309,14 +310,26 @@ class Scenario:
 
     @property
     def run_id(self) -> str:
-        """Stable id: readable prefix + hash of every parameter and the repetition. The authors' queue tree and
-        the emulator's offloads on add ``-qauthors`` and ``-offloads`` after the rate, then ``-fq`` and the extra
-        flows (``-and-cubic-comp3s``); the defaults add nothing, so those ids are as before."""
+        """Stable id: readable prefix (:data:`RUN_ID_FRAGMENTS`, in order) + the repetition + a hash of every
+        parameter and the repetition. The authors' queue tree and the emulator's offloads on add ``-qauthors`` and
+        ``-offloads`` after the rate, then ``-fq`` and the extra flows (``-and-cubic-comp3s``); the defaults add
+        nothing, so those ids are as before."""
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
-        c, li, f = self.contention, self.link, self.flow
-        rate = "unshaped" if li.rate_mbit is None else f"{li.rate_mbit:g}mbit"
-        tree = "".join(tag for tag, on in (("-qauthors", li.queue == "authors"),
-                                           ("-offloads", li.emulator_offloads == "on")) if on)
-        return (f"{self.kernel_tag}{f.params.id_prefix}{f.cca}-{c.id_tag}-rtt{li.rtt_ms:g}ms-"
-                f"{rate}{tree}{competition.id_tags(self.sender_qdisc, self.flows)}-r{self.repetition:02d}-{digest}")
+        prefix = "".join(fragment(self) for fragment in RUN_ID_FRAGMENTS.values())
+        return f"{prefix}-r{self.repetition:02d}-{digest}"
+
+
+#: The readable fragments of a run id, in their order, by name (each with its separators): the spec's dimensions
+#: name theirs (``bbrlab.campaign.dimensions``); a value no fragment shows is in the id's hash alone.
+RUN_ID_FRAGMENTS: dict[str, Callable[[Scenario], str]] = {
+    "kernel": lambda s: s.kernel_tag,
+    "workload": lambda s: s.flow.params.id_prefix,
+    "cca": lambda s: f"{s.flow.cca}-",
+    "contention": lambda s: f"{s.contention.id_tag}-",
+    "rtt": lambda s: f"rtt{s.link.rtt_ms:g}ms-",
+    "rate": lambda s: "unshaped" if s.link.rate_mbit is None else f"{s.link.rate_mbit:g}mbit",
+    "queue": lambda s: "-qauthors" if s.link.queue == "authors" else "",
+    "emulator_offloads": lambda s: "-offloads" if s.link.emulator_offloads == "on" else "",
+    "competition": lambda s: competition.id_tags(s.sender_qdisc, s.flows),
+}

@@ -10,6 +10,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bbrlab.campaign.dimensions import BY_KEY
 from bbrlab.campaign.spec import MAX_RUNS, CampaignSpec, spec_from_yaml
 from bbrlab.core.errors import ValidationError, key_name
 
@@ -99,6 +100,14 @@ valid = st.fixed_dictionaries({
 })
 
 
+def _listed(key: str) -> st.SearchStrategy:
+    """A list for a dimension that :data:`plausible` does not name yet (from its table entry), else anything."""
+    d = BY_KEY.get(key)
+    if d is None:
+        return anything
+    return st.lists(st.sampled_from(["", "x", None]) if d.type is str else numbers, max_size=3)
+
+
 @st.composite
 def documents(draw) -> str:
     """YAML text: a plausible or valid spec with some values replaced, or any document, maybe a key twice."""
@@ -108,7 +117,7 @@ def documents(draw) -> str:
     if kind == "anything":
         return yaml.safe_dump(draw(anything))
     doc = draw(valid) if kind == "valid" else {
-        k: draw(plausible[k]) for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=len(KEYS)))}
+        k: draw(plausible[k] if k in plausible else _listed(k)) for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=len(KEYS)))}
     for key in draw(st.lists(st.sampled_from([*KEYS, "typo"]), max_size=2)):
         doc[key] = draw(anything | plausible.get(key, anything))
     text = yaml.safe_dump(doc, sort_keys=False)

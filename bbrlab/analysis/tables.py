@@ -20,6 +20,7 @@ from bbrlab.calibration.check import above_ceiling
 from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
+from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
 from bbrlab.scenario.cpumodels import none as no_contention
 from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
@@ -79,6 +80,12 @@ def _credit_ran_out_s(meta: RunMetadata) -> float | None:
 def _sampling(v, name: str):
     """The sampler's ``name`` (:class:`~bbrlab.sampling.summary.SamplingSummary`); None for an unsampled run."""
     return getattr(v.meta.sampling, name, None)
+
+
+def _fraction_inside(alignment: AlignmentCheck | None) -> float | None:
+    """The share of guest samples inside on-CPU intervals, as the record writes it (5 digits)."""
+    fraction = alignment.fraction_inside if alignment is not None else None
+    return None if fraction is None else round(fraction, 5)
 
 
 def _get(d, *keys):
@@ -285,7 +292,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
-           lambda v: _get(v.meta.sender_qdisc, "root")),
+           lambda v: v.meta.sender_qdisc and v.meta.sender_qdisc.root),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
@@ -331,11 +338,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
                                              _get(v.meta.vcpu_trace, "lost_events"),
                                              _get(v.meta.vcpu_trace, "schedstat_agrees"))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
-           "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta.alignment, "fraction_inside")),
+           "(<NA> when the clocks were not aligned)", lambda v: _fraction_inside(v.meta.alignment)),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "
            "its socket samples on this machine's clock (the ss table's t_host_s) [ms]",
-           lambda v: None if _get(v.meta.alignment, "uncertainty_ns") is None
-           else _get(v.meta.alignment, "uncertainty_ns") / 1e6),
+           lambda v: None if v.meta.alignment is None or v.meta.alignment.uncertainty_ns is None
+           else v.meta.alignment.uncertainty_ns / 1e6),
     # the workload (docs/transfer.md); the authors' runs are iperf3's
     Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
            lambda v: v.workload),

@@ -27,9 +27,11 @@ from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
+from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.sampling.summary import SamplingSummary
 
 from .blockboot import BlockPlace
+from .senderqdisc import SenderQdisc
 
 
 @dataclass
@@ -84,14 +86,14 @@ class RunMetadata:
     flow: dict = field(default_factory=dict)
     contention: ContentionRecord | None = None
     qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
-    sender_qdisc: dict | None = None  # the sender's root qdisc asked and read back (bbrlab.run.senderqdisc)
+    sender_qdisc: SenderQdisc | None = None  # the sender's root qdisc asked and read back
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     flows: list | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
     vcpu_trace: dict | None = None  # the host trace of the vCPU threads' on/off-CPU intervals (bbrlab.sampling.vcputrace)
-    alignment: dict | None = None  # guest samples inside on-CPU intervals once aligned (bbrlab.sampling.alignment)
+    alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
     kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)

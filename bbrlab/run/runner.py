@@ -151,7 +151,7 @@ class Runner:
         with ExitStack() as held:  # a failure inside clears the link and the sender's qdisc, in reverse order
             with meta.timed("sender_qdisc"):
                 meta.sender_qdisc = held.enter_context(senderqdisc.held(
-                    tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc)).to_dict()
+                    tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc))
             with meta.timed("link"):
                 meta.timing["link_set"] = held.enter_context(self.link.holding(scenario.link))
             with meta.timed("counters"):
@@ -247,7 +247,7 @@ class Runner:
         return result
 
     @staticmethod
-    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> dict:
+    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> alignment.AlignmentCheck:
         """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
         machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
         its end); recorded as not aligned when the offset was not measured."""
@@ -260,7 +260,7 @@ class Runner:
                 start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
                 measured_at_s=start.measured_at)
         return alignment.check(times, vcpu.on_spans_realtime(), offset, flow.sample_ms,
-                               vcpu.window_realtime()).to_dict()
+                               vcpu.window_realtime())
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
         """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR

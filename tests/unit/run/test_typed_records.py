@@ -286,3 +286,18 @@ def test_metadata_keys_the_campaign_adds_are_kept_and_unknown_keys_refused():
     assert json.dumps(RunMetadata.from_dict(added).to_dict()) == json.dumps(added)
     with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
         RunMetadata.from_dict({**meta, "surprise": 1})
+
+
+def test_a_key_written_only_when_known_reads_as_none_and_is_left_out_while_none():
+    """The alignment check's ``outside_window``: older records lack it (None, not written back); a run writes
+    it, 0 included; ``fraction_inside`` is computed, dropped when read and written after the fields."""
+    from bbrlab.sampling.alignment import AlignmentCheck
+    old = {"aligned": True, "samples": 4, "inside": 3, "inside_within_uncertainty": 4, "offset_ns": 5,
+           "uncertainty_ns": 6, "sample_interval_ms": 10, "warning": None, "fraction_inside": 0.75}
+    check = recordjson.from_json(AlignmentCheck, old)
+    assert check.outside_window is None and check.sample_interval_ms == 10
+    assert json.dumps(check.to_dict()) == json.dumps(old)
+    new = AlignmentCheck(False, 0, warning=None, outside_window=0).to_dict()
+    assert list(new)[-2:] == ["outside_window", "fraction_inside"] and new["outside_window"] == 0
+    meta = RunMetadata.from_dict({"alignment": old})
+    assert isinstance(meta.alignment, AlignmentCheck) and meta.to_dict()["alignment"] == old

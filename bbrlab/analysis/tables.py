@@ -202,9 +202,9 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
            "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.get("name")),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
-           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.kernel or {}).get("origin")),
+           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: v.meta.kernel and v.meta.kernel.origin),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
-           lambda v: (v.meta.kernel or {}).get("name")),
+           lambda v: v.meta.kernel and v.meta.kernel.name),
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "

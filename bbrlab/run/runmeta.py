@@ -25,6 +25,7 @@ from pathlib import Path
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
+from bbrlab.kernel.sender import KernelOrigin, SenderKernel
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.alignment import AlignmentCheck
@@ -96,7 +97,7 @@ class RunMetadata:
     alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
-    kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
+    kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)

@@ -301,3 +301,17 @@ def test_a_key_written_only_when_known_reads_as_none_and_is_left_out_while_none(
     assert list(new)[-2:] == ["outside_window", "fraction_inside"] and new["outside_window"] == 0
     meta = RunMetadata.from_dict({"alignment": old})
     assert isinstance(meta.alignment, AlignmentCheck) and meta.to_dict()["alignment"] == old
+
+
+def test_the_kernel_reads_as_the_sender_kernel_or_only_its_origin_and_writes_back_as_it_was():
+    """``metadata.kernel``: a local testbed names the kernel (SenderKernel, ``path`` null for a Debian one); a lab's
+    says only where it came from (KernelOrigin, whose name is None); a kernel with keys of neither is refused."""
+    from bbrlab.kernel.sender import KernelOrigin, SenderKernel
+    named = {"name": "debian-6.1", "release": "6.1.0-1", "origin": "debian", "sha256": "ab", "package": "p",
+             "package_version": "1", "suite": "bookworm", "path": None}
+    for kernel, kind in ((named, SenderKernel), ({"origin": "lab"}, KernelOrigin)):
+        meta = RunMetadata.from_dict({"kernel": kernel})
+        assert type(meta.kernel) is kind and json.dumps(meta.to_dict()["kernel"]) == json.dumps(kernel)
+    assert RunMetadata.from_dict({"kernel": {"origin": "lab"}}).kernel.name is None
+    with pytest.raises(ValueError, match="kernel"):
+        RunMetadata.from_dict({"kernel": {"origin": "lab", "name": "x"}})

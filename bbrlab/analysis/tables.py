@@ -88,6 +88,11 @@ def _fraction_inside(alignment: AlignmentCheck | None) -> float | None:
     return None if fraction is None else round(fraction, 5)
 
 
+def _traced(v, read):
+    """``read`` of the run's vCPU trace summary (``metadata.vcpu_trace``); None for a run not traced."""
+    return None if v.meta.vcpu_trace is None else read(v.meta.vcpu_trace)
+
+
 def _get(d, *keys):
     for k in keys:
         d = d.get(k) if isinstance(d, dict) else None
@@ -300,16 +305,16 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("started_at", "string", "start time, UTC ISO 8601", lambda v: v.record.get("started_at")),
     # the host trace of the vCPU threads (docs/vcpu-trace.md); <NA> for a run not traced
     Column("vcpu_on_cpu_share", "float64", "share of the transfer the vCPU threads were on a host CPU, from the "
-           "trace (mean over threads)", lambda v: _get(v.meta.vcpu_trace, "on_cpu_share")),
+           "trace (mean over threads)", lambda v: _traced(v, lambda t: t.on_cpu_share)),
     Column("vcpu_gaps", "Int64", "number of complete off-CPU gaps of the vCPU threads",
-           lambda v: _get(v.meta.vcpu_trace, "gaps", "count")),
-    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _get(v.meta.vcpu_trace, "gaps", "p50_ms")),
+           lambda v: _traced(v, lambda t: t.gaps.count)),
+    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _traced(v, lambda t: t.gaps.p50_ms)),
     Column("vcpu_gap_p99_ms", "float64", "99th percentile off-CPU gap [ms]",
-           lambda v: _get(v.meta.vcpu_trace, "gaps", "p99_ms")),
+           lambda v: _traced(v, lambda t: t.gaps.p99_ms)),
     Column("vcpu_longest_gap_ms", "float64", "longest off-CPU gap [ms]",
-           lambda v: _get(v.meta.vcpu_trace, "longest_gap_ms")),
+           lambda v: _traced(v, lambda t: t.longest_gap_ms)),
     Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
-           lambda v: _get(v.meta.vcpu_trace, "schedstat_agrees")),
+           lambda v: _traced(v, lambda t: t.schedstat_agrees)),
     # whether the run's samples and trace are whole (bbrlab.analysis.evidence; docs/run-record.md); <NA> unsampled
     # resp. untraced, and in the authors' layout
     Column("sampling_ended", "string", "how the socket sampler ended: stop_file (asked to, after the transfer); "
@@ -329,14 +334,14 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: evidence.sampling_complete(_sampling(v, "ended"),
                                                 _sampling(v, "dropped"), v.samples_cover_transfer)),
     Column("trace_capped", "boolean", "the vCPU trace reached its byte cap: it ends before the transfer did",
-           lambda v: _get(v.meta.vcpu_trace, "capped")),
+           lambda v: _traced(v, lambda t: t.capped)),
     Column("trace_lost_events", "Int64", "events the trace's ring buffer lost (overruns, dropped events)",
-           lambda v: _get(v.meta.vcpu_trace, "lost_events")),
+           lambda v: _traced(v, lambda t: t.lost_events)),
     Column("trace_complete", "boolean", "the vCPU trace is whole: not capped, no event lost, on-CPU time within 2 % "
            "of schedstat's; timelines leave out runs where this is False",
-           lambda v: evidence.trace_complete(_get(v.meta.vcpu_trace, "capped"),
-                                             _get(v.meta.vcpu_trace, "lost_events"),
-                                             _get(v.meta.vcpu_trace, "schedstat_agrees"))),
+           lambda v: evidence.trace_complete(_traced(v, lambda t: t.capped),
+                                             _traced(v, lambda t: t.lost_events),
+                                             _traced(v, lambda t: t.schedstat_agrees))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
            "(<NA> when the clocks were not aligned)", lambda v: _fraction_inside(v.meta.alignment)),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "

@@ -30,6 +30,7 @@ from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.sampling.summary import SamplingSummary
+from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
 from .senderqdisc import SenderQdisc
@@ -93,7 +94,7 @@ class RunMetadata:
     flows: list | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
     transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
-    vcpu_trace: dict | None = None  # the host trace of the vCPU threads' on/off-CPU intervals (bbrlab.sampling.vcputrace)
+    vcpu_trace: TraceSummary | None = None  # the host trace of the vCPU threads' on/off-CPU intervals
     alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned
     cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
     host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)

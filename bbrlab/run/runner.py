@@ -28,6 +28,7 @@ from pathlib import Path
 from bbrlab.contention import hostcpu, outside
 from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
+from bbrlab.core import recordjson
 from bbrlab.core.sidebyside import SideBySide
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
@@ -239,10 +240,10 @@ class Runner:
             return None
         result = trace.result
         result.write_csv(out / VCPU_FILE)
-        meta.vcpu_trace = {"file": VCPU_FILE, **result.summary()}
+        meta.vcpu_trace = recordjson.from_json(vcputrace.TraceSummary, {"file": VCPU_FILE, **result.summary()})
         if result.schedstat_agrees() is False:
             print(f"bbrlab: WARNING: the vCPU trace's on-CPU time is not within 2 % of schedstat's: "
-                  f"{meta.vcpu_trace['schedstat']} (inferred switch-ins: {meta.vcpu_trace['inferred_switch_ins']})",
+                  f"{meta.vcpu_trace.schedstat} (inferred switch-ins: {meta.vcpu_trace.inferred_switch_ins})",
                   file=sys.stderr, flush=True)
         return result
 

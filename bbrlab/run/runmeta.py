@@ -34,6 +34,7 @@ from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
 from .senderqdisc import SenderQdisc
+from .transferrecord import TransferSummary
 
 
 @dataclass
@@ -92,7 +93,7 @@ class RunMetadata:
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     flows: list | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
-    transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
+    transfer: TransferSummary | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
     vcpu_trace: TraceSummary | None = None  # the host trace of the vCPU threads' on/off-CPU intervals
     alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned

@@ -281,11 +281,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: above_ceiling(v.summary.get("throughput_mbit"), _ceiling_mbit(v.meta))),
     Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
            "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",
-           lambda v: _get(v.meta.cpu_load, "sender_hypervisor", "busy_pct")),
+           lambda v: v.meta.cpu_load and v.meta.cpu_load.sender_hypervisor.busy_pct),
     Column("host_other_busy_pct", "float64", "the host's CPU used by processes outside the testbed during the "
            "transfer (metadata.host_other; bbrlab.contention.outside); <NA> in records made before it was "
            "measured and where the sender's QEMU ran on another machine [% of all its CPUs]",
-           lambda v: _get(v.meta.host_other, "other_busy_pct")),
+           lambda v: v.meta.host_other and v.meta.host_other.other_busy_pct),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",

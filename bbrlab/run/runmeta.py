@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.contention.hostcpu import CpuLoad
+from bbrlab.contention.outside import OutsideLoad
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.kernel.sender import KernelOrigin, SenderKernel
@@ -97,8 +99,8 @@ class RunMetadata:
     sampling: SamplingSummary | None = None
     vcpu_trace: TraceSummary | None = None  # the host trace of the vCPU threads' on/off-CPU intervals
     alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned
-    cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
-    host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
+    cpu_load: CpuLoad | None = None  # emulator's and sender hypervisor's CPU during the transfer
+    host_other: OutsideLoad | None = None  # this machine's CPU outside the testbed's processes then
     kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left

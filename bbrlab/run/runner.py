@@ -203,7 +203,8 @@ class Runner:
                     flows.wait(threads, extra)
                 with meta.timed("release"):
                     contended.close()
-            meta.contention, meta.cpu_load, meta.host_other = held.record(), cpu_load, host_other
+            meta.contention, meta.cpu_load = held.record(), recordjson.from_json(hostcpu.CpuLoad, cpu_load)
+            meta.host_other = None if host_other is None else recordjson.from_json(outside.OutsideLoad, host_other)
             with meta.timed("trace"):
                 vcpu = self._record_trace(trace, out, meta)
             with meta.timed("stop"):

@@ -315,3 +315,19 @@ def test_the_kernel_reads_as_the_sender_kernel_or_only_its_origin_and_writes_bac
     assert RunMetadata.from_dict({"kernel": {"origin": "lab"}}).kernel.name is None
     with pytest.raises(ValueError, match="kernel"):
         RunMetadata.from_dict({"kernel": {"origin": "lab", "name": "x"}})
+
+
+def test_the_host_cpu_load_a_run_measures_reads_typed_and_writes_back_as_measured():
+    """``metadata.cpu_load``: each watched host's :func:`~bbrlab.contention.hostcpu.busy_between`, typed by the
+    run (:class:`~bbrlab.contention.hostcpu.CpuLoad`) and written back key for key."""
+    from bbrlab.contention import hostcpu
+
+    def stat(busy: int, idle: int) -> hostcpu.CpuTimes:
+        line = f" {busy} 0 0 {idle} 0 0 0 0 0 0"
+        return hostcpu.parse_proc_stat(f"cpu{line}\ncpu0{line}\n")
+
+    measured = {name: hostcpu.busy_between(stat(10, 10), stat(20 + i, 30)) for i, name in
+                enumerate(("emulator", "sender_hypervisor"))}
+    load = recordjson.from_json(hostcpu.CpuLoad, measured)
+    assert load.sender_hypervisor.cpus == 1 and load.emulator.busy_pct == measured["emulator"]["busy_pct"]
+    assert json.dumps(RunMetadata(cpu_load=load).to_dict()["cpu_load"]) == json.dumps(measured)

@@ -16,8 +16,9 @@ Reading coerces as pydantic's lax mode does: a JSON integer in a field declared 
 Absent or null: a key some records lack is a field declared with :func:`left_out_when_none`: it reads as None
 where the record lacks it and is not written while None. Every other field is always written, null included.
 So a key is either always there (null when unknown) or there only when known, never both; a key records hold
-both ways stays inside a plain ``dict``. A class applies the rule by :func:`sparse_layout` in its
-``__get_pydantic_core_schema__`` (:func:`record_layout` applies it too).
+both ways stays inside a plain ``dict``. :func:`record_layout` applies the rule, so a class with such a field
+names it in its ``__get_pydantic_core_schema__`` (``read`` and ``write`` the identity when it has no layout
+of its own).
 """
 
 from __future__ import annotations
@@ -85,12 +86,6 @@ def _without_unknown(cls: type, out: dict) -> dict:
     """``out`` (``cls``'s fields as written) without the :func:`left_out_when_none` fields that are None."""
     dropped = {f.name for f in fields(cls) if f.metadata.get(_LEFT_OUT_WHEN_NONE) and out.get(f.name) is None}
     return {k: v for k, v in out.items() if k not in dropped} if dropped else out
-
-
-def sparse_layout(source: type, handler: Any) -> core_schema.CoreSchema:
-    """The schema of a dataclass written field for field, but for its :func:`left_out_when_none` fields while
-    None; ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
-    return record_layout(source, handler, read=lambda d: d, write=lambda d: d)
 
 
 def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],

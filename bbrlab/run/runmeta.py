@@ -2,7 +2,11 @@
 
 Each field is one thing measured while the run happened; the parts other steps measure are their own typed
 records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
-(:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
+(:class:`~bbrlab.link.counters.LinkRecord`), the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`),
+the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignment with the samples
+(:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
+the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
+sender's kernel and root qdisc. The rest stay JSON objects as written.
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
 of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back. Both go through
 :mod:`bbrlab.core.recordjson` (pydantic's TypeAdapter), which writes and checks every field and part.

@@ -23,6 +23,7 @@ import pandas as pd
 
 from bbrlab.run import clocks
 from bbrlab.run.runrecord import metadata_of
+from bbrlab.run.transferrecord import TransferSummary
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
 from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, IperfParams, RsyncParams
@@ -116,9 +117,9 @@ class RunView:
         return self.flow.get("workload", DEFAULT_WORKLOAD)
 
     @property
-    def transfer(self) -> Mapping:
-        """``metadata.transfer`` of an rsync run (docs/transfer.md); empty for iperf3."""
-        return self.meta.transfer or {}
+    def transfer(self) -> TransferSummary | None:
+        """``metadata.transfer`` of an rsync run (docs/transfer.md); None for iperf3."""
+        return self.meta.transfer
 
     @property
     def goodput_mbit(self) -> float | None:
@@ -127,7 +128,7 @@ class RunView:
         """
         if self.workload == IperfParams.name:
             return self.summary.get("throughput_mbit")
-        return self.transfer.get("goodput_mbit")
+        return self.transfer.goodput_mbit if self.transfer else None
 
     @property
     def utilisation(self) -> float:
@@ -138,7 +139,9 @@ class RunView:
     @property
     def transfer_s(self) -> float | None:
         """How long the transfer lasted: iperf3's asked duration, an rsync copy's wall time; None when unknown."""
-        return self.transfer.get("elapsed_s") if self.workload == RsyncParams.name else self.flow.get("duration_s")
+        if self.workload == RsyncParams.name:
+            return self.transfer.elapsed_s if self.transfer else None
+        return self.flow.get("duration_s")
 
     @property
     def samples_cover_transfer(self) -> bool | None:

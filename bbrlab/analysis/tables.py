@@ -20,6 +20,7 @@ from bbrlab.calibration.check import above_ceiling
 from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
+from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
 from bbrlab.scenario.cpumodels import none as no_contention
 from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
@@ -87,6 +88,17 @@ def _credit_ran_out_s(meta: RunMetadata) -> float | None:
 def _sampling(v, name: str):
     """The sampler's ``name`` (:class:`~bbrlab.sampling.summary.SamplingSummary`); None for an unsampled run."""
     return getattr(v.meta.sampling, name, None)
+
+
+def _fraction_inside(alignment: AlignmentCheck | None) -> float | None:
+    """The share of guest samples inside on-CPU intervals, as the record writes it (5 digits)."""
+    fraction = alignment.fraction_inside if alignment is not None else None
+    return None if fraction is None else round(fraction, 5)
+
+
+def _traced(v, read):
+    """``read`` of the run's vCPU trace summary (``metadata.vcpu_trace``); None for a run not traced."""
+    return None if v.meta.vcpu_trace is None else read(v.meta.vcpu_trace)
 
 
 def _get(d, *keys):
@@ -203,9 +215,9 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
            "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.get("name")),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
-           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: (v.meta.kernel or {}).get("origin")),
+           "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: v.meta.kernel and v.meta.kernel.origin),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
-           lambda v: (v.meta.kernel or {}).get("name")),
+           lambda v: v.meta.kernel and v.meta.kernel.name),
     Column("variant", "string", "display label figures group by: Cubic, BBRv1, BBRv3 patched ...",
            lambda v: v.identity.variant),
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
@@ -277,11 +289,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: above_ceiling(v.summary.get("throughput_mbit"), _ceiling_mbit(v.meta))),
     Column("host_busy_pct", "float64", "how busy the CPUs of the host that ran the sender's QEMU were during the "
            "transfer, the testbed included (metadata.cpu_load.sender_hypervisor) [% of all its CPUs]",
-           lambda v: _get(v.meta.cpu_load, "sender_hypervisor", "busy_pct")),
+           lambda v: v.meta.cpu_load and v.meta.cpu_load.sender_hypervisor.busy_pct),
     Column("host_other_busy_pct", "float64", "the host's CPU used by processes outside the testbed during the "
            "transfer (metadata.host_other; bbrlab.contention.outside); <NA> in records made before it was "
            "measured and where the sender's QEMU ran on another machine [% of all its CPUs]",
-           lambda v: _get(v.meta.host_other, "other_busy_pct")),
+           lambda v: v.meta.host_other and v.meta.host_other.other_busy_pct),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
            lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
@@ -293,7 +305,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
-           lambda v: _get(v.meta.sender_qdisc, "root")),
+           lambda v: v.meta.sender_qdisc and v.meta.sender_qdisc.root),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",
@@ -301,16 +313,16 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("started_at", "string", "start time, UTC ISO 8601", lambda v: v.record.get("started_at")),
     # the host trace of the vCPU threads (docs/vcpu-trace.md); <NA> for a run not traced
     Column("vcpu_on_cpu_share", "float64", "share of the transfer the vCPU threads were on a host CPU, from the "
-           "trace (mean over threads)", lambda v: _get(v.meta.vcpu_trace, "on_cpu_share")),
+           "trace (mean over threads)", lambda v: _traced(v, lambda t: t.on_cpu_share)),
     Column("vcpu_gaps", "Int64", "number of complete off-CPU gaps of the vCPU threads",
-           lambda v: _get(v.meta.vcpu_trace, "gaps", "count")),
-    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _get(v.meta.vcpu_trace, "gaps", "p50_ms")),
+           lambda v: _traced(v, lambda t: t.gaps.count)),
+    Column("vcpu_gap_p50_ms", "float64", "median off-CPU gap [ms]", lambda v: _traced(v, lambda t: t.gaps.p50_ms)),
     Column("vcpu_gap_p99_ms", "float64", "99th percentile off-CPU gap [ms]",
-           lambda v: _get(v.meta.vcpu_trace, "gaps", "p99_ms")),
+           lambda v: _traced(v, lambda t: t.gaps.p99_ms)),
     Column("vcpu_longest_gap_ms", "float64", "longest off-CPU gap [ms]",
-           lambda v: _get(v.meta.vcpu_trace, "longest_gap_ms")),
+           lambda v: _traced(v, lambda t: t.longest_gap_ms)),
     Column("vcpu_schedstat_agrees", "boolean", "the trace's on-CPU time is within 2 % of schedstat's",
-           lambda v: _get(v.meta.vcpu_trace, "schedstat_agrees")),
+           lambda v: _traced(v, lambda t: t.schedstat_agrees)),
     # whether the run's samples and trace are whole (bbrlab.analysis.evidence; docs/run-record.md); <NA> unsampled
     # resp. untraced, and in the authors' layout
     Column("sampling_ended", "string", "how the socket sampler ended: stop_file (asked to, after the transfer); "
@@ -330,20 +342,20 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: evidence.sampling_complete(_sampling(v, "ended"),
                                                 _sampling(v, "dropped"), v.samples_cover_transfer)),
     Column("trace_capped", "boolean", "the vCPU trace reached its byte cap: it ends before the transfer did",
-           lambda v: _get(v.meta.vcpu_trace, "capped")),
+           lambda v: _traced(v, lambda t: t.capped)),
     Column("trace_lost_events", "Int64", "events the trace's ring buffer lost (overruns, dropped events)",
-           lambda v: _get(v.meta.vcpu_trace, "lost_events")),
+           lambda v: _traced(v, lambda t: t.lost_events)),
     Column("trace_complete", "boolean", "the vCPU trace is whole: not capped, no event lost, on-CPU time within 2 % "
            "of schedstat's; timelines leave out runs where this is False",
-           lambda v: evidence.trace_complete(_get(v.meta.vcpu_trace, "capped"),
-                                             _get(v.meta.vcpu_trace, "lost_events"),
-                                             _get(v.meta.vcpu_trace, "schedstat_agrees"))),
+           lambda v: evidence.trace_complete(_traced(v, lambda t: t.capped),
+                                             _traced(v, lambda t: t.lost_events),
+                                             _traced(v, lambda t: t.schedstat_agrees))),
     Column("samples_inside_on_cpu", "float64", "fraction of guest samples inside an on-CPU interval once aligned "
-           "(<NA> when the clocks were not aligned)", lambda v: _get(v.meta.alignment, "fraction_inside")),
+           "(<NA> when the clocks were not aligned)", lambda v: _fraction_inside(v.meta.alignment)),
     Column("sender_clock_uncertainty_ms", "float64", "the bound on the error of the sender's clock offset that put "
            "its socket samples on this machine's clock (the ss table's t_host_s) [ms]",
-           lambda v: None if _get(v.meta.alignment, "uncertainty_ns") is None
-           else _get(v.meta.alignment, "uncertainty_ns") / 1e6),
+           lambda v: None if v.meta.alignment is None or v.meta.alignment.uncertainty_ns is None
+           else v.meta.alignment.uncertainty_ns / 1e6),
     # the workload (docs/transfer.md); the authors' runs are iperf3's
     Column("workload", "string", "what the flow carried: iperf3 (bulk transfer) or rsync (a file over SSH)",
            lambda v: v.workload),
@@ -351,14 +363,14 @@ RUN_SCHEMA: tuple[Column, ...] = (
            "wall time [Mbit/s]", lambda v: v.goodput_mbit),
     Column("file_mb", "float64", "rsync: the file's size [10^6 bytes]", lambda v: v.flow.get("file_mb")),
     Column("bytes_delivered", "float64", "rsync: bytes of the file at the receiver at the end [bytes]",
-           lambda v: v.transfer.get("bytes_delivered")),
+           lambda v: v.transfer and v.transfer.bytes_delivered),
     Column("completion_s", "float64", "rsync: wall time of a completed copy, SSH handshake included [s]",
-           lambda v: v.transfer.get("completion_s")),
+           lambda v: v.transfer and v.transfer.completion_s),
     Column("elapsed_s", "float64", "rsync: wall time of the copy, to completion or to its timeout [s]",
-           lambda v: v.transfer.get("elapsed_s")),
+           lambda v: v.transfer and v.transfer.elapsed_s),
     Column("timed_out", "boolean", "rsync: transfer_timeout_s ended the copy (<NA> for iperf3)",
-           lambda v: v.transfer.get("timed_out")),
-    Column("ssh_cipher", "string", "rsync: the SSH cipher, client to server", lambda v: _get(v.transfer, "ssh", "cipher")),
+           lambda v: v.transfer and v.transfer.timed_out),
+    Column("ssh_cipher", "string", "rsync: the SSH cipher, client to server", lambda v: v.transfer and _get(v.transfer.ssh, "cipher")),
     # several flows (bbrlab.analysis.fairness); a single-flow run has flows 1 and the rest <NA>
     Column("flows", "Int64", "iperf3 flows in the run (each with its own CCA, streams, start and origin)",
            lambda v: v.fair.get("flows")),

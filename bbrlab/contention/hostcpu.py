@@ -61,6 +61,27 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole > 0 else None
 
 
+@dataclass(frozen=True)
+class HostBusy:
+    """One host's CPU during a run's transfer (:func:`busy_between`): the busy share of all its CPUs, its softirq
+    part and the busiest single CPU [%] (None without ticks), how many CPUs, the ticks they rest on."""
+
+    busy_pct: float | None
+    softirq_pct: float | None
+    busiest_cpu_pct: float | None
+    cpus: int
+    ticks: int
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """``metadata.cpu_load`` of a run record: the emulator's and the sender's hypervisor's CPU during the transfer
+    (the hosts of :meth:`bbrlab.run.session.TestbedSession.watched_hosts`)."""
+
+    emulator: HostBusy
+    sender_hypervisor: HostBusy
+
+
 def busy_between(first: CpuTimes, last: CpuTimes) -> dict:
     """Busy share of all CPUs, its softirq part, the busiest single CPU, and the ticks it rests on."""
     def delta(name: str) -> dict[str, int]:

@@ -184,6 +184,26 @@ def _ended_in_parents(first: Snapshot, last: Snapshot, ours_first: set[int], our
     return gone
 
 
+@dataclass(frozen=True)
+class OutsideLoad:
+    """``metadata.host_other`` of a run record, as :func:`between` gives it: this machine's CPU outside the
+    testbed's processes during the transfer. ``top`` stays as written: pid, comm and cpu_pct of each."""
+
+    other_busy_pct: float | None
+    other_cpus: float | None
+    testbed_pct: float | None
+    process_busy_pct: float | None
+    softirq_pct: float | None
+    steal_pct: float | None
+    window_s: float
+    cpus: int
+    ticks: int
+    other_ticks: int
+    testbed_ticks: int
+    testbed_processes: int
+    top: list[dict]
+
+
 def between(first: Snapshot, last: Snapshot, ours: Ours) -> dict:
     """The CPU used outside the testbed between two snapshots, as recorded (``metadata.host_other``): the
     share of all CPUs (``other_busy_pct``), in CPUs (``other_cpus``), the testbed's own share

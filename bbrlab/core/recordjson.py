@@ -12,12 +12,20 @@ only when known), say so with a ``__get_pydantic_core_schema__`` that returns :f
 then calls their ``to_dict``/``from_dict`` where they are nested.
 
 Reading coerces as pydantic's lax mode does: a JSON integer in a field declared ``float`` becomes a float.
+
+Absent or null: a key some records lack is a field declared with :func:`left_out_when_none`: it reads as None
+where the record lacks it and is not written while None. Every other field is always written, null included.
+So a key is either always there (null when unknown) or there only when known, never both; a key records hold
+both ways stays inside a plain ``dict``. :func:`record_layout` applies the rule, so a class with such a field
+names it in its ``__get_pydantic_core_schema__`` (``read`` and ``write`` the identity when it has no layout
+of its own).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import field, fields
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -64,11 +72,28 @@ def own_layout(cls: type) -> core_schema.CoreSchema:
         json_schema_input_schema=core_schema.dict_schema())
 
 
+#: The field metadata that marks a key written only when known (:func:`left_out_when_none`).
+_LEFT_OUT_WHEN_NONE = "bbrlab.left_out_when_none"
+
+
+def left_out_when_none() -> Any:
+    """A dataclass field (default None) for a key records write only when known: read as None where a record
+    lacks it, left out of the JSON while None."""
+    return field(default=None, metadata={_LEFT_OUT_WHEN_NONE: True})
+
+
+def _without_unknown(cls: type, out: dict) -> dict:
+    """``out`` (``cls``'s fields as written) without the :func:`left_out_when_none` fields that are None."""
+    dropped = {f.name for f in fields(cls) if f.metadata.get(_LEFT_OUT_WHEN_NONE) and out.get(f.name) is None}
+    return {k: v for k, v in out.items() if k not in dropped} if dropped else out
+
+
 def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],
                   write: Callable[[dict], dict]) -> core_schema.CoreSchema:
     """The schema of a dataclass whose JSON is its fields with a layout around them: ``read`` turns the record's
     JSON into the fields' values before they are checked (an instance passes as it is), ``write`` turns the
-    fields as written into the record's JSON. ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
+    fields as written into the record's JSON, after its :func:`left_out_when_none` fields that are None are left
+    out. ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
     fields_schema = handler(source)
 
     def before(value: Any) -> Any:
@@ -76,5 +101,5 @@ def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],
 
     return core_schema.no_info_before_validator_function(
         before, fields_schema,
-        serialization=core_schema.wrap_serializer_function_ser_schema(lambda value, dump: write(dump(value)),
+        serialization=core_schema.wrap_serializer_function_ser_schema(lambda value, dump: write(_without_unknown(source, dump(value))),
                                                                        schema=fields_schema))

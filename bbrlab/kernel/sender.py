@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from bbrlab.core.errors import BbrlabError, ValidationError
 
@@ -81,6 +82,17 @@ class SenderKernel:
         if self.origin == "debian":
             return f"{self.name} ({self.package} {self.package_version})"
         return f"{self.path} ({self.release}, sha256 {self.sha256[:12]})"
+
+
+@dataclass(frozen=True)
+class KernelOrigin:
+    """``metadata.kernel`` of a testbed that does not name the sender's kernel (a lab's, the host-netns one):
+    only where it came from, the testbed's kind. Its ``name`` is None (unknown). A record's ``kernel`` with
+    more keys is no KernelOrigin (``extra``: forbid, for :mod:`bbrlab.core.recordjson`)."""
+
+    __pydantic_config__: ClassVar[dict] = {"extra": "forbid"}
+    origin: str
+    name: ClassVar[None] = None
 
 
 @dataclass(frozen=True)

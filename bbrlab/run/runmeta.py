@@ -2,7 +2,11 @@
 
 Each field is one thing measured while the run happened; the parts other steps measure are their own typed
 records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`), the link's counters
-(:class:`~bbrlab.link.counters.LinkRecord`) and the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`).
+(:class:`~bbrlab.link.counters.LinkRecord`), the sampler (:class:`~bbrlab.sampling.summary.SamplingSummary`),
+the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignment with the samples
+(:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
+the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
+sender's kernel and root qdisc. The rest stay JSON objects as written.
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
 of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back. Both go through
 :mod:`bbrlab.core.recordjson` (pydantic's TypeAdapter), which writes and checks every field and part.
@@ -23,13 +27,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bbrlab.contention.evidence import ContentionRecord
+from bbrlab.contention.hostcpu import CpuLoad
+from bbrlab.contention.outside import OutsideLoad
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
+from bbrlab.kernel.sender import KernelOrigin, SenderKernel
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
+from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.sampling.summary import SamplingSummary
+from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
+from .senderqdisc import SenderQdisc
+from .transferrecord import TransferSummary
 
 
 @dataclass
@@ -84,17 +95,17 @@ class RunMetadata:
     flow: dict = field(default_factory=dict)
     contention: ContentionRecord | None = None
     qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
-    sender_qdisc: dict | None = None  # the sender's root qdisc asked and read back (bbrlab.run.senderqdisc)
+    sender_qdisc: SenderQdisc | None = None  # the sender's root qdisc asked and read back
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: dict | None = None
     flows: list | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
-    transfer: dict | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
+    transfer: TransferSummary | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
-    vcpu_trace: dict | None = None  # the host trace of the vCPU threads' on/off-CPU intervals (bbrlab.sampling.vcputrace)
-    alignment: dict | None = None  # guest samples inside on-CPU intervals once aligned (bbrlab.sampling.alignment)
-    cpu_load: dict | None = None  # emulator's and sender hypervisor's CPU during the transfer (bbrlab.contention.hostcpu)
-    host_other: dict | None = None  # this machine's CPU outside the testbed's processes then (bbrlab.contention.outside)
-    kernel: dict | None = None  # the sender kernel: release, origin, package or path, sha256 (bbrlab.kernel.sender)
+    vcpu_trace: TraceSummary | None = None  # the host trace of the vCPU threads' on/off-CPU intervals
+    alignment: AlignmentCheck | None = None  # guest samples inside on-CPU intervals once aligned
+    cpu_load: CpuLoad | None = None  # emulator's and sender hypervisor's CPU during the transfer
+    host_other: OutsideLoad | None = None  # this machine's CPU outside the testbed's processes then
+    kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)

@@ -28,6 +28,7 @@ from pathlib import Path
 from bbrlab.contention import hostcpu, outside
 from bbrlab.contention import models as contention
 from bbrlab.contention import placement as cpuplacement
+from bbrlab.core import recordjson
 from bbrlab.core.sidebyside import SideBySide
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as link
@@ -151,7 +152,7 @@ class Runner:
         with ExitStack() as held:  # a failure inside clears the link and the sender's qdisc, in reverse order
             with meta.timed("sender_qdisc"):
                 meta.sender_qdisc = held.enter_context(senderqdisc.held(
-                    tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc)).to_dict()
+                    tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc))
             with meta.timed("link"):
                 meta.timing["link_set"] = held.enter_context(self.link.holding(scenario.link))
             with meta.timed("counters"):
@@ -202,7 +203,8 @@ class Runner:
                     flows.wait(threads, extra)
                 with meta.timed("release"):
                     contended.close()
-            meta.contention, meta.cpu_load, meta.host_other = held.record(), cpu_load, host_other
+            meta.contention, meta.cpu_load = held.record(), recordjson.from_json(hostcpu.CpuLoad, cpu_load)
+            meta.host_other = None if host_other is None else recordjson.from_json(outside.OutsideLoad, host_other)
             with meta.timed("trace"):
                 vcpu = self._record_trace(trace, out, meta)
             with meta.timed("stop"):
@@ -239,15 +241,15 @@ class Runner:
             return None
         result = trace.result
         result.write_csv(out / VCPU_FILE)
-        meta.vcpu_trace = {"file": VCPU_FILE, **result.summary()}
+        meta.vcpu_trace = recordjson.from_json(vcputrace.TraceSummary, {"file": VCPU_FILE, **result.summary()})
         if result.schedstat_agrees() is False:
             print(f"bbrlab: WARNING: the vCPU trace's on-CPU time is not within 2 % of schedstat's: "
-                  f"{meta.vcpu_trace['schedstat']} (inferred switch-ins: {meta.vcpu_trace['inferred_switch_ins']})",
+                  f"{meta.vcpu_trace.schedstat} (inferred switch-ins: {meta.vcpu_trace.inferred_switch_ins})",
                   file=sys.stderr, flush=True)
         return result
 
     @staticmethod
-    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> dict:
+    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> alignment.AlignmentCheck:
         """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
         machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
         its end); recorded as not aligned when the offset was not measured."""
@@ -260,7 +262,7 @@ class Runner:
                 start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,
                 measured_at_s=start.measured_at)
         return alignment.check(times, vcpu.on_spans_realtime(), offset, flow.sample_ms,
-                               vcpu.window_realtime()).to_dict()
+                               vcpu.window_realtime())
 
     def _prepare(self, scenario: Scenario, work: workloads.Workload, meta: RunMetadata):
         """TCP on the sender made memoryless; the CCA on offer and identified from the running kernel (BBR

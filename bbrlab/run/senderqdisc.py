@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from bbrlab.core.errors import TestbedError
 from bbrlab.core.hosts import Host
@@ -40,17 +40,14 @@ class SenderQdiscError(TestbedError):
 @dataclass(frozen=True)
 class SenderQdisc:
     """What the sender's experiment interface had during the run: ``asked`` (default or fq), the
-    ``interface``, the ``root`` qdisc's kind as read back and every qdisc on it as ``tc -j`` printed them."""
+    ``interface``, the ``root`` qdisc's kind as read back and every qdisc on it as ``tc -j`` printed them;
+    ``metadata.sender_qdisc`` of the run record, written field for field (:mod:`bbrlab.core.recordjson`)."""
 
     asked: str
     interface: str
     root: str | None
     qdiscs: list
     default_qdisc: str = ""  # the sender's net.core.default_qdisc
-
-    def to_dict(self) -> dict:
-        """The record's JSON (``metadata.sender_qdisc``)."""
-        return asdict(self)
 
 
 def _apply(host: Host, toward_ip: str, kind: str) -> SenderQdisc:

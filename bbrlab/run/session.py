@@ -13,6 +13,7 @@ from bbrlab.contention import deadline as contention
 from bbrlab.contention import outside
 from bbrlab.core.errors import RunFailed
 from bbrlab.kernel.ccaprobe import CcaIdentities
+from bbrlab.kernel.sender import KernelOrigin
 from bbrlab.link import emulator as link
 
 from . import record as rec
@@ -110,10 +111,10 @@ class TestbedSession:
                 tb.sender.host, tb.receiver.experiment_ip)}, "versions": {
                 "hypervisor": tb.hypervisor_name, "bbrlab": __version__, "bbrlab_git": rec.git_commit(),
                 **sender.tool_versions(tb.sender.host)},
-                "kernel": identity.to_dict() if identity else {"origin": tb.kind}}
+                "kernel": identity or KernelOrigin(tb.kind)}
             self._static["testbed"]["emulator_boot_id"] = self._emulator_boot_id()
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
-        meta.versions, meta.kernel = dict(self._static["versions"]), dict(self._static["kernel"])
+        meta.versions, meta.kernel = dict(self._static["versions"]), self._static["kernel"]
         self.recover_first()
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
             meta.recovered = self._recovered

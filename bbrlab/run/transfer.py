@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbrlab.core import leftdirs
+from bbrlab.core import leftdirs, recordjson
 from bbrlab.core.errors import RunFailed, TestbedError
 from bbrlab.core.hosts import Host, Result
 from bbrlab.scenario.scenario import Flow
@@ -43,6 +43,7 @@ from bbrlab.scenario.workloads import RsyncParams
 from . import checks, progress, rxuser, sshd
 from . import record as rec
 from .runmeta import RunMetadata
+from .transferrecord import TransferSummary
 
 CACHE_DIR = "/var/cache/bbrlab/transfer"
 #: The copy's name in the receiver's destination directory.
@@ -417,7 +418,7 @@ class Rsync:
         rec.write_file(out / "transfer.json", json.dumps(
             {**summary, "progress_t0_unix_s": samples[0][0] if samples else None,
              "progress": progress.series(samples)}, indent=1) + "\n")
-        meta.transfer = summary
+        meta.transfer = recordjson.from_json(TransferSummary, summary)
         meta.cca.socket = parsed.socket["cca_connected"] or parsed.socket["cca_set"]
         return parsed
 

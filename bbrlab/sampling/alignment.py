@@ -18,10 +18,11 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import ValidationError
 
 from . import sockdiag
@@ -69,7 +70,9 @@ class AlignmentCheck:
     """How many guest samples fall inside an on-CPU interval once shifted by the offset: exactly
     (``inside``) and allowing the offset's uncertainty (``inside_within_uncertainty``). ``samples`` counts those
     inside the trace's window; ``outside_window`` those before or after it (a sampler that runs longer than the
-    traced transfer), which say nothing either way."""
+    traced transfer), which say nothing either way (None in records made before it was counted).
+
+    ``metadata.alignment`` of the run record: the fields, then ``fraction_inside`` (rounded to 5 digits)."""
 
     aligned: bool
     samples: int
@@ -77,9 +80,9 @@ class AlignmentCheck:
     inside_within_uncertainty: int | None = None
     offset_ns: int | None = None
     uncertainty_ns: int | None = None
-    sample_interval_ms: float | None = None
+    sample_interval_ms: int | float | None = None
     warning: str | None = None
-    outside_window: int = 0
+    outside_window: int | None = recordjson.left_out_when_none()
 
     @property
     def fraction_inside(self) -> float | None:
@@ -87,10 +90,22 @@ class AlignmentCheck:
         return None if self.inside is None or not self.samples else self.inside / self.samples
 
     def to_dict(self) -> dict:
-        """``metadata.alignment`` of a run record."""
-        d = asdict(self)
-        d["fraction_inside"] = None if self.fraction_inside is None else round(self.fraction_inside, 5)
-        return d
+        """``metadata.alignment`` of a run record (:func:`bbrlab.core.recordjson.to_json`)."""
+        return recordjson.to_json(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The fields, ``fraction_inside`` after them (computed: dropped when read)."""
+        return recordjson.record_layout(source, handler, read=_without_fraction, write=_with_fraction)
+
+
+def _without_fraction(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "fraction_inside"}
+
+
+def _with_fraction(d: dict) -> dict:
+    inside, samples = d["inside"], d["samples"]
+    return d | {"fraction_inside": None if inside is None or not samples else round(inside / samples, 5)}
 
 
 #: How many earlier on-CPU intervals (by start) a sample is compared with: those of other threads overlap.
@@ -141,7 +156,7 @@ def check(guest_sample_ns: Sequence[int], on_intervals_host_ns, offset: ClockOff
     numpy arrays of starts and ends (:meth:`bbrlab.sampling.vcputrace.VcpuTrace.on_spans_realtime`)."""
     if offset is None:
         return AlignmentCheck(False, len(guest_sample_ns), sample_interval_ms=sample_interval_ms,
-                              warning=None)
+                              warning=None, outside_window=0)
     starts, ends = _spans(on_intervals_host_ns)
     shifted = [offset.to_host_ns(t) for t in guest_sample_ns]
     total = len(shifted)

@@ -115,6 +115,49 @@ def _filters(tids: Sequence[int]) -> tuple[str, str]:
     return switch, " || ".join(f"pid == {t}" for t in tids)
 
 
+@dataclass(frozen=True)
+class GapStats:
+    """The complete off-CPU gaps of a trace: how many, and their length's median, 90th and 99th percentile and
+    maximum [ms] (None without gaps)."""
+
+    count: int
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """``metadata.vcpu_trace`` of a run record (docs/run-record.md): the intervals' ``file``, then
+    :meth:`VcpuTrace.summary`'s keys in their order. ``threads``, ``schedstat`` and ``inferred_switch_ins`` stay
+    as the summary writes them (per-thread rows, how each switch-in was inferred)."""
+
+    file: str
+    instance: str
+    clock: str
+    resolution_us: int
+    traced_s: float
+    realtime_offset_ns: int
+    offset_uncertainty_ns: int
+    realtime_drift_ns: int
+    on_cpu_share: float
+    gaps: GapStats
+    longest_gap_ms: float | None
+    threads: list[dict]
+    events: int
+    intervals: int
+    bytes_read: int
+    capped: bool
+    lost_events: int
+    inferred_switch_ins: dict[str, int]
+    reader_cpu_s: float | None
+    reader_cpu_per_traced_s_ms: float | None
+    schedstat: list[dict]
+    schedstat_agrees: bool | None
+    host_steal_s: float | None
+
+
 @dataclass
 class VcpuTrace:
     """One run's trace: ``intervals`` (trace clock ns; ``realtime_offset_ns`` converts to CLOCK_REALTIME),

@@ -218,8 +218,13 @@ def test_workload_columns_of_both_workloads():
     scenario = {"link": {"rate_mbit": 2}, "contention": {}, "flow": {"cca": "bbr"}}
     iperf3 = run_row({"status": "ok", "scenario": scenario, "metadata": {}}, {"throughput_mbit": 42.0}, "runs/a")
     assert iperf3["workload"] == "iperf3" and iperf3["goodput_mbit"] == 42.0 and iperf3["timed_out"] is None
-    meta = {"transfer": {"bytes_delivered": 720_896, "completion_s": None, "elapsed_s": 8.6, "goodput_mbit": 0.67,
-                         "timed_out": True, "ssh": {"cipher": "chacha20-poly1305@openssh.com"}}}
+    meta = {"transfer": {  # as a timed-out copy records it (bbrlab.run.transferrecord.TransferSummary)
+        "file_bytes": 4_000_000, "file_sha256": "ab", "file_made": False, "bytes_delivered": 720_896,
+        "completed": False, "timed_out": True, "timeout_s": 8, "elapsed_s": 8.6, "completion_s": None,
+        "goodput_mbit": 0.67, "receiver_sha256": None, "checksum_match": None, "first_byte_s": 0.4,
+        "progress_interval_ms": 250, "progress_samples": 34, "rsync_exit": 30,
+        "ssh": {"cipher": "chacha20-poly1305@openssh.com"}, "socket": {"cca_set": "bbr", "cca_connected": "bbr"},
+        "server_port": 5202, "versions": {"rsync": "3.2.7"}}}
     flow = {"cca": "bbr", "workload": "rsync", "file_mb": 4}
     rsync = run_row({"status": "ok", "scenario": {**scenario, "flow": flow}, "metadata": meta}, {}, "runs/b")
     workload_columns = data.RUN_COLUMNS[data.RUN_COLUMNS.index("workload"):data.RUN_COLUMNS.index("ssh_cipher") + 1]

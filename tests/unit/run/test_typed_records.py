@@ -286,3 +286,48 @@ def test_metadata_keys_the_campaign_adds_are_kept_and_unknown_keys_refused():
     assert json.dumps(RunMetadata.from_dict(added).to_dict()) == json.dumps(added)
     with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
         RunMetadata.from_dict({**meta, "surprise": 1})
+
+
+def test_a_key_written_only_when_known_reads_as_none_and_is_left_out_while_none():
+    """The alignment check's ``outside_window``: older records lack it (None, not written back); a run writes
+    it, 0 included; ``fraction_inside`` is computed, dropped when read and written after the fields."""
+    from bbrlab.sampling.alignment import AlignmentCheck
+    old = {"aligned": True, "samples": 4, "inside": 3, "inside_within_uncertainty": 4, "offset_ns": 5,
+           "uncertainty_ns": 6, "sample_interval_ms": 10, "warning": None, "fraction_inside": 0.75}
+    check = recordjson.from_json(AlignmentCheck, old)
+    assert check.outside_window is None and check.sample_interval_ms == 10
+    assert json.dumps(check.to_dict()) == json.dumps(old)
+    new = AlignmentCheck(False, 0, warning=None, outside_window=0).to_dict()
+    assert list(new)[-2:] == ["outside_window", "fraction_inside"] and new["outside_window"] == 0
+    meta = RunMetadata.from_dict({"alignment": old})
+    assert isinstance(meta.alignment, AlignmentCheck) and meta.to_dict()["alignment"] == old
+
+
+def test_the_kernel_reads_as_the_sender_kernel_or_only_its_origin_and_writes_back_as_it_was():
+    """``metadata.kernel``: a local testbed names the kernel (SenderKernel, ``path`` null for a Debian one); a lab's
+    says only where it came from (KernelOrigin, whose name is None); a kernel with keys of neither is refused."""
+    from bbrlab.kernel.sender import KernelOrigin, SenderKernel
+    named = {"name": "debian-6.1", "release": "6.1.0-1", "origin": "debian", "sha256": "ab", "package": "p",
+             "package_version": "1", "suite": "bookworm", "path": None}
+    for kernel, kind in ((named, SenderKernel), ({"origin": "lab"}, KernelOrigin)):
+        meta = RunMetadata.from_dict({"kernel": kernel})
+        assert type(meta.kernel) is kind and json.dumps(meta.to_dict()["kernel"]) == json.dumps(kernel)
+    assert RunMetadata.from_dict({"kernel": {"origin": "lab"}}).kernel.name is None
+    with pytest.raises(ValueError, match="kernel"):
+        RunMetadata.from_dict({"kernel": {"origin": "lab", "name": "x"}})
+
+
+def test_the_host_cpu_load_a_run_measures_reads_typed_and_writes_back_as_measured():
+    """``metadata.cpu_load``: each watched host's :func:`~bbrlab.contention.hostcpu.busy_between`, typed by the
+    run (:class:`~bbrlab.contention.hostcpu.CpuLoad`) and written back key for key."""
+    from bbrlab.contention import hostcpu
+
+    def stat(busy: int, idle: int) -> hostcpu.CpuTimes:
+        line = f" {busy} 0 0 {idle} 0 0 0 0 0 0"
+        return hostcpu.parse_proc_stat(f"cpu{line}\ncpu0{line}\n")
+
+    measured = {name: hostcpu.busy_between(stat(10, 10), stat(20 + i, 30)) for i, name in
+                enumerate(("emulator", "sender_hypervisor"))}
+    load = recordjson.from_json(hostcpu.CpuLoad, measured)
+    assert load.sender_hypervisor.cpus == 1 and load.emulator.busy_pct == measured["emulator"]["busy_pct"]
+    assert json.dumps(RunMetadata(cpu_load=load).to_dict()["cpu_load"]) == json.dumps(measured)

@@ -16,13 +16,16 @@ Both fixtures were captured on this project's host (kernel 6.18, trace clock mon
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import ValidationError
 from bbrlab.sampling import alignment, vcpuparse, vcputrace
+from bbrlab.sampling.vcputrace import TraceSummary
 
 DATA = Path(__file__).resolve().parents[2] / "fixtures" / "vcputrace"
 DEADLINE_TID, SLEEPER_TID = 24769, 24855
@@ -76,6 +79,9 @@ def test_deadline_trace_intervals_alternate_and_tile_the_window():
     assert 0.22 < s["on_cpu_share"] < 0.28  # runtime 1 ms of every 4 ms
     assert s["gaps"]["count"] > 100 and s["gaps"]["p50_ms"] >= 2.5  # period - runtime = 3 ms, or longer
     assert s["reader_cpu_s"] == pytest.approx(0.006 + 0.016 + 0.001)  # bash's times: shell, children
+    recorded = {"file": "vcpu.csv", **s}  # metadata.vcpu_trace, as the run records it: typed and written back as it was
+    typed = recordjson.from_json(TraceSummary, recorded)
+    assert typed.gaps.count == s["gaps"]["count"] and json.dumps(recordjson.to_json(typed)) == json.dumps(recorded)
 
 
 def test_deadline_trace_agrees_with_schedstat_within_two_percent():

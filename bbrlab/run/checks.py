@@ -21,7 +21,7 @@ from bbrlab.link.qdisc import build_tree
 from bbrlab.sampling import logscan
 from bbrlab.sampling.summary import SamplingSummary, of_numbers
 from bbrlab.scenario.sampling_limits import SAMPLE_LOG_MAX_BYTES
-from bbrlab.scenario.scenario import Flow, Link, Scenario
+from bbrlab.scenario.scenario import Link, Scenario
 
 from . import iperf
 
@@ -41,18 +41,18 @@ def cca_offered(cca: str, available: tuple[str, ...]) -> None:
         raise RunFailed(f"the sender offers {list(available)}, not {cca!r}")
 
 
-def client_result(result, flow: Flow) -> iperf.IperfResult:
-    """The client's JSON parsed; the test ran for the asked duration with the asked CCA."""
+def client_result(result, cca: str, duration_s: float) -> iperf.IperfResult:
+    """The client's JSON parsed; the test ran for the asked ``duration_s`` with the asked ``cca`` (the run's own
+    flow, or an extra flow beside it)."""
     if not result.stdout.strip():
         raise RunFailed(f"iperf3 client printed nothing (exit {result.exit_code}): {result.stderr.strip()[:300]}")
     parsed = iperf.parse_result(result.stdout)
     if result.exit_code != 0:
         raise RunFailed(f"iperf3 client exit code {result.exit_code}")
-    if parsed.sender_tcp_congestion != flow.cca:
-        raise RunFailed(f"iperf3 reports sender_tcp_congestion {parsed.sender_tcp_congestion!r}, asked for {flow.cca!r}")
-    if not math.isclose(parsed.duration_s, flow.params.duration_s):
-        raise RunFailed(f"iperf3 ran a {parsed.duration_s:g} s test, the scenario asked for "
-                        f"{flow.params.duration_s:g} s")
+    if parsed.sender_tcp_congestion != cca:
+        raise RunFailed(f"iperf3 reports sender_tcp_congestion {parsed.sender_tcp_congestion!r}, asked for {cca!r}")
+    if not math.isclose(parsed.duration_s, duration_s):
+        raise RunFailed(f"iperf3 ran a {parsed.duration_s:g} s test, the scenario asked for {duration_s:g} s")
     return parsed
 
 

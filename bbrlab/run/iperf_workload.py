@@ -52,7 +52,7 @@ class Iperf3:
         """Write ``iperf.json``, parse it (:func:`~bbrlab.run.checks.client_result`: the test ran as asked) and
         record iperf3's view of the run in ``meta``."""
         rec.write_file(out / "iperf.json", raw.stdout)
-        parsed = checks.client_result(raw, flow)
+        parsed = checks.client_result(raw, flow.cca, flow.params.duration_s)
         meta.cca.iperf_sender = parsed.sender_tcp_congestion
         meta.iperf = {k: v for k, v in parsed.to_dict().items() if k != "intervals"}
         return parsed

@@ -127,3 +127,16 @@ def testbed():
         tb.close()
         if os.environ.get("BBRLAB_KEEP_TESTBED") != "1":
             tbmod.down(name, progress=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A system test that fails while holding the suite's testbed carries the testbed's network state in its
+    report (tests/testbed_snapshot.py): what a stalled path looked like, read when it failed."""
+    outcome = yield
+    report = outcome.get_result()
+    testbed = getattr(item, "funcargs", {}).get("testbed")
+    if report.failed and report.when == "call" and testbed is not None:
+        from tests.testbed_snapshot import snapshot
+
+        report.sections.append(("testbed network state at the failure", snapshot(testbed)))

@@ -3,7 +3,7 @@
 A test that fails on the shared testbed (a flow that stalls, a peer that cannot be reached) leaves little to
 go on once the session has ended and the testbed is gone. :func:`snapshot` reads, at the moment of the failure,
 what the experiment path looks like from each of its parts: the sender's and the emulator's interfaces with
-their counters, qdiscs and neighbour tables, the emulator's bridge table, and the host's link and receiver
+their counters, qdiscs and neighbour tables, the emulator's bridge table, each guest's last kernel messages, and the host's link and receiver
 namespaces. Every read has a short bound, and a read that fails says so in the text instead of raising.
 """
 
@@ -13,9 +13,9 @@ import subprocess
 
 #: What each guest is asked (one shell line each, run over the testbed's own SSH).
 GUEST_READS = {
-    "sender": "ip -s link show eth1; tc -s qdisc show dev eth1; ip neigh show dev eth1",
+    "sender": "ip -s link show eth1; tc -s qdisc show dev eth1; ip neigh show dev eth1; dmesg | tail -n 15",
     "emulator": "ip -s link show eth1; ip -s link show eth2; tc -s qdisc show dev eth1; tc -s qdisc show dev eth2;"
-                " bridge fdb show br br0 | grep -v permanent",
+                " bridge fdb show br br0 | grep -v permanent; dmesg | tail -n 15",
 }
 #: Seconds one read may take (a guest that no longer answers must not hold the report up).
 READ_TIMEOUT_S = 15

@@ -3,7 +3,7 @@
 A test that fails on the shared testbed (a flow that stalls, a peer that cannot be reached) leaves little to
 go on once the session has ended and the testbed is gone. :func:`snapshot` reads, at the moment of the failure,
 what the experiment path looks like from each of its parts: the sender's and the emulator's interfaces with
-their counters, qdiscs and neighbour tables, the emulator's bridge table, each guest's last kernel messages, and the host's link and receiver
+their counters, qdiscs and neighbour tables, the emulator's bridge table, each guest's last kernel messages, the scheduling of the QEMU threads, and the host's link and receiver
 namespaces. Every read has a short bound, and a read that fails says so in the text instead of raising.
 """
 
@@ -32,14 +32,22 @@ def snapshot(testbed) -> str:
         except Exception as e:  # noqa: BLE001 - a failed read is part of the picture
             parts.append(f"--- {role}: cannot read ({type(e).__name__}: {e})")
     local = getattr(testbed, "local", None)
+    for role, pid in (getattr(local, "qemu_pids", None) or {}).items():
+        argv = ["ps", "-L", "-o", "tid,cls,rtprio,pri,psr,pcpu,stat,wchan:20,comm", "-p", str(pid)]
+        parts.append(_host_read(f"{role} QEMU threads", argv))
     if local is not None:
         for suffix in ("link", "rx"):
             ns = f"bbrlab-{testbed.name}-{suffix}"
             for argv in (["ip", "-n", ns, "-s", "link"], ["ip", "-n", ns, "neigh"],
                          ["bridge", "-n", ns, "fdb", "show", "dynamic"]):
-                try:
-                    res = subprocess.run(argv, capture_output=True, text=True, timeout=READ_TIMEOUT_S)
-                    parts.append(f"--- host: {' '.join(argv)}\n{res.stdout}{res.stderr}")
-                except (OSError, subprocess.SubprocessError) as e:
-                    parts.append(f"--- host: {' '.join(argv)}: {e}")
+                parts.append(_host_read(ns, argv))
     return "\n".join(parts)
+
+
+def _host_read(what: str, argv: list[str]) -> str:
+    """One read on this machine, as a titled block (or the reason it failed)."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=READ_TIMEOUT_S)
+        return f"--- host ({what}): {' '.join(argv)}\n{res.stdout}{res.stderr}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"--- host ({what}): {' '.join(argv)}: {e}"

@@ -48,6 +48,9 @@ class CombinedSpec(Protocol):
     def flow(self, workload: str, cca: str, streams: int) -> Flow:
         """The flow of one grid point."""
 
+    def workload_params(self, workload: str, streams: int):
+        """The parameters of one workload at one stream count, from the spec's keys."""
+
 
 def check_combinations(spec: CombinedSpec) -> None:
     """What is invalid only together: the number of runs, a deadline period out of the kernel's range

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from bbrlab.run import clocks
+from bbrlab.run.flowrecord import FlowOutcome
 from bbrlab.run.runrecord import metadata_of
 from bbrlab.run.transferrecord import TransferSummary
 from bbrlab.sampling import bottleneck, logscan, sockdiag
@@ -153,7 +154,7 @@ class RunView:
         """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
         recorded.
         """
-        return _get(self.meta.sysctls, "sender", name)
+        return self.meta.sysctls.sender_value(name) if self.meta.sysctls else None
 
 
 def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
@@ -253,7 +254,8 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
             notes.append(f"{rel}/iperf.json unreadable: {e}")
     if record.get("status") != "ok":
         return RunRows(run_row(record, iperf_summary(report), rel), [], [], notes)
-    flows = flow_reports(run_dir, record, report, notes) if report else []
+    others = metadata_of(record, drop_unreadable=True).flows
+    flows = flow_reports(run_dir, record, report, notes, others) if report else []
     streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
     fair, shares = fairness.run_fairness(streams)
     fair["flows"] = len(flows)
@@ -359,22 +361,22 @@ def _vcpu_chunk(run_id: str, raw: pd.DataFrame) -> pd.DataFrame:
         "inferred": _text_or_na(raw.get("inferred"), raw.index)}), VCPU_SCHEMA)
 
 
-def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str]) -> list[FlowReport]:
+def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[str],
+                 others: list[FlowOutcome] | None = None) -> list[FlowReport]:
     """The run's flows and their iperf3 JSON: flow 0 is the scenario's flow (``iperf.json``, from the
-    sender, at 0 s); a run of several flows lists the others in ``metadata.flows`` (each with its
-    ``index``, ``origin``, ``cca``, ``streams``, measured ``start_s``, ``duration_s`` and ``file``:
-    docs/run-record.md). A flow file that cannot be read is a note, and the flow is left out."""
+    sender, at 0 s); a run of several flows lists the others in ``metadata.flows`` (``others``, each a
+    :class:`~bbrlab.run.flowrecord.FlowOutcome`: docs/run-record.md). A flow file that cannot be read is a
+    note, and the flow is left out."""
     flow = _get(record, "scenario", "flow", default={})
     out = [FlowReport(0, "sender", flow.get("cca"), flow.get("streams"), 0.0, flow.get("duration_s"), report)]
-    for f in _get(record, "metadata", "flows", default=[]):
+    for f in others or []:
         try:
-            with open(run_dir / f["file"], "rb") as fh:
+            with open(run_dir / f.file, "rb") as fh:
                 other = json.load(fh)
-        except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            notes.append(f"{run_dir.name}: flow {f.get('index') if isinstance(f, Mapping) else f!r} unreadable: {e}")
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            notes.append(f"{run_dir.name}: flow {f.index} unreadable: {e}")
             continue
-        out.append(FlowReport(int(f["index"]), f.get("origin", "sender"), f.get("cca"), f.get("streams"),
-                              float(f.get("start_s") or 0.0), f.get("duration_s"), other))
+        out.append(FlowReport(f.index, f.origin, f.cca, f.streams, float(f.start_s or 0.0), f.duration_s, other))
     return out
 
 

@@ -36,6 +36,7 @@ from .build import (
 )
 from .params import DEFICIT_PARAMS, validate_params
 from .remote import (
+    ModuleIdentity,
     ModuleLoadError,
     available_ccas,
     check_vermagic,
@@ -49,7 +50,7 @@ from .source import DEFAULT_SOURCE, SourceMismatchError, prepare_source, sha256_
 
 __all__ = [
     "DEFAULT_PATCH", "DEFAULT_SOURCE", "DEFICIT_PARAMS", "KERNELS_DIR", "BuildError", "BuiltModule",
-    "ModuleBuild", "ModuleLoadError", "SourceMismatchError", "available_ccas", "build_module", "ca_name",
+    "ModuleBuild", "ModuleIdentity", "ModuleLoadError", "SourceMismatchError", "available_ccas", "build_module", "ca_name",
     "cached_build", "check_vermagic", "default_headers_dir", "ensure_bbr2b", "ensure_module",
     "headers_release", "load", "loaded_srcversion", "module_identity", "plan_build", "prepare_source",
     "read_params", "set_params", "sha256_file", "validate_params",

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass, field
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, TestbedError
 from bbrlab.core.hosts import Host
 
@@ -154,6 +156,31 @@ def _identity_parts(out: str) -> tuple[dict[str, str], dict[str, str], dict] | N
     except json.JSONDecodeError:
         built = {}
     return plain, params, built if isinstance(built, dict) else {}
+
+
+@dataclass(frozen=True)
+class ModuleIdentity:
+    """``metadata.module`` of a run whose congestion control is a loaded module: the keys of
+    :func:`module_identity` (``params``: each sysfs parameter, a number where it reads as one), or, when it
+    could not be identified, its ``name`` and the ``error`` alone (the identity's keys then left out)."""
+
+    name: str
+    srcversion: str | None = None
+    version: str | None = None
+    patch_sha256: str | None = None
+    source_sha256: str | None = None
+    params: dict[str, int | str] = field(default_factory=dict)
+    taint: str = ""
+    error: str | None = recordjson.left_out_when_none()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The identity's keys; an unidentified module's name and error alone."""
+        return recordjson.record_layout(source, handler, read=dict, write=_identity_or_error)
+
+
+def _identity_or_error(d: dict) -> dict:
+    return {"name": d["name"], "error": d["error"]} if "error" in d else d
 
 
 def module_identity(host: Host, name: str) -> dict:

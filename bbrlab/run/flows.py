@@ -31,6 +31,7 @@ from bbrlab.testbed.local import plumbing
 
 from . import checks, iperf
 from . import record as rec
+from .flowrecord import FlowOutcome
 
 #: The experiment subnet's prefix on the local testbed (as ``bbrlab.testbed.local.lifecycle.SUBNET_PREFIX``).
 SUBNET_PREFIX = 24
@@ -117,7 +118,7 @@ def wait(threads: list[threading.Thread], runs: list[ExtraRun]) -> None:
             raise RunFailed(f"flow {r.index}'s iperf3 client did not end in time")
 
 
-def verify(runs: list[ExtraRun], out: Path) -> list[dict]:
+def verify(runs: list[ExtraRun], out: Path) -> list[FlowOutcome]:
     """Write each flow's ``iperf-flow<N>.json``, check it (its CCA, duration and ports); the records'
     ``metadata.flows``."""
     described = []
@@ -128,10 +129,9 @@ def verify(runs: list[ExtraRun], out: Path) -> list[dict]:
         rec.write_file(out / name, r.result.stdout)
         parsed = checks.client_result(r.result, r.flow.cca, r.flow.duration_s)
         checks.data_ports(list(parsed.data_ports), r.ports, f"flow {r.index}'s data streams")
-        described.append({"index": r.index, **r.flow.to_dict(), "asked_start_s": r.flow.start_s,
-                          "start_s": r.launched_s, "file": name, "server_port": r.server_port,
-                          "client_ports": r.ports, "iperf_sender": parsed.sender_tcp_congestion,
-                          "throughput_mbit": parsed.receiver_mbit})
+        described.append(FlowOutcome(r.index, r.flow.cca, r.flow.streams, r.launched_s, r.flow.duration_s,
+                                     r.flow.origin, r.flow.start_s, name, r.server_port, list(r.ports),
+                                     parsed.sender_tcp_congestion, parsed.receiver_mbit))
     return described
 
 

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH
@@ -273,8 +273,29 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class IperfSummary:
+    """iperf3's view of one client's test, without its intervals: ``metadata.iperf`` of a run record, field for
+    field. Rates in Mbit/s, CPU in percent. The values iperf3 printed itself (retransmits, CPU, the start's
+    Unix time) keep their JSON number type: iperf3 prints a whole number without a fraction."""
+
+    receiver_mbit: float
+    sender_mbit: float
+    retransmits: int | None
+    sender_tcp_congestion: str | None
+    receiver_tcp_congestion: str | None
+    data_ports: list[int]
+    streams: int
+    duration_s: float
+    cpu_sender_pct: int | float | None
+    cpu_receiver_pct: int | float | None
+    start_unix_s: int | float | None
+    version: str | None
+
+
+@dataclass(frozen=True)
 class IperfResult:
-    """What the analyses need from one client JSON. Rates in Mbit/s, CPU in percent."""
+    """What the analyses need from one client JSON. Rates in Mbit/s, CPU in percent; without ``intervals``,
+    its :meth:`summary`."""
 
     receiver_mbit: float
     sender_mbit: float
@@ -291,12 +312,16 @@ class IperfResult:
     intervals: tuple[Interval, ...] = field(default=())
 
     def to_dict(self) -> dict:
-        """Every field by name, JSON-ready (``data_ports`` and ``intervals`` as lists); without ``intervals``
-        it is a run record's ``metadata.iperf``."""
+        """Every field by name, JSON-ready (``data_ports`` and ``intervals`` as lists)."""
         d = asdict(self)
         d["data_ports"] = list(self.data_ports)
         d["intervals"] = [asdict(i) for i in self.intervals]
         return d
+
+    def summary(self) -> IperfSummary:
+        """The result without its intervals: a run record's ``metadata.iperf``."""
+        values = {f.name: getattr(self, f.name) for f in fields(IperfSummary)}
+        return IperfSummary(**(values | {"data_ports": list(self.data_ports)}))
 
 
 def parse_json(text: str) -> dict:

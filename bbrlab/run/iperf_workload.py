@@ -54,7 +54,7 @@ class Iperf3:
         rec.write_file(out / "iperf.json", raw.stdout)
         parsed = checks.client_result(raw, flow.cca, flow.params.duration_s)
         meta.cca.iperf_sender = parsed.sender_tcp_congestion
-        meta.iperf = {k: v for k, v in parsed.to_dict().items() if k != "intervals"}
+        meta.iperf = parsed.summary()
         return parsed
 
     def check(self, flow: Flow, endpoint: iperf.Server, raw, parsed: iperf.IperfResult,

@@ -6,7 +6,9 @@ records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`),
 the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignment with the samples
 (:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
 the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
-sender's kernel and root qdisc. The rest stay JSON objects as written.
+sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the CCA's module
+(:class:`~bbrlab.kernel.ModuleIdentity`), the flows (:mod:`bbrlab.run.flowrecord`) and iperf3's summary
+(:class:`~bbrlab.run.iperf.IperfSummary`). The rest stay JSON objects as written.
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
 of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back. Both go through
 :mod:`bbrlab.core.recordjson` (pydantic's TypeAdapter), which writes and checks every field and part.
@@ -31,6 +33,7 @@ from bbrlab.contention.hostcpu import CpuLoad
 from bbrlab.contention.outside import OutsideLoad
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
+from bbrlab.kernel import ModuleIdentity
 from bbrlab.kernel.sender import KernelOrigin, SenderKernel
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
@@ -39,6 +42,9 @@ from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
+from .flowrecord import FlowOutcome, FlowRecord
+from .iperf import IperfSummary
+from .sender import SenderOffloads, SenderSysctls, ToolVersions
 from .senderqdisc import SenderQdisc
 from .transferrecord import TransferSummary
 
@@ -80,6 +86,8 @@ class CeilingPointer:
 CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search", "hang")
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
+#: Fields written as an empty object while not measured (a run that failed before), as records always had them.
+_EMPTY_WHEN_NONE = ("versions", "sysctls", "offloads", "flow")
 
 
 @dataclass
@@ -87,18 +95,18 @@ class RunMetadata:
     """Everything a run record says about how the run went. See docs/run-record.md for each field."""
 
     testbed: dict = field(default_factory=dict)
-    versions: dict = field(default_factory=dict)
+    versions: ToolVersions | None = None  # bbrlab's, the hypervisor's and the sender's tools' (bbrlab.run.sender)
     cca: CcaUse | None = None
-    sysctls: dict = field(default_factory=dict)
-    module: dict | None = None
-    offloads: dict = field(default_factory=dict)
-    flow: dict = field(default_factory=dict)
+    sysctls: SenderSysctls | None = None  # the sender's sysctls that matter, read back (bbrlab.run.sender)
+    module: ModuleIdentity | None = None  # the CCA's module: srcversion, hashes, parameters (bbrlab.kernel)
+    offloads: SenderOffloads | None = None  # ethtool -k of the sender's experiment interface (bbrlab.run.sender)
+    flow: FlowRecord | None = None  # flow 0's ports, server and receiving account (bbrlab.run.flowrecord)
     contention: ContentionRecord | None = None
     qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
     sender_qdisc: SenderQdisc | None = None  # the sender's root qdisc asked and read back
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
-    iperf: dict | None = None
-    flows: list | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
+    iperf: IperfSummary | None = None  # iperf3's summary of flow 0 (bbrlab.run.iperf)
+    flows: list[FlowOutcome] | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)
     transfer: TransferSummary | None = None  # rsync: bytes, completion, goodput, timed out, checksums, SSH cipher
     sampling: SamplingSummary | None = None
     vcpu_trace: TraceSummary | None = None  # the host trace of the vCPU threads' on/off-CPU intervals
@@ -166,6 +174,7 @@ def _metadata_json(out: dict) -> dict:
     after_failure, added = out.pop("deadline_after_failure"), out.pop("added")
     if after_failure is not None:
         out["contention"] = {**(out["contention"] or {}), "after_failure": after_failure}
+    out |= {k: {} for k in _EMPTY_WHEN_NONE if out[k] is None}
     return {k: v for k, v in out.items() if v is not None or k in _KEPT_WHEN_NONE} | added
 
 
@@ -174,7 +183,7 @@ def _metadata_fields(d: dict) -> dict:
     unknown = sorted(set(d) - names - set(CAMPAIGN_KEYS))
     if unknown:
         raise ValueError(f"metadata keys {unknown} are not those of a bbrlab.run/2 record")
-    values = {k: v for k, v in d.items() if k in names}
+    values = {k: v for k, v in d.items() if k in names and not (k in _EMPTY_WHEN_NONE and v == {})}
     contention = values.get("contention")
     if contention is not None:
         values["contention"] = {k: v for k, v in contention.items() if k != "after_failure"} or None

@@ -42,6 +42,7 @@ from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
 from .blockboot import BlockBoot
 from .ceiling import Calibration
+from .flowrecord import FlowRecord
 from .runmeta import CcaUse, RunMetadata
 from .session import TestbedSession
 
@@ -146,7 +147,7 @@ class Runner:
         with meta.timed("probe"):
             prepared = self._prepare(scenario, work, meta)
         tb, flow = self.testbed, scenario.flow
-        meta.flow = {"workload": work.name, "client_ports": ports, "server_ip": tb.receiver.experiment_ip}
+        meta.flow = FlowRecord(work.name, ports, tb.receiver.experiment_ip)
         limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
                                                      for f in scenario.flows])
         with ExitStack() as held:  # a failure inside clears the link and the sender's qdisc, in reverse order
@@ -176,10 +177,8 @@ class Runner:
             with meta.timed("setup"):
                 endpoint = traffic.enter_context(work.start(tb, flow, prepared, lifetime_s=limit_s + SERVER_MARGIN_S,
                                                              ready_timeout_s=self.ready_timeout_s))
-                meta.flow["server_port"] = endpoint.port
-                meta.flow["receiver_user"] = endpoint.account.name  # who the receiving end ran as
-                meta.flow["receiver_user_note"] = endpoint.account.note
-                meta.flow["receiver_caps"] = list(endpoint.caps)
+                # who the receiving end ran as
+                meta.flow.served_by(endpoint.port, endpoint.account.name, endpoint.account.note, endpoint.caps)
                 flows.servers(traffic, tb, extra, lifetime_s=limit_s + SERVER_MARGIN_S,
                               ready_timeout_s=self.ready_timeout_s)
                 watch = traffic.enter_context(clocks.ClockWatch(
@@ -270,7 +269,7 @@ class Runner:
         tb, flow = self.testbed, scenario.flow
         state = sender.prepare(tb.sender.host)
         meta.testbed.update(sender_kernel=state.kernel, sender_boot_id=state.boot_id)
-        meta.sysctls = {"sender": state.sysctls}
+        meta.sysctls = sender.SenderSysctls(state.sysctls)
         meta.cca = CcaUse(flow.cca, list(state.available))
         checks.cca_offered(flow.cca, state.available)
         for f in scenario.flows:  # the competitor's are checked where it runs (bbrlab.run.flows.prepare)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, TestbedError
 from bbrlab.core.hosts import Host
+from bbrlab.kernel import ModuleIdentity
 from bbrlab.kernel import module_identity as identify
 
 SYSCTLS = (
@@ -62,6 +64,48 @@ class SenderState:
     boot_id: str = ""  # changes with every boot of the sender (a kernel switch)
 
 
+@dataclass(frozen=True)
+class SenderSysctls:
+    """``metadata.sysctls``: the sender's sysctls of :data:`SYSCTLS` as :func:`prepare` read them back, name ->
+    value with runs of blanks made one (``sender``). A name -> value map by design: which sysctls are read
+    is :data:`SYSCTLS`, which grew over time (records of ``bbrlab.run/1`` hold one)."""
+
+    sender: dict[str, str]
+
+    def sender_value(self, name: str) -> str | None:
+        """The sender's ``name`` sysctl as read back; None when it was not read."""
+        return self.sender.get(name)
+
+
+@dataclass(frozen=True)
+class SenderOffloads:
+    """``metadata.offloads``: ``ethtool -k`` of the sender's interface toward the receiver (:func:`offloads`):
+    ``sender`` maps ``interface`` to its name and each of :data:`OFFLOADS` ethtool printed to its state
+    (``on``, ``off``), or holds an ``error``. Keyed by ethtool's own names (``tx-checksumming``), so a map."""
+
+    sender: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ToolVersions:
+    """``metadata.versions``: what ran the run: the sender's ``hypervisor`` (Testbed.hypervisor_name), bbrlab's
+    version and git commit, the sender's ``ss -V`` and ``iperf3 --version`` (:func:`tool_versions`). Each is
+    None when unknown; records of ``bbrlab.run/1`` name bbrlab, iperf3 and, some, the QEMU version (``qemu``,
+    not written since)."""
+
+    hypervisor: str | None = None
+    bbrlab: str | None = None
+    bbrlab_git: str | None = None
+    ss: str | None = None
+    iperf3: str | None = None
+    qemu: str | None = recordjson.left_out_when_none()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The fields in their order; ``qemu`` only where an old record names it."""
+        return recordjson.record_layout(source, handler, read=dict, write=dict)
+
+
 def _key_values(text: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
     plain: dict[str, str] = {}
     sysctls: dict[str, str] = {}
@@ -90,10 +134,11 @@ def prepare(host: Host) -> SenderState:
                        sysctls=sysctls, boot_id=plain.get("boot_id", ""))
 
 
-def tool_versions(host: Host) -> dict:
-    """``ss -V`` and ``iperf3 --version`` on ``host``, in one command."""
+def tool_versions(host: Host, *, hypervisor: str | None, bbrlab: str, bbrlab_git: str | None) -> ToolVersions:
+    """``metadata.versions``: the sender's ``hypervisor`` and bbrlab's version and commit as given, with ``ss -V``
+    and ``iperf3 --version`` read on ``host`` in one command."""
     plain, _, _ = _key_values(host.output(["sh", "-c", _VERSIONS], timeout=60))
-    return {"ss": plain.get("ss"), "iperf3": plain.get("iperf3")}
+    return ToolVersions(hypervisor, bbrlab, bbrlab_git, plain.get("ss"), plain.get("iperf3"))
 
 
 def offloads(host: Host, toward_ip: str) -> dict:
@@ -113,12 +158,13 @@ def offloads(host: Host, toward_ip: str) -> dict:
     return out
 
 
-def module_identity(host: Host, cca: str) -> dict | None:
-    """The identity of a congestion control loaded as a module (None for the kernel's own ones)."""
+def module_identity(host: Host, cca: str) -> ModuleIdentity | None:
+    """The identity of a congestion control loaded as a module (None for the kernel's own ones); one that
+    cannot be identified is recorded with the error."""
     if cca in STOCK_CCAS:
         return None
 
     try:
-        return identify(host, cca)
+        return ModuleIdentity(**identify(host, cca))
     except TestbedError as e:
-        return {"name": cca, "error": str(e)}
+        return ModuleIdentity(cca, error=str(e))

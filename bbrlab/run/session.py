@@ -107,14 +107,13 @@ class TestbedSession:
         tb = self.testbed
         if self._static is None:
             identity = tb.local.sender_kernel_identity if tb.local else None
-            self._static = {"testbed": tb.describe(), "offloads": {"sender": sender.offloads(
-                tb.sender.host, tb.receiver.experiment_ip)}, "versions": {
-                "hypervisor": tb.hypervisor_name, "bbrlab": __version__, "bbrlab_git": rec.git_commit(),
-                **sender.tool_versions(tb.sender.host)},
+            self._static = {"testbed": tb.describe(), "offloads": sender.SenderOffloads(sender.offloads(
+                tb.sender.host, tb.receiver.experiment_ip)), "versions": sender.tool_versions(
+                tb.sender.host, hypervisor=tb.hypervisor_name, bbrlab=__version__, bbrlab_git=rec.git_commit()),
                 "kernel": identity or KernelOrigin(tb.kind)}
             self._static["testbed"]["emulator_boot_id"] = self._emulator_boot_id()
         meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
-        meta.versions, meta.kernel = dict(self._static["versions"]), self._static["kernel"]
+        meta.versions, meta.kernel = self._static["versions"], self._static["kernel"]
         self.recover_first()
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
             meta.recovered = self._recovered

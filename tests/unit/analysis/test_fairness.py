@@ -60,6 +60,14 @@ def _jain_from_raw(flows: list[list[tuple[float, float, float]]]) -> float:
     return sum(means) ** 2 / (len(means) * sum(m * m for m in means))
 
 
+def _flow1() -> dict:
+    """``metadata.flows``' entry of the Cubic flow started ``OFFSET_S`` after flow 0, every key as a run writes it
+    (bbrlab.run.flowrecord.FlowOutcome)."""
+    return {"index": 1, "cca": "cubic", "streams": 1, "start_s": OFFSET_S, "duration_s": 10, "origin": "competitor",
+            "asked_start_s": OFFSET_S, "file": "iperf-flow1.json", "server_port": 5202, "client_ports": [40001],
+            "iperf_sender": "cubic", "throughput_mbit": 10.0}
+
+
 def test_jain_index_in_the_tables_matches_one_computed_from_the_raw_json_of_two_recorded_flows_composed_into_a_run(
         tmp_path):
     """Two recorded reports (a 4-stream BBR run and a Cubic run) made into one run's two flows, the second
@@ -68,8 +76,7 @@ def test_jain_index_in_the_tables_matches_one_computed_from_the_raw_json_of_two_
     run_dir = campaign / "runs" / FOUR_STREAMS.name
     shutil.copy(ONE_CUBIC / "iperf.json", run_dir / "iperf-flow1.json")
     record = json.loads((run_dir / "record.json").read_text())
-    record["metadata"]["flows"] = [{"index": 1, "origin": "competitor", "cca": "cubic", "streams": 1,
-                                    "start_s": OFFSET_S, "duration_s": 10, "file": "iperf-flow1.json"}]
+    record["metadata"]["flows"] = [_flow1()]
     (run_dir / "record.json").write_text(json.dumps(record))
     t = data.load(campaign)
 
@@ -148,8 +155,7 @@ def test_fairness_figures_draw_each_flow_and_the_index_and_say_what_is_missing(t
     run_dir = campaign / "runs" / FOUR_STREAMS.name
     shutil.copy(ONE_CUBIC / "iperf.json", run_dir / "iperf-flow1.json")
     record = json.loads((run_dir / "record.json").read_text())
-    record["metadata"]["flows"] = [{"index": 1, "origin": "competitor", "cca": "cubic", "streams": 1,
-                                    "start_s": OFFSET_S, "duration_s": 10, "file": "iperf-flow1.json"}]
+    record["metadata"]["flows"] = [_flow1()]
     (run_dir / "record.json").write_text(json.dumps(record))
     t = data.load(campaign)
     fig, table = fairness_plots.flows_over_time(t)

@@ -15,6 +15,7 @@ from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.core.signals import Interrupted, interruptible
 from bbrlab.link import counters as link
 from bbrlab.run import checks, record, runmeta
+from bbrlab.run.sender import SenderSysctls
 from bbrlab.scenario.scenario import Flow, IperfParams, Link
 from tests.unit.campaign.test_campaign_spec import spec
 
@@ -68,7 +69,7 @@ def test_a_failed_run_is_recorded_once_with_where_it_failed_and_what_it_measured
     def run(scenario, staging, *, run_id, attempt):
         meta = runmeta.RunMetadata()
         with meta.carried_by_errors():
-            meta.sysctls = {"sender": {"net.ipv4.tcp_no_metrics_save": "1"}}
+            meta.sysctls = SenderSysctls({"net.ipv4.tcp_no_metrics_save": "1"})
             raise EOFError  # what paramiko raises when an SSH channel closes: no message of its own
 
     made = []

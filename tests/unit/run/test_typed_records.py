@@ -29,10 +29,14 @@ from bbrlab.contention.threadstat import ThreadUsage
 from bbrlab.core import recordjson
 from bbrlab.core.errors import RunFailed
 from bbrlab.core.signals import Interrupted
+from bbrlab.kernel import ModuleIdentity
 from bbrlab.link.counters import LinkRecord, NetemLoss, QdiscCounters
 from bbrlab.run import checks, runmeta
+from bbrlab.run.flowrecord import FlowOutcome, FlowRecord
+from bbrlab.run.iperf import IperfSummary
 from bbrlab.run.runmeta import FailedRun, RunMetadata
 from bbrlab.run.runner import Runner, run_once
+from bbrlab.run.sender import SenderOffloads, SenderSysctls, ToolVersions
 from bbrlab.sampling import sockdiag
 from bbrlab.sampling.sampler import parse_sampler_footer
 from bbrlab.sampling.sockdiag import Deployed
@@ -203,7 +207,7 @@ def test_the_contention_check_wants_sched_other_under_the_other_models():
 
 def _fail_inside(meta: RunMetadata, error: BaseException) -> None:
     with meta.carried_by_errors():
-        meta.sysctls = {"sender": {"net.ipv4.tcp_no_metrics_save": "1"}}
+        meta.sysctls = SenderSysctls({"net.ipv4.tcp_no_metrics_save": "1"})
         raise error
 
 
@@ -250,7 +254,7 @@ def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy
     runner = Runner(_testbed())
 
     def fail(scenario, out, meta, *, ports):
-        meta.flow = {"workload": "iperf3", "client_ports": ports}
+        meta.flow = FlowRecord("iperf3", ports, "10.0.0.3")
         raise RunFailed("the sender offers ['cubic'], not 'bbr'")
 
     monkeypatch.setattr(runner, "run", fail)
@@ -266,7 +270,7 @@ def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy
 
 def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(monkeypatch, tmp_path):
     def fail(self, scenario, out, meta, *, ports):
-        meta.flow = {"workload": "iperf3", "client_ports": ports}
+        meta.flow = FlowRecord("iperf3", ports, "10.0.0.3")
         raise EOFError
 
     monkeypatch.setattr(Runner, "run", fail)
@@ -331,3 +335,65 @@ def test_the_host_cpu_load_a_run_measures_reads_typed_and_writes_back_as_measure
     load = recordjson.from_json(hostcpu.CpuLoad, measured)
     assert load.sender_hypervisor.cpus == 1 and load.emulator.busy_pct == measured["emulator"]["busy_pct"]
     assert json.dumps(RunMetadata(cpu_load=load).to_dict()["cpu_load"]) == json.dumps(measured)
+
+
+# -- the run side's own parts: flow, versions, sysctls, module, offloads, iperf, flows ----------------------
+
+def _meta_of(rel: str) -> tuple[dict, RunMetadata]:
+    stored = _record(ROOT / rel)["metadata"]
+    return stored, RunMetadata.from_dict(stored)
+
+
+def test_a_module_runs_record_reads_its_flow_module_tools_sysctls_offloads_and_iperf_as_attributes():
+    stored, meta = _meta_of("data/demo/runs/bbr2b-ts10ms-sh10-rtt20ms-100mbit-r00-210bc3847a/record.json")
+    assert isinstance(meta.flow, FlowRecord) and meta.flow.workload == "iperf3"
+    assert meta.flow.server_port == stored["flow"]["server_port"] and meta.flow.receiver_user is not None
+    assert isinstance(meta.module, ModuleIdentity) and meta.module.name == "bbr2b" and meta.module.error is None
+    assert meta.module.params["deficit_enable"] in (0, 1)
+    assert isinstance(meta.versions, ToolVersions) and meta.versions.bbrlab == stored["versions"]["bbrlab"]
+    assert isinstance(meta.sysctls, SenderSysctls) and meta.sysctls.sender_value("net.ipv4.tcp_no_metrics_save") == "1"
+    assert meta.sysctls.sender_value("net.no.such") is None
+    assert isinstance(meta.offloads, SenderOffloads) and meta.offloads.sender["interface"]
+    assert isinstance(meta.iperf, IperfSummary) and meta.iperf.receiver_mbit == stored["iperf"]["receiver_mbit"]
+    assert type(meta.iperf.start_unix_s) is int  # iperf3's whole number stays one, as written
+    assert meta.flows is None and meta.to_dict() == stored
+
+
+def test_a_record_made_before_the_receiving_account_reads_it_as_none_and_writes_it_left_out():
+    stored, meta = _meta_of("data/buffer-queue-local/runs/bbr-ts10ms-sh100-rtt20ms-100mbit-qauthors-r00-"
+                            "63fb3eefc3/record.json")
+    assert meta.flow.receiver_user is None and meta.flow.receiver_caps is None and meta.module is None
+    assert list(meta.to_dict()["flow"]) == list(stored["flow"])  # no receiver_user_note: null of its own
+
+
+def test_a_several_flow_records_flows_read_as_flow_outcomes():
+    stored, meta = _meta_of("data/fairness-local/runs/bbr-ts10ms-sh100-rtt20ms-20mbit-and-cubic-comp3s-r00-"
+                            "8ee5667edc/record.json")
+    (other,) = meta.flows
+    assert isinstance(other, FlowOutcome) and other.index == 1 and other.cca == "cubic"
+    assert other.origin == "competitor" and other.file == "iperf-flow1.json"
+    assert meta.to_dict()["flows"] == stored["flows"]
+
+
+def test_parts_not_measured_before_a_failure_are_none_and_written_as_empty_objects():
+    meta = RunMetadata()
+    assert meta.flow is meta.versions is meta.sysctls is meta.offloads is None
+    written = meta.to_dict()
+    assert all(written[k] == {} for k in ("versions", "sysctls", "offloads", "flow"))
+    assert RunMetadata.from_dict(written) == meta
+
+
+def test_a_flow_with_its_server_writes_the_receivers_note_null_included():
+    flow = FlowRecord("iperf3", [5301], "10.0.0.3")
+    assert recordjson.to_json(flow) == {"workload": "iperf3", "client_ports": [5301], "server_ip": "10.0.0.3"}
+    flow.served_by(5201, "bbrlab-rx", None, ("cap_net_admin",))
+    assert list(recordjson.to_json(flow)) == ["workload", "client_ports", "server_ip", "server_port",
+                                              "receiver_user", "receiver_user_note", "receiver_caps"]
+    assert recordjson.to_json(flow)["receiver_user_note"] is None
+
+
+def test_an_unidentified_module_is_its_name_and_error_alone():
+    module = ModuleIdentity("bbr9", error="module bbr9 is not loaded on sender")
+    written = recordjson.to_json(module)
+    assert written == {"name": "bbr9", "error": "module bbr9 is not loaded on sender"}
+    assert recordjson.from_json(ModuleIdentity, written) == module

@@ -296,6 +296,14 @@ class Scenario:
         return d
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record (``record.json``'s ``scenario``), read by :meth:`from_dict` and written
+        by :meth:`to_dict` (:func:`bbrlab.core.recordjson.own_layout`): the JSON every record holds, key for key."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls)
+
+    @classmethod
     def from_dict(cls, d: dict) -> Scenario:
         """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run)."""
         return cls(Link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),

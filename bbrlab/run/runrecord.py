@@ -98,3 +98,10 @@ def metadata_of(record: Mapping, *, drop_unreadable: bool = False) -> RunMetadat
 def record_json_schema() -> dict:
     """The JSON Schema of a run record (:class:`RunRecord`)."""
     return recordjson.json_schema(RunRecord)
+
+
+def scenario_of(record: Mapping) -> Scenario:
+    """The typed scenario of a record's JSON (:meth:`Scenario.from_record
+    <bbrlab.scenario.scenario.Scenario.from_record>`, as :meth:`RunRecord.from_json` reads it), for readers that
+    take the rest of the record as it is; ValueError naming the field when it does not read."""
+    return recordjson.from_json(Scenario, record.get("scenario"))

@@ -130,12 +130,14 @@ _DTYPES = {str: "string", int: "Int64", float: "float64"}
 
 
 def _reader(d: Dimension) -> Callable[[Any], Any]:
-    """How a run's value of dimension ``d`` is read from its record's scenario (where :attr:`Dimension.lands_in`);
-    a record made before the dimension existed ran at its default."""
+    """How a run's value of dimension ``d`` is read from its record's scenario (where :attr:`Dimension.lands_in`:
+    a key of the scenario's JSON, :meth:`~bbrlab.scenario.scenario.Scenario.to_dict`); a record made before the
+    dimension existed ran at its default."""
     default = d.default[0] if d.default else None
 
     def read(v) -> Any:
-        part = v.scenario if d.part == "scenario" else v.scenario.get(d.part) or {}
+        scenario = v.scenario.to_dict()
+        part = scenario if d.part == "scenario" else scenario.get(d.part) or {}
         return part.get(d.field, default)
     return read
 

@@ -23,11 +23,12 @@ import pandas as pd
 
 from bbrlab.run import clocks
 from bbrlab.run.flowrecord import FlowOutcome
-from bbrlab.run.runrecord import metadata_of
+from bbrlab.run.runrecord import metadata_of, scenario_of
 from bbrlab.run.transferrecord import TransferSummary
 from bbrlab.sampling import bottleneck, logscan, sockdiag
 from bbrlab.sampling.ss import parse_ss_log
-from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, IperfParams, RsyncParams
+from bbrlab.scenario.scenario import Flow
+from bbrlab.scenario.workloads import IperfParams, RsyncParams
 
 from . import evidence, fairness, heap, identity
 from .columns import VCPU_SCHEMA
@@ -93,17 +94,16 @@ def iperf_intervals(run_id: str, report: Mapping) -> list[tuple]:
 class RunView:
     """One bbrlab record and its iperf3 summary, with the parts the column readers use: ``meta`` is the record's
     :class:`~bbrlab.run.runmeta.RunMetadata` (typed and upgraded; a part in a form older than its type is left
-    out, its columns missing), the scenario's parts are its JSON."""
+    out, its columns missing), ``scenario`` its :class:`~bbrlab.scenario.scenario.Scenario` and ``link``, ``cont``,
+    ``flow`` that scenario's parts (a scenario that does not read typed makes the run unreadable)."""
 
     def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
                  samples_span_s: float | None = None):
         self.record, self.summary, self.path = record, summary, path
         self.samples_span_s = samples_span_s  # from the ss rows (bbrlab.analysis.evidence.samples_span_s)
         self.fair = fair or {}  # bbrlab.analysis.fairness.run_fairness's run part
-        self.scenario = record.get("scenario") or {}
-        self.link = self.scenario.get("link") or {}
-        self.cont = self.scenario.get("contention") or {}
-        self.flow = self.scenario.get("flow") or {}
+        self.scenario = scenario_of(record)  # typed (bbrlab.run.runrecord), as the record says the run had it
+        self.link, self.cont, self.flow = self.scenario.link, self.scenario.contention, self.scenario.flow
         self.meta = metadata_of(record, drop_unreadable=True)  # typed, upgraded (bbrlab.run.runrecord)
         self.testbed = self.meta.testbed
 
@@ -115,7 +115,7 @@ class RunView:
     @property
     def workload(self) -> str:
         """``iperf3`` or ``rsync`` (records older than the transfer workload: ``iperf3``)."""
-        return self.flow.get("workload", DEFAULT_WORKLOAD)
+        return self.flow.workload
 
     @property
     def transfer(self) -> TransferSummary | None:
@@ -134,7 +134,7 @@ class RunView:
     @property
     def utilisation(self) -> float:
         """Throughput over the link rate (0..1, a fraction); NaN without a rate or a throughput."""
-        rate = self.link.get("rate_mbit")
+        rate = self.link.rate_mbit
         return self.summary.get("throughput_mbit", float("nan")) / rate if rate else float("nan")
 
     @property
@@ -142,19 +142,29 @@ class RunView:
         """How long the transfer lasted: iperf3's asked duration, an rsync copy's wall time; None when unknown."""
         if self.workload == RsyncParams.name:
             return self.transfer.elapsed_s if self.transfer else None
-        return self.flow.get("duration_s")
+        return self.duration_s
+
+    @property
+    def duration_s(self) -> float | None:
+        """iperf3's asked transfer time [s]; None for a workload that asks none (rsync)."""
+        return asked_duration_s(self.flow)
 
     @property
     def samples_cover_transfer(self) -> bool | None:
         """The socket samples span the transfer (:func:`bbrlab.analysis.evidence.covers_transfer`)."""
         return evidence.covers_transfer(self.samples_span_s, self.transfer_s,
-                                        self.flow.get("sample_ms") or self.flow.get("sample_ss_ms"))
+                                        self.flow.sample_ms)
 
     def sender_sysctl(self, name: str):
         """The sender's ``name`` sysctl as the run recorded it (``metadata.sysctls.sender``); None when not
         recorded.
         """
         return self.meta.sysctls.sender_value(name) if self.meta.sysctls else None
+
+
+def asked_duration_s(flow: Flow) -> float | None:
+    """The transfer time ``flow`` asks for [s] (iperf3's ``duration_s``); None for rsync, which asks none."""
+    return flow.params.duration_s if isinstance(flow.params, IperfParams) else None
 
 
 def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
@@ -367,8 +377,8 @@ def flow_reports(run_dir: Path, record: Mapping, report: Mapping, notes: list[st
     sender, at 0 s); a run of several flows lists the others in ``metadata.flows`` (``others``, each a
     :class:`~bbrlab.run.flowrecord.FlowOutcome`: docs/run-record.md). A flow file that cannot be read is a
     note, and the flow is left out."""
-    flow = _get(record, "scenario", "flow", default={})
-    out = [FlowReport(0, "sender", flow.get("cca"), flow.get("streams"), 0.0, flow.get("duration_s"), report)]
+    flow = scenario_of(record).flow
+    out = [FlowReport(0, "sender", flow.cca, flow.params.connections, 0.0, asked_duration_s(flow), report)]
     for f in others or []:
         try:
             with open(run_dir / f.file, "rb") as fh:

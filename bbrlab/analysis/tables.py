@@ -11,7 +11,7 @@ is read from a bbrlab run record (readers of other layouts fill the keys they kn
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -21,9 +21,11 @@ from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
 from bbrlab.sampling.alignment import AlignmentCheck
-from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
+from bbrlab.scenario.competition import ExtraFlow
+from bbrlab.scenario.cpumodels import MODELS
 from bbrlab.scenario.cpumodels import none as no_contention
-from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, ETHERNET_HEADER_BYTES, LIMIT_IN_FORCE
+from bbrlab.scenario.linksizing import AUTHORS_NETEM_LIMIT_PACKETS, LIMIT_IN_FORCE
+from bbrlab.scenario.scenario import Flow, Link
 
 from . import evidence
 from .columns import (
@@ -50,7 +52,7 @@ def _sets_timeslice(model: str) -> bool:
 
 
 def _share(v) -> float | None:
-    return v.cont.get("cpu_share_pct")
+    return v.cont.cpu_share_pct
 
 
 def achieved_share(meta: RunMetadata) -> float | None:
@@ -85,6 +87,12 @@ def _credit_ran_out_s(meta: RunMetadata) -> float | None:
     return getattr(evidence.credit, "ran_out_after_s", None) if isinstance(evidence, ContentionEvidence) else None
 
 
+def _param(v, name: str):
+    """The contention model's parameter ``name`` (``period_ms``, ``burst_ms``, ``credit_s``); None for a model
+    without it."""
+    return getattr(v.cont.params, name, None)
+
+
 def _sampling(v, name: str):
     """The sampler's ``name`` (:class:`~bbrlab.sampling.summary.SamplingSummary`); None for an unsampled run."""
     return getattr(v.meta.sampling, name, None)
@@ -116,22 +124,17 @@ def _tbf_limit(qdiscs) -> int | None:
     return None
 
 
-def queue_mode(link: Mapping, meta: RunMetadata) -> str:
+def queue_mode(link: Link, meta: RunMetadata) -> str:
     """The emulator's qdisc tree of a bbrlab run: ``metadata.link.queue_mode`` (read back from the kernel),
     else the scenario's ``link.queue``; ``bbrlab`` for records made before there was a choice."""
-    return getattr(_in_force(meta), "queue_mode", None) or link.get("queue") or "bbrlab"
+    return getattr(_in_force(meta), "queue_mode", None) or link.queue
 
 
-def _bdp_bytes(link: Mapping) -> int | None:
-    rate, rtt = link.get("rate_mbit"), link.get("rtt_ms")
-    return int(round(rate * 1e6 / 8 * rtt / 1e3)) if rate and rtt is not None else None
-
-
-def asked_buffer(link: Mapping) -> tuple[int | None, float | None]:
+def asked_buffer(link: Link) -> tuple[int | None, float | None]:
     """``(bytes, BDP)`` of the buffer a run's scenario asked for (in the authors' tree, tbf's limit, which is
     not in force)."""
-    bdp_bytes = _bdp_bytes(link)
-    asked_bdp, asked_bytes = link.get("buffer_bdp"), link.get("buffer_bytes")
+    bdp_bytes = link.bdp_bytes
+    asked_bdp, asked_bytes = link.buffer_bdp, link.buffer_bytes
     if asked_bytes is None and asked_bdp is not None and bdp_bytes is not None:
         asked_bytes = int(round(asked_bdp * bdp_bytes))
     if asked_bdp is None and asked_bytes is not None and bdp_bytes:
@@ -139,15 +142,15 @@ def asked_buffer(link: Mapping) -> tuple[int | None, float | None]:
     return asked_bytes, asked_bdp
 
 
-def authors_queue(link: Mapping, meta: RunMetadata) -> tuple[int, int]:
+def authors_queue(link: Link, meta: RunMetadata) -> tuple[int, int]:
     """``(packets, bytes)`` of the authors' tree's queue: netem's packet limit (as read back, else theirs) and
     that many full-size frames (MTU + Ethernet header)."""
     packets = getattr(_in_force(meta), "queue_packets", None) or AUTHORS_NETEM_LIMIT_PACKETS
     held = getattr(_queue_held(meta), "queue_bytes", None)
-    return packets, held if held is not None else packets * (link.get("mtu_bytes", 1500) + ETHERNET_HEADER_BYTES)
+    return packets, held if held is not None else packets * link.frame_bytes  # MTU + Ethernet header
 
 
-def effective_buffer(link: Mapping, meta: RunMetadata) -> tuple[float | None, float | None]:
+def effective_buffer(link: Link, meta: RunMetadata) -> tuple[float | None, float | None]:
     """``(bytes, BDP)`` of the bottleneck queue a bbrlab run had, never the asked buffer where it was not in
     force.
 
@@ -156,12 +159,12 @@ def effective_buffer(link: Mapping, meta: RunMetadata) -> tuple[float | None, fl
     in the record's qdisc read-back (older records: an asked buffer below two packets was enlarged to 3000
     bytes then, and this shows it), else the scenario's request. The BDP is the asked ``buffer_bdp`` when the
     kernel held exactly that (to the byte), else bytes / BDP, so the same point keeps one value."""
-    bdp_bytes = _bdp_bytes(link)
+    bdp_bytes = link.bdp_bytes
     if queue_mode(link, meta) == "authors":
         held = authors_queue(link, meta)[1]
         return held, (held / bdp_bytes if bdp_bytes else None)
     asked_bytes, _ = asked_buffer(link)
-    asked_bdp = link.get("buffer_bdp")
+    asked_bdp = link.buffer_bdp
     held = getattr(_queue_held(meta), "queue_bytes", None)
     if held is None:
         held = _tbf_limit(meta.qdiscs)
@@ -174,26 +177,22 @@ def effective_buffer(link: Mapping, meta: RunMetadata) -> tuple[float | None, fl
 
 def _limit_qdisc(v) -> str | None:
     """Whose limit was the bottleneck queue: ``tbf`` (bytes) or ``netem`` (packets); None when unshaped."""
-    if not v.link.get("rate_mbit"):
+    if not v.link.shaped:
         return None
     return getattr(_in_force(v.meta), "limit_in_force", None) or LIMIT_IN_FORCE[queue_mode(v.link, v.meta)]
 
 
 #: The ``runs`` table: one row per run (one repetition of one point).
-def sampler_of(flow: Mapping) -> str | None:
+def sampler_of(flow: Flow) -> str | None:
     """The socket sampler a run's flow asked for: ``bpf``, ``netlink`` or ``ss`` (a record's ``sample_ss_ms``,
-    the form before the samplers had a choice, is ss); None for an unsampled run."""
-    if flow.get("sample_ss_ms") is not None:
-        return "ss"
-    return flow.get("sampler") if flow.get("sample_ms") is not None else None
+    the form before the samplers had a choice, reads as ss); None for an unsampled run."""
+    return flow.sampler if flow.sample_ms is not None else None
 
 
-def extra_flows_text(flows) -> str | None:
+def extra_flows_text(flows: tuple[ExtraFlow, ...]) -> str | None:
     """The other flows a run's scenario asked for (``scenario.flows``), one text per flow joined by ``"; "``:
     ``"competitor cubic x1 from 3 s for 30 s"``; None for a run of one flow."""
-    parts = [f"{f.get('origin', 'sender')} {f.get('cca')} x{f.get('streams', 1)} from {f.get('start_s', 0):g} s"
-             + (f" for {f['duration_s']:g} s" if f.get("duration_s") is not None else "")
-             for f in flows or [] if isinstance(f, Mapping)]
+    parts = [f"{f.origin} {f.cca} x{f.streams} from {f.start_s:g} s for {f.duration_s:g} s" for f in flows]
     return "; ".join(parts) or None
 
 
@@ -223,16 +222,16 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("contention_mode", "string", "deadline (SCHED_DEADLINE on the vCPUs), cfs-quota (a CFS quota on them), "
            "cfs-burst (a quota and a burst), credit (full CPU while a credit balance lasts, then the share as "
            "baseline quota), competing-load (busy threads on their CPU), hypervisor_load or none",
-           lambda v: v.cont.get("model", DEFAULT_MODEL) if (_share(v) or 100) < 100 else NO_CONTENTION),
+           lambda v: v.cont.model if _share(v) < 100 else NO_CONTENTION),
     Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota, cfs-burst, credit: "
            "the quota per period (credit: the baseline's); <NA> for competing-load [ms]",
-           lambda v: v.cont.get("timeslice_ms") if _sets_timeslice(v.cont.get("model", DEFAULT_MODEL)) else None),
+           lambda v: v.cont.timeslice_ms if _sets_timeslice(v.cont.model) else None),
     Column("cfs_period_ms", "float64", "the CFS period of cfs-quota, cfs-burst and credit (quota = share x period); "
-           "<NA> for the other models [ms]", lambda v: v.cont.get("period_ms")),
+           "<NA> for the other models [ms]", lambda v: _param(v, "period_ms")),
     Column("cfs_burst_ms", "float64", "cfs-burst's burst per vCPU thread (cpu.max.burst / cpu.cfs_burst_us); <NA> "
-           "for the other models [ms]", lambda v: v.cont.get("burst_ms")),
+           "for the other models [ms]", lambda v: _param(v, "burst_ms")),
     Column("credit_s", "float64", "credit's balance at the start (and its cap); <NA> for the other models "
-           "[CPU-seconds]", lambda v: v.cont.get("credit_s")),
+           "[CPU-seconds]", lambda v: _param(v, "credit_s")),
     Column("credit_ran_out_s", "float64", "credit: when the balance was spent and the quota dropped to the "
            "baseline, after the contention was applied (just before the transfer); <NA> when it lasted or for "
            "the other models [s]", lambda v: _credit_ran_out_s(v.meta)),
@@ -242,8 +241,8 @@ RUN_SCHEMA: tuple[Column, ...] = (
            "without that evidence", lambda v: achieved_share(v.meta)),
     Column("load_pct", "float64", "hypervisor load in hypervisor_load mode (authors' loadperc) [%]",
            lambda v: None),
-    Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.get("rtt_ms")),
-    Column("rate_mbit", "float64", "bottleneck rate [Mbit/s]", lambda v: v.link.get("rate_mbit")),
+    Column("rtt_ms", "float64", "round-trip time set on the emulated link [ms]", lambda v: v.link.rtt_ms),
+    Column("rate_mbit", "float64", "bottleneck rate [Mbit/s]", lambda v: v.link.rate_mbit),
     Column("buffer_bdp", "float64", "bottleneck queue in force in BDP: bbrlab's tree (queue_mode bbrlab) tbf's "
            "limit / BDP (the value asked for when the kernel held it to the byte; records without a read-back: as "
            "asked); the authors' tree netem's packet limit x full-size frames / BDP, whatever buffer was asked [BDP]",
@@ -263,12 +262,12 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("buffer_asked_bdp", "float64", "the buffer the scenario asked for (tbf's configured limit); in the "
            "authors' tree NOT the queue in force (see buffer_bdp) [BDP]", lambda v: asked_buffer(v.link)[1]),
     Column("emulator_offloads", "string", "TSO, GSO and GRO on the emulator's ports: off (netem sees wire "
-           "packets) or on (as the authors had them)", lambda v: v.link.get("emulator_offloads", "off")),
-    Column("loss_model", "string", "none, uniform or gemodel", lambda v: v.link.get("loss_model", "none")),
-    Column("loss_pct", "float64", "loss probability [%]", lambda v: v.link.get("loss_pct", 0.0)),
-    Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.get("streams")),
-    Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.flow.get("duration_s")),
-    Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.get("repetition")),
+           "packets) or on (as the authors had them)", lambda v: v.link.emulator_offloads),
+    Column("loss_model", "string", "none, uniform or gemodel", lambda v: v.link.loss_model),
+    Column("loss_pct", "float64", "loss probability [%]", lambda v: v.link.loss_pct),
+    Column("streams", "float64", "parallel iperf3 streams", lambda v: v.flow.params.connections),
+    Column("duration_s", "float64", "iperf3 transfer time [s]", lambda v: v.duration_s),
+    Column("repetition", "float64", "repetition number of the point", lambda v: v.scenario.repetition),
     Column("block", "Int64", "the run's block in a campaign with blocks (each on a fresh boot of the sender; "
            "docs/statistics.md); <NA> without blocks", lambda v: getattr(v.meta.block, "block", None)),
     Column("throughput_mbit", "float64", "iperf3 receiver sum over the streams of flow 0, the run's own flow (the "
@@ -302,7 +301,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     *MACHINE_SCHEMA,
     Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
            "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
-           lambda v: "fq" if v.scenario.get("sender_qdisc") == "fq" else v.sender_sysctl("net.core.default_qdisc")),
+           lambda v: "fq" if v.scenario.sender_qdisc == "fq" else v.sender_sysctl("net.core.default_qdisc")),
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
            lambda v: v.meta.sender_qdisc and v.meta.sender_qdisc.root),
@@ -361,7 +360,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: v.workload),
     Column("goodput_mbit", "float64", "iperf3: throughput_mbit; rsync: file bytes that arrived x 8 / the copy's "
            "wall time [Mbit/s]", lambda v: v.goodput_mbit),
-    Column("file_mb", "float64", "rsync: the file's size [10^6 bytes]", lambda v: v.flow.get("file_mb")),
+    Column("file_mb", "float64", "rsync: the file's size [10^6 bytes]", lambda v: getattr(v.flow.params, "file_mb", None)),
     Column("bytes_delivered", "float64", "rsync: bytes of the file at the receiver at the end [bytes]",
            lambda v: v.transfer and v.transfer.bytes_delivered),
     Column("completion_s", "float64", "rsync: wall time of a completed copy, SSH handshake included [s]",
@@ -376,7 +375,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: v.fair.get("flows")),
     Column("extra_flows", "string", "the run's other flows as its scenario asked them (origin, CCA, streams, start, "
            "duration), e.g. 'competitor cubic x1 from 3 s for 30 s'; <NA> for a single-flow run",
-           lambda v: extra_flows_text(v.scenario.get("flows"))),
+           lambda v: extra_flows_text(v.scenario.flows)),
     Column("overlap_s", "float64", "how long every flow was sending at once (the window the fairness columns "
            "cover) [s]", lambda v: v.fair.get("overlap_s")),
     Column("jain_index", "float64", "Jain's fairness index of the flows' throughputs over the overlap window "

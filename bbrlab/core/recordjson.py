@@ -55,20 +55,22 @@ def json_schema(tp: Any) -> dict:
     return adapter(tp).json_schema()
 
 
-def own_layout(cls: type) -> core_schema.CoreSchema:
-    """The schema of a class whose JSON layout is its own: read by ``cls.from_dict`` (an instance passes as
-    it is), written by its ``to_dict``; in the JSON Schema, an object. A key it lacks or a value of another type
-    is a ValueError, which pydantic reports at the field's place."""
-    def read(value: Any) -> Any:
+def own_layout(cls: type, read: Callable[[Any], Any] | None = None) -> core_schema.CoreSchema:
+    """The schema of a class whose JSON layout is its own: read by ``read`` (default ``cls.from_dict``; an instance
+    passes as it is), written by its ``to_dict``; in the JSON Schema, an object. A key it lacks or a value of
+    another type is a ValueError, which pydantic reports at the field's place."""
+    from_dict = read or cls.from_dict
+
+    def read_value(value: Any) -> Any:
         if isinstance(value, cls):
             return value
         try:
-            return cls.from_dict(value)
+            return from_dict(value)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a {cls.__name__}: {type(e).__name__} {e}") from e
 
     return core_schema.no_info_plain_validator_function(
-        read, serialization=core_schema.plain_serializer_function_ser_schema(lambda value: value.to_dict()),
+        read_value, serialization=core_schema.plain_serializer_function_ser_schema(lambda value: value.to_dict()),
         json_schema_input_schema=core_schema.dict_schema())
 
 

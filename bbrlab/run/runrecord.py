@@ -1,7 +1,7 @@
 """One run record (``record.json``, docs/run-record.md) as one typed object: the envelope and its metadata.
 
 :class:`RunRecord` is what :func:`bbrlab.run.record.build_record` writes, typed: the run's id, campaign, status,
-reason, attempt and times, the scenario it ran (as the record holds it) and the :class:`RunMetadata`.
+reason, attempt and times, the :class:`~bbrlab.scenario.scenario.Scenario` it ran and the :class:`RunMetadata`.
 :meth:`RunRecord.from_json` is the one reader: it upgrades a record of an older schema (:func:`upgraded`) and
 checks every field (pydantic's TypeAdapter, :mod:`bbrlab.core.recordjson`), naming the one that does not fit;
 :meth:`RunRecord.to_dict` gives back the JSON ``record.json`` holds, key for key, for a record of the current
@@ -18,6 +18,7 @@ from pathlib import Path
 import pydantic
 
 from bbrlab.core import recordjson
+from bbrlab.scenario.scenario import Scenario
 
 from .runmeta import RunMetadata
 
@@ -41,7 +42,7 @@ class RunRecord:
     attempt: int
     started_at: str  # UTC ISO 8601 with milliseconds
     ended_at: str
-    scenario: dict  # the scenario's own JSON (bbrlab.scenario.scenario.Scenario.to_dict)
+    scenario: Scenario  # as its own JSON (Scenario.to_dict, Scenario.from_dict)
     metadata: RunMetadata
 
     def to_dict(self) -> dict:
@@ -97,3 +98,10 @@ def metadata_of(record: Mapping, *, drop_unreadable: bool = False) -> RunMetadat
 def record_json_schema() -> dict:
     """The JSON Schema of a run record (:class:`RunRecord`)."""
     return recordjson.json_schema(RunRecord)
+
+
+def scenario_of(record: Mapping) -> Scenario:
+    """The typed scenario of a record's JSON (:meth:`Scenario.from_record
+    <bbrlab.scenario.scenario.Scenario.from_record>`, as :meth:`RunRecord.from_json` reads it), for readers that
+    take the rest of the record as it is; ValueError naming the field when it does not read."""
+    return recordjson.from_json(Scenario, record.get("scenario"))

@@ -296,10 +296,25 @@ class Scenario:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> Scenario:
-        """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run)."""
-        return cls(Link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record (``record.json``'s ``scenario``), read by :meth:`from_record` and
+        written by :meth:`to_dict` (:func:`bbrlab.core.recordjson.own_layout`): the JSON records hold, key for key."""
+        from bbrlab.core.recordjson import own_layout
+
+        return own_layout(cls, read=cls.from_record)
+
+    @classmethod
+    def from_dict(cls, d: dict, *, link: Callable[..., Link] = Link) -> Scenario:
+        """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run); ``link`` builds
+        its link from the fields (:meth:`from_record` passes :meth:`Link.recorded`)."""
+        return cls(link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
                    d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or ())
+
+    @classmethod
+    def from_record(cls, d: dict) -> Scenario:
+        """The scenario a run record says the run had (:meth:`from_dict`, its link by :meth:`Link.recorded`: a
+        buffer below the queue floor of a record made before the floor reads as recorded)."""
+        return cls.from_dict(d, link=Link.recorded)
 
     @property
     def kernel_tag(self) -> str:

@@ -12,6 +12,7 @@ from bbrlab.analysis.records_reader import RunView
 from bbrlab.campaign.spec import CampaignSpec, spec_from_yaml
 from bbrlab.core.errors import ValidationError
 from bbrlab.link.counters import LinkCounters, LinkRecord, QueueHeld, QueueInForce
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 SPEC = {"name": "q", "ccas": ["cubic", "bbr"], "timeslices_ms": [10], "cpu_shares_pct": [25, 100], "rtts_ms": [20],
         "rates_mbit": [10, 100], "buffers_bdp": [1, 4], "repetitions": 2}
@@ -67,8 +68,14 @@ def test_buffers_up_to_the_authors_queue_pass_where_the_rate_x_rtt_allows_them()
 
 # -- the tables: bbrlab's records ------------------------------------------------------------------------------
 def _row(link: dict, meta: dict, summary: dict | None = None) -> dict:
-    view = RunView({"run_id": "r", "scenario": {"link": link}, "metadata": meta}, summary or {}, "runs/r")
+    view = RunView({"run_id": "r", "scenario": _scenario(**link), "metadata": meta}, summary or {}, "runs/r")
     return {c.name: c.of_record(view) for c in tables.RUN_SCHEMA}
+
+
+def _scenario(**link) -> dict:
+    """A record's scenario whose link has these fields (the others a 20 ms x 100 Mbit/s link's; bbr, uncontended)."""
+    base = Scenario(Link(20, 100), Contention(1, 100), Flow("bbr")).to_dict()
+    return {**base, "link": {**base["link"], **link}}
 
 
 def _link_json(queue_bytes: int, queue_bdp: float | None = None, in_force: QueueInForce | None = None) -> dict:

@@ -5,6 +5,7 @@ import pandas as pd
 from bbrlab.analysis import data
 from bbrlab.analysis.records_reader import run_row
 from bbrlab.analysis.tables import Tables
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 
 def tables_of(sampled):
@@ -24,8 +25,9 @@ def test_only_sampled_runs_give_an_empty_selection_with_a_note():
 
 
 def test_run_row_marks_sampling():
-    record = {"run_id": "x", "status": "ok", "scenario": {"link": {"rate_mbit": 100}, "contention": {},
-                                                          "flow": {"cca": "bbr", "sample_ss_ms": 100}}}
+    scenario = Scenario(Link(20, 100), Contention(1, 100), Flow("bbr", sample_ms=100, sampler="ss")).to_dict()
+    record = {"run_id": "x", "status": "ok", "scenario": scenario}
+    assert scenario["flow"]["sample_ss_ms"] == 100  # the form before the samplers had a choice
     assert run_row(record, {"throughput_mbit": 50.0}, "runs/x")["ss_sampled"] is True
     assert run_row(record, {"throughput_mbit": 50.0}, "runs/x")["sampler"] == "ss"
     record["scenario"]["flow"]["sample_ss_ms"] = None

@@ -13,7 +13,7 @@ from bbrlab.campaign import dimensions, spec
 from bbrlab.campaign.dimensions import DIMENSIONS, Dimension
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
-from bbrlab.scenario.scenario import RUN_ID_FRAGMENTS, Contention, IperfParams, Link, Scenario
+from bbrlab.scenario.scenario import RUN_ID_FRAGMENTS, Contention, Flow, IperfParams, Link, Scenario
 
 BASE = {"name": "t", "ccas": ["cubic"], "timeslices_ms": [1], "cpu_shares_pct": [50], "rtts_ms": [10],
         "rates_mbit": [100], "repetitions": 1}
@@ -102,7 +102,7 @@ def test_the_run_identity_and_the_tables_take_a_new_dimensions_column():
     assert (col.name, col.dtype) == ("loss_pct", "float64")
 
     class View:
-        scenario = {"link": {"loss_pct": 2.0}}
+        scenario = Scenario(Link(20, 100, loss_model="uniform", loss_pct=2.0), Contention(1, 100), Flow("bbr"))
 
     assert col.of_record(View()) == 2.0
 

@@ -17,7 +17,7 @@ from bbrlab.analysis import data
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import RunFailed, ValidationError
 from bbrlab.run import progress, sshd, transfer
-from bbrlab.scenario.scenario import Flow, Link, RsyncParams, Scenario
+from bbrlab.scenario.scenario import Contention, Flow, Link, RsyncParams, Scenario
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "transfer"
 ROOT = Path(__file__).resolve().parents[3]
@@ -215,7 +215,7 @@ def test_a_failed_client_fails_the_run():
 def test_workload_columns_of_both_workloads():
     from bbrlab.analysis.records_reader import run_row
 
-    scenario = {"link": {"rate_mbit": 2}, "contention": {}, "flow": {"cca": "bbr"}}
+    scenario = Scenario(Link(20, 2), Contention(1, 100), Flow("bbr")).to_dict()
     iperf3 = run_row({"status": "ok", "scenario": scenario, "metadata": {}}, {"throughput_mbit": 42.0}, "runs/a")
     assert iperf3["workload"] == "iperf3" and iperf3["goodput_mbit"] == 42.0 and iperf3["timed_out"] is None
     meta = {"transfer": {  # as a timed-out copy records it (bbrlab.run.transferrecord.TransferSummary)
@@ -225,7 +225,7 @@ def test_workload_columns_of_both_workloads():
         "progress_interval_ms": 250, "progress_samples": 34, "rsync_exit": 30,
         "ssh": {"cipher": "chacha20-poly1305@openssh.com"}, "socket": {"cca_set": "bbr", "cca_connected": "bbr"},
         "server_port": 5202, "versions": {"rsync": "3.2.7"}}}
-    flow = {"cca": "bbr", "workload": "rsync", "file_mb": 4}
+    flow = Flow("bbr", RsyncParams(file_mb=4)).to_dict()
     rsync = run_row({"status": "ok", "scenario": {**scenario, "flow": flow}, "metadata": meta}, {}, "runs/b")
     workload_columns = data.RUN_COLUMNS[data.RUN_COLUMNS.index("workload"):data.RUN_COLUMNS.index("ssh_cipher") + 1]
     assert {k: rsync[k] for k in workload_columns} == {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from bbrlab.sampling import sampler as sampling
 from bbrlab.sampling import sockdiag
 from bbrlab.sampling.sockdiag.structs import BBR_INFO_SIZE, TCP_INFO_SIZE, decode_bbr_info, decode_tcp_info
 from bbrlab.sampling.ss import parse_ss_log
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 from tests.sampler_compare import IDLE_FIELDS, MONOTONE, between_netlink_samples, ss_equal
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sockdiag"
@@ -299,8 +301,8 @@ def test_data_reads_samples_log_into_the_ss_table(tmp_path):
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
     (run / "record.json").write_text(
-        '{"run_id": "r1", "status": "ok", "scenario": {"link": {"rate_mbit": 100}, "contention": {}, '
-        '"flow": {"cca": "bbr", "sample_ms": 10, "sampler": "bpf"}}, "metadata": {}}')
+        json.dumps({"run_id": "r1", "status": "ok", "metadata": {}, "scenario": Scenario(
+            Link(20, 100), Contention(1, 100), Flow("bbr", sample_ms=10, sampler="bpf")).to_dict()}))
     (run / "samples.log").write_text(_text("live-bbr-both.bpf.log.gz"))
     rows = read_run(tmp_path, "runs/r1")
     assert rows.run["sampler"] == "bpf" and rows.run["ss_sampled"] is True

@@ -20,7 +20,7 @@ from bbrlab.core.errors import ValidationError
 from bbrlab.link.counters import LinkCounters, LinkRecord, QueueHeld, QueueInForce, effective_queue
 from bbrlab.link.qdisc import build_tree
 from bbrlab.scenario.linksizing import BufferBelowMinimum
-from bbrlab.scenario.scenario import Link
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 PORTS = ("eth1", "eth2")
 
@@ -108,7 +108,13 @@ def test_the_effective_queue_is_read_from_the_kernels_tbf():
 
 
 def _view(link: dict, meta: dict) -> RunView:
-    return RunView({"run_id": "r", "scenario": {"link": link}, "metadata": meta}, {}, "runs/r")
+    return RunView({"run_id": "r", "scenario": _scenario(**link), "metadata": meta}, {}, "runs/r")
+
+
+def _scenario(**link) -> dict:
+    """A record's scenario whose link has these fields (the others a 20 ms x 100 Mbit/s link's; bbr, uncontended)."""
+    base = Scenario(Link(20, 100), Contention(1, 100), Flow("bbr")).to_dict()
+    return {**base, "link": {**base["link"], **link}}
 
 
 def _link_json(queue_bytes: int, queue_bdp: float | None = None, in_force: QueueInForce | None = None) -> dict:
@@ -140,3 +146,17 @@ def test_a_record_with_the_effective_queue_shows_it_and_keeps_the_asked_value_wh
 
 def test_a_record_without_any_read_back_shows_what_was_asked():
     assert _buffer_columns(_view({**ASKED_TENTH, "buffer_bdp": 1}, {})) == (12500, 1)
+
+
+def test_a_record_made_before_the_floor_reads_as_recorded_and_a_new_link_below_it_is_still_refused():
+    with pytest.raises(BufferBelowMinimum):
+        Link(**ASKED_TENTH)
+    old = Link.recorded(**ASKED_TENTH)
+    assert (old.buffer_bdp, old.queue_limit_bytes, old.queue) == (0.1, 1250, "bbrlab")
+    assert Link.recorded(rtt_ms=10, rate_mbit=10) == Link(10, 10)
+    with pytest.raises(ValidationError, match="link.rtt_ms"):  # every other check still holds
+        Link.recorded(**{**ASKED_TENTH, "rtt_ms": -1})
+    scenario = _scenario(**ASKED_TENTH)
+    assert Scenario.from_record(scenario).link == old and Scenario.from_record(scenario).to_dict() == scenario
+    with pytest.raises(BufferBelowMinimum):  # a plan's run is one to run: the floor holds there
+        Scenario.from_dict(scenario)

@@ -24,6 +24,7 @@ from bbrlab.scenario.sampling_limits import SAMPLE_LOG_MAX_BYTES
 from bbrlab.scenario.scenario import Link, Scenario
 
 from . import iperf
+from .clocks import RunClocks
 
 #: What a run's failure reason says when a vCPU thread's deadline reservation stalled (:func:`contention_held`).
 LOST_REPLENISHMENT = "the host kernel lost its replenishment"
@@ -126,19 +127,16 @@ def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> tup
     return summary, seen
 
 
-def clocks_known(record: dict, interval_ms: float) -> None:
+def clocks_known(record: RunClocks, interval_ms: float) -> None:
     """Every guest clock offset of ``metadata.clocks`` is known to better than one sample interval
     (``interval_ms``, the finest the run samples at): a guest sample could otherwise not be placed among its
     neighbours on this machine's clock."""
-    for host, drift in record.items():
-        for when in ("start", "end"):
-            offset = drift.get(when)
-            if offset is None:
-                raise RunFailed(f"the {host}'s clock offset was not measured at the run's {when}")
-            if offset["uncertainty_s"] * 1e3 > interval_ms:
+    for host, drift in record.measured().items():
+        for when, offset in (("start", drift.start), ("end", drift.end)):
+            if offset.uncertainty_s * 1e3 > interval_ms:
                 raise RunFailed(f"the {host}'s clock offset at the run's {when} is uncertain by "
-                                f"{offset['uncertainty_s'] * 1e3:.3f} ms (round trip {offset['round_trip_s'] * 1e3:.3f} "
-                                f"ms over {offset['exchanges']} exchanges), more than one sample interval "
+                                f"{offset.uncertainty_s * 1e3:.3f} ms (round trip {offset.round_trip_s * 1e3:.3f} "
+                                f"ms over {offset.exchanges} exchanges), more than one sample interval "
                                 f"({interval_ms:g} ms): its samples cannot be aligned with this machine's clock")
 
 

@@ -39,6 +39,7 @@ from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
+from .clocks import RunClocks
 from .senderqdisc import SenderQdisc
 from .transferrecord import TransferSummary
 
@@ -109,7 +110,7 @@ class RunMetadata:
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
-    clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
+    clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)

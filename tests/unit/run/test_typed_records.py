@@ -331,3 +331,18 @@ def test_the_host_cpu_load_a_run_measures_reads_typed_and_writes_back_as_measure
     load = recordjson.from_json(hostcpu.CpuLoad, measured)
     assert load.sender_hypervisor.cpus == 1 and load.emulator.busy_pct == measured["emulator"]["busy_pct"]
     assert json.dumps(RunMetadata(cpu_load=load).to_dict()["cpu_load"]) == json.dumps(measured)
+
+
+def _meta_of(rel: str) -> RunMetadata:
+    return RunMetadata.from_dict(_record(ROOT / "data" / rel / "record.json")["metadata"])
+
+
+def test_a_sampled_runs_clocks_read_as_drifts_and_an_unsampled_run_has_none():
+    from bbrlab.run.clocks import ClockDrift, RunClocks
+
+    meta = _meta_of("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.clocks, RunClocks) and list(meta.clocks.measured()) == ["sender", "emulator"]
+    assert isinstance(meta.clocks.sender, ClockDrift) and meta.clocks.sender.end.measured_at > meta.clocks.sender.start.measured_at
+    assert 0 < meta.clocks.emulator.start.uncertainty_s < 0.01
+    assert _meta_of("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").clocks is None
+    assert recordjson.to_json(RunClocks(emulator=meta.clocks.emulator)) == {"emulator": meta.clocks.emulator.to_dict()}

@@ -12,6 +12,7 @@ import pytest
 from bbrlab.analysis import records_reader
 from bbrlab.analysis.tables import BOTTLENECK_COLUMNS, RunRows, build_tables
 from bbrlab.core.errors import ValidationError
+from bbrlab.run.clocks import ClockDrift
 from bbrlab.sampling import bottleneck
 from bbrlab.sampling.sockdiag import build
 from bbrlab.scenario.scenario import Flow
@@ -62,7 +63,7 @@ def test_bottleneck_rows_are_put_on_this_machines_clock():
     # the emulator's clock runs 2 s ahead, 0.3 ms uncertain, no drift
     off = {"offset_s": 2.0, "uncertainty_s": 3e-4, "round_trip_s": 6e-4, "exchanges": 20}
     clock = {"start": {**off, "measured_at": 1699999990.0}, "end": {**off, "measured_at": 1700000010.0}}
-    rows = records_reader.bottleneck_rows("r1", LOG, clock)
+    rows = records_reader.bottleneck_rows("r1", LOG, ClockDrift.from_dict(clock))
     assert [r["t_host_s"] for r in rows] == pytest.approx([1699999998.0, 1699999998.0, 1699999998.005,
                                                            1699999998.005])
     assert [r["bottleneck"] for r in rows] == [False, True, False, True]

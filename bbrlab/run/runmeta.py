@@ -35,6 +35,7 @@ from bbrlab.kernel.sender import KernelOrigin, SenderKernel
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.alignment import AlignmentCheck
+from bbrlab.sampling.bottleneck import BottleneckSummary
 from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
 
@@ -112,7 +113,7 @@ class RunMetadata:
     qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
-    bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
+    bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
     deadline_after_failure: dict | None = None

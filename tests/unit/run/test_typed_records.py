@@ -346,3 +346,13 @@ def test_a_sampled_runs_clocks_read_as_drifts_and_an_unsampled_run_has_none():
     assert 0 < meta.clocks.emulator.start.uncertainty_s < 0.01
     assert _meta_of("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").clocks is None
     assert recordjson.to_json(RunClocks(emulator=meta.clocks.emulator)) == {"emulator": meta.clocks.emulator.to_dict()}
+
+
+def test_a_runs_bottleneck_sampler_reads_typed_with_its_binary():
+    from bbrlab.sampling.bottleneck import BottleneckSummary
+
+    meta = _meta_of("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.bottleneck, BottleneckSummary) and meta.bottleneck.reason == "stop_file"
+    assert isinstance(meta.bottleneck.binary, Deployed) and meta.bottleneck.binary.kind == "qdisc"
+    assert meta.bottleneck.samples > 0 and isinstance(meta.bottleneck.interval_ms, int) and meta.bottleneck.qdiscs
+    assert _meta_of("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").bottleneck is None

@@ -29,6 +29,7 @@ from pathlib import Path
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.contention.hostcpu import CpuLoad
 from bbrlab.contention.outside import OutsideLoad
+from bbrlab.contention.placement import QemuCpus
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.kernel.sender import KernelOrigin, SenderKernel
@@ -110,7 +111,7 @@ class RunMetadata:
     kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
-    qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
+    qemu_cpus: QemuCpus | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)

@@ -356,3 +356,14 @@ def test_a_runs_bottleneck_sampler_reads_typed_with_its_binary():
     assert isinstance(meta.bottleneck.binary, Deployed) and meta.bottleneck.binary.kind == "qdisc"
     assert meta.bottleneck.samples > 0 and isinstance(meta.bottleneck.interval_ms, int) and meta.bottleneck.qdiscs
     assert _meta_of("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").bottleneck is None
+
+
+def test_where_the_qemu_threads_ran_reads_typed_and_older_records_have_none():
+    from bbrlab.contention.placement import QemuCpus, ThreadPlace
+
+    meta = _meta_of("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.qemu_cpus, QemuCpus) and meta.qemu_cpus.error is None and meta.qemu_cpus.receiver is None
+    assert meta.qemu_cpus.emulator.pid > 0 and meta.qemu_cpus.emulator.vcpu_threads is None
+    assert all(isinstance(t, ThreadPlace) and t.cpus_allowed for t in meta.qemu_cpus.sender.vcpu_threads.values())
+    older = [m for m in map(_record, RECORDS) if "qemu_cpus" not in m["metadata"] and m.get("schema") == "bbrlab.run/2"]
+    assert older and RunMetadata.from_dict(older[0]["metadata"]).qemu_cpus is None

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from bbrlab.contention.deadline import DeadlineCleared
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.contention.hostcpu import CpuLoad
 from bbrlab.contention.outside import OutsideLoad
@@ -117,7 +118,7 @@ class RunMetadata:
     bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
-    deadline_after_failure: dict | None = None
+    deadline_after_failure: DeadlineCleared | None = None
     #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), as read by :meth:`from_dict`.
     added: dict = field(default_factory=dict)
 

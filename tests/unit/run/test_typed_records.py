@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from bbrlab.campaign.sameness import MixedTestbed
+from bbrlab.contention.deadline import DeadlineCleared
 from bbrlab.contention.evidence import (
     ContentionEvidence,
     ContentionRecord,
@@ -254,7 +255,7 @@ def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy
         raise RunFailed("the sender offers ['cubic'], not 'bbr'")
 
     monkeypatch.setattr(runner, "run", fail)
-    monkeypatch.setattr(runner.session, "clear_deadline", lambda: {"deadline_cleared_tids": []})
+    monkeypatch.setattr(runner.session, "clear_deadline", lambda: DeadlineCleared([]))
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5)))
     with pytest.raises(FailedRun) as caught:
         runner(scenario, tmp_path, run_id="r", attempt=1)
@@ -270,7 +271,7 @@ def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(mo
         raise EOFError
 
     monkeypatch.setattr(Runner, "run", fail)
-    monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: {"error": "no host"})
+    monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: DeadlineCleared(error="no host"))
     record = run_once(_testbed(), Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5))),
                       tmp_path, run_id="r")
     assert record["status"] == "failed" and record["campaign"] == "adhoc"
@@ -367,3 +368,10 @@ def test_where_the_qemu_threads_ran_reads_typed_and_older_records_have_none():
     assert all(isinstance(t, ThreadPlace) and t.cpus_allowed for t in meta.qemu_cpus.sender.vcpu_threads.values())
     older = [m for m in map(_record, RECORDS) if "qemu_cpus" not in m["metadata"] and m.get("schema") == "bbrlab.run/2"]
     assert older and RunMetadata.from_dict(older[0]["metadata"]).qemu_cpus is None
+
+
+def test_what_clearing_the_deadline_did_after_a_failure_reads_typed():
+    meta = _meta_of("demo/failed/cubic-ts1ms-sh50-rtt20ms-100mbit-r01-6b261c4943.a1")
+    assert isinstance(meta.deadline_after_failure, DeadlineCleared) and meta.deadline_after_failure.error is None
+    assert isinstance(meta.deadline_after_failure.deadline_cleared_tids, list)
+    assert _meta_of("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").deadline_after_failure is None

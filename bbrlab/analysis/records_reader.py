@@ -23,6 +23,7 @@ import pandas as pd
 
 from bbrlab.run import clocks
 from bbrlab.run.flowrecord import FlowOutcome
+from bbrlab.run.runmeta import RunMetadata
 from bbrlab.run.runrecord import metadata_of, scenario_of
 from bbrlab.run.transferrecord import TransferSummary
 from bbrlab.sampling import bottleneck, logscan, sockdiag
@@ -98,13 +99,14 @@ class RunView:
     ``flow`` that scenario's parts (a scenario that does not read typed makes the run unreadable)."""
 
     def __init__(self, record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
-                 samples_span_s: float | None = None):
+                 samples_span_s: float | None = None, meta: RunMetadata | None = None):
         self.record, self.summary, self.path = record, summary, path
         self.samples_span_s = samples_span_s  # from the ss rows (bbrlab.analysis.evidence.samples_span_s)
         self.fair = fair or {}  # bbrlab.analysis.fairness.run_fairness's run part
         self.scenario = scenario_of(record)  # typed (bbrlab.run.runrecord), as the record says the run had it
         self.link, self.cont, self.flow = self.scenario.link, self.scenario.contention, self.scenario.flow
-        self.meta = metadata_of(record, drop_unreadable=True)  # typed, upgraded (bbrlab.run.runrecord)
+        # typed, upgraded (bbrlab.run.runrecord); given when the caller has typed it already
+        self.meta = metadata_of(record, drop_unreadable=True) if meta is None else meta
         self.testbed = self.meta.testbed
 
     @cached_property
@@ -168,10 +170,10 @@ def asked_duration_s(flow: Flow) -> float | None:
 
 
 def run_row(record: Mapping, summary: Mapping, path: str, fair: Mapping | None = None,
-            samples_span_s: float | None = None) -> dict:
+            samples_span_s: float | None = None, meta: RunMetadata | None = None) -> dict:
     """The ``runs`` row of one bbrlab record (scenario + metadata), its iperf3 summary, its flows' fairness and
-    its socket samples' span."""
-    view = RunView(record, summary, path, fair, samples_span_s)
+    its socket samples' span (``meta``: the record's metadata typed, when the caller has it already)."""
+    view = RunView(record, summary, path, fair, samples_span_s, meta)
     return {col.name: col.of_record(view) for col in RUN_SCHEMA}
 
 
@@ -187,7 +189,7 @@ def progress_intervals(run_id: str, transfer_json: Mapping) -> list[tuple]:
 
 
 def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log",
-            sender_clock: Mapping | None = None) -> list[dict]:
+            sender_clock: clocks.ClockDrift | None = None) -> list[dict]:
     """Socket samples of one run as ``ss`` rows: ``ss.log`` parsed by :func:`bbrlab.sampling.ss.parse_ss_log`,
     ``samples.log`` (the netlink or BPF sampler) by :func:`bbrlab.sampling.sockdiag.rows`, into the same columns.
 
@@ -197,12 +199,12 @@ def ss_rows(run_id: str, text: str, data_ports: set[int], *, log: str = "ss.log"
     measured offset (``metadata.clocks.sender``; missing without it).
     """
     parse = parse_ss_log if log == "ss.log" else sockdiag.rows
-    drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
     out = []
     for s in parse(text, ports=sorted(data_ports) or None):
         row = {k: s.get(k) for k in SS_COLUMNS}
         row["run_id"] = run_id
-        row["t_host_s"] = drift.to_local(s["t_unix_s"]) if drift and s.get("t_unix_s") is not None else None
+        row["t_host_s"] = (sender_clock.to_local(s["t_unix_s"]) if sender_clock and s.get("t_unix_s") is not None
+                           else None)
         out.append(row)
     return out
 
@@ -235,13 +237,12 @@ def _compact(frame: pd.DataFrame, capacity: int) -> pd.DataFrame:
 
 
 def ss_frame(run_id: str, path: Path, data_ports: set[int], *, log: str = "ss.log",
-             sender_clock: Mapping | None = None) -> tuple[pd.DataFrame, float | None]:
+             sender_clock: clocks.ClockDrift | None = None) -> tuple[pd.DataFrame, float | None]:
     """:func:`ss_rows` as a typed DataFrame, the log read from ``path`` a line at a time (never whole), and the
     data streams' span (:func:`bbrlab.analysis.evidence.samples_span_s`)."""
     kind = "ss" if log == "ss.log" else logscan.log_kind(path)
-    drift = clocks.ClockDrift.from_dict(sender_clock) if sender_clock and "end" in sender_clock else None
     capacity = logscan.row_bound(kind, path)
-    sink = _SsSink(run_id, drift, capacity)
+    sink = _SsSink(run_id, sender_clock, capacity)
     logscan.scan(kind, path, sorted(data_ports) or None, sink.add, numbers=False)
     if capacity >= heap.LARGE_ROWS:  # the scan's row objects are freed: give them back before the frame is made
         heap.give_back()
@@ -262,10 +263,11 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
                 report = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             notes.append(f"{rel}/iperf.json unreadable: {e}")
+    meta = metadata_of(record, drop_unreadable=True)
     if record.get("status") != "ok":
-        return RunRows(run_row(record, iperf_summary(report), rel), [], [], notes)
-    others = metadata_of(record, drop_unreadable=True).flows
-    flows = flow_reports(run_dir, record, report, notes, others) if report else []
+        return RunRows(run_row(record, iperf_summary(report), rel, meta=meta), [], [], notes)
+    measured = meta.clocks or clocks.RunClocks()
+    flows = flow_reports(run_dir, record, report, notes, meta.flows) if report else []
     streams = [r for f in flows for r in stream_rows(record.get("run_id"), f)]
     fair, shares = fairness.run_fairness(streams)
     fair["flows"] = len(flows)
@@ -278,10 +280,10 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
         try:
             ss, span_s = ss_frame(record.get("run_id"), ss_path, ports, log=log,
-                                  sender_clock=_get(record, "metadata", "clocks", "sender"))
+                                  sender_clock=measured.sender)
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{log} not parsed: {type(e).__name__}: {e}")
-    row = run_row(record, iperf_summary(report), rel, fair if flows else None, span_s)
+    row = run_row(record, iperf_summary(report), rel, fair if flows else None, span_s, meta)
     flow_rows = [{**flow_summary(row["run_id"], f), **shares.get(f.index, {})} for f in flows]
     intervals = iperf_intervals(row["run_id"], report)
     if row["workload"] == RsyncParams.name:
@@ -292,22 +294,20 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
     queue: list[dict] = []
     if (run_dir / bottleneck.LOG_FILE).exists():
         try:
-            queue = bottleneck_rows(row["run_id"], (run_dir / bottleneck.LOG_FILE).read_text(),
-                                    _get(record, "metadata", "clocks", "emulator"))
+            queue = bottleneck_rows(row["run_id"], (run_dir / bottleneck.LOG_FILE).read_text(), measured.emulator)
         except Exception as e:  # noqa: BLE001 - a bad log must not stop the other runs; it is reported
             notes.append(f"{rel}/{bottleneck.LOG_FILE} not parsed: {type(e).__name__}: {e}")
     return RunRows(row, intervals, ss, notes, vcpu=vcpu_frame(row["run_id"], run_dir / "vcpu.csv", notes, rel),
                    bottleneck=queue, streams=streams, flows=flow_rows)
 
 
-def bottleneck_rows(run_id: str, text: str, emulator_clock: Mapping | None) -> list[dict]:
+def bottleneck_rows(run_id: str, text: str, drift: clocks.ClockDrift | None) -> list[dict]:
     """The emulator's bottleneck samples of one run as ``bottleneck`` rows, their times put on this machine's
     clock with the emulator's measured offset (``metadata.clocks.emulator``; ``t_host_s`` missing without it)."""
     samples = bottleneck.parse_log(text)
     if not samples:
         return []
     queue_handle = bottleneck.bottleneck_handle(samples)
-    drift = clocks.ClockDrift.from_dict(emulator_clock) if emulator_clock and "end" in emulator_clock else None
     uncertainty_ms = max(drift.start.uncertainty_s, drift.end.uncertainty_s) * 1e3 if drift else None
     t0_ns = samples[0].t_ns
     return [{"run_id": run_id, "t_host_s": drift.to_local(s.t_s) if drift else None, "t_s": (s.t_ns - t0_ns) / 1e9,

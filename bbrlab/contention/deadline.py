@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, TestbedError, ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.core.signals import restore_on_signals
@@ -362,6 +363,21 @@ def show_policies(host: Host, thread_ids: Sequence[int], method: Method = "auto"
     """Current policy of each thread."""
     scheduler = scheduler_for(host, method)
     return {tid: scheduler.get(tid) for tid in _validate_thread_ids(thread_ids)}
+
+
+@dataclass(frozen=True)
+class DeadlineCleared:
+    """What clearing the deadline policy after a failed run did (``metadata.contention.after_failure`` of its
+    record, ``RunMetadata.deadline_after_failure``): the thread ids put back to SCHED_OTHER, or the ``error``
+    that kept them from being cleared; the other key is left out."""
+
+    deadline_cleared_tids: list[int] | None = recordjson.left_out_when_none()
+    error: str | None = recordjson.left_out_when_none()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The key that was measured, the other left out (:func:`bbrlab.core.recordjson.record_layout`)."""
+        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
 
 
 def clear_deadline(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> list[int]:

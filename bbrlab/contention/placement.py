@@ -10,7 +10,10 @@ this machine; a lab's sender vCPU threads on its hypervisor host, over SSH.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+from bbrlab.core import recordjson
 
 #: Prints "tid<TAB>cpus<TAB>cpuset" for each thread id given as an argument (a lab's hypervisor host).
 _REMOTE_SCRIPT = r"""
@@ -83,22 +86,69 @@ def summary(threads: dict[int, dict]) -> dict:
             "cpusets": sorted({t["cpuset"] for t in threads.values() if t["cpuset"]})}
 
 
-def of_testbed(testbed, vcpu_tids: list[int]) -> dict:
+@dataclass(frozen=True)
+class ThreadPlace:
+    """One thread's allowed CPUs (``Cpus_allowed_list``, e.g. ``"0-1"``) and cpuset; None where not readable."""
+
+    cpus_allowed: str | None
+    cpuset: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QemuPlace:
+    """Where one QEMU's threads may run: its ``pid`` (a local testbed's; a lab's sender is read by thread id
+    on its hypervisor host, without it), how many ``threads``, their distinct allowed-CPU lists and cpusets
+    (:func:`summary`), and for the sender each vCPU thread's own (``vcpu_threads``, by tid)."""
+
+    pid: int | None = recordjson.left_out_when_none()
+    threads: int
+    cpus_allowed: list[str]
+    cpusets: list[str]
+    vcpu_threads: dict[str, ThreadPlace] | None = recordjson.left_out_when_none()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The fields in their order, ``pid`` and ``vcpu_threads`` only when known
+        (:func:`bbrlab.core.recordjson.record_layout`)."""
+        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+
+
+@dataclass(frozen=True)
+class QemuCpus:
+    """``metadata.qemu_cpus`` of a run record: per QEMU of the testbed (by role, in name order) where its threads
+    may run, or the ``error`` that kept them from being read; a role without a QEMU is left out."""
+
+    emulator: QemuPlace | None = recordjson.left_out_when_none()
+    receiver: QemuPlace | None = recordjson.left_out_when_none()
+    sender: QemuPlace | None = recordjson.left_out_when_none()
+    error: str | None = recordjson.left_out_when_none()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The roles read, the others left out (:func:`bbrlab.core.recordjson.record_layout`)."""
+        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+
+
+def _vcpus(threads: dict[int, dict]) -> dict[str, ThreadPlace]:
+    return {str(t): ThreadPlace(v["cpus_allowed"], v["cpuset"]) for t, v in threads.items()}
+
+
+def of_testbed(testbed, vcpu_tids: list[int]) -> QemuCpus:
     """``metadata.qemu_cpus``: per QEMU of a local testbed its ``pid`` and :func:`summary` of all its threads,
     and for the sender each vCPU thread (``vcpu_threads``, by tid); for a lab the sender's vCPU threads as
-    read on its hypervisor host. A reading that fails is recorded as ``{"error": ...}``."""
+    read on its hypervisor host. A reading that fails is recorded as its ``error``."""
     try:
         if testbed.kind == "local" and testbed.local is not None and testbed.local.qemu_pids:
-            out: dict = {}
+            places: dict[str, QemuPlace] = {}
             for role, pid in sorted(testbed.local.qemu_pids.items()):
                 if not pid:
                     continue
                 threads = local_threads(pid)
-                out[role] = {"pid": pid, **summary(threads)}
-                if role == "sender":
-                    out[role]["vcpu_threads"] = {str(t): threads.get(t) or local_thread(pid, t) for t in vcpu_tids}
-            return out
+                vcpus = _vcpus({t: threads.get(t) or local_thread(pid, t) for t in vcpu_tids}) \
+                    if role == "sender" else None
+                places[role] = QemuPlace(pid=pid, **summary(threads), vcpu_threads=vcpus)
+            return QemuCpus(**places)
         threads = remote_threads(testbed.sender.hypervisor, vcpu_tids)
-        return {"sender": {**summary(threads), "vcpu_threads": {str(t): v for t, v in threads.items()}}}
+        return QemuCpus(sender=QemuPlace(**summary(threads), vcpu_threads=_vcpus(threads)))
     except Exception as e:  # noqa: BLE001 - a record says what it could not read, the run goes on
-        return {"error": f"{type(e).__name__}: {e}"}
+        return QemuCpus(error=f"{type(e).__name__}: {e}")

@@ -101,7 +101,13 @@ def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],
     def before(value: Any) -> Any:
         return read(value) if isinstance(value, dict) else value
 
-    return core_schema.no_info_before_validator_function(
+    # The class's reference moves to the schema with its layout: a second field of this class in one record
+    # refers to it, not to the bare fields (which would skip ``read`` and ``write``).
+    ref = fields_schema.pop("ref", None)
+    schema = core_schema.no_info_before_validator_function(
         before, fields_schema,
         serialization=core_schema.wrap_serializer_function_ser_schema(lambda value, dump: write(_without_unknown(source, dump(value))),
                                                                        schema=fields_schema))
+    if ref is not None:
+        schema["ref"] = ref
+    return schema

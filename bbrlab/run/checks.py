@@ -18,12 +18,13 @@ from bbrlab.core.errors import BbrlabError, RunFailed
 from bbrlab.link.counters import LinkCounters, NetemLoss, loss_observed
 from bbrlab.link.emulator import Readback, check_readback
 from bbrlab.link.qdisc import build_tree
-from bbrlab.sampling import logscan
+from bbrlab.sampling import bottleneck, logscan
 from bbrlab.sampling.summary import SamplingSummary, of_numbers
 from bbrlab.scenario.sampling_limits import SAMPLE_LOG_MAX_BYTES
 from bbrlab.scenario.scenario import Link, Scenario
 
 from . import iperf
+from .clocks import RunClocks
 
 #: What a run's failure reason says when a vCPU thread's deadline reservation stalled (:func:`contention_held`).
 LOST_REPLENISHMENT = "the host kernel lost its replenishment"
@@ -126,42 +127,35 @@ def samples(sampled, data_ports: list[int], cca: str, interval_ms: float) -> tup
     return summary, seen
 
 
-def clocks_known(record: dict, interval_ms: float) -> None:
+def clocks_known(record: RunClocks, interval_ms: float) -> None:
     """Every guest clock offset of ``metadata.clocks`` is known to better than one sample interval
     (``interval_ms``, the finest the run samples at): a guest sample could otherwise not be placed among its
     neighbours on this machine's clock."""
-    for host, drift in record.items():
-        for when in ("start", "end"):
-            offset = drift.get(when)
-            if offset is None:
-                raise RunFailed(f"the {host}'s clock offset was not measured at the run's {when}")
-            if offset["uncertainty_s"] * 1e3 > interval_ms:
+    for host, drift in record.measured().items():
+        for when, offset in (("start", drift.start), ("end", drift.end)):
+            if offset.uncertainty_s * 1e3 > interval_ms:
                 raise RunFailed(f"the {host}'s clock offset at the run's {when} is uncertain by "
-                                f"{offset['uncertainty_s'] * 1e3:.3f} ms (round trip {offset['round_trip_s'] * 1e3:.3f} "
-                                f"ms over {offset['exchanges']} exchanges), more than one sample interval "
+                                f"{offset.uncertainty_s * 1e3:.3f} ms (round trip {offset.round_trip_s * 1e3:.3f} "
+                                f"ms over {offset.exchanges} exchanges), more than one sample interval "
                                 f"({interval_ms:g} ms): its samples cannot be aligned with this machine's clock")
 
 
-def bottleneck_samples(queue) -> dict:
+def bottleneck_samples(queue) -> bottleneck.BottleneckSummary:
     """The bottleneck sampler (``queue``, a finished :func:`bbrlab.sampling.bottleneck.queue_sampler`) ended by
     its stop file with samples of the data port's qdiscs: its summary for ``metadata.bottleneck``."""
-    from bbrlab.sampling import bottleneck
-
     text = queue.text or ""
     summary = bottleneck.summary(text, queue.interval_ms)
     if summary is None:
         raise RunFailed(f"the bottleneck sampler's log has no '# end' line: {text[-300:]!r}")
-    if summary["reason"] != "stop_file":
-        raise RunFailed(f"the bottleneck sampler ended by {summary['reason']}, not by its stop file: {text[-300:]!r}")
+    if summary.reason != "stop_file":
+        raise RunFailed(f"the bottleneck sampler ended by {summary.reason}, not by its stop file: {text[-300:]!r}")
     try:
         rows = bottleneck.parse_log(text)
     except ValueError as e:
         raise RunFailed(f"the bottleneck sampler's samples: {e}") from None
     if not rows:
         raise RunFailed("the bottleneck sampler took no sample of the data port's qdiscs")
-    summary["qdiscs"] = sorted({f"{r.kind} {r.handle}" for r in rows})
-    summary["binary"] = queue.binary.to_dict() if queue.binary is not None else None
-    return summary
+    return replace(summary, qdiscs=sorted({f"{r.kind} {r.handle}" for r in rows}), binary=queue.binary)
 
 
 def contention_held(record: ContentionRecord | None, scenario: Scenario) -> None:

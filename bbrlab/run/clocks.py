@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import Host
 
@@ -189,16 +190,43 @@ class ClockDrift:
         """A record's ``metadata.clocks.<host>`` back (the drift is recomputed from start and end)."""
         return cls(ClockOffset.from_dict(d["start"]), ClockOffset.from_dict(d["end"]))
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """Where nested in a typed record, read and written by :meth:`from_dict` and :meth:`to_dict` (the drift
+        written rounded after start and end: :func:`bbrlab.core.recordjson.own_layout`)."""
+        return recordjson.own_layout(cls)
+
+
+@dataclass(frozen=True)
+class RunClocks:
+    """``metadata.clocks`` of a run with guest timestamps: the ``sender``'s and the ``emulator``'s clock against
+    this machine's at the run's start and end (:class:`ClockDrift`), as :class:`ClockWatch` measured them. A
+    host not measured is left out of the JSON (None here)."""
+
+    sender: ClockDrift | None = recordjson.left_out_when_none()
+    emulator: ClockDrift | None = recordjson.left_out_when_none()
+
+    def measured(self) -> dict[str, ClockDrift]:
+        """The hosts measured, by name, in the record's order."""
+        return {name: drift for name, drift in (("sender", self.sender), ("emulator", self.emulator))
+                if drift is not None}
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        """The measured hosts' drifts, the others left out (:func:`bbrlab.core.recordjson.record_layout`)."""
+        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+
 
 def to_local(remote_t: float, clocks: dict) -> float:
-    """Remote timestamp ``remote_t`` on this machine's clock, from a record's ``metadata.clocks.<host>``."""
+    """Remote timestamp ``remote_t`` on this machine's clock, from a record's ``metadata.clocks.<host>`` (JSON)."""
     return ClockDrift.from_dict(clocks).to_local(remote_t)
 
 
 class ClockWatch:
     """The clocks of named hosts measured at the start of a run (:meth:`start`) and at its end
     (:meth:`finish`), each through a remote process held open in between (it waits on its stdin, costing
-    nothing). :meth:`close` ends the processes; :meth:`record` is ``metadata.clocks``."""
+    nothing). :meth:`close` ends the processes; :meth:`record` is ``metadata.clocks`` (hosts named ``sender``
+    and ``emulator``)."""
 
     def __init__(self, hosts: dict[str, Host], exchanges: int = DEFAULT_EXCHANGES):
         self.hosts, self.exchanges = dict(hosts), exchanges
@@ -226,12 +254,16 @@ class ClockWatch:
             except Exception:  # noqa: BLE001 - a channel already gone leaves nothing to end
                 pass
 
-    def record(self) -> dict:
-        """``metadata.clocks``: per host, start, end and drift (hosts only measured at the start: start alone)."""
-        out = {name: drift.to_dict() for name, drift in self.drifts.items()}
-        for name, offset in self._start.items():
-            out.setdefault(name, {"start": offset.to_dict()})
-        return out
+    def record(self) -> RunClocks:
+        """``metadata.clocks`` after :meth:`finish`: each host's start, end and drift. ValueError for a host
+        :meth:`finish` did not measure (the watch failed) or one not named ``sender`` or ``emulator``."""
+        missing = sorted(set(self._start) - set(self.drifts))
+        if missing:
+            raise ValueError(f"clocks {missing} were measured at the start only")
+        unknown = sorted(set(self.drifts) - {"sender", "emulator"})
+        if unknown:
+            raise ValueError(f"clocks {unknown} are not a run's (sender, emulator)")
+        return RunClocks(**self.drifts)
 
     def __enter__(self) -> ClockWatch:
         try:

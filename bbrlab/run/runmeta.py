@@ -28,9 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from bbrlab.contention.deadline import DeadlineCleared
 from bbrlab.contention.evidence import ContentionRecord
 from bbrlab.contention.hostcpu import CpuLoad
 from bbrlab.contention.outside import OutsideLoad
+from bbrlab.contention.placement import QemuCpus
 from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError, NotARunFailure
 from bbrlab.kernel import ModuleIdentity
@@ -38,10 +40,12 @@ from bbrlab.kernel.sender import KernelOrigin, SenderKernel
 from bbrlab.link.counters import LinkRecord
 from bbrlab.link.emulator import Readback
 from bbrlab.sampling.alignment import AlignmentCheck
+from bbrlab.sampling.bottleneck import BottleneckSummary
 from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
 
 from .blockboot import BlockPlace
+from .clocks import RunClocks
 from .flowrecord import FlowOutcome, FlowRecord
 from .iperf import IperfSummary
 from .sender import SenderOffloads, SenderSysctls, ToolVersions
@@ -116,13 +120,13 @@ class RunMetadata:
     kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
     recovered: dict | None = None  # first run of a process: what a killed predecessor left
-    qemu_cpus: dict | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
-    clocks: dict | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
+    qemu_cpus: QemuCpus | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
+    clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
-    bottleneck: dict | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
+    bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
-    deadline_after_failure: dict | None = None
+    deadline_after_failure: DeadlineCleared | None = None
     #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), as read by :meth:`from_dict`.
     added: dict = field(default_factory=dict)
 

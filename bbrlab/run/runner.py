@@ -163,7 +163,7 @@ class Runner:
                 self._verify(scenario, work, endpoint, out, meta, result, sampled, before, ports, extra)
                 if vcpu is not None and sampled is not None:
                     meta.alignment = self._alignment(vcpu, out / SAMPLE_FILES[flow.sampler], flow,
-                                                     (meta.clocks or {}).get("sender"))
+                                                     meta.clocks and meta.clocks.sender)
             with meta.timed("restore"):
                 held.close()
 
@@ -248,14 +248,14 @@ class Runner:
         return result
 
     @staticmethod
-    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow, sender_clock: dict | None) -> alignment.AlignmentCheck:
+    def _alignment(vcpu: vcputrace.VcpuTrace, log: Path, flow,
+                   drift: clocks.ClockDrift | None) -> alignment.AlignmentCheck:
         """The alignment check of the guest's samples against the vCPU trace, the guest's times put on this
         machine's clock by the sender's measured offset (``metadata.clocks.sender``: its start, and the drift to
         its end); recorded as not aligned when the offset was not measured."""
         times = logscan.guest_sample_times_ns(flow.sampler, log)  # a line at a time, never the whole log
         offset = None
-        if sender_clock and "end" in sender_clock:
-            drift = clocks.ClockDrift.from_dict(sender_clock)
+        if drift is not None:
             start, end = drift.start, drift.end
             offset = alignment.ClockOffset.of_remote_minus_local(
                 start.offset_s, max(start.uncertainty_s, end.uncertainty_s), drift_ppm=drift.drift_ppm or 0.0,

@@ -132,14 +132,14 @@ class TestbedSession:
         so the next run sets the link again rather than trusting what this session set."""
         self.link.current, self.link.offloads = None, None
 
-    def clear_deadline(self) -> dict:
+    def clear_deadline(self) -> contention.DeadlineCleared:
         """Put every sender vCPU thread still under SCHED_DEADLINE back to SCHED_OTHER (after a failed run);
         what was cleared, or why it could not be (the next attempt then refuses the leftover)."""
         tb = self.testbed
         try:
-            return {"deadline_cleared_tids": contention.clear_deadline(tb.sender.hypervisor, tb.sender.vcpu_threads())}
+            return contention.DeadlineCleared(contention.clear_deadline(tb.sender.hypervisor, tb.sender.vcpu_threads()))
         except Exception as e:  # noqa: BLE001 - the run's own failure is the one to report; this is noted
-            return {"error": f"could not clear the deadline policy: {e}"[:500]}
+            return contention.DeadlineCleared(error=f"could not clear the deadline policy: {e}"[:500])
 
     def watched_hosts(self) -> dict:
         """The hosts whose CPU load a run records (:func:`bbrlab.contention.hostcpu.watching`)."""

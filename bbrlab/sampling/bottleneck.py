@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
@@ -89,18 +89,40 @@ def parse_log(text: str) -> list[QdiscSample]:
     return rows
 
 
-def summary(text: str, interval_ms: float) -> dict | None:
+@dataclass(frozen=True)
+class BottleneckSummary:
+    """``metadata.bottleneck`` of a run record: the queue sampler's asked ``interval_ms``, its ``samples``,
+    ``ticks`` and ``missed`` ticks, its CPU (``cpu_s``; ``cpu_per_sample_us``, ``samples_per_s`` and
+    ``cpu_share`` of its life, None without samples or a wall time), why it stopped (``reason``), the qdiscs it
+    sampled (``qdiscs``: ``"kind handle"``) and the program that ran (``binary``), written field for field."""
+
+    interval_ms: int | float
+    samples: int
+    ticks: int
+    missed: int
+    cpu_s: float
+    cpu_per_sample_us: float | None
+    samples_per_s: float | None
+    cpu_share: float | None
+    reason: str
+    qdiscs: list[str] = field(default_factory=list)
+    binary: sockdiag.Deployed | None = None
+
+
+def summary(text: str, interval_ms: float) -> BottleneckSummary | None:
     """The sampler's ``# end`` line as the run record's ``metadata.bottleneck``: samples, missed ticks, its CPU
-    (s, and us per sample), samples per second of its life, why it stopped; None without that line."""
+    (s, and us per sample), samples per second of its life, why it stopped; None without that line. The
+    qdiscs and the binary are the run's to add (:func:`bbrlab.run.checks.bottleneck_samples`)."""
     m = _FOOTER.search(text)
     if not m:
         return None
     samples, ticks, missed, user_us, sys_us, wall_ns = (int(m.group(i)) for i in range(1, 7))
     cpu_s = (user_us + sys_us) / 1e6
-    return {"interval_ms": interval_ms, "samples": samples, "ticks": ticks, "missed": missed,
-            "cpu_s": round(cpu_s, 6), "cpu_per_sample_us": round(cpu_s * 1e6 / samples, 1) if samples else None,
-            "samples_per_s": round(samples / (wall_ns / 1e9), 2) if wall_ns else None,
-            "cpu_share": round(cpu_s / (wall_ns / 1e9), 5) if wall_ns else None, "reason": m.group(7)}
+    return BottleneckSummary(
+        interval_ms=interval_ms, samples=samples, ticks=ticks, missed=missed, cpu_s=round(cpu_s, 6),
+        cpu_per_sample_us=round(cpu_s * 1e6 / samples, 1) if samples else None,
+        samples_per_s=round(samples / (wall_ns / 1e9), 2) if wall_ns else None,
+        cpu_share=round(cpu_s / (wall_ns / 1e9), 5) if wall_ns else None, reason=m.group(7))
 
 
 def sampler_argv(path: str, interval_ms: float, stop_after_s: float, stop_file: str, ifname: str) -> list[str]:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from bbrlab.analysis import evidence, frames
+from bbrlab.run.clocks import ClockDrift
 from bbrlab.sampling import alignment, logscan, sockdiag, vcputrace
 from bbrlab.sampling import vcpuparse as vp
 from bbrlab.sampling.ss import parse_ss_log
@@ -145,7 +146,7 @@ def test_a_committed_run_ingests_the_same_rows_streamed(run, monkeypatch):
 
     monkeypatch.setattr(rr, "VCPU_CHUNK_ROWS", 97)  # several chunks of vcpu.csv even for a 10 s run
     record = json.loads((run / "record.json").read_text())
-    clock = record["metadata"]["clocks"]["sender"]
+    clock = ClockDrift.from_dict(record["metadata"]["clocks"]["sender"])
     ports = set(record["metadata"]["flow"]["client_ports"])
     streamed, span = rr.ss_frame("r", run / "samples.log", ports, log="samples.log", sender_clock=clock)
     whole = rr.ss_rows("r", (run / "samples.log").read_text(), ports, log="samples.log", sender_clock=clock)

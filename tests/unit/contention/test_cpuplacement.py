@@ -50,4 +50,21 @@ def test_a_lab_whose_threads_cannot_be_read_is_recorded_not_fatal():
                 def output(argv):
                     raise OSError("host unreachable")
 
-    assert cpuplacement.of_testbed(Lab(), [1234]) == {"error": "OSError: host unreachable"}
+    assert cpuplacement.of_testbed(Lab(), [1234]) == cpuplacement.QemuCpus(error="OSError: host unreachable")
+
+
+def test_a_local_testbeds_qemus_and_a_labs_sender_are_written_as_records_hold_them():
+    from types import SimpleNamespace
+
+    from bbrlab.core import recordjson
+
+    tid = threading.get_native_id()
+    local = SimpleNamespace(kind="local", local=SimpleNamespace(qemu_pids={"sender": os.getpid(), "emulator": os.getpid(),
+                                                                          "receiver": None}))
+    got = recordjson.to_json(cpuplacement.of_testbed(local, [tid]))
+    assert list(got) == ["emulator", "sender"] and list(got["emulator"]) == ["pid", "threads", "cpus_allowed", "cpusets"]
+    assert got["sender"]["vcpu_threads"] == {str(tid): _own(tid)}
+    lab = SimpleNamespace(kind="lab", local=None, sender=SimpleNamespace(hypervisor=LocalHost()))
+    got = recordjson.to_json(cpuplacement.of_testbed(lab, [tid]))
+    assert list(got) == ["sender"] and list(got["sender"]) == ["threads", "cpus_allowed", "cpusets", "vcpu_threads"]
+    assert recordjson.from_json(cpuplacement.QemuCpus, got).sender.vcpu_threads[str(tid)].cpus_allowed == _own(tid)["cpus_allowed"]

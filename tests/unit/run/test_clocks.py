@@ -54,9 +54,11 @@ def test_this_machines_own_clock_through_a_real_bash_process_has_no_offset():
 def test_a_clock_watch_on_this_machine_records_start_end_and_drift():
     with clocks.ClockWatch({"here": LocalHost()}, exchanges=5) as watch:
         pass
-    rec = watch.record()["here"]
+    rec = watch.drifts["here"].to_dict()
     assert set(rec) == {"start", "end", "drift_ppm", "drift_uncertainty_ppm"}
     assert rec["end"]["measured_at"] > rec["start"]["measured_at"]
+    with pytest.raises(ValueError, match="not a run's"):  # a run's record names the sender and the emulator
+        watch.record()
 
 
 @pytest.mark.parametrize("bad", [0, 1001, 2.5, True])
@@ -73,13 +75,11 @@ def test_a_run_fails_when_a_clock_is_known_worse_than_one_sample_interval():
     from bbrlab.core.errors import BbrlabError
     from bbrlab.run import checks
 
-    good = {"offset_s": 0.1, "uncertainty_s": 0.0004, "round_trip_s": 0.0008, "exchanges": 20, "measured_at": 1.0}
-    bad = {**good, "uncertainty_s": 0.006, "round_trip_s": 0.012}
-    checks.clocks_known({"sender": {"start": good, "end": good}}, 5)
+    good = clocks.ClockOffset(offset_s=0.1, uncertainty_s=0.0004, round_trip_s=0.0008, exchanges=20, measured_at=1.0)
+    bad = clocks.ClockOffset(offset_s=0.1, uncertainty_s=0.006, round_trip_s=0.012, exchanges=20, measured_at=2.0)
+    checks.clocks_known(clocks.RunClocks(sender=clocks.ClockDrift(good, good)), 5)
     with pytest.raises(BbrlabError, match=r"emulator's clock offset at the run's end is uncertain by 6\.000 ms"):
-        checks.clocks_known({"emulator": {"start": good, "end": bad}}, 5)
-    with pytest.raises(BbrlabError, match="not measured at the run's end"):
-        checks.clocks_known({"emulator": {"start": good}}, 5)
+        checks.clocks_known(clocks.RunClocks(clocks.ClockDrift(good, good), clocks.ClockDrift(good, bad)), 5)
 
 
 def test_a_measurement_goes_on_in_batches_while_its_best_uncertainty_is_above_the_target():

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from bbrlab.campaign.sameness import MixedTestbed
+from bbrlab.contention.deadline import DeadlineCleared
 from bbrlab.contention.evidence import (
     ContentionEvidence,
     ContentionRecord,
@@ -258,7 +259,7 @@ def test_a_runner_failure_before_the_contention_records_what_clearing_the_policy
         raise RunFailed("the sender offers ['cubic'], not 'bbr'")
 
     monkeypatch.setattr(runner, "run", fail)
-    monkeypatch.setattr(runner.session, "clear_deadline", lambda: {"deadline_cleared_tids": []})
+    monkeypatch.setattr(runner.session, "clear_deadline", lambda: DeadlineCleared([]))
     scenario = Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5)))
     with pytest.raises(FailedRun) as caught:
         runner(scenario, tmp_path, run_id="r", attempt=1)
@@ -274,7 +275,7 @@ def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(mo
         raise EOFError
 
     monkeypatch.setattr(Runner, "run", fail)
-    monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: {"error": "no host"})
+    monkeypatch.setattr("bbrlab.run.session.TestbedSession.clear_deadline", lambda self: DeadlineCleared(error="no host"))
     record = run_once(_testbed(), Scenario(Link(rtt_ms=20, rate_mbit=50), Contention(10, 50), Flow("bbr", IperfParams(5))),
                       tmp_path, run_id="r")
     assert record["status"] == "failed" and record["campaign"] == "adhoc"
@@ -397,3 +398,46 @@ def test_an_unidentified_module_is_its_name_and_error_alone():
     written = recordjson.to_json(module)
     assert written == {"name": "bbr9", "error": "module bbr9 is not loaded on sender"}
     assert recordjson.from_json(ModuleIdentity, written) == module
+
+
+def _typed_meta(rel: str) -> RunMetadata:
+    return RunMetadata.from_dict(_record(ROOT / "data" / rel / "record.json")["metadata"])
+
+
+def test_a_sampled_runs_clocks_read_as_drifts_and_an_unsampled_run_has_none():
+    from bbrlab.run.clocks import ClockDrift, RunClocks
+
+    meta = _typed_meta("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.clocks, RunClocks) and list(meta.clocks.measured()) == ["sender", "emulator"]
+    assert isinstance(meta.clocks.sender, ClockDrift) and meta.clocks.sender.end.measured_at > meta.clocks.sender.start.measured_at
+    assert 0 < meta.clocks.emulator.start.uncertainty_s < 0.01
+    assert _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").clocks is None
+    assert recordjson.to_json(RunClocks(emulator=meta.clocks.emulator)) == {"emulator": meta.clocks.emulator.to_dict()}
+
+
+def test_a_runs_bottleneck_sampler_reads_typed_with_its_binary():
+    from bbrlab.sampling.bottleneck import BottleneckSummary
+
+    meta = _typed_meta("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.bottleneck, BottleneckSummary) and meta.bottleneck.reason == "stop_file"
+    assert isinstance(meta.bottleneck.binary, Deployed) and meta.bottleneck.binary.kind == "qdisc"
+    assert meta.bottleneck.samples > 0 and isinstance(meta.bottleneck.interval_ms, int) and meta.bottleneck.qdiscs
+    assert _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").bottleneck is None
+
+
+def test_where_the_qemu_threads_ran_reads_typed_and_older_records_have_none():
+    from bbrlab.contention.placement import QemuCpus, ThreadPlace
+
+    meta = _typed_meta("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7")
+    assert isinstance(meta.qemu_cpus, QemuCpus) and meta.qemu_cpus.error is None and meta.qemu_cpus.receiver is None
+    assert meta.qemu_cpus.emulator.pid > 0 and meta.qemu_cpus.emulator.vcpu_threads is None
+    assert all(isinstance(t, ThreadPlace) and t.cpus_allowed for t in meta.qemu_cpus.sender.vcpu_threads.values())
+    older = [m for m in map(_record, RECORDS) if "qemu_cpus" not in m["metadata"] and m.get("schema") == "bbrlab.run/2"]
+    assert older and RunMetadata.from_dict(older[0]["metadata"]).qemu_cpus is None
+
+
+def test_what_clearing_the_deadline_did_after_a_failure_reads_typed():
+    meta = _typed_meta("demo/failed/cubic-ts1ms-sh50-rtt20ms-100mbit-r01-6b261c4943.a1")
+    assert isinstance(meta.deadline_after_failure, DeadlineCleared) and meta.deadline_after_failure.error is None
+    assert isinstance(meta.deadline_after_failure.deadline_cleared_tids, list)
+    assert _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").deadline_after_failure is None

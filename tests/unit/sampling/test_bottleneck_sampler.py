@@ -11,7 +11,9 @@ import pytest
 
 from bbrlab.analysis import records_reader
 from bbrlab.analysis.tables import BOTTLENECK_COLUMNS, RunRows, build_tables
+from bbrlab.core import recordjson
 from bbrlab.core.errors import ValidationError
+from bbrlab.run.clocks import ClockDrift
 from bbrlab.sampling import bottleneck
 from bbrlab.sampling.sockdiag import build
 from bbrlab.scenario.scenario import Flow
@@ -44,9 +46,9 @@ def test_a_malformed_line_is_named():
 
 def test_the_footer_gives_cost_samples_and_missed_ticks():
     s = bottleneck.summary(LOG, 5)
-    assert s["samples"] == 2 and s["missed"] == 1 and s["reason"] == "stop_file"
-    assert s["cpu_s"] == pytest.approx(0.002) and s["cpu_per_sample_us"] == pytest.approx(1000)
-    assert s["samples_per_s"] == pytest.approx(200)
+    assert s.samples == 2 and s.missed == 1 and s.reason == "stop_file"
+    assert s.cpu_s == pytest.approx(0.002) and s.cpu_per_sample_us == pytest.approx(1000)
+    assert s.samples_per_s == pytest.approx(200) and s.qdiscs == [] and s.binary is None
     assert bottleneck.summary("no footer", 5) is None
 
 
@@ -62,7 +64,7 @@ def test_bottleneck_rows_are_put_on_this_machines_clock():
     # the emulator's clock runs 2 s ahead, 0.3 ms uncertain, no drift
     off = {"offset_s": 2.0, "uncertainty_s": 3e-4, "round_trip_s": 6e-4, "exchanges": 20}
     clock = {"start": {**off, "measured_at": 1699999990.0}, "end": {**off, "measured_at": 1700000010.0}}
-    rows = records_reader.bottleneck_rows("r1", LOG, clock)
+    rows = records_reader.bottleneck_rows("r1", LOG, ClockDrift.from_dict(clock))
     assert [r["t_host_s"] for r in rows] == pytest.approx([1699999998.0, 1699999998.0, 1699999998.005,
                                                            1699999998.005])
     assert [r["bottleneck"] for r in rows] == [False, True, False, True]
@@ -100,14 +102,14 @@ def test_the_c_sampler_dumps_this_machines_loopback_qdisc(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = bottleneck.parse_log(p.stdout)
     summary = bottleneck.summary(p.stdout, 5)
-    assert summary["reason"] == "deadline" and summary["samples"] >= 100
-    assert len(rows) >= summary["samples"] and rows[0].parent == "root"
+    assert summary.reason == "deadline" and summary.samples >= 100
+    assert len(rows) >= summary.samples and rows[0].parent == "root"
     gaps = sorted(b.t_s - a.t_s for a, b in zip(rows, rows[1:], strict=False) if b.t_s > a.t_s)
     assert gaps[len(gaps) // 2] == pytest.approx(0.005, abs=0.001)
     bad = subprocess.run([str(binary.path), "-i", "5000", "-t", "1", "-s", str(stop), "-n", "nosuchif0"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 3 and "no interface nosuchif0" in bad.stdout
-    json.dumps(summary)  # the record's JSON
+    json.dumps(recordjson.to_json(summary))  # the record's JSON
 
 
 def test_a_campaign_spec_passes_bottleneck_ms_to_its_flows_and_checks_it():

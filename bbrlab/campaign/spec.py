@@ -60,7 +60,7 @@ Every value is checked before anything runs; an error names the key and index (`
 Values are also checked in combination: each timeslice with each share (the deadline period), each
 rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
 of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
-that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and a file over 1 MiB.
+that runs the sender's vCPUs (:func:`bbrlab.campaign.spec_models.check_admission`). A key given twice is refused, and a file over 1 MiB.
 """
 
 from __future__ import annotations
@@ -92,13 +92,8 @@ from .repetitions import RepetitionRule
 from .search import SearchRule
 from .settings import BY_KEY as SETTING
 from .settings import SETTINGS, read_settings, setting_default
-from .spec_combinations import MAX_RUNS, check_combinations  # noqa: F401 - MAX_RUNS is known from here
-from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
-    UNUSED_TIMESLICE_MS,
-    check_admission,
-    check_contentions,
-    contention_of,
-)
+from .spec_combinations import check_combinations
+from .spec_models import UNUSED_TIMESLICE_MS, contention_of
 from .spec_values import check_testbed
 
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.

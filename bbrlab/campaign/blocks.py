@@ -20,35 +20,23 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.run.blockboot import REBOOTS, BlockBoot
+from bbrlab.run.blockboot import BlockBoot
 
 #: The most blocks a spec may ask for (each costs a boot of the sender: about 30 s under TCG).
 MAX_BLOCKS = 100
 
 
-def check_blocks(d: Mapping, repetitions: int, *, adaptive: bool) -> dict:
-    """The spec's ``blocks`` and ``block_reboot`` (present in ``d``), checked: ``blocks`` a whole number from 1
-    to :data:`MAX_BLOCKS` that divides ``repetitions``, above 1 only with a fixed number of repetitions (not
-    with adaptive repetitions or a threshold search, whose decisions run repetition by repetition)."""
-    out: dict = {}
-    if "blocks" in d:
-        k = d["blocks"]
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_BLOCKS:
-            raise ValidationError("blocks", k, f"a whole number, 1 <= blocks <= {MAX_BLOCKS} (each block runs on a "
-                                  "fresh boot of the sender)")
-        if repetitions % k:
-            raise ValidationError("blocks", k, f"a divisor of repetitions ({repetitions}): every block holds the "
-                                  "same number of each point's repetitions")
-        if k > 1 and adaptive:
-            raise ValidationError("blocks", k, "1 with adaptive repetitions or a threshold search (their stopping "
-                                  "rules decide repetition by repetition); give a fixed number of repetitions")
-        out["blocks"] = k
-    if "block_reboot" in d:
-        if d["block_reboot"] not in REBOOTS:
-            raise ValidationError("block_reboot", d["block_reboot"], f"one of {', '.join(REBOOTS)} (what each "
-                                  "block boots afresh)")
-        out["block_reboot"] = d["block_reboot"]
-    return out
+def check_blocks_fit(blocks: int, repetitions: int, *, adaptive: bool) -> None:
+    """The spec's ``blocks`` (a whole number from 1 to :data:`MAX_BLOCKS`, checked by its setting,
+    :mod:`bbrlab.campaign.settings`) with its repetitions: a divisor of ``repetitions``, above 1 only with a fixed
+    number of repetitions (not with adaptive repetitions or a threshold search, whose decisions run repetition by
+    repetition)."""
+    if repetitions % blocks:
+        raise ValidationError("blocks", blocks, f"a divisor of repetitions ({repetitions}): every block holds the "
+                              "same number of each point's repetitions")
+    if blocks > 1 and adaptive:
+        raise ValidationError("blocks", blocks, "1 with adaptive repetitions or a threshold search (their stopping "
+                              "rules decide repetition by repetition); give a fixed number of repetitions")
 
 
 def sender_boot_id(record: Mapping) -> str | None:

@@ -19,7 +19,7 @@ from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 from bbrlab.scenario.cpumodels import MODELS, param_names
 
-from .spec import check_admission
+from .spec_models import check_admission
 
 
 @dataclass(frozen=True)

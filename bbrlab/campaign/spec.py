@@ -52,11 +52,15 @@ Spec keys (see specs/*.yaml)::
                                 # "host busy" and is tried again later (bbrlab.campaign.hostguard)
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
 
+The list keys are declared in :data:`bbrlab.campaign.dimensions.DIMENSIONS`, the others in
+:data:`bbrlab.campaign.settings.SETTINGS` (their types, defaults, ranges and meaning; ``bbrlab campaign schema``
+prints them as a JSON Schema).
+
 Every value is checked before anything runs; an error names the key and index (``cpu_shares_pct[2]``).
 Values are also checked in combination: each timeslice with each share (the deadline period), each
 rate x RTT x buffer against the kernel's limits of the qdiscs (tbf's 32-bit byte counts), the number
 of runs, and, before a campaign starts, each timeslice x share against the live limits of the host
-that runs the sender's vCPUs (:func:`check_admission`). A key given twice is refused, and a file over 1 MiB.
+that runs the sender's vCPUs (:func:`bbrlab.campaign.spec_models.check_admission`). A key given twice is refused, and a file over 1 MiB.
 """
 
 from __future__ import annotations
@@ -64,18 +68,14 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import re
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.yamlfile import read_capped
-from bbrlab.scenario.competition import ExtraFlow, extra_flows
+from bbrlab.scenario.competition import ExtraFlow
 from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
 from bbrlab.scenario.scenario import (
-    DEFAULT_FILE_MB,
-    DEFAULT_SAMPLER,
-    DEFAULT_TRANSFER_TIMEOUT_S,
     Contention,
     Flow,
     Link,
@@ -85,22 +85,17 @@ from bbrlab.scenario.scenario import (
 )
 from bbrlab.scenario.workloads import params_of, params_type
 
-from .blocks import check_blocks
 from .dimensions import DIMENSIONS, Dimension, default_of
 from .hostguard import HostGuard
 from .order import plan_order
 from .repetitions import RepetitionRule
 from .search import SearchRule
-from .spec_combinations import MAX_RUNS, check_combinations  # noqa: F401 - MAX_RUNS is known from here
-from .spec_models import (  # noqa: F401 - check_admission is re-exported: callers know it from here
-    UNUSED_TIMESLICE_MS,
-    check_admission,
-    check_contentions,
-    contention_of,
-)
-from .spec_values import ORDERS, check_scalars, check_testbed  # noqa: F401
+from .settings import BY_KEY as SETTING
+from .settings import SETTINGS, read_settings, setting_default
+from .spec_combinations import check_combinations
+from .spec_models import UNUSED_TIMESLICE_MS, contention_of
+from .spec_values import check_testbed
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.
 ESTIMATED_OVERHEAD_S = 2.0
 #: Seconds an rsync run costs beyond its copy (the receiver's sshd, keys, the SSH handshake).
@@ -115,8 +110,9 @@ class CampaignSpec:
     """A validated campaign spec. Build with :func:`load_spec` / :meth:`from_dict`.
 
     Its list fields are the spec's dimensions (:data:`bbrlab.campaign.dimensions.DIMENSIONS`, where their defaults,
-    checks, places in the scenario and run identity are declared); the fields' order is the order of the keys in
-    ``spec.yaml`` (:meth:`to_dict`)."""
+    checks, places in the scenario and run identity are declared), its other fields its settings
+    (:data:`bbrlab.campaign.settings.SETTINGS`, where their defaults and checks are; ``adaptive`` is read from
+    ``repetitions``); the fields' order is the order of the keys in ``spec.yaml`` (:meth:`to_dict`)."""
 
     name: str
     ccas: tuple[str, ...]
@@ -124,7 +120,7 @@ class CampaignSpec:
     cpu_shares_pct: tuple[float, ...]
     rtts_ms: tuple[float, ...]
     rates_mbit: tuple[float, ...]
-    testbed: str | None = None  # None: the command's --testbed, else the local testbed that is up
+    testbed: str | None = setting_default("testbed")  # None: the command's --testbed, else the local testbed up
     kernels: tuple[str, ...] = default_of("kernels")  # the sender's kernels (a dimension); empty: whatever the sender runs
     buffers_bdp: tuple[float, ...] = default_of("buffers_bdp")
     queues: tuple[str, ...] = default_of("queues")
@@ -133,30 +129,30 @@ class CampaignSpec:
     cfs_bursts_ms: tuple[float, ...] = default_of("cfs_bursts_ms")
     credits_s: tuple[float, ...] = default_of("credits_s")
     credit_shares_pct: tuple[float, ...] = default_of("credit_shares_pct")  # empty: the credit model crosses with cpu_shares_pct
-    emulator_offloads: str = "off"
+    emulator_offloads: str = setting_default("emulator_offloads")
     losses_pct: tuple[float, ...] = default_of("losses_pct")
     streams: tuple[int, ...] = default_of("streams")
     sender_qdiscs: tuple[str, ...] = default_of("sender_qdiscs")
-    flows: tuple[ExtraFlow, ...] = ()
+    flows: tuple[ExtraFlow, ...] = setting_default("flows")
     workloads: tuple[str, ...] = default_of("workloads")
-    file_mb: float = DEFAULT_FILE_MB
-    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
-    repetitions: int = 30
-    duration_s: float = 20.0
-    sample_ms: int | None = None
-    sampler: str = DEFAULT_SAMPLER
-    vcpu_trace: str = "auto"
-    bottleneck_ms: int | str = "auto"
-    order: str = "blocked-random"
-    seed: int = 1
-    max_attempts: int = 3
-    host_guard: HostGuard | None = None  # None: the default (or BBRLAB_HOST_GUARD), resolved when it runs
-    delay_split: str = "symmetric"
-    description: str = ""
-    blocks: int = 1  # each point's repetitions in this many blocks, each on a fresh boot (bbrlab.campaign.blocks)
-    block_reboot: str = "sender"  # what a block boots afresh: sender, or sender+emulator
+    file_mb: float = setting_default("file_mb")
+    transfer_timeout_s: float = setting_default("transfer_timeout_s")
+    repetitions: int = setting_default("repetitions")
+    duration_s: float = setting_default("duration_s")
+    sample_ms: int | None = setting_default("sample_ms")
+    sampler: str = setting_default("sampler")
+    vcpu_trace: str = setting_default("vcpu_trace")
+    bottleneck_ms: int | str = setting_default("bottleneck_ms")
+    order: str = setting_default("order")
+    seed: int = setting_default("seed")
+    max_attempts: int = setting_default("max_attempts")
+    host_guard: HostGuard | None = setting_default("host_guard")  # None: the default (or BBRLAB_HOST_GUARD), resolved when it runs
+    delay_split: str = setting_default("delay_split")
+    description: str = setting_default("description")
+    blocks: int = setting_default("blocks")  # each point's repetitions in this many blocks (bbrlab.campaign.blocks)
+    block_reboot: str = setting_default("block_reboot")
     adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
-    search: SearchRule | None = None  # a threshold search: cpu_shares_pct is its lattice, repetitions its max
+    search: SearchRule | None = setting_default("search")  # a threshold search: cpu_shares_pct is its lattice
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -334,39 +330,36 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 #: The keys a spec must give.
-_REQUIRED = ("name", *(d.key for d in DIMENSIONS if d.required))
+_REQUIRED = (*(s.key for s in SETTINGS if s.required), *(d.key for d in DIMENSIONS if d.required))
 #: The keys left out of spec.yaml at their defaults (the workload and queue-tree keys, the contention models'
-#: lists ...): the dimensions' own (:attr:`Dimension.omitted_default`) and these settings'.
-_OMITTED_SETTINGS = {"file_mb": DEFAULT_FILE_MB, "transfer_timeout_s": DEFAULT_TRANSFER_TIMEOUT_S,
-                     "emulator_offloads": "off", "flows": [], "blocks": 1, "block_reboot": "sender", "host_guard": None}
-_OMITTED_DEFAULTS = {**{d.key: list(d.default) for d in DIMENSIONS if d.omitted_default}, **_OMITTED_SETTINGS}
+#: lists, the blocks ...), so a campaign's directory made before they existed still matches its spec.
+_OMITTED_DEFAULTS = {**{d.key: list(d.default) for d in DIMENSIONS if d.omitted_default},
+                     **{s.key: s.stored_default for s in SETTINGS if s.omitted_default}}
 
 
 def _validate(data: object, base: Path | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise ValidationError("spec", type(data).__name__, "a mapping of keys such as name, ccas, rtts_ms")
-    known = {f.name for f in fields(CampaignSpec)} - {"adaptive"} | {"sample_ss_ms"}  # adaptive: from repetitions  # the older form of sample_ms + sampler: ss
+    known = {*(s.key for s in SETTINGS), *(d.key for d in DIMENSIONS)}
     for key in data:
         if key not in known:
             raise ValidationError(key_name(key), data[key], f"a known key: {', '.join(sorted(known))}")
     d = dict(data)
+    read: dict[str, object] = {}
     search = _search_shares(d)
+    if search is not None:
+        read["search"] = search
     for key in _REQUIRED:
         if key not in d:
             raise ValidationError(key, None, "required")
-    name = d["name"]
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise ValidationError("name", name, "1-64 characters of A-Z a-z 0-9 . _ - (it names directories)")
-    testbed = check_testbed(d.get("testbed"), base)
+    read_settings(d, read, before_dimensions=True)
+    if base is not None and d.get("testbed") is not None:  # a testbed file: from the spec's folder
+        read["testbed"] = check_testbed(d["testbed"], base)
     checked = {dim.key: dim.checked(d[dim.key]) for dim in DIMENSIONS if dim.key in d}
-    if "flows" in d:
-        checked["flows"] = extra_flows(d["flows"])
-    scalars = check_scalars(d)
+    read_settings(d, read, before_dimensions=False)
     if search is not None:  # the spec's seed orders the search's runs (bbrlab.campaign.interleave)
-        search = replace(search, seed=scalars.get("seed", CampaignSpec.seed))
-    scalars.update(check_blocks(d, scalars.get("repetitions", 30),
-                                adaptive="adaptive" in scalars or search is not None))
-    spec = CampaignSpec(name=name, testbed=testbed, **checked, **scalars, search=search)
+        read["search"] = replace(search, seed=read.get("seed", CampaignSpec.seed))
+    spec = CampaignSpec(**checked, **read)
     check_combinations(spec)
     return spec
 
@@ -376,7 +369,7 @@ def _search_shares(d: dict) -> SearchRule | None:
     the spec then gives neither, nor adaptive repetitions, and contends by deadline alone."""
     if "search" not in d:
         return None
-    rule = SearchRule.from_value(d["search"])
+    rule = SETTING["search"].read(d["search"])
     for key in ("cpu_shares_pct", "repetitions"):
         if key in d:
             raise ValidationError(key, d[key], "absent in a threshold search (search: sets the shares it probes "

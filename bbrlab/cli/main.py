@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 
 from bbrlab import __version__
@@ -60,10 +62,46 @@ def _tell(message: str) -> None:
         pass
 
 
+#: The exit status when the reader of stdout went away early (``bbrlab campaign schema | head -1``): 128 + SIGPIPE,
+#: as a shell reports a tool that SIGPIPE ended.
+BROKEN_PIPE_STATUS = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``bbrlab`` command on ``argv`` (default: ``sys.argv[1:]``) and return its exit status: the
     handler's, 1 for a :class:`~bbrlab.core.errors.BbrlabError` (printed; raised with ``-v``), the signal's
-    status for :class:`~bbrlab.core.signals.Interrupted`, 130 for Ctrl-C, 2 without a subcommand."""
+    status for :class:`~bbrlab.core.signals.Interrupted`, 130 for Ctrl-C, 2 without a subcommand, and
+    :data:`BROKEN_PIPE_STATUS`, quietly, when stdout's reader closed it before all was printed."""
+    try:
+        rc = _run(argv)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at the interpreter's exit
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # another pipe broke (a subprocess's, a socket's): not ours to hide
+        _drop_stdout()
+        return BROKEN_PIPE_STATUS
+    return rc
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader is gone (polling it reports an error or a hang-up)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is buffered does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _run(argv: list[str] | None) -> int:
+    """:func:`main` up to its exit status, a closed stdout aside."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

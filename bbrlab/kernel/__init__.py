@@ -19,6 +19,7 @@ May import: ``bbrlab.core``, ``bbrlab.scenario``. Never a room above it.
 
 from __future__ import annotations
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.hosts import Host
 
 from .build import (
@@ -46,7 +47,7 @@ from .remote import (
     read_params,
     set_params,
 )
-from .source import DEFAULT_SOURCE, SourceMismatchError, prepare_source, sha256_file
+from .source import DEFAULT_SOURCE, SourceMismatchError, prepare_source
 
 __all__ = [
     "DEFAULT_PATCH", "DEFAULT_SOURCE", "DEFICIT_PARAMS", "KERNELS_DIR", "BuildError", "BuiltModule",

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import Host
 
@@ -34,7 +35,7 @@ from . import debian
 from .build import KERNELS_DIR, BuiltModule, ModuleBuild, cached_build, plan_build
 from .remote import load
 from .sender import ResolvedKernel
-from .source import SOURCE_MEMBER, locate_source, read_expected_sha256s, sha256_file
+from .source import SOURCE_MEMBER, locate_source, read_expected_sha256s
 
 PATCH_NAME = "inflight-deficit.patch"
 MODULE_NAME = "bbr2b"

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bbrlab.core import cachefiles, resources
+from bbrlab.core.cachefiles import cache_dir, sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import LocalHost
 from bbrlab.core.signals import interruptible
@@ -30,12 +31,10 @@ from bbrlab.core.signals import interruptible
 from .source import (
     DEFAULT_SOURCE,
     SOURCE_MEMBER,
-    cache_dir,
     check_sha256,
     prepare_source,
     read_expected_sha256,
     read_expected_sha256s,
-    sha256_file,
 )
 
 #: The ``kernels/`` folder (patches, hashes, the Kbuild template), in a checkout or an installed package.

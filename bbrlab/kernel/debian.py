@@ -41,10 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bbrlab.core import cachefiles
+from bbrlab.core.cachefiles import cache_dir, sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.signals import interruptible, run_group
-
-from .source import cache_dir, sha256_file
 
 MIRROR = "http://deb.debian.org/debian"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")

@@ -31,12 +31,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import BbrlabError, ValidationError
 
 from . import debian
 from .bzimage import NotABzImage, read_bzimage
 from .features import FeatureReport, MissingFeatures, check_features
-from .source import sha256_file
 
 DEFAULT_KERNEL = "debian-6.1"
 KERNEL_NAMES = (DEFAULT_KERNEL, *debian.SUITE_KERNELS)

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bbrlab.core.cachefiles import cache_dir, sha256_file  # noqa: F401 - kernel modules take them from here
+from bbrlab.core.cachefiles import cache_dir, sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import LocalHost
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.signals import interruptible, run_group
 
@@ -43,7 +44,7 @@ from .bbr2b import PATCH_NAME, Bbr2bUnavailable, patch_for_source
 from .build import KERNELS_DIR, BuiltModule, build_in, plan_build
 from .bzimage import read_bzimage
 from .features import read_config
-from .source import SOURCE_MEMBER, sha256_file
+from .source import SOURCE_MEMBER
 
 FRAGMENT = KERNELS_DIR / "sender-kernel.config"
 V3_PATCH = KERNELS_DIR / "bbr3" / PATCH_NAME

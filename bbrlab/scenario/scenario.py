@@ -17,9 +17,9 @@ from bbrlab.core.errors import ValidationError
 from . import competition, cpumodels
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
 from .contention_models import load_threads
-from .cpumodels import DEFAULT_MODEL, ContentionModel
+from .cpumodels import DEFAULT_MODEL, ContentionModel, ContentionParams
 from .link import Link
-from .ranges import check_range as _check_range
+from .ranges import check_range
 from .workloads import (  # noqa: F401 - the workloads' parameters, re-exported where Flow is
     DEFAULT_FILE_MB,
     DEFAULT_TRANSFER_TIMEOUT_S,
@@ -42,8 +42,8 @@ def check_cca(name: object, field_name: str = "cca") -> str:
 
 
 def _check_contention_ranges(timeslice_ms, share_pct) -> None:
-    _check_range("contention.timeslice_ms", timeslice_ms, 0, 1000, lo_open=True, unit="ms")
-    _check_range("contention.cpu_share_pct", share_pct, 0, 100, lo_open=True, unit="%")
+    check_range("contention.timeslice_ms", timeslice_ms, 0, 1000, lo_open=True, unit="ms")
+    check_range("contention.cpu_share_pct", share_pct, 0, 100, lo_open=True, unit="%")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Contention:
     timeslice_ms: float
     cpu_share_pct: float
     model: str = DEFAULT_MODEL
-    params: object = None
+    params: ContentionParams | None = None  # None: the model's defaults, put in its place when made
 
     def __post_init__(self):
         _check_contention_ranges(self.timeslice_ms, self.cpu_share_pct)
@@ -206,7 +206,7 @@ class Flow:
         if self.sample_ms is not None:
             if not isinstance(self.sample_ms, int) or isinstance(self.sample_ms, bool):
                 raise ValidationError("flow.sample_ms", self.sample_ms, "a whole number of ms from 1 to 10000")
-            _check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
+            check_range("flow.sample_ms", self.sample_ms, 1, 10_000, unit="ms")
         if self.sampler not in SAMPLERS:
             raise ValidationError("flow.sampler", self.sampler, f"one of {', '.join(SAMPLERS)}")
         if self.vcpu_trace not in VCPU_TRACE:

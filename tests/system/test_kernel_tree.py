@@ -16,10 +16,11 @@ import subprocess
 import pytest
 
 import bbrlab.testbed as tbmod
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.kernel import DEFAULT_PATCH, DEFAULT_SOURCE, prepare_source
 from bbrlab.kernel.bbr2b import Bbr2bUnavailable
 from bbrlab.kernel.ccaprobe import probe_ccas
-from bbrlab.kernel.source import read_expected_sha256, sha256_file
+from bbrlab.kernel.source import read_expected_sha256
 from bbrlab.kernel.tree import V3_PATCH, TreeBuildError, build_tree, check_tree, choose_bbr2b
 from tests.testbed_flows import bbr_flow, received_mbit
 

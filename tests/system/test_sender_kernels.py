@@ -12,11 +12,11 @@ import subprocess
 
 import pytest
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import ValidationError
 from bbrlab.kernel import debian, sender
 from bbrlab.kernel.bbr2b import build_bbr2b, check_bbr2b
 from bbrlab.kernel.build import modinfo_field
-from bbrlab.kernel.source import sha256_file
 from bbrlab.testbed.local import kernelboot
 from bbrlab.testbed.local.lifecycle import resolve_sender_kernel
 

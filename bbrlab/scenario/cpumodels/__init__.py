@@ -21,9 +21,13 @@ from bbrlab.core.errors import ValidationError
 
 from . import cfs_burst, cfs_quota, competing_load, credit, deadline, none
 from .base import UNUSED_TIMESLICE_MS, ContentionModel, NoParams  # noqa: F401 - known from here
-from .cfs_burst import BurstParams  # noqa: F401
-from .cfs_quota import CfsParams  # noqa: F401
-from .credit import CreditParams  # noqa: F401
+from .cfs_burst import BurstParams
+from .cfs_quota import CfsParams
+from .credit import CreditParams
+
+#: A contention's parameters: one of the models' ``params_type`` (tests/unit/scenario/test_contention_models.py
+#: checks the union names each of them).
+ContentionParams = NoParams | CfsParams | BurstParams | CreditParams
 
 #: Every model by name, in the order errors and docs list them.
 MODELS: dict[str, ContentionModel] = {m.MODEL.name: m.MODEL for m in (deadline, cfs_quota, cfs_burst, credit,
@@ -43,7 +47,7 @@ def param_names(m: ContentionModel) -> tuple[str, ...]:
     return tuple(f.name for f in fields(m.params_type))
 
 
-def params_of(m: ContentionModel, given: dict) -> object:
+def params_of(m: ContentionModel, given: dict) -> ContentionParams:
     """``m``'s parameters from flat fields (a record's or keywords): a field of another model, or a required one
     missing, is a :class:`ValidationError` naming it."""
     own = param_names(m)
@@ -57,7 +61,7 @@ def params_of(m: ContentionModel, given: dict) -> object:
     return m.params_type(**{k: v for k, v in given.items() if k in own and v is not None})
 
 
-def params_dict(params: object) -> dict:
+def params_dict(params: ContentionParams) -> dict:
     """A model's parameters as flat record fields, in their declared order."""
     return asdict(params)
 

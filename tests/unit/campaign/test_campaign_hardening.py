@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bbrlab.campaign import directory
+from bbrlab.campaign import directory, spec_combinations
 from bbrlab.campaign import loop as campaign
-from bbrlab.campaign import spec as campaign_spec
 from bbrlab.campaign.directory import OutDirError
 from bbrlab.campaign.options import CampaignOptions
-from bbrlab.campaign.spec import CampaignSpec, check_admission, load_spec
+from bbrlab.campaign.spec import CampaignSpec, load_spec
+from bbrlab.campaign.spec_models import check_admission
 from bbrlab.contention.limits import KernelLimits, read_kernel_limits
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hosts import LocalHost
@@ -90,7 +90,7 @@ def test_a_grid_too_large_to_plan_is_refused_before_it_is_built():
     huge = {"rtts_ms": list(range(1, 101)), "rates_mbit": list(range(1, 101)), "buffers_bdp": list(range(1, 101))}
     with pytest.raises(ValidationError) as e:
         spec(**huge)
-    assert e.value.field == "grid x repetitions" and str(campaign_spec.MAX_RUNS) in e.value.allowed
+    assert e.value.field == "grid x repetitions" and str(spec_combinations.MAX_RUNS) in e.value.allowed
 
 
 def test_admission_uses_this_hosts_live_limits_and_the_thread_count():

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bbrlab.campaign.dimensions import BY_KEY
-from bbrlab.campaign.spec import MAX_RUNS, CampaignSpec, spec_from_yaml
+from bbrlab.campaign.spec import CampaignSpec, spec_from_yaml
+from bbrlab.campaign.spec_combinations import MAX_RUNS
 from bbrlab.core.errors import ValidationError, key_name
 
 #: The spec's keys: its fields (``adaptive`` comes from ``repetitions: {min, max, precision}``) + the older form of

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import ValidationError
 from bbrlab.kernel import debian
 from bbrlab.kernel.bbr2b import Bbr2bUnavailable, patch_dirs, patch_for_source
@@ -21,7 +22,7 @@ from bbrlab.kernel.bzimage import NotABzImage, read_bzimage
 from bbrlab.kernel.ccaprobe import parse_probe
 from bbrlab.kernel.features import REQUIRED, MissingFeatures, check_features
 from bbrlab.kernel.sender import SenderKernel, resolve
-from bbrlab.kernel.source import read_expected_sha256s, sha256_file
+from bbrlab.kernel.source import read_expected_sha256s
 from bbrlab.kernel.tree import FRAGMENT, config_mismatches, fragment_settings, tree_bbr_version
 from bbrlab.testbed.local import kernelboot, qemu
 

@@ -168,3 +168,11 @@ def test_a_campaign_refuses_other_models_for_a_sender_on_another_host_before_it_
         check_models(spec, SSHHost(name="hv", address="192.0.2.1"))
     assert e.value.field == "contention_models" and "another host (hv)" in e.value.allowed
     check_models(CampaignSpec.from_dict(SPEC), SSHHost(name="hv", address="192.0.2.1"))  # deadline only: fine
+
+
+def test_the_contention_params_type_is_the_union_of_the_models_params_types():
+    from typing import get_args
+
+    from bbrlab.scenario.cpumodels import MODELS, ContentionParams
+
+    assert set(get_args(ContentionParams)) == {m.params_type for m in MODELS.values()}

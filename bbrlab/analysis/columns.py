@@ -105,23 +105,19 @@ FLOW_SCHEMA: tuple[Column, ...] = (
 )
 
 
-def _machine(v) -> dict:
-    machine = v.testbed.get("machine")
-    return machine if isinstance(machine, dict) else {}
-
-
 #: ``runs`` columns: the machine and the boots a run ran on (``metadata.testbed``; bbrlab.core.machine). Records made
 #: before bbrlab named the machine read <NA> in the machine's three.
 MACHINE_SCHEMA: tuple[Column, ...] = (
     Column("machine", "string", "the host that ran the sender VM, '<CPU model> @ <MHz> MHz' (nominal speed, else "
            "maximum, else current to 10 MHz); <NA> in records made before bbrlab named it",
-           lambda v: _machine(v).get("label")),
+           lambda v: v.testbed.machine and v.testbed.machine.label),
     Column("machine_id", "string", "that host's anonymised machine id (16 hex digits of a SHA-256 of "
-           "/etc/machine-id; clones of one VM image share it)", lambda v: _machine(v).get("machine_id")),
+           "/etc/machine-id; clones of one VM image share it)",
+           lambda v: v.testbed.machine and v.testbed.machine.machine_id),
     Column("host_boot_id", "string", "that host's anonymised boot id: another value after every boot of the host",
-           lambda v: _machine(v).get("boot_id")),
+           lambda v: v.testbed.machine and v.testbed.machine.boot_id),
     Column("sender_boot_id", "string", "the sender VM's boot id: the runs of one sender boot share it",
-           lambda v: v.testbed.get("sender_boot_id")),
+           lambda v: v.testbed.sender_boot_id),
 )
 
 

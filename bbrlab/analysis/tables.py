@@ -212,7 +212,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
            lambda v: v.identity.kernel),
     Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
-           "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.get("name")),
+           "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.name),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
            "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: v.meta.kernel and v.meta.kernel.origin),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",
@@ -294,10 +294,10 @@ RUN_SCHEMA: tuple[Column, ...] = (
            "measured and where the sender's QEMU ran on another machine [% of all its CPUs]",
            lambda v: v.meta.host_other and v.meta.host_other.other_busy_pct),
     Column("hypervisor", "string", "hypervisor of the sender VM (authors' vm: qemu_kvm, qemu, virtualbox)",
-           lambda v: v.testbed.get("hypervisor") or ("qemu" if v.testbed.get("qemu_version") else None)),
+           lambda v: v.testbed.hypervisor or None),
     Column("accelerator", "string", "kvm or tcg (QEMU's accelerator); none without a VM",
-           lambda v: v.testbed.get("accelerator")),
-    Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.get("kind")),
+           lambda v: v.testbed.accelerator),
+    Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.kind),
     *MACHINE_SCHEMA,
     Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
            "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",

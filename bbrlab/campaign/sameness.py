@@ -9,13 +9,15 @@ unless ``allow_mixed`` (``--allow-mixed``); then every record made says so (``me
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from bbrlab.core.errors import NotARunFailure, ValidationError
 from bbrlab.run import record as rec
 from bbrlab.scenario.scenario import Scenario
+from bbrlab.testbed.record import TestbedRecord
 
 #: What a resumed campaign's testbed must share with the one its records ran on (keys of
-#: ``Testbed.describe()`` and ``metadata.testbed``); the sender kernel is its ``uname -r``.
+#: :class:`~bbrlab.testbed.record.TestbedRecord`); the sender kernel is its ``uname -r``.
 SAME_TESTBED_KEYS = ("name", "kind", "accelerator", "sender_vcpus", "sender_kernel")
 MIXED_OPTION = "--allow-mixed"
 
@@ -24,7 +26,24 @@ class MixedTestbed(ValidationError, NotARunFailure):
     """A campaign would mix testbeds (:func:`check_same_testbed`); never a failed attempt of a run."""
 
 
-def _records(out: Path) -> list[dict]:
+class _Ran(NamedTuple):
+    """A record of the campaign (its JSON) and the testbed it says it ran on."""
+
+    record: dict
+    testbed: TestbedRecord
+
+
+def _testbed(value: object) -> TestbedRecord | None:
+    """``metadata.testbed`` of a record's JSON, or a ``Testbed.describe()``, typed; None when it is not one."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return TestbedRecord.from_dict(value)
+    except ValueError:
+        return None
+
+
+def _records(out: Path) -> list[_Ran]:
     """Every record of the campaign (ok runs and failed attempts) that says what testbed it ran on, oldest
     first; unreadable ones are skipped (resume sets them aside)."""
     import json
@@ -35,24 +54,28 @@ def _records(out: Path) -> list[dict]:
             record = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError):
             continue
-        testbed = (record.get("metadata") or {}).get("testbed") if isinstance(record, dict) else None
-        if isinstance(testbed, dict) and testbed.get("name"):
-            found.append(record)
-    return sorted(found, key=lambda r: str(r.get("started_at")))
+        testbed = _testbed((record.get("metadata") or {}).get("testbed")) if isinstance(record, dict) else None
+        if testbed is not None and testbed.name:
+            found.append(_Ran(record, testbed))
+    return sorted(found, key=lambda r: str(r.record.get("started_at")))
+
+
+def _ran_on(out_dir: str | Path) -> dict[str, _Ran]:
+    out: dict[str, _Ran] = {}
+    for ran in _records(Path(out_dir)):
+        out.setdefault(ran.testbed.name, ran)
+    return out
 
 
 def testbeds_ran_on(out_dir: str | Path) -> dict[str, dict]:
     """The testbeds a campaign's records ran on: ``{name: first record of that testbed}``, in the order of
     those first runs (the campaign's first run first); empty for a new campaign."""
-    out: dict[str, dict] = {}
-    for record in _records(Path(out_dir)):
-        out.setdefault(record["metadata"]["testbed"]["name"], record)
-    return out
+    return {name: ran.record for name, ran in _ran_on(out_dir).items()}
 
 
-def _identity(testbed: dict, kernel_dimension: bool) -> dict:
+def _identity(testbed: TestbedRecord, kernel_dimension: bool) -> dict:
     keys = [k for k in SAME_TESTBED_KEYS if not (kernel_dimension and k == "sender_kernel")]
-    return {k: testbed.get(k) for k in keys}
+    return {k: getattr(testbed, k) for k in keys}
 
 
 def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dimension: bool = False) -> list[str]:
@@ -64,29 +87,30 @@ def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dime
     testbed the records do not name yet is accepted if it is alike in all but its name (a campaign over several
     testbeds may stop before each has recorded a run). With a ``kernels:`` dimension (``kernel_dimension``) the sender
     boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`)."""
-    ran = testbeds_ran_on(out_dir)
+    ran = _ran_on(out_dir)
     if not ran:
         return []
     first = next(iter(ran.values()))
+    offered_now = [_testbed(tb) or TestbedRecord() for tb in offered]
     # Several testbeds share one campaign: one that had not recorded a run yet when the campaign stopped is one of
     # its own, provided every testbed the records name is offered again and it is alike in all but its name.
-    shared = len(offered) > 1 and set(ran) <= {tb.get("name") for tb in offered}
-    alike = {k: v for k, v in _identity(first["metadata"]["testbed"], kernel_dimension).items() if k != "name"}
+    shared = len(offered_now) > 1 and set(ran) <= {tb.name for tb in offered_now}
+    alike = {k: v for k, v in _identity(first.testbed, kernel_dimension).items() if k != "name"}
     out = []
-    for tb in offered:
-        mine = ran.get(tb.get("name"))
-        if mine is None and shared and {k: tb.get(k) for k in alike} == alike:
+    for tb in offered_now:
+        mine = ran.get(tb.name)
+        if mine is None and shared and {k: getattr(tb, k) for k in alike} == alike:
             continue
         if mine is None:
             names = ", ".join(repr(n) for n in ran)
-            out.append(f"testbed {tb.get('name')!r} is not one the campaign ran on (it ran on {names}; first run "
-                       f"{first['run_id']} on {_said(_identity(first['metadata']['testbed'], kernel_dimension))})")
+            out.append(f"testbed {tb.name!r} is not one the campaign ran on (it ran on {names}; first run "
+                       f"{first.record['run_id']} on {_said(_identity(first.testbed, kernel_dimension))})")
             continue
-        was, now = _identity(mine["metadata"]["testbed"], kernel_dimension), _identity(tb, kernel_dimension)
+        was, now = _identity(mine.testbed, kernel_dimension), _identity(tb, kernel_dimension)
         for key in was:
             if was[key] != now[key]:
-                out.append(f"testbed {tb.get('name')!r}: {key} {now[key]!r} now, but the campaign's runs on it "
-                           f"ran with {was[key]!r} (first run {mine['run_id']})")
+                out.append(f"testbed {tb.name!r}: {key} {now[key]!r} now, but the campaign's runs on it "
+                           f"ran with {was[key]!r} (first run {mine.record['run_id']})")
     return out
 
 
@@ -117,17 +141,17 @@ def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, s
     """The difference between the sender kernel run ``run_id`` just measured (``metadata.testbed.sender_kernel``)
     and the campaign's earlier runs of the same testbed and spec kernel (from the records, else this process's
     first such run, kept in ``seen``), or None when they agree."""
-    testbed = metadata.get("testbed") or {}
-    key = (testbed.get("name"), scenario.kernel)
+    testbed = _testbed(metadata.get("testbed")) or TestbedRecord()
+    key = (testbed.name, scenario.kernel)
     if key not in seen:
-        for record in _records(Path(out_dir)):
-            if (record["metadata"]["testbed"]["name"], (record.get("scenario") or {}).get("kernel")) == key:
-                seen[key] = (record["metadata"]["testbed"].get("sender_kernel"), record["run_id"])
+        for ran in _records(Path(out_dir)):
+            if (ran.testbed.name, (ran.record.get("scenario") or {}).get("kernel")) == key:
+                seen[key] = (ran.testbed.sender_kernel, ran.record["run_id"])
                 break
         else:
-            seen[key] = (testbed.get("sender_kernel"), run_id)
+            seen[key] = (testbed.sender_kernel, run_id)
     was, first = seen[key]
-    now = testbed.get("sender_kernel")
+    now = testbed.sender_kernel
     if key[0] is None or was == now:
         return None
     return (f"testbed {key[0]!r}: sender_kernel {now!r} in this run, but the campaign's runs "

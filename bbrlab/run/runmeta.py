@@ -43,6 +43,7 @@ from bbrlab.sampling.alignment import AlignmentCheck
 from bbrlab.sampling.bottleneck import BottleneckSummary
 from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
+from bbrlab.testbed.record import TestbedRecord
 
 from .blockboot import BlockPlace
 from .clocks import RunClocks
@@ -98,7 +99,7 @@ _EMPTY_WHEN_NONE = ("versions", "sysctls", "offloads", "flow")
 class RunMetadata:
     """Everything a run record says about how the run went. See docs/run-record.md for each field."""
 
-    testbed: dict = field(default_factory=dict)
+    testbed: TestbedRecord = field(default_factory=TestbedRecord)  # the testbed as described (bbrlab.testbed.record)
     versions: ToolVersions | None = None  # bbrlab's, the hypervisor's and the sender's tools' (bbrlab.run.sender)
     cca: CcaUse | None = None
     sysctls: SenderSysctls | None = None  # the sender's sysctls that matter, read back (bbrlab.run.sender)

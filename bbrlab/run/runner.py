@@ -281,7 +281,7 @@ class Runner:
         if flow.sample_ms:
             checks.sampler_can_read(flow.sampler, flow.cca, meta.cca.bbr_version)
         if self.calibration is not None:
-            meta.ceiling = self.calibration.pointer(scenario, meta.testbed, self.calibration_source)
+            meta.ceiling = self.calibration.pointer(scenario, meta.testbed.to_dict(), self.calibration_source)
         return work.prepare(tb, flow)
 
     def _verify(self, scenario: Scenario, work: workloads.Workload, endpoint, out: Path, meta: RunMetadata, result,

@@ -8,6 +8,8 @@ run's recovery of a testbed left dirty by an earlier process.
 
 from __future__ import annotations
 
+import copy
+
 from bbrlab import __version__
 from bbrlab.contention import deadline as contention
 from bbrlab.contention import outside
@@ -107,12 +109,12 @@ class TestbedSession:
         tb = self.testbed
         if self._static is None:
             identity = tb.local.sender_kernel_identity if tb.local else None
-            self._static = {"testbed": tb.describe(), "offloads": sender.SenderOffloads(sender.offloads(
+            self._static = {"testbed": tb.record(), "offloads": sender.SenderOffloads(sender.offloads(
                 tb.sender.host, tb.receiver.experiment_ip)), "versions": sender.tool_versions(
                 tb.sender.host, hypervisor=tb.hypervisor_name, bbrlab=__version__, bbrlab_git=rec.git_commit()),
                 "kernel": identity or KernelOrigin(tb.kind)}
-            self._static["testbed"]["emulator_boot_id"] = self._emulator_boot_id()
-        meta.testbed, meta.offloads = dict(self._static["testbed"]), self._static["offloads"]
+            self._static["testbed"].update(emulator_boot_id=self._emulator_boot_id())
+        meta.testbed, meta.offloads = copy.copy(self._static["testbed"]), self._static["offloads"]
         meta.versions, meta.kernel = self._static["versions"], self._static["kernel"]
         self.recover_first()
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bbrlab.contention.threadstat import ThreadIdentity
@@ -31,6 +31,7 @@ from bbrlab.core.hosts import Host, LocalHost, NetnsHost, SSHHost
 from bbrlab.kernel.sender import SenderKernel
 
 from .file import RoleSpec, SSHSpec, TestbedSpec
+from .record import MachineUnreachable, TestbedRecord
 
 GIVEN_THREADS_FIELD = "roles.sender.vcpu.thread_ids"
 
@@ -161,21 +162,28 @@ class Testbed:
         """The three roles by name: ``sender``, ``emulator``, ``receiver``."""
         return {"sender": self.sender, "emulator": self.emulator, "receiver": self.receiver}
 
-    def describe(self) -> dict:
-        """What a run record needs to know about the testbed, measured now: ``host_kernel`` is this machine's (the
-        one driving the testbed), ``machine`` the sender's hypervisor host (:mod:`bbrlab.core.machine`)."""
-        out = {"name": self.name, "kind": self.kind, "accelerator": self.accelerator, "hypervisor": self.hypervisor_name,
-               "host_kernel": platform.release(), **(asdict(self.local) if self.local else {})}
+    def record(self) -> TestbedRecord:
+        """What a run record needs to know about the testbed, measured now (``metadata.testbed``): ``host_kernel`` is
+        this machine's (the one driving the testbed), ``machine`` the sender's hypervisor host
+        (:mod:`bbrlab.core.machine`), or why it could not be read."""
+        out = TestbedRecord.of(name=self.name, kind=self.kind, accelerator=self.accelerator,
+                               hypervisor=self.hypervisor_name, host_kernel=platform.release())
+        if self.local:
+            out.update(**{f.name: getattr(self.local, f.name) for f in fields(self.local)})
         try:
-            out["machine"] = machine.measure(self.sender.hypervisor).to_dict()
+            out.update(machine=machine.measure(self.sender.hypervisor))
         except Exception as e:  # noqa: BLE001 - an unreachable hypervisor host is recorded, not fatal here
-            out["machine"] = {"error": f"unreachable: {e}"[:500]}
+            out.update(machine=MachineUnreachable(f"unreachable: {e}"[:500]))
         for name, role in self.roles.items():
             try:
-                out[f"{name}_kernel"] = role.kernel_release()
+                out.update(**{f"{name}_kernel": role.kernel_release()})
             except Exception as e:  # noqa: BLE001 - an unreachable role is recorded, not fatal here
-                out[f"{name}_kernel"] = f"unreachable: {e}"
+                out.update(**{f"{name}_kernel": f"unreachable: {e}"})
         return out
+
+    def describe(self) -> dict:
+        """:meth:`record` as its JSON, for what compares testbeds as dicts (a campaign's sameness, a calibration)."""
+        return self.record().to_dict()
 
     def close(self) -> None:
         """Close the connections of every role's host and of the sender's hypervisor."""

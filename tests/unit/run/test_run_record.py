@@ -49,7 +49,7 @@ def test_a_schema_1_record_is_upgraded_where_it_is_read():
         assert stored["schema"] == "bbrlab.run/1" and "host" not in stored["metadata"]["contention"]
         typed = RunRecord.from_json(stored)
         assert typed.schema == RECORD_SCHEMA and typed.metadata.contention is None
-        assert typed.metadata.cca.bbr_version is None and typed.metadata.testbed == stored["metadata"]["testbed"]
+        assert typed.metadata.cca.bbr_version is None and typed.metadata.testbed.to_dict() == stored["metadata"]["testbed"]
         assert json.loads(path.read_text()) == stored  # the record given is left as it was
 
 
@@ -70,7 +70,7 @@ def test_a_part_older_than_its_type_is_left_out_where_the_tables_read_it():
         metadata_of(older)
     assert {e["loc"][0] for e in caught.value.errors()} == {"sampling", "contention"}
     meta = metadata_of(older, drop_unreadable=True)
-    assert meta.sampling is None and meta.contention is None and meta.testbed == stored["metadata"]["testbed"]
+    assert meta.sampling is None and meta.contention is None and meta.testbed.to_dict() == stored["metadata"]["testbed"]
     with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
         metadata_of({**stored, "metadata": {**stored["metadata"], "surprise": 1}}, drop_unreadable=True)
 

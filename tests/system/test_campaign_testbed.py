@@ -165,8 +165,9 @@ def test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testb
     """A killed campaign can leave the sender's vCPU under SCHED_DEADLINE; the next campaign on the testbed
     must clear it before anything reads the testbed over SSH (a fresh clone's make test once saw the resumed
     campaign's description time out on the SSH banner of a sender left at 25 %, and the campaign was refused
-    as run on another kernel). The testbed's ``describe`` is wrapped to read the vCPU threads' policies when it
-    is called: on the old code it met the leftover policy."""
+    as run on another kernel). The testbed's ``record`` (what ``describe`` and the run session read the testbed
+    with) is wrapped to read the vCPU threads' policies when it is called: on the old code it met the leftover
+    policy."""
     from bbrlab.campaign.single import run_on_testbed
     from bbrlab.campaign.spec import CampaignSpec
 
@@ -175,19 +176,19 @@ def test_a_resumed_campaign_clears_a_left_deadline_before_it_describes_the_testb
     subprocess.run([BBRLAB, "contention", "set", "--timeslice", "10ms", "--share", "50%", "--threads",
                     ",".join(map(str, threads))], check=True, capture_output=True, text=True, timeout=120)
     seen: list[bool] = []
-    describe = testbed.describe
+    record = testbed.record
 
-    def describing() -> dict:
+    def describing():
         seen.append(any(p.is_deadline for p in show_policies(hypervisor, threads).values()))
-        return describe()
+        return record()
 
-    testbed.describe = describing
+    testbed.record = describing
     try:
         spec = CampaignSpec.from_dict(_spec(testbed.name, ccas=["cubic"], timeslices_ms=[10], cpu_shares_pct=[100],
                                             duration_s=1, name="leftover-first"))
         st = run_on_testbed(spec, tmp_path / "campaign", testbed, options=QUIET)
     finally:
-        del testbed.describe
+        del testbed.record
         subprocess.run([BBRLAB, "contention", "clear", "--threads", ",".join(map(str, threads))],
                        capture_output=True, text=True, timeout=120)
     assert seen and not any(seen), "the testbed was described while the left deadline policy held"

@@ -129,6 +129,66 @@ def testbed():
             tbmod.down(name, progress=False)
 
 
+#: The experiment path's watch (tests/testbed_path.py): the module last checked, whether a test on the testbed
+#: failed since, and every time the path was found dead.
+_PATH_WATCH: dict = {"module": None, "failed": False, "events": [], "testbed": None}
+
+
+@pytest.fixture(autouse=True)
+def _experiment_path_alive(request):
+    """Before the first testbed test of each module, and after a testbed test failed: the sender reaches the
+    receiver, or the path is brought back and the event listed in the session's summary (tests/testbed_path.py)."""
+    if "testbed" in request.fixturenames:
+        _PATH_WATCH["testbed"] = testbed = request.getfixturevalue("testbed")
+        module = request.node.module.__name__
+        if module != _PATH_WATCH["module"] or _PATH_WATCH["failed"]:
+            _PATH_WATCH.update(module=module, failed=False)
+            _path_event(testbed, request.node.nodeid)
+    yield
+
+
+def _path_event(testbed, before: str):
+    """None when the path is alive (or cannot be checked); else the event, with the path revived if it could be."""
+    from bbrlab.core.errors import BbrlabError
+    from tests.testbed_path import PathEvent, alive, revive
+    from tests.testbed_snapshot import snapshot
+
+    try:
+        if alive(testbed):
+            return None
+    except (BbrlabError, OSError) as e:  # the sender does not answer SSH: nothing to say about its path
+        print(f"experiment path not checked before {before}: {e}", file=sys.stderr)
+        return None
+    event = PathEvent(before, snapshot(testbed))
+    _PATH_WATCH["events"].append(event)
+    revive(testbed, event)
+    return event
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A testbed test that failed with the experiment path dead afterwards (tests/testbed_path.py) runs once more
+    once the path is revived; the event, with the first run's failure, is in the session's summary."""
+    if "testbed" not in getattr(item, "fixturenames", ()):
+        return None
+    from _pytest.runner import runtestprotocol
+
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    failed = [r for r in reports if r.failed]
+    if failed and _PATH_WATCH.get("testbed") is not None:
+        event = _path_event(_PATH_WATCH["testbed"], f"{item.nodeid} (after it failed)")
+        if event is not None and event.revived:
+            event.steps.append(f"the test ran again; its first run failed: {failed[0].longreprtext[-1500:]}")
+            _PATH_WATCH["failed"] = False
+            item._initrequest()
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A system test that fails while holding the suite's testbed carries the testbed's network state in its
@@ -139,4 +199,13 @@ def pytest_runtest_makereport(item, call):
     if report.failed and report.when == "call" and testbed is not None:
         from tests.testbed_snapshot import snapshot
 
+        _PATH_WATCH["failed"] = True
         report.sections.append(("testbed network state at the failure", snapshot(testbed)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every time the experiment path was found dead, what it looked like and what brought it back."""
+    for event in _PATH_WATCH["events"]:
+        terminalreporter.section(f"experiment path found dead before {event.before}", sep="!")
+        terminalreporter.write_line("; ".join(event.steps) + ("" if event.revived else " -- NOT revived"))
+        terminalreporter.write_line(event.snapshot)

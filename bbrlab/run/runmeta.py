@@ -48,6 +48,7 @@ from .blockboot import BlockPlace
 from .clocks import RunClocks
 from .flowrecord import FlowOutcome, FlowRecord
 from .iperf import IperfSummary
+from .recoveryrecord import Recovered
 from .sender import SenderOffloads, SenderSysctls, ToolVersions
 from .senderqdisc import SenderQdisc
 from .transferrecord import TransferSummary
@@ -119,7 +120,7 @@ class RunMetadata:
     host_other: OutsideLoad | None = None  # this machine's CPU outside the testbed's processes then
     kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
-    recovered: dict | None = None  # first run of a process: what a killed predecessor left
+    recovered: Recovered | None = None  # first run of a process: what a killed predecessor left (bbrlab.run.recoveryrecord)
     qemu_cpus: QemuCpus | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh

@@ -441,3 +441,43 @@ def test_what_clearing_the_deadline_did_after_a_failure_reads_typed():
     assert isinstance(meta.deadline_after_failure, DeadlineCleared) and meta.deadline_after_failure.error is None
     assert isinstance(meta.deadline_after_failure.deadline_cleared_tids, list)
     assert _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").deadline_after_failure is None
+
+
+def _with_key(key: str) -> list[dict]:
+    """The metadata of the committed current-schema records that hold ``key``."""
+    return [r["metadata"] for r in map(_record, RECORDS) if key in r["metadata"] and r.get("schema") == "bbrlab.run/2"]
+
+
+def test_what_the_recovery_cleared_reads_typed_the_keys_older_records_lack_as_none():
+    from bbrlab.run.recoveryrecord import IperfKilled, Recovered, RunDirsRemoved
+
+    found = _with_key("recovered")
+    assert found and all(isinstance(RunMetadata.from_dict(m).recovered, Recovered) for m in found)
+    meta = _typed_meta("demo/calibration/local-tcg-6.1.0-56-amd64-e95031f894/runs/"
+                       "cubic-ts1ms-sh10-rtt20ms-unshaped-r00-c6224d6e46")
+    assert meta.recovered.ledger_refused == [] and meta.recovered.private_dirs_removed is None
+    assert meta.recovered.iperf3_killed == IperfKilled(sender=[], receiver=[]) and meta.recovered.samplers_stopped == 0
+    assert meta.recovered.run_dirs_removed == RunDirsRemoved(receiver=[], sender=[])
+    older = _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").recovered
+    assert older.run_dirs_removed is None and older.partitions_removed is None and older.ledger_refused is None
+    assert _typed_meta("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7").recovered is None
+    for m in found:
+        assert json.dumps(RunMetadata.from_dict(m).to_dict()["recovered"]) == json.dumps(m["recovered"])
+
+
+def test_a_recovery_writes_every_key_in_the_records_order_and_pickles():
+    from bbrlab.run.recoveryrecord import IperfKilled, PrivateDirsRemoved, Recovered, RunDirsRemoved
+
+    made = Recovered(trace_instances_removed=["i"], private_dirs_removed=PrivateDirsRemoved([], ["/s"], [], []),
+                     deadline_cleared_tids=[7], cfs_cgroups_removed=[], load_loops_killed=[], ledger_refused=[],
+                     partitions_removed=[], iperf3_killed=IperfKilled([1], [2]), samplers_stopped=1,
+                     sshd_killed=[], ssh_clients_killed=[], run_dirs_removed=RunDirsRemoved([], []))
+    written = RunMetadata(recovered=made).to_dict()["recovered"]
+    assert list(written) == ["trace_instances_removed", "private_dirs_removed", "deadline_cleared_tids",
+                             "cfs_cgroups_removed", "load_loops_killed", "ledger_refused", "partitions_removed",
+                             "iperf3_killed", "samplers_stopped", "sshd_killed", "ssh_clients_killed",
+                             "run_dirs_removed"]
+    assert list(written["private_dirs_removed"]) == ["receiver", "sender", "emulator", "hypervisor"]
+    assert RunMetadata.from_dict({"recovered": written}).recovered == made == pickle.loads(pickle.dumps(made))
+    with pytest.raises(ValueError, match="recovered"):
+        RunMetadata.from_dict({"recovered": {**written, "samplers_stopped": "many"}})

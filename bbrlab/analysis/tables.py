@@ -212,7 +212,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("kernel", "string", "the sender's kernel (release, or the authors' kernel name)",
            lambda v: v.identity.kernel),
     Column("testbed", "string", "the testbed that ran it (a campaign over several testbeds: the one its Dask "
-           "worker owned)", lambda v: (v.meta.added.get("worker") or {}).get("testbed") or v.testbed.name),
+           "worker owned)", lambda v: (v.meta.added.worker and v.meta.added.worker.testbed) or v.testbed.name),
     Column("kernel_origin", "string", "where the sender kernel came from: debian (a Debian package), user (a "
            "kernel directory or .deb), lab; <NA> when the record does not say", lambda v: v.meta.kernel and v.meta.kernel.origin),
     Column("kernel_name", "string", "the sender kernel as the spec named it (debian-5.10, a directory's name ...)",

@@ -42,8 +42,10 @@ from pathlib import Path
 
 from distributed import Nanny, SpecCluster
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import BbrlabError
 from bbrlab.run import record as rec
+from bbrlab.run.campaignadded import WorkerPlace
 from bbrlab.scenario.scenario import MAX_SAMPLE_RECORDS, Scenario
 from bbrlab.testbed import isolation
 
@@ -243,11 +245,9 @@ def transport_of(client) -> str:
 def finished_of(outcome: Finished, attempt: Attempt, transport: str | None = None) -> Finished:
     """A checked worker result as the loop commits it: the driver's own ``attempt`` (not the one that came
     back), its files, and its metadata with where it ran (``metadata.worker``: testbed, host, CPUs, and
-    ``transport`` when given)."""
+    ``transport`` when given: :class:`~bbrlab.run.campaignadded.WorkerPlace`)."""
     metadata = dict(outcome.metadata)
-    metadata["worker"] = {"testbed": outcome.testbed, "host": outcome.worker_host, "cpus": outcome.cpus}
-    if transport is not None:
-        metadata["worker"]["transport"] = transport
+    metadata["worker"] = recordjson.to_json(WorkerPlace(outcome.testbed, outcome.worker_host, outcome.cpus, transport))
     return replace(outcome, attempt=attempt, metadata=metadata, files=dict(outcome.files))
 
 

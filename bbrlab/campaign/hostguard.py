@@ -28,7 +28,9 @@ import os
 from dataclasses import dataclass, replace
 
 from bbrlab.contention import outside
+from bbrlab.core import recordjson
 from bbrlab.core.errors import ValidationError
+from bbrlab.run.campaignadded import HostGuardVerdict
 
 #: The default limit, % of all the host's CPUs used outside the testbed during a transfer: far above a quiet
 #: host's 0.0-0.48 % (and the measure's own error, up to 5 % low), below the 37.0-62.4 % of one busy loop.
@@ -87,13 +89,14 @@ def effective(guard: HostGuard | None) -> HostGuard:
 
 
 def verdict(metadata: dict, guard: HostGuard) -> dict | None:
-    """What the guard says of an ok run's ``metadata`` (``metadata.host_guard``); None when it does not apply
+    """What the guard says of an ok run's ``metadata`` (``metadata.host_guard``, a
+    :class:`~bbrlab.run.campaignadded.HostGuardVerdict` as JSON); None when it does not apply
     (off, or nothing was measured: a lab whose sender's hypervisor is another machine)."""
     measured = (metadata.get("host_other") or {}).get("other_busy_pct")
     if guard.max_other_busy_pct is None or measured is None:
         return None
-    return {"max_other_busy_pct": guard.max_other_busy_pct, "other_busy_pct": measured,
-            "busy": measured > guard.max_other_busy_pct}
+    return recordjson.to_json(HostGuardVerdict(max_other_busy_pct=guard.max_other_busy_pct, other_busy_pct=measured,
+                                               busy=measured > guard.max_other_busy_pct))
 
 
 def busy_reason(metadata: dict, guard: HostGuard) -> str:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from bbrlab.core import recordjson
 from bbrlab.core.errors import NotARunFailure, ValidationError
 from bbrlab.run import record as rec
+from bbrlab.run.campaignadded import MixedMark
 from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed.record import TestbedRecord
 
@@ -159,5 +161,6 @@ def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, s
 
 
 def mixed_marker(mixed: dict) -> dict:
-    """``metadata.mixed`` of one record: a copy, so later differences do not change records already made."""
-    return {"allowed": bool(mixed.get("allowed")), "differences": list(mixed.get("differences", []))}
+    """``metadata.mixed`` of one record (:class:`~bbrlab.run.campaignadded.MixedMark` as JSON): a copy, so later
+    differences do not change records already made."""
+    return recordjson.to_json(MixedMark(bool(mixed.get("allowed")), list(mixed.get("differences", []))))

@@ -25,8 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bbrlab.core import recordjson
 from bbrlab.core.confidence import LEVEL, median_interval
 from bbrlab.core.errors import ValidationError
+from bbrlab.run.campaignadded import SearchPlace
 from bbrlab.scenario.scenario import Scenario
 
 from . import search_coverage
@@ -186,9 +188,10 @@ class SearchGate(Gate):
         return slot.position if slot is not None else len(self.order_in_plan) * 2 + self.order_in_plan[run_id]
 
     def record_of(self, run_id: str) -> dict:
-        """What a run's record says of its place in the search: ``{"search": {"position", "round"}}``."""
+        """What a run's record says of its place in the search: ``{"search": {"position", "round"}}``
+        (:class:`~bbrlab.run.campaignadded.SearchPlace`)."""
         slot = self.slot_of.get(run_id)
-        return {"search": {"position": slot.position, "round": slot.round}} if slot is not None else {}
+        return {"search": recordjson.to_json(SearchPlace(slot.position, slot.round))} if slot is not None else {}
 
     def is_open(self, run_id: str) -> bool:
         """Whether the search asks for this run now (or ran it already)."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from distributed import WorkerPlugin
 
 from bbrlab import testbed as testbed_mod
+from bbrlab.core import recordjson
 from bbrlab.core.signals import Interrupted, clear_pending, raise_in_thread
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import CalibrationMismatch
@@ -260,7 +261,7 @@ class TestbedPlugin(WorkerPlugin):
             return done
         try:
             if interrupted:
-                done["recovered"] = recover(self.runner.testbed)
+                done["recovered"] = recordjson.to_json(recover(self.runner.testbed))  # as the records hold it
             if not keep_link:
                 self.runner.close()
                 done["link_cleared"] = True

@@ -39,10 +39,12 @@ from bbrlab.scenario.competition import MAX_EXTRA_FLOWS
 from bbrlab.testbed import isolation
 
 from . import iperf, transfer
+from .recoveryrecord import IperfKilled, PrivateDirsRemoved, Recovered
 
 
-def recover(testbed) -> dict:
-    """Clear what a killed predecessor left on ``testbed``; return what was found (for the run record).
+def recover(testbed) -> Recovered:
+    """Clear what a killed predecessor left on ``testbed``; return what was found (the run record's
+    ``metadata.recovered``).
 
     Raises :class:`~bbrlab.core.errors.TestbedError` when the testbed's CPU partition belongs to a campaign that
     still runs."""
@@ -51,15 +53,20 @@ def recover(testbed) -> dict:
     load_loops = load.clear_leftovers() if testbed.kind == "local" else []
     refused = [r for kind in ledger.KINDS for r in ledger.left(kind).refused] if testbed.kind == "local" else []
     partitions = clear_partitions(testbed)
-    killed = {"sender": iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
-              "receiver": [pid for port in range(iperf.DEFAULT_PORT, iperf.DEFAULT_PORT + MAX_EXTRA_FLOWS + 1)
-                           for pid in iperf.kill_port_users(testbed.receiver.host, port, listening=True)]}
+    killed = IperfKilled(
+        sender=iperf.kill_port_users(testbed.sender.host, iperf.DEFAULT_PORT, listening=False),
+        receiver=[pid for port in range(iperf.DEFAULT_PORT, iperf.DEFAULT_PORT + MAX_EXTRA_FLOWS + 1)
+                  for pid in iperf.kill_port_users(testbed.receiver.host, port, listening=True)])
     # the socket sampler in the sender, the bottleneck sampler in the emulator (same private directories)
     samplers = sampling.stop_strays(testbed.sender.host) + sampling.stop_strays(testbed.emulator.host)
     traces = vcputrace.clear_leftovers(testbed.sender.hypervisor)
-    return {"trace_instances_removed": traces, "private_dirs_removed": sweep_private_dirs(testbed), "deadline_cleared_tids": cleared, "cfs_cgroups_removed": cfs_cgroups,
-            "load_loops_killed": load_loops, "ledger_refused": refused, "partitions_removed": partitions, "iperf3_killed": killed,
-            "samplers_stopped": samplers, **transfer.recover(testbed)}
+    private_dirs = sweep_private_dirs(testbed)
+    rsync = transfer.recover(testbed)
+    return Recovered(trace_instances_removed=traces, private_dirs_removed=private_dirs, deadline_cleared_tids=cleared,
+                     cfs_cgroups_removed=cfs_cgroups, load_loops_killed=load_loops, ledger_refused=refused,
+                     partitions_removed=partitions, iperf3_killed=killed, samplers_stopped=samplers,
+                     sshd_killed=rsync.sshd_killed, ssh_clients_killed=rsync.ssh_clients_killed,
+                     run_dirs_removed=rsync.run_dirs_removed)
 
 
 def clear_partitions(testbed) -> list[str]:
@@ -76,9 +83,9 @@ RUN_DIRS = {"receiver": ("iperf3", "progress"), "sender": ("sampler",), "emulato
             "hypervisor": ("vcputrace",)}
 
 
-def sweep_private_dirs(testbed) -> dict[str, list[str]]:
+def sweep_private_dirs(testbed) -> PrivateDirsRemoved:
     """The private directories of killed runs removed from each of ``testbed``'s hosts (after the samplers were
     asked to stop, so that a stray one's stop file was still there to be read)."""
     hosts = {"receiver": testbed.receiver.host, "sender": testbed.sender.host, "emulator": testbed.emulator.host,
              "hypervisor": testbed.sender.hypervisor}
-    return {role: leftdirs.sweep(hosts[role], *purposes) for role, purposes in RUN_DIRS.items()}
+    return PrivateDirsRemoved(**{role: leftdirs.sweep(hosts[role], *purposes) for role, purposes in RUN_DIRS.items()})

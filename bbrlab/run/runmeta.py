@@ -8,7 +8,9 @@ the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignm
 the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
 sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the CCA's module
 (:class:`~bbrlab.kernel.ModuleIdentity`), the flows (:mod:`bbrlab.run.flowrecord`) and iperf3's summary
-(:class:`~bbrlab.run.iperf.IperfSummary`). The rest stay JSON objects as written.
+(:class:`~bbrlab.run.iperf.IperfSummary`), what the recovery of a killed predecessor cleared
+(:class:`~bbrlab.run.recoveryrecord.Recovered`) and what the campaign added after the run
+(:class:`~bbrlab.run.campaignadded.CampaignAdded`). The rest stay JSON objects as written.
 :meth:`RunMetadata.to_dict` gives the JSON written into ``record.json``; fields never measured (``sampling``
 of an unsampled run) are left out. :meth:`RunMetadata.from_dict` reads that JSON back. Both go through
 :mod:`bbrlab.core.recordjson` (pydantic's TypeAdapter), which writes and checks every field and part.
@@ -46,9 +48,11 @@ from bbrlab.sampling.vcputrace import TraceSummary
 from bbrlab.testbed.record import TestbedRecord
 
 from .blockboot import BlockPlace
+from .campaignadded import CampaignAdded
 from .clocks import RunClocks
 from .flowrecord import FlowOutcome, FlowRecord
 from .iperf import IperfSummary
+from .recoveryrecord import Recovered
 from .sender import SenderOffloads, SenderSysctls, ToolVersions
 from .senderqdisc import SenderQdisc
 from .transferrecord import TransferSummary
@@ -83,12 +87,9 @@ class CeilingPointer:
     file_sha256: str | None = None
 
 
-#: Keys the campaign adds to a run's metadata after the run (``mixed``: --allow-mixed; ``worker``: the Dask
-#: worker that ran it; ``host_guard``: the host guard's verdict, bbrlab.campaign.hostguard; ``search``: a threshold
-#: search's run's place in its interleaved order, bbrlab.campaign.search; ``hang``: the bound a hung run passed, the
-#: whole metadata of its failed record besides ``timing``, bbrlab.campaign.loop and .distributed);
-#: :meth:`RunMetadata.from_dict` keeps them in ``added``.
-CAMPAIGN_KEYS = ("mixed", "worker", "host_guard", "search", "hang")
+#: Keys the campaign adds to a run's metadata after the run (:class:`~bbrlab.run.campaignadded.CampaignAdded`);
+#: :meth:`RunMetadata.from_dict` reads them into ``added``.
+CAMPAIGN_KEYS = tuple(f.name for f in fields(CampaignAdded))
 #: Fields written even when None (``module: null``: the kernel's own CCA; ``cca``: always asked).
 _KEPT_WHEN_NONE = ("module", "cca")
 #: Fields written as an empty object while not measured (a run that failed before), as records always had them.
@@ -120,7 +121,7 @@ class RunMetadata:
     host_other: OutsideLoad | None = None  # this machine's CPU outside the testbed's processes then
     kernel: SenderKernel | KernelOrigin | None = None  # the sender kernel: release, origin, package or path, sha256
     ceiling: CeilingPointer | None = None  # the sender's CPU ceiling at this point, from a calibration (bbrlab.run.ceiling)
-    recovered: dict | None = None  # first run of a process: what a killed predecessor left
+    recovered: Recovered | None = None  # first run of a process: what a killed predecessor left (bbrlab.run.recoveryrecord)
     qemu_cpus: QemuCpus | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
@@ -128,8 +129,8 @@ class RunMetadata:
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
     deadline_after_failure: DeadlineCleared | None = None
-    #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), as read by :meth:`from_dict`.
-    added: dict = field(default_factory=dict)
+    #: What the campaign added after the run (:data:`CAMPAIGN_KEYS`), written as keys of their own at the end.
+    added: CampaignAdded = field(default_factory=CampaignAdded)
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:

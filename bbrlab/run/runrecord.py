@@ -89,7 +89,9 @@ def metadata_of(record: Mapping, *, drop_unreadable: bool = False) -> RunMetadat
     try:
         return RunMetadata.from_dict(metadata)
     except pydantic.ValidationError as e:
-        parts = {err["loc"][0] for err in e.errors() if err["loc"]}
+        # a key the campaign added is a part of its own (``added.search`` is ``metadata.search``)
+        parts = {loc[1] if loc[0] == "added" and len(loc) > 1 else loc[0] for loc in (err["loc"] for err in e.errors())
+                 if loc}
         if not drop_unreadable or not parts:
             raise
     return RunMetadata.from_dict({k: v for k, v in metadata.items() if k not in parts})

@@ -22,6 +22,7 @@ from . import record as rec
 from . import sender
 from .blockboot import BlockBoot, needs_fresh_boot
 from .recovery import recover
+from .recoveryrecord import Recovered
 from .runmeta import RunMetadata
 
 
@@ -35,7 +36,7 @@ class TestbedSession:
         self._kernel: str | None = None  # the kernel this session made sure the sender runs
         self._block: int | None = None  # the block whose boot this session made or found (blocks: K)
         self._static: dict | None = None  # measured once per sender boot
-        self._recovered: dict | None = None  # what the first run found and restored
+        self._recovered: Recovered | None = None  # what the first run found and restored
         self.recovery_recorded = False  # an ok run's record carries it (a failed attempt's may be replaced)
 
     def boot(self, kernel: str | None, meta: RunMetadata, block: BlockBoot | None = None) -> None:
@@ -120,7 +121,7 @@ class TestbedSession:
         if not self.recovery_recorded:  # every record until one run succeeds: a failed one may be retried
             meta.recovered = self._recovered
 
-    def recover_first(self) -> dict:
+    def recover_first(self) -> Recovered:
         """Clear what a killed predecessor left (:func:`~bbrlab.run.recovery.recover`) now, once per session, so
         that nothing measured before the first run (the testbed's description) meets its leftovers: a vCPU left
         under SCHED_DEADLINE at a 25 % share can make the sender too slow to answer SSH. The first record

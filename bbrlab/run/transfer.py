@@ -42,6 +42,7 @@ from bbrlab.scenario.workloads import RsyncParams
 
 from . import checks, progress, rxuser, sshd
 from . import record as rec
+from .recoveryrecord import RunDirsRemoved, TransferLeftovers
 from .runmeta import RunMetadata
 from .transferrecord import TransferSummary
 
@@ -486,16 +487,16 @@ def check(flow: Flow, parsed: ClientResult, endpoint: Session, result: Result) -
             raise RunFailed("the connect helper did not read the congestion control back from the connected socket")
 
 
-def recover(testbed) -> dict:
+def recover(testbed) -> TransferLeftovers:
     """What a killed run left: the receiver's sshd (and its connections' processes) on the run's port, the
     sender's ssh clients connected to it, and the private directories whose owner is gone
     (:func:`bbrlab.core.leftdirs.sweep`): the receiver's (keys, the data received) and the sender's client
     files (the run's private key). The progress poller and the sender's client end by themselves (both run
     under a deadline)."""
     rx, tx = testbed.receiver.host, testbed.sender.host
-    return {"sshd_killed": sshd.kill_strays(rx),
-            "ssh_clients_killed": _kill_clients(tx, sshd.DEFAULT_PORT),
-            "run_dirs_removed": {"receiver": leftdirs.sweep(rx, "sshd"), "sender": leftdirs.sweep(tx, "rsync")}}
+    return TransferLeftovers(sshd_killed=sshd.kill_strays(rx), ssh_clients_killed=_kill_clients(tx, sshd.DEFAULT_PORT),
+                             run_dirs_removed=RunDirsRemoved(receiver=leftdirs.sweep(rx, "sshd"),
+                                                             sender=leftdirs.sweep(tx, "rsync")))
 
 
 def _kill_clients(host: Host, port: int) -> list[int]:

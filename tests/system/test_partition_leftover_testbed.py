@@ -123,9 +123,9 @@ def test_recover_removes_a_killed_campaigns_partition(machine):
 
     leaver = _left(machine)
     found = recover(machine)
-    assert found["partitions_removed"] == [str(leaver.path)]
+    assert found.partitions_removed == [str(leaver.path)]
     _gone(machine, leaver)
-    assert recover(machine)["partitions_removed"] == []
+    assert recover(machine).partitions_removed == []
 
 
 def test_a_partition_whose_campaign_still_runs_is_refused_not_taken(machine, tmp_path):
@@ -144,7 +144,7 @@ def test_a_partition_whose_campaign_still_runs_is_refused_not_taken(machine, tmp
         assert leaver.path.is_dir()  # the running campaign's partition is left to it
     finally:
         leaver.kill()
-    assert recover(machine)["partitions_removed"] == [str(leaver.path)]
+    assert recover(machine).partitions_removed == [str(leaver.path)]
     _gone(machine, leaver)
 
 

@@ -109,8 +109,8 @@ def _recover_and_check(pair, dead_dir: Path, dead_client: Path, dead_pids: list[
             time.sleep(0.05)
         assert not dead_dir.exists() and not dead_client.exists()
         assert not any(_alive(p) for p in dead_pids)
-        assert str(dead_dir) in found["run_dirs_removed"]["receiver"]
-        assert str(dead_client) in found["run_dirs_removed"]["sender"]
+        assert str(dead_dir) in found.run_dirs_removed.receiver
+        assert str(dead_client) in found.run_dirs_removed.sender
         assert Path(live.directory, "host_ed25519_key").is_file() and _alive(live.pid)
         assert pair.receiver.run(["ss", "-ltnH", "sport = :5023"]).stdout.strip(), "the live sshd was touched"
         for path in (other_machine, other_user):

@@ -143,7 +143,7 @@ def test_recovery_removes_a_killed_owners_instance_and_its_reader():
     # and its private directory, which on this machine also holds the trace's text
     left = _private_dirs() - before
     assert len(left) == 1 and (Path(next(iter(left))) / "trace.txt").exists(), left
-    assert left <= set(recovery.sweep_private_dirs(_LocalTestbed())["hypervisor"])
+    assert left <= set(recovery.sweep_private_dirs(_LocalTestbed()).hypervisor)
     assert not left & _private_dirs()
 
 

@@ -58,7 +58,7 @@ def test_the_failed_record_of_a_hung_run_reads_typed_with_what_the_campaign_adde
     hung = {**stored, "status": "failed", "reason": "hung: ...",
             "metadata": {"hang": {"bound_s": 120.0, "ran_s": 130.2, "worker": "tcp://w"}, "timing": {"between_s": 1.0}}}
     typed = RunRecord.from_json(hung)
-    assert typed.metadata.added == {"hang": hung["metadata"]["hang"]} and typed.metadata.timing == {"between_s": 1.0}
+    assert typed.metadata.added.hang == hung["metadata"]["hang"] and typed.metadata.timing == {"between_s": 1.0}
     assert typed.status == "failed" and typed.metadata.contention is None
 
 

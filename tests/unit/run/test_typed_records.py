@@ -286,8 +286,7 @@ def test_run_once_records_a_failure_with_the_original_reason_and_the_metadata(mo
 
 def test_metadata_keys_the_campaign_adds_are_kept_and_unknown_keys_refused():
     meta = RunMetadata.from_dict(_record(RECORDS[0])["metadata"]).to_dict()
-    added = {**meta, "mixed": {"allowed": True, "differences": []}, "worker": {"testbed": "a", "host": "h",
-                                                                               "cpus": None}}
+    added = {**meta, "worker": {"testbed": "a", "host": "h", "cpus": None}, "mixed": {"allowed": True, "differences": []}}
     assert json.dumps(RunMetadata.from_dict(added).to_dict()) == json.dumps(added)
     with pytest.raises(ValueError, match="not those of a bbrlab.run/2 record"):
         RunMetadata.from_dict({**meta, "surprise": 1})
@@ -441,3 +440,82 @@ def test_what_clearing_the_deadline_did_after_a_failure_reads_typed():
     assert isinstance(meta.deadline_after_failure, DeadlineCleared) and meta.deadline_after_failure.error is None
     assert isinstance(meta.deadline_after_failure.deadline_cleared_tids, list)
     assert _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").deadline_after_failure is None
+
+
+def _with_key(key: str) -> list[dict]:
+    """The metadata of the committed current-schema records that hold ``key``."""
+    return [r["metadata"] for r in map(_record, RECORDS) if key in r["metadata"] and r.get("schema") == "bbrlab.run/2"]
+
+
+def test_what_the_recovery_cleared_reads_typed_the_keys_older_records_lack_as_none():
+    from bbrlab.run.recoveryrecord import IperfKilled, Recovered, RunDirsRemoved
+
+    found = _with_key("recovered")
+    assert found and all(isinstance(RunMetadata.from_dict(m).recovered, Recovered) for m in found)
+    meta = _typed_meta("demo/calibration/local-tcg-6.1.0-56-amd64-e95031f894/runs/"
+                       "cubic-ts1ms-sh10-rtt20ms-unshaped-r00-c6224d6e46")
+    assert meta.recovered.ledger_refused == [] and meta.recovered.private_dirs_removed is None
+    assert meta.recovered.iperf3_killed == IperfKilled(sender=[], receiver=[]) and meta.recovered.samplers_stopped == 0
+    assert meta.recovered.run_dirs_removed == RunDirsRemoved(receiver=[], sender=[])
+    older = _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229").recovered
+    assert older.run_dirs_removed is None and older.partitions_removed is None and older.ledger_refused is None
+    assert _typed_meta("demo-sampled/runs/cubic-ts10ms-sh25-rtt20ms-100mbit-r00-eeb9b1c4e7").recovered is None
+    for m in found:
+        assert json.dumps(RunMetadata.from_dict(m).to_dict()["recovered"]) == json.dumps(m["recovered"])
+
+
+def test_a_recovery_writes_every_key_in_the_records_order_and_pickles():
+    from bbrlab.run.recoveryrecord import IperfKilled, PrivateDirsRemoved, Recovered, RunDirsRemoved
+
+    made = Recovered(trace_instances_removed=["i"], private_dirs_removed=PrivateDirsRemoved([], ["/s"], [], []),
+                     deadline_cleared_tids=[7], cfs_cgroups_removed=[], load_loops_killed=[], ledger_refused=[],
+                     partitions_removed=[], iperf3_killed=IperfKilled([1], [2]), samplers_stopped=1,
+                     sshd_killed=[], ssh_clients_killed=[], run_dirs_removed=RunDirsRemoved([], []))
+    written = RunMetadata(recovered=made).to_dict()["recovered"]
+    assert list(written) == ["trace_instances_removed", "private_dirs_removed", "deadline_cleared_tids",
+                             "cfs_cgroups_removed", "load_loops_killed", "ledger_refused", "partitions_removed",
+                             "iperf3_killed", "samplers_stopped", "sshd_killed", "ssh_clients_killed",
+                             "run_dirs_removed"]
+    assert list(written["private_dirs_removed"]) == ["receiver", "sender", "emulator", "hypervisor"]
+    assert RunMetadata.from_dict({"recovered": written}).recovered == made == pickle.loads(pickle.dumps(made))
+    with pytest.raises(ValueError, match="recovered"):
+        RunMetadata.from_dict({"recovered": {**written, "samplers_stopped": "many"}})
+
+
+def test_what_the_campaign_added_reads_typed_and_a_run_without_it_reads_none():
+    from bbrlab.run.campaignadded import CampaignAdded, HostGuardVerdict, SearchPlace
+
+    guarded, searched = _with_key("host_guard"), _with_key("search")
+    assert len(guarded) > 100 and len(searched) > 100
+    for m in guarded + searched:
+        meta = RunMetadata.from_dict(m)
+        assert isinstance(meta.added, CampaignAdded) and meta.added.hang is meta.added.mixed is None
+        if "host_guard" in m:
+            assert isinstance(meta.added.host_guard, HostGuardVerdict)
+            assert meta.added.host_guard.busy is (m["host_guard"]["other_busy_pct"] > m["host_guard"]["max_other_busy_pct"])
+        if "search" in m:
+            assert meta.added.search == SearchPlace(m["search"]["position"], m["search"]["round"])
+        assert json.dumps(meta.to_dict()) == json.dumps(m)
+    plain = _typed_meta("loss-transfer-local/runs/cubic-ts10ms-sh100-rtt40ms-20mbit-r00-50b4edb229")
+    assert plain.added == CampaignAdded() and plain.added.host_guard is None and plain.added.search is None
+
+
+def test_the_campaign_writes_its_keys_from_the_typed_parts_as_records_hold_them():
+    from bbrlab.campaign import hostguard, sameness
+    from bbrlab.campaign.attempt import Attempt, Finished
+    from bbrlab.campaign.distributed import finished_of
+    from bbrlab.run.campaignadded import MixedMark, WorkerPlace
+
+    said = hostguard.verdict({"host_other": {"other_busy_pct": 30.5}}, hostguard.HostGuard(25.0))
+    assert said == {"max_other_busy_pct": 25.0, "other_busy_pct": 30.5, "busy": True}
+    assert sameness.mixed_marker({"allowed": 1, "differences": ["kernel"]}) == {"allowed": True, "differences": ["kernel"]}
+    attempt = Attempt("r", 1, None, 0)
+    done = Finished(attempt, "ok", None, {"timing": {}}, "t0", "t1", testbed="tb", worker_host="h", cpus=[2, 3])
+    assert finished_of(done, attempt).metadata["worker"] == {"testbed": "tb", "host": "h", "cpus": [2, 3]}
+    worker = finished_of(done, attempt, "tls").metadata["worker"]
+    assert list(worker) == ["testbed", "host", "cpus", "transport"]
+    meta = RunMetadata.from_dict({"worker": worker, "mixed": {"allowed": True, "differences": []}})
+    assert meta.added.worker == WorkerPlace("tb", "h", [2, 3], "tls") and meta.added.mixed == MixedMark(True, [])
+    assert RunMetadata.from_dict({"worker": {**worker, "transport": None}}).added.worker.transport is None
+    with pytest.raises(ValueError, match="search"):
+        RunMetadata.from_dict({"search": {"position": "first", "round": 0}})

@@ -16,6 +16,7 @@ next occurrence tells which part stalled.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -52,9 +53,11 @@ def revive(testbed, event: PathEvent) -> None:
     sender booted again, then the emulator too. The session's ``testbed`` object is reconnected after a boot."""
     import bbrlab.testbed as tbmod
 
-    ip = testbed.receiver.experiment_ip
-    bounce = (f"dev=$(ip -o route get {ip} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p'); "
-              'echo "$dev"; ip link set "$dev" down && ip link set "$dev" up')
+    # the NIC that holds the sender's experiment address (not a route lookup: with that NIC down, the route to
+    # the receiver would name the management NIC, which carries this very SSH connection)
+    ip = testbed.sender.experiment_ip
+    bounce = (f"dev=$(ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\//{{print $2; exit}}'); "
+              '[ -n "$dev" ] && echo "$dev" && ip link set "$dev" down && ip link set "$dev" up')
     nic = testbed.sender.host.run(["sh", "-c", bounce], timeout=30, check=False).stdout.strip() or "its NIC"
     if _step(testbed, event, f"sender {nic} down and up"):
         return

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bbrlab.core.errors import NotARunFailure, ValidationError
 from bbrlab.run import record as rec
+from bbrlab.run.runrecord import scenario_of
 from bbrlab.scenario.scenario import Scenario
 
 #: What a resumed campaign's testbed must share with the one its records ran on (keys of
@@ -121,7 +122,7 @@ def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, s
     key = (testbed.get("name"), scenario.kernel)
     if key not in seen:
         for record in _records(Path(out_dir)):
-            if (record["metadata"]["testbed"]["name"], (record.get("scenario") or {}).get("kernel")) == key:
+            if (record["metadata"]["testbed"]["name"], scenario_of(record).kernel) == key:
                 seen[key] = (record["metadata"]["testbed"].get("sender_kernel"), record["run_id"])
                 break
         else:

@@ -19,7 +19,8 @@ from pathlib import Path
 from bbrlab import kernel
 from bbrlab import testbed as testbed_mod
 from bbrlab.analysis.render import render
-from bbrlab.calibration.calibrate import CalibrationSpec, calibrate, format_grid
+from bbrlab.calibration.calibrate import calibrate, format_grid
+from bbrlab.calibration.plan import CalibrationSpec
 from bbrlab.campaign.single import run_on_testbed
 from bbrlab.campaign.spec import load_spec
 from bbrlab.core.errors import BbrlabError

@@ -26,6 +26,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from bbrlab.analysis.records_reader import asked_duration_s
+from bbrlab.run.runrecord import metadata_of, scenario_of
+
 #: The phases of the first records' timing, before every phase had its key.
 FIRST_PHASES = ("probe_s", "setup_s", "client_s", "stop_s", "verify_s")
 #: Keys of ``metadata.timing`` that are not a phase of the run's wall time.
@@ -37,13 +40,13 @@ def _runs(campaign: Path) -> list[dict]:
     out = []
     for path in sorted(campaign.glob("runs/*/record.json")):
         record = json.loads(path.read_text())
-        meta = record.get("metadata") or {}
-        timing, duration = meta.get("timing") or {}, (record.get("scenario") or {}).get("flow", {}).get("duration_s")
+        scenario, meta = scenario_of(record), metadata_of(record, drop_unreadable=True)
+        timing, duration = meta.timing, asked_duration_s(scenario.flow)
         if "run_wall_s" in timing and duration:
-            contention = record["scenario"].get("contention") or {}
+            contention = scenario.contention
             out.append({"timing": timing, "duration_s": float(duration),
-                        "point": (contention.get("timeslice_ms"), contention.get("cpu_share_pct")),
-                        "git": (meta.get("versions") or {}).get("bbrlab_git") or "unrecorded"})
+                        "point": (contention.timeslice_ms, contention.cpu_share_pct),
+                        "git": (meta.versions.bbrlab_git if meta.versions else None) or "unrecorded"})
     return out
 
 

@@ -14,10 +14,22 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The measures, best first: (name, path in metadata, what it means).
+from bbrlab.run.runmeta import RunMetadata
+from bbrlab.run.runrecord import metadata_of
+
+
+def _other_busy_pct(meta: RunMetadata) -> float | None:
+    return meta.host_other.other_busy_pct if meta.host_other else None
+
+
+def _host_busy_pct(meta: RunMetadata) -> float | None:
+    return meta.cpu_load.sender_hypervisor.busy_pct if meta.cpu_load else None
+
+
+#: The measures, best first: (name, its value in a record's typed metadata, what it means).
 MEASURES = (
-    ("host_other_busy_pct", ("host_other", "other_busy_pct"), "CPU outside the testbed"),
-    ("host_busy_pct", ("cpu_load", "sender_hypervisor", "busy_pct"), "host CPU, the testbed included"),
+    ("host_other_busy_pct", _other_busy_pct, "CPU outside the testbed"),
+    ("host_busy_pct", _host_busy_pct, "host CPU, the testbed included"),
 )
 
 
@@ -44,12 +56,6 @@ class HostLoad:
                 f"{self.min_pct:.1f}-{self.max_pct:.1f} % ({self.runs} of {self.ok_runs} ok runs)")
 
 
-def _get(d, keys):
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
 def ok_records(campaign: Path) -> list[dict]:
     """The ``record.json`` of every ok run of the campaign folder ``campaign`` (its ``runs/``)."""
     found = []
@@ -65,8 +71,9 @@ def summarise(folder: str | Path, name: str | None = None) -> HostLoad:
     half of them carry (the runs without it are counted, not guessed)."""
     records = ok_records(Path(folder))
     name = name or Path(folder).name
-    for measure, keys, meaning in MEASURES:
-        values = [float(v) for v in (_get(r.get("metadata"), keys) for r in records) if v is not None]
+    metas = [metadata_of(r, drop_unreadable=True) for r in records]
+    for measure, value_of, meaning in MEASURES:
+        values = [float(v) for v in map(value_of, metas) if v is not None]
         if values and 2 * len(values) >= len(records):
             return HostLoad(name, measure, meaning, len(values), len(records),
                             round(statistics.median(values), 2), round(min(values), 2), round(max(values), 2))

@@ -25,8 +25,12 @@ Sources of the identity:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bbrlab.run.runmeta import RunMetadata
+    from bbrlab.scenario.scenario import Scenario
 
 #: Names of congestion controls that are not BBR, as figures print them.
 CCA_LABELS = {"cubic": "Cubic", "reno": "Reno", "vegas": "Vegas", "dctcp": "DCTCP", "westwood": "Westwood"}
@@ -91,24 +95,23 @@ def explicit_version(cca: str | None) -> int | None:
 
 # -- bbrlab records ------------------------------------------------------------------------------
 
-def from_record(record: Mapping) -> Identity:
-    """The identity of one bbrlab run record.
+def from_record(scenario: Scenario, meta: RunMetadata) -> Identity:
+    """The identity of one bbrlab run record, from its typed scenario and metadata.
 
-    ``metadata.cca.bbr_version`` and ``metadata.cca.patched`` are used when the record has them;
-    otherwise :func:`from_module` derives them from the module and kernel the record names.
+    ``metadata.cca.bbr_version`` and ``metadata.cca.patched`` are used when the record states a version (a
+    congestion control that is not BBR states none and reads the same either way); otherwise
+    :func:`from_module` derives them from the module and kernel the record names.
     """
-    meta = record.get("metadata") or {}
-    said = meta.get("cca") if isinstance(meta.get("cca"), Mapping) else {}
-    flow = (record.get("scenario") or {}).get("flow") or {}
-    cca = flow.get("cca") or said.get("requested")
-    kernel = (meta.get("testbed") or {}).get("sender_kernel")
-    if "bbr_version" in said and "patched" in said:
-        version = said["bbr_version"]
-        return Identity(cca, int(version) if version is not None else None, bool(said["patched"]), kernel)
-    return from_module(cca, meta.get("module"), kernel)
+    said = meta.cca
+    cca = scenario.flow.cca or (said.requested if said else None)
+    kernel = meta.testbed.sender_kernel
+    if said is not None and said.bbr_version is not None:
+        return Identity(cca, int(said.bbr_version), bool(said.patched), kernel)
+    module = meta.module
+    return from_module(cca, module.name if module else None, module.patch_sha256 if module else None, kernel)
 
 
-def from_module(cca: str | None, module: Mapping | None, kernel: str | None) -> Identity:
+def from_module(cca: str | None, module_name: str | None, patch_sha256: str | None, kernel: str | None) -> Identity:
     """The fallback for records written before they stated their BBR version.
 
     - a congestion control that is not BBR: no version, not patched;
@@ -117,12 +120,15 @@ def from_module(cca: str | None, module: Mapping | None, kernel: str | None) -> 
     - the version of ``bbr`` is the kernel's: 3 on a kernel whose release names BBRv3 (bbrlab's v3
       recipe appends ``-bbrv3``), else 1 (Debian's and mainline kernels ship BBRv1);
     - a name that states a version (``bbr1``, ``bbr3``) keeps it.
+
+    ``module_name`` and ``patch_sha256`` are those of the module the record names (``metadata.module``), None
+    when it names none.
     """
     if not is_bbr(cca):
         return Identity(cca, None, False, kernel)
     name = str(cca).lower()
-    named_module = isinstance(module, Mapping) and str(module.get("name") or "").lower() == name
-    patched = name in ("bbr2b", "bbr3b") or (named_module and bool(module.get("patch_sha256")))
+    named_module = str(module_name or "").lower() == name
+    patched = name in ("bbr2b", "bbr3b") or (named_module and bool(patch_sha256))
     version = explicit_version(cca) or kernel_bbr_version(kernel)
     return Identity(cca, version, patched, kernel)
 

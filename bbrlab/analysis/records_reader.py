@@ -112,7 +112,7 @@ class RunView:
     @cached_property
     def identity(self) -> identity.Identity:
         """The run's congestion-control identity (CCA, BBR version, patched, kernel, variant), read once."""
-        return identity.from_record(self.record)
+        return identity.from_record(self.scenario, self.meta)
 
     @property
     def workload(self) -> str:
@@ -277,7 +277,7 @@ def read_run(campaign_dir: Path, rel: str) -> RunRows:
         if not ss_path.exists():
             continue
         ports = {c.get("local_port") for c in _get(report, "start", "connected", default=[])} - {None}
-        ports |= {_get(record, "metadata", "transfer", "socket", "local_port")} - {None}
+        ports |= {_get(meta.transfer.socket if meta.transfer else None, "local_port")} - {None}
         try:
             ss, span_s = ss_frame(record.get("run_id"), ss_path, ports, log=log,
                                   sender_clock=measured.sender)

@@ -22,7 +22,8 @@ transfer with no qdisc at all on the emulator (RTT 0), to tell what netem itself
 API::
 
     from bbrlab.calibration import calibrate
-    spec = calibrate.CalibrationSpec.for_campaign(load_spec("specs/demo.yaml"))
+    from bbrlab.calibration.plan import CalibrationSpec
+    spec = CalibrationSpec.for_campaign(load_spec("specs/demo.yaml"))
     cal = calibrate.calibrate(testbed, spec, "runs/demo")      # writes runs/demo/calibration.json
     cal.find(PointKey.of(10, 25, 20)).ceiling_mbit
 """
@@ -42,24 +43,8 @@ from bbrlab.run import record as rec
 from bbrlab.run.ceiling import FILE_NAME, Calibration
 from bbrlab.run.runner import Runner
 
-from .ceilings import (  # noqa: F401 - the summary's API, also reached through this module
-    BUSY_PCT,
-    CCA,
-    REFERENCE_KEY,
-    SENDER_BOUND_DEMAND_PCT,
-    SHARE_BOUND_FRACTION,
-    classify_limit,
-    emulator_busy,
-    host_busy,
-    point_of,
-    read_records,
-    sender_usage,
-    summarise,
-    summarise_point,
-)
-from .plan import (
-    CalibrationSpec,
-)  # noqa: F401 - the plan, reached through this module
+from .ceilings import REFERENCE_KEY, emulator_busy, host_busy, point_of, read_records, sender_usage, summarise
+from .plan import CalibrationSpec
 
 #: Folder of the calibration runs inside the campaign directory (one sub-folder per testbed and grid).
 RUNS_FOLDER = "calibration"

@@ -195,7 +195,7 @@ def repair(out_dir: str | Path, run_ids: list[str], say: Callable[[str], None] =
 
 class Planned(Protocol):
     """What the campaign directory and the run loop need of a spec: a :class:`~bbrlab.campaign.spec.CampaignSpec`, or another
-    plan of scenarios such as :class:`bbrlab.calibration.calibrate.CalibrationSpec` (whose points are not a full grid).
+    plan of scenarios such as :class:`bbrlab.calibration.plan.CalibrationSpec` (whose points are not a full grid).
     ``to_dict()`` is written as ``spec.yaml`` and must hold ``max_attempts``."""
 
     name: str

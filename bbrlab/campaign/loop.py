@@ -37,7 +37,6 @@ from typing import Protocol
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.signals import checkpoint, interruptible
 from bbrlab.run import record as rec
-from bbrlab.run.record import failure_record  # noqa: F401 - where callers found it
 from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed.lock import open_lock_file, set_activity
 

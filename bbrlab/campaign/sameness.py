@@ -15,6 +15,7 @@ from bbrlab.core import recordjson
 from bbrlab.core.errors import NotARunFailure, ValidationError
 from bbrlab.run import record as rec
 from bbrlab.run.campaignadded import MixedMark
+from bbrlab.run.runrecord import scenario_of
 from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed.record import TestbedRecord
 
@@ -147,7 +148,7 @@ def check_run_testbed(out_dir: str | Path, scenario: Scenario, metadata: dict, s
     key = (testbed.name, scenario.kernel)
     if key not in seen:
         for ran in _records(Path(out_dir)):
-            if (ran.testbed.name, (ran.record.get("scenario") or {}).get("kernel")) == key:
+            if (ran.testbed.name, scenario_of(ran.record).kernel) == key:
                 seen[key] = (ran.testbed.sender_kernel, ran.record["run_id"])
                 break
         else:

@@ -75,6 +75,7 @@ from bbrlab.core.errors import BbrlabError, ValidationError, key_name
 from bbrlab.core.yamlfile import read_capped
 from bbrlab.scenario.competition import ExtraFlow
 from bbrlab.scenario.cpumodels import DEFAULT_MODEL, MODELS
+from bbrlab.scenario.cpumodels.base import UNUSED_TIMESLICE_MS
 from bbrlab.scenario.scenario import (
     Contention,
     Flow,
@@ -93,7 +94,7 @@ from .search import SearchRule
 from .settings import BY_KEY as SETTING
 from .settings import SETTINGS, read_settings, setting_default
 from .spec_combinations import check_combinations
-from .spec_models import UNUSED_TIMESLICE_MS, contention_of
+from .spec_models import contention_of
 from .spec_values import check_testbed
 
 #: Seconds a run costs beyond its iperf3 duration, for plan estimates before anything is measured.

@@ -9,7 +9,6 @@ import itertools
 
 from bbrlab.core.errors import ValidationError
 from bbrlab.scenario import cpumodels
-from bbrlab.scenario.cpumodels import UNUSED_TIMESLICE_MS  # noqa: F401 - known from here
 from bbrlab.scenario.scenario import Contention
 
 

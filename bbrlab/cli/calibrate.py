@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from .common import driving
+from bbrlab.testbed.driving import driving
 
 DESCRIPTION = """\
 Measures the sender's CPU ceiling at every timeslice x CPU share x RTT of a campaign: the highest
@@ -68,8 +68,8 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    """The :class:`~bbrlab.calibration.calibrate.CalibrationSpec` the flags ask for (validated, nothing touched)."""
-    from bbrlab.calibration.calibrate import CalibrationSpec
+    """The :class:`~bbrlab.calibration.plan.CalibrationSpec` the flags ask for (validated, nothing touched)."""
+    from bbrlab.calibration.plan import CalibrationSpec
     from bbrlab.campaign.spec import load_spec
     from bbrlab.core.errors import ValidationError
 

@@ -2,18 +2,17 @@
 
 Every command that acts on a testbed has ``--testbed NAME|FILE`` (:func:`add_testbed_option`), with
 the default of :func:`bbrlab.testbed.target.default_testbed`. Commands that change a testbed hold its
-lock while they do (:func:`changing`) and say what they are doing; read-only commands that would run
-commands on its guests first ask whether someone else holds it (:func:`busy_elsewhere`), so a look at
+lock while they do (:func:`bbrlab.testbed.driving.changing`) and say what they are doing; read-only commands
+that would run commands on its guests first ask whether someone else holds it (:func:`busy_elsewhere`), so a look at
 the testbed does not steal CPU from a contended sender in the middle of a campaign. Commands that drive
 a testbed (a campaign, calibration, setting the link) take its lock before they read anything of it, and
-on a lab also the lock on its own hosts (:func:`driving`).
+on a lab also the lock on its own hosts (:func:`bbrlab.testbed.driving.driving`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bbrlab.testbed.driving import changing, driving, lock_name  # noqa: F401 - the commands import them from here
 from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 TESTBED_HELP = ("a local testbed's name or a testbed file (default: $BBRLAB_TESTBED, else the local testbed "

@@ -15,8 +15,9 @@ import json
 from bbrlab.contention.vcpu import explicit_vcpu_threads, named_vcpu_threads, owning_testbed, qmp_vcpu_threads
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host, LocalHost
+from bbrlab.testbed.driving import changing
 
-from .common import TESTBED_HELP, changing, testbed_arg
+from .common import TESTBED_HELP, testbed_arg
 
 SET_EPILOG = """\
 `set` leaves the policy in place after the command exits: it stays until `bbrlab contention clear`

@@ -6,8 +6,9 @@ import contextlib
 import json
 
 from bbrlab.core.errors import BbrlabError
+from bbrlab.testbed.driving import changing
 
-from .common import TESTBED_HELP, add_force_option, changing, load_testbed, refuse_if_busy
+from .common import TESTBED_HELP, add_force_option, load_testbed, refuse_if_busy
 
 
 def register(sub) -> None:

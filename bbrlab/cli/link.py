@@ -27,8 +27,9 @@ from bbrlab.core.errors import ValidationError
 from bbrlab.core.units import parse_buffer, parse_percent, parse_rate_mbit, parse_size_bytes, parse_time_ms
 from bbrlab.scenario.link import EMULATOR_OFFLOADS
 from bbrlab.scenario.linksizing import QUEUE_MODES
+from bbrlab.testbed.driving import driving
 
-from .common import add_force_option, add_testbed_option, driving, load_testbed, refuse_if_busy, testbed_arg
+from .common import add_force_option, add_testbed_option, load_testbed, refuse_if_busy, testbed_arg
 
 if TYPE_CHECKING:
     from bbrlab.link.counters import QueueHeld

@@ -8,12 +8,12 @@ import shlex
 import sys
 
 from bbrlab.core.errors import BbrlabError
+from bbrlab.testbed.driving import changing
 from bbrlab.testbed.holder import busy_elsewhere, describe_holder
 
 from .common import (
     add_force_option,
     add_testbed_option,
-    changing,
     refuse_if_busy,
     testbed_arg,
 )

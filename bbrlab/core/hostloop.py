@@ -15,7 +15,8 @@ can where they run and can never outlive a run:
 
 from __future__ import annotations
 
-from .hosts import Host, Result
+from .commands import Result
+from .hosts import Host
 from .ownedpids import KILL_OURS_SH
 
 #: ``running PID`` succeeds while PID exists and is not a zombie. A spawned process is reparented to the

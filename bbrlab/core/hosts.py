@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import owners
-from .commands import (  # noqa: F401 - re-exported: callers import them from here
+from .commands import (
     CommandError,
     CommandTimeout,
     HeldCommand,

@@ -27,8 +27,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from bbrlab.core.commands import CommandError
 from bbrlab.core.errors import TestbedError, ValidationError
-from bbrlab.core.hosts import CommandError, Host
+from bbrlab.core.hosts import Host
 from bbrlab.scenario.scenario import Link
 from bbrlab.testbed import hostlock
 

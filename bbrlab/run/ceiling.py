@@ -49,7 +49,7 @@ MAX_FILE_BYTES = 16 << 20
 #: What must be equal between the calibration's testbed and the one a run uses.
 IDENTITY = ("name", "kind", "accelerator", "sender_kernel", "sender_vcpus")
 #: What a point's ``limit`` names, joined with " and " when several were saturated, or "undetermined"
-#: (see :func:`bbrlab.calibration.calibrate.classify_limit`).
+#: (see :func:`bbrlab.calibration.ceilings.classify_limit`).
 LIMITS = ("sender-cpu", "emulator", "host-cpu")
 
 

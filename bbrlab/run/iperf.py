@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 
+from bbrlab.core.commands import Result
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.core.hostloop import RUNNING_SH
-from bbrlab.core.hosts import Host, Result
+from bbrlab.core.hosts import Host
 from bbrlab.core.ownedpids import KILL_OURS_SH, Spawned
 from bbrlab.scenario.scenario import check_cca
 
@@ -184,7 +185,7 @@ def run_client(host: Host, server_ip: str, *, cca: str, duration_s: float, strea
     """Run the client on ``host`` (the sender) to completion; its result, whatever the exit code.
 
     The client runs under ``timeout`` on the host itself; ``ssh_margin_s`` more is allowed for the
-    command as a whole (a slow or contended guest), then :class:`~bbrlab.core.hosts.CommandTimeout`.
+    command as a whole (a slow or contended guest), then :class:`~bbrlab.core.commands.CommandTimeout`.
     """
     argv = client_argv(server_ip, cca=cca, duration_s=duration_s, streams=streams, port=port, cport=cport)
     return host.run(argv, timeout=duration_s + CLIENT_MARGIN_S + ssh_margin_s, check=False)

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bbrlab.core import leftdirs, recordjson
+from bbrlab.core.commands import Result
 from bbrlab.core.errors import RunFailed, TestbedError
-from bbrlab.core.hosts import Host, Result
+from bbrlab.core.hosts import Host
 from bbrlab.scenario.scenario import Flow
 from bbrlab.scenario.workloads import RsyncParams
 

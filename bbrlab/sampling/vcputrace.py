@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from bbrlab.core import owners
+from bbrlab.core.commands import CommandError
 from bbrlab.core.errors import BbrlabError, ValidationError
-from bbrlab.core.hosts import CommandError, Host
+from bbrlab.core.hosts import Host
 from bbrlab.core.ownedpids import KILL_OURS_SH
 from bbrlab.core.signals import restore_on_signals
 

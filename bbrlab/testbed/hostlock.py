@@ -41,8 +41,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from bbrlab.core.commands import HeldCommand
 from bbrlab.core.errors import TestbedError
-from bbrlab.core.hosts import HeldCommand, Host, SSHHost
+from bbrlab.core.hosts import Host, SSHHost
 
 #: Where the lock and the notes live on a host (a tmpfs on Linux: gone after a reboot, like every holder).
 REMOTE_DIR = "/run/bbrlab"

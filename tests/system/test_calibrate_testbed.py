@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bbrlab.analysis import data
-from bbrlab.calibration import calibrate
+from bbrlab.calibration import ceilings
 from bbrlab.link import emulator as link
 from bbrlab.run import ceiling
 from bbrlab.run import record as rec
@@ -62,14 +62,14 @@ def test_calibration_file_summarises_its_own_runs(testbed, calibrated):
         assert kinds == ([] if s["link"]["rtt_ms"] == 0 else ["netem"])  # unshaped: no token bucket
         assert r["metadata"]["cpu_load"]["emulator"]["busy_pct"] is not None
         assert r["metadata"]["cpu_load"]["sender_hypervisor"]["cpus"] >= 1
-        key = (calibrate.REFERENCE_KEY if s["link"]["rtt_ms"] == 0 else
+        key = (ceilings.REFERENCE_KEY if s["link"]["rtt_ms"] == 0 else
                ceiling.PointKey.of_scenario(Scenario.from_dict(s)).text)
         by_key.setdefault(key, {})[s["flow"]["streams"]] = round(r["metadata"]["iperf"]["receiver_mbit"], 3)
     assert sorted(p.key for p in cal.points) == ["sh100-rtt20ms", "ts10ms-sh25-rtt20ms"]
     for p in cal.points:  # one repetition: the ceiling is the better stream count's throughput
         assert p.ceiling_mbit == max(by_key[p.key].values())
         assert by_key[p.key][p.streams] == p.ceiling_mbit and p.limit
-    assert cal.reference["bridge_only_mbit"] == max(by_key[calibrate.REFERENCE_KEY].values())
+    assert cal.reference["bridge_only_mbit"] == max(by_key[ceilings.REFERENCE_KEY].values())
     assert "ts10ms-sh25-rtt20ms" in res.stdout and "written:" in res.stdout
     shown = _bbrlab("calibrate", "--show", str(out), timeout=60)
     assert shown.returncode == 0 and f"{cal.find(ceiling.PointKey.of(10, 25, 20)).ceiling_mbit:.1f}" in shown.stdout

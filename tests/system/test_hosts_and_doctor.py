@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from bbrlab.core.hosts import CommandError, CommandTimeout, LocalHost, NetnsHost
+from bbrlab.core.commands import CommandError, CommandTimeout
+from bbrlab.core.hosts import LocalHost, NetnsHost
 
 pytestmark = pytest.mark.system
 

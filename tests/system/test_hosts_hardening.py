@@ -87,7 +87,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_timeout_kills_the_commands_children_too():
-    code = ("from bbrlab.core.hosts import LocalHost, CommandTimeout\n"
+    code = ("from bbrlab.core.commands import CommandTimeout\nfrom bbrlab.core.hosts import LocalHost\n"
             "try:\n    LocalHost().run(['sh', '-c', 'sleep 60 & sleep 60; wait'], timeout=1)\n"
             "except CommandTimeout:\n    print('timeout')\n")
     t0 = time.monotonic()
@@ -124,7 +124,7 @@ def test_user_invoke_configuration_does_not_change_local_commands(planted_home, 
 
 
 def test_user_fabric_configuration_is_not_read(planted_home):
-    code = ("from bbrlab.core.hosts import fabric_config, invoke_config\n"
+    code = ("from bbrlab.core.commands import fabric_config, invoke_config\n"
             "c = fabric_config(); i = invoke_config()\n"
             "print(c.run.dry, c.forward_agent, c.gateway, c.load_ssh_configs, dict(c.connect_kwargs), i.run.dry,"
             " i.run.echo, len(c.base_ssh_config.get_hostnames()))\n")

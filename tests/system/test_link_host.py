@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from bbrlab.core import errors
-from bbrlab.core.hosts import CommandError, LocalHost, NetnsHost
+from bbrlab.core.commands import CommandError
+from bbrlab.core.hosts import LocalHost, NetnsHost
 from bbrlab.link import emulator as linkmod
 from bbrlab.link.qdisc import (
     PortTree,

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from bbrlab.analysis import hostload
 from bbrlab.cli.main import main
+from bbrlab.contention.hostcpu import CpuLoad, HostBusy
+from bbrlab.contention.outside import OutsideLoad
+from bbrlab.run.runmeta import RunMetadata
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 ROW = re.compile(r"^\| `(?P<folder>[^`]+)/` \| `(?P<measure>\w+)` \| (?P<median>[\d.]+) "
@@ -46,12 +49,21 @@ def test_one_folder_read_by_hand():
     assert (h.median_pct, h.min_pct, h.max_pct) == (round(statistics.median(busy), 2), min(busy), max(busy))
 
 
+def _host(busy_pct):
+    return HostBusy(busy_pct, None, None, cpus=4, ticks=400)
+
+
+def _outside(other_busy_pct):
+    return OutsideLoad(other_busy_pct, None, None, None, None, None, window_s=10.0, cpus=4, ticks=4000,
+                       other_ticks=0, testbed_ticks=0, testbed_processes=3, top=[])
+
+
 def test_new_records_are_summarised_by_the_cpu_outside_the_testbed(tmp_path):
     for i, (other, busy) in enumerate([(2.0, 60.0), (4.0, 70.0), (30.0, 90.0)]):
         run = tmp_path / "c" / "runs" / f"r{i}"
         run.mkdir(parents=True)
-        run.joinpath("record.json").write_text(json.dumps({"status": "ok", "metadata": {
-            "host_other": {"other_busy_pct": other}, "cpu_load": {"sender_hypervisor": {"busy_pct": busy}}}}))
+        meta = RunMetadata(host_other=_outside(other), cpu_load=CpuLoad(_host(None), _host(busy)))
+        run.joinpath("record.json").write_text(json.dumps({"status": "ok", "metadata": meta.to_dict()}))
     (h,) = hostload.summarise_folders(tmp_path / "c")
     assert (h.measure, h.median_pct, h.min_pct, h.max_pct, h.runs) == (
         "host_other_busy_pct", 4.0, 2.0, 30.0, 3)

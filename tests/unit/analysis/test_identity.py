@@ -6,22 +6,27 @@ from pathlib import Path
 import pytest
 
 from bbrlab.analysis import identity
+from bbrlab.kernel import ModuleIdentity
+from bbrlab.run.runmeta import CcaUse, RunMetadata
+from bbrlab.run.runrecord import RunRecord
+from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
 
 DATA = Path(__file__).parents[3] / "data"
 
 
 def record(cca, module=None, kernel="6.1.0-56-amd64", **said):
-    return {"scenario": {"flow": {"cca": cca}},
-            "metadata": {"cca": {"requested": cca, **said}, "module": module, "testbed": {"sender_kernel": kernel}}}
+    """(scenario, metadata) of a run of ``cca``; without ``said``, its cca states no BBR version (older records)."""
+    meta = RunMetadata(testbed={"sender_kernel": kernel}, cca=CcaUse(cca, **said), module=module)
+    return Scenario(Link(20, 100), Contention(1, 100), Flow(cca)), meta
 
 
-BBR2B = {"name": "bbr2b", "patch_sha256": "e58b", "source_sha256": "d808", "params": {"deficit_gain": 739}}
+BBR2B = ModuleIdentity("bbr2b", patch_sha256="e58b", source_sha256="d808", params={"deficit_gain": 739})
 
 
 def test_record_fields_win_when_present():
-    ident = identity.from_record(record("bbr", bbr_version=3, patched=False, kernel="6.13.0-bbrv3"))
+    ident = identity.from_record(*record("bbr", bbr_version=3, patched=False, kernel="6.13.0-bbrv3"))
     assert (ident.bbr_version, ident.patched, ident.variant) == (3, False, "BBRv3")
-    assert identity.from_record(record("cubic", bbr_version=None, patched=False)).variant == "Cubic"
+    assert identity.from_record(*record("cubic", bbr_version=None, patched=False)).variant == "Cubic"
 
 
 @pytest.mark.parametrize(("cca", "module", "kernel", "variant"), [
@@ -34,13 +39,14 @@ def test_record_fields_win_when_present():
     ("bbr", None, "6.18.44-fc-v669", "BBRv1"),            # mainline ships BBRv1
 ])
 def test_fallback_for_older_records(cca, module, kernel, variant):
-    assert identity.from_record(record(cca, module, kernel)).variant == variant
+    assert identity.from_record(*record(cca, module, kernel)).variant == variant
 
 
 def test_every_record_in_data_gets_a_version_from_its_module_and_kernel():
     for path in DATA.glob("*/runs/*/record.json"):
         rec = json.loads(path.read_text())
-        ident = identity.from_record(rec)
+        typed = RunRecord.from_json(rec)
+        ident = identity.from_record(typed.scenario, typed.metadata)
         cca = rec["scenario"]["flow"]["cca"]
         expected = {"bbr": "BBRv1", "bbr2b": "BBRv1 patched", "cubic": "Cubic"}[cca]
         # the kernel the sender ran, as the run read it (data/poster-fig2-local also holds 5.10 and 6.12)

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bbrlab.calibration import calibrate
-from bbrlab.calibration.calibrate import CalibrationSpec
+from bbrlab.calibration import calibrate, ceilings
+from bbrlab.calibration.plan import CalibrationSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling
@@ -109,7 +109,7 @@ def test_ceiling_is_the_highest_run_of_the_better_stream_count(tmp_path):
     """The ceiling bounds what the sender carried: the highest run (issue #26), the median kept per stream count."""
     spec = CalibrationSpec("c", (10,), (25, 100), (20,), streams=(1, 4), repetitions=3)
     _write_runs(tmp_path, spec, _mbit)
-    cal = calibrate.summarise(spec, tmp_path, TESTBED)
+    cal = ceilings.summarise(spec, tmp_path, TESTBED)
     point = cal.find(PointKey.of(10, 25, 20))
     assert point.ceiling_mbit == 47.0 and point.streams == 4  # the highest of 45, 46, 47
     assert point.by_streams["1"]["repetitions_mbit"] == [40.0, 41.0, 42.0]
@@ -126,26 +126,26 @@ def test_ceiling_is_the_highest_run_of_the_better_stream_count(tmp_path):
 
 
 def test_limit_follows_the_evidence():
-    assert calibrate.classify_limit(95, 20)[0] == "sender-cpu"
-    assert calibrate.classify_limit(50, 95)[0] == "emulator"
-    assert calibrate.classify_limit(95, 95)[0] == "sender-cpu and emulator"
-    assert calibrate.classify_limit(50, 50, 97)[0] == "host-cpu"
-    assert calibrate.classify_limit(50, 50, 60)[0] == "undetermined"
-    limit, evidence = calibrate.classify_limit(50, 50, 60, of_full_share=0.5)
+    assert ceilings.classify_limit(95, 20)[0] == "sender-cpu"
+    assert ceilings.classify_limit(50, 95)[0] == "emulator"
+    assert ceilings.classify_limit(95, 95)[0] == "sender-cpu and emulator"
+    assert ceilings.classify_limit(50, 50, 97)[0] == "host-cpu"
+    assert ceilings.classify_limit(50, 50, 60)[0] == "undetermined"
+    limit, evidence = ceilings.classify_limit(50, 50, 60, of_full_share=0.5)
     assert limit == "sender-cpu" and evidence[0] == "ceiling 50% of the full-share ceiling"
-    assert calibrate.classify_limit(None, None)[0] == "undetermined"
+    assert ceilings.classify_limit(None, None)[0] == "undetermined"
 
 
 def test_runs_from_another_kernel_are_refused(tmp_path):
     spec = CalibrationSpec("c", (10,), (25,), (20,), streams=(1,), repetitions=1, bridge_reference=False)
     _write_runs(tmp_path, spec, _mbit, testbed={**TESTBED, "sender_kernel": "6.13.0-bbr3"})
     with pytest.raises(CalibrationMismatch, match="another testbed or sender kernel"):
-        calibrate.summarise(spec, tmp_path, TESTBED)
+        ceilings.summarise(spec, tmp_path, TESTBED)
 
 
 def test_a_point_whose_runs_all_failed_has_no_ceiling(tmp_path):
     spec = CalibrationSpec("c", (10,), (25, 100), (20,), streams=(1,), repetitions=1, bridge_reference=False)
-    cal = calibrate.summarise(spec, tmp_path, TESTBED)  # no runs at all
+    cal = ceilings.summarise(spec, tmp_path, TESTBED)  # no runs at all
     assert [p.ceiling_mbit for p in cal.points] == [None, None]
     assert cal.missing(spec.plan()) == ["sh100-rtt20ms", "ts10ms-sh25-rtt20ms"]
 
@@ -158,7 +158,7 @@ def saved(tmp_path):
     runs = tmp_path / "camp" / "calibration" / "x"
     runs.mkdir(parents=True)
     _write_runs(runs, spec, _mbit)
-    cal = calibrate.summarise(spec, runs, TESTBED, runs_dir_text="calibration/x")
+    cal = ceilings.summarise(spec, runs, TESTBED, runs_dir_text="calibration/x")
     cal.save(tmp_path / "camp" / ceiling.FILE_NAME)
     return cal
 
@@ -239,7 +239,7 @@ def test_each_model_has_points_of_its_own_and_a_run_finds_its_models_ceiling(tmp
         return 200.0 if s.contention.unlimited else mbit[PointKey.of_scenario(s).model_tag or
                                                          f"ts{s.contention.timeslice_ms:g}ms"]
     _write_runs(tmp_path, spec, throughput)
-    cal = calibrate.summarise(spec, tmp_path, TESTBED)
+    cal = ceilings.summarise(spec, tmp_path, TESTBED)
     for s in camp.plan():
         point = cal.find(PointKey.of_scenario(s))
         assert point is not None and point.ceiling_mbit == throughput(s), s.run_id

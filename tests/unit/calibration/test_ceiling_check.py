@@ -11,8 +11,8 @@ import pytest
 
 from bbrlab.analysis import data, fidelity
 from bbrlab.calibration import ceilings
-from bbrlab.calibration.calibrate import CalibrationSpec
 from bbrlab.calibration.check import above_ceiling, ceiling_exceeded, report_lines
+from bbrlab.calibration.plan import CalibrationSpec
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run.ceiling import PointKey, load
 from tests.unit.calibration.test_calibration import TESTBED, _write_runs

@@ -204,7 +204,8 @@ def test_the_driver_of_several_testbeds_marks_its_records(tmp_path):
 def test_calibration_runs_of_another_vcpu_count_are_not_resumed(tmp_path):
     # A calibration's runs folder is named by testbed, accelerator and kernel, not by the sender's vCPUs:
     # resuming it with 2 vCPUs would mix ceilings of two senders. Refused before any run, --fresh named.
-    from bbrlab.calibration.calibrate import RUNS_FOLDER, CalibrationSpec, calibrate, runs_key
+    from bbrlab.calibration.calibrate import RUNS_FOLDER, calibrate, runs_key
+    from bbrlab.calibration.plan import CalibrationSpec
 
     cal = CalibrationSpec(name="calibration", timeslices_ms=(10,), cpu_shares_pct=(25, 100), rtts_ms=(20,),
                           repetitions=1, duration_s=2, streams=(1,), bridge_reference=False)

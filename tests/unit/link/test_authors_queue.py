@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from bbrlab.core import errors
+from bbrlab.core.commands import Result
 from bbrlab.core.errors import RunFailed, ValidationError
-from bbrlab.core.hosts import Host, Result
+from bbrlab.core.hosts import Host
 from bbrlab.link import bottleneck, offloads
 from bbrlab.link import counters as linkcount
 from bbrlab.link import emulator as linkmod

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import bbrlab.kernel.debian as debian
 from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import BbrlabError
 from bbrlab.core.hosts import Host
 
-from . import debian
 from .build import KERNELS_DIR, BuiltModule, ModuleBuild, cached_build, plan_build
 from .remote import load
 from .sender import ResolvedKernel

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+import bbrlab.kernel.debian as debian
 from bbrlab.core.cachefiles import sha256_file
 from bbrlab.core.errors import BbrlabError, ValidationError
 
-from . import debian
 from .bzimage import NotABzImage, read_bzimage
 from .features import FeatureReport, MissingFeatures, check_features
 

@@ -505,7 +505,7 @@ def down(name: str = "local", progress: bool = True) -> dict:
 
 def _leftover_partitions(name: str) -> list:
     """A CPU partition of this testbed left by a campaign over several testbeds that was killed."""
-    from .. import isolation
+    import bbrlab.testbed.isolation as isolation
 
     try:
         return isolation.remove_leftovers([name])
@@ -517,7 +517,7 @@ def _leftover_partitions(name: str) -> list:
 def _clear_partitions(name: str) -> list:
     """Leftover CPU partitions (this testbed's, and others' nobody uses) removed; raises
     :class:`TestbedError` when this testbed's belongs to a campaign that still runs."""
-    from .. import isolation
+    import bbrlab.testbed.isolation as isolation
 
     return isolation.clear_leftovers(name) if isolation.flavour() else []
 

@@ -10,13 +10,14 @@ from bbrlab.kernel import ModuleIdentity
 from bbrlab.run.runmeta import CcaUse, RunMetadata
 from bbrlab.run.runrecord import RunRecord
 from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario
+from bbrlab.testbed.record import TestbedRecord
 
 DATA = Path(__file__).parents[3] / "data"
 
 
 def record(cca, module=None, kernel="6.1.0-56-amd64", **said):
     """(scenario, metadata) of a run of ``cca``; without ``said``, its cca states no BBR version (older records)."""
-    meta = RunMetadata(testbed={"sender_kernel": kernel}, cca=CcaUse(cca, **said), module=module)
+    meta = RunMetadata(testbed=TestbedRecord(sender_kernel=kernel), cca=CcaUse(cca, **said), module=module)
     return Scenario(Link(20, 100), Contention(1, 100), Flow(cca)), meta
 
 

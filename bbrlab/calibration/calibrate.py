@@ -43,7 +43,16 @@ from bbrlab.run import record as rec
 from bbrlab.run.ceiling import FILE_NAME, Calibration
 from bbrlab.run.runner import Runner
 
-from .ceilings import REFERENCE_KEY, emulator_busy, host_busy, point_of, read_records, sender_usage, summarise
+from .ceilings import (
+    REFERENCE_KEY,
+    emulator_busy,
+    host_busy,
+    point_of,
+    read_records,
+    sender_usage,
+    summarise,
+    typed_record,
+)
 from .plan import CalibrationSpec
 
 #: Folder of the calibration runs inside the campaign directory (one sub-folder per testbed and grid).
@@ -96,18 +105,20 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
         raise BbrlabError("calibrate needs a Runner without a calibration (its runs define the ceilings)")
     load_before = host_load()
 
-    def on_run(record: dict) -> None:
+    def on_run(record: dict) -> None:  # the record's JSON as the campaign committed it
         if say is None:
             return
-        s, point = record["scenario"], point_of(record)
+        run = typed_record(record)
+        s, meta, point = run.scenario, run.metadata, point_of(run)
         key = REFERENCE_KEY if point == spec.reference_point() else point.text
-        thr = ((record.get("metadata") or {}).get("iperf") or {}).get("receiver_mbit")
-        used, wanted = sender_usage(record) if record["status"] == "ok" else (None, None)
-        emu, host = (emulator_busy(record), host_busy(record)) if record["status"] == "ok" else (None, None)
-        what = f"{thr:.1f} Mbit/s" if thr is not None else f"failed: {record['reason']}"
-        say(f"  {key} {s['flow']['streams']} stream(s) rep {s['repetition']}: {what}"
+        thr = meta.iperf.receiver_mbit if meta.iperf is not None else None
+        measured = run.status == "ok"
+        used, wanted = sender_usage(meta) if measured else (None, None)
+        emu, host = (emulator_busy(meta), host_busy(meta)) if measured else (None, None)
+        what = f"{thr:.1f} Mbit/s" if thr is not None else f"failed: {run.reason}"
+        say(f"  {key} {s.flow.params.streams} stream(s) rep {s.repetition}: {what}"
             + (f" (sender vCPU used {_pct(used)}, wanted {_pct(wanted)}; emulator busiest CPU {_pct(emu)}; "
-               f"host {_pct(host)})" if record["status"] == "ok" else ""))
+               f"host {_pct(host)})" if measured else ""))
 
     # the one way a campaign is opened on one testbed; it removes a CPU partition a killed campaign left first
     # (ceilings measured on a partition's few CPUs would be wrong)
@@ -115,7 +126,7 @@ def calibrate(testbed, spec: CalibrationSpec, out_dir: str | Path, *, runner=Non
     testbed_now = dict(described)
     ok, _ = read_records(runs_dir)
     if ok:  # the sender's kernel as the runs' own probes read it
-        testbed_now["sender_kernel"] = ok[-1]["metadata"]["testbed"].get("sender_kernel")
+        testbed_now["sender_kernel"] = ok[-1].metadata.testbed.sender_kernel
     cal = summarise(spec, runs_dir, testbed_now, host_load={"before": load_before, "after": host_load()},
                     runs_dir_text=os.path.relpath(runs_dir, out))
     cal.save(out / FILE_NAME)

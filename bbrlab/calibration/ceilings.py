@@ -26,13 +26,19 @@ Each point lists its ``evidence``.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bbrlab.contention.evidence import ContentionEvidence
+from bbrlab.contention.hostcpu import HostBusy
 from bbrlab.run import record as rec
 from bbrlab.run.ceiling import IDENTITY, Calibration, CalibrationMismatch, CeilingPoint, PointKey
-from bbrlab.scenario.scenario import Scenario
+from bbrlab.run.runmeta import RunMetadata
+from bbrlab.run.runrecord import RunRecord, metadata_of
+from bbrlab.testbed.record import TestbedRecord
 
 from .plan import CCA
 
@@ -52,34 +58,46 @@ CEILING_STATISTIC = ("highest receiver throughput of any repetition, of the stre
                      "(an upper bound of what the contended sender carried)")
 
 
-def sender_usage(record: dict) -> tuple[float | None, float | None]:
+def typed_record(record: Mapping | RunRecord) -> RunRecord:
+    """A calibration run's record, typed: its envelope and scenario as :meth:`RunRecord.from_json` reads them, its
+    metadata as :func:`~bbrlab.run.runrecord.metadata_of` with ``drop_unreadable`` (a part that does not read is
+    None, not the record refused). A record already typed is returned as it is."""
+    if isinstance(record, RunRecord):
+        return record
+    envelope = RunRecord.from_json({**record, "metadata": {}})
+    return dataclasses.replace(envelope, metadata=metadata_of(record, drop_unreadable=True))
+
+
+def sender_usage(meta: RunMetadata) -> tuple[float | None, float | None]:
     """(CPU used, CPU wanted) by the sender's vCPU threads in % of wall time, averaged over threads.
 
     Wanted = running + runnable but waiting (under SCHED_DEADLINE the throttled time counts as waiting).
     """
-    threads = (((record.get("metadata") or {}).get("contention") or {}).get("evidence") or {}).get("threads") or []
-    rows = [t for t in threads if t.get("wall_s")]
+    evidence = meta.contention.evidence if meta.contention is not None else None
+    threads = evidence.threads if isinstance(evidence, ContentionEvidence) else []
+    rows = [t.usage for t in threads if t.usage is not None and t.usage.wall_s]
     if not rows:
         return None, None
-    used = statistics.fmean(100.0 * t.get("cpu_s", 0.0) / t["wall_s"] for t in rows)
-    wanted = statistics.fmean(100.0 * (t.get("cpu_s", 0.0) + t.get("wait_s", 0.0)) / t["wall_s"] for t in rows)
+    used = statistics.fmean(100.0 * u.cpu_s / u.wall_s for u in rows)
+    wanted = statistics.fmean(100.0 * (u.cpu_s + u.wait_s) / u.wall_s for u in rows)
     return round(used, 2), round(min(wanted, 100.0), 2)
 
 
-def cpu_load(record: dict, host: str) -> dict:
-    """``metadata.cpu_load[host]`` (``emulator`` or ``sender_hypervisor``); empty when not recorded."""
-    return (((record.get("metadata") or {}).get("cpu_load") or {}).get(host)) or {}
+def cpu_load(meta: RunMetadata, host: str) -> HostBusy | None:
+    """``metadata.cpu_load`` of ``host`` (``emulator`` or ``sender_hypervisor``); None when not recorded."""
+    return getattr(meta.cpu_load, host) if meta.cpu_load is not None else None
 
 
-def emulator_busy(record: dict) -> float | None:
+def emulator_busy(meta: RunMetadata) -> float | None:
     """The emulator's busiest CPU during the transfer, in % (None when the run did not record it)."""
-    load = cpu_load(record, "emulator")
-    return load.get("busiest_cpu_pct", load.get("busy_pct"))
+    load = cpu_load(meta, "emulator")
+    return load.busiest_cpu_pct if load is not None else None
 
 
-def host_busy(record: dict) -> float | None:
+def host_busy(meta: RunMetadata) -> float | None:
     """How busy the sender's hypervisor host was over all its CPUs during the transfer, in %."""
-    return cpu_load(record, "sender_hypervisor").get("busy_pct")
+    load = cpu_load(meta, "sender_hypervisor")
+    return load.busy_pct if load is not None else None
 
 
 def classify_limit(sender_demand_pct: float | None, emulator_busy_pct: float | None,
@@ -110,43 +128,43 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def _identity(testbed: dict) -> dict:
-    return {k: testbed.get(k) for k in IDENTITY}
+def _identity(testbed: TestbedRecord) -> dict:
+    """The testbed identity a run recorded (:data:`~bbrlab.run.ceiling.IDENTITY`), as a calibration file keeps it."""
+    return {k: getattr(testbed, k) for k in IDENTITY}
 
 
 def _max(values: list[float]) -> float | None:
     return round(max(values), 3) if values else None
 
 
-def summarise_point(key: PointKey, records: list[dict], failed: dict[int, int], text: str | None = None) -> CeilingPoint:
+def summarise_point(key: PointKey, records: list[RunRecord], failed: dict[int, int], text: str | None = None) -> CeilingPoint:
     """The ceiling of one point from its ok run records (any stream counts); ``failed`` counts failed runs.
 
     Per stream count: the median and the maximum of its repetitions; the ceiling is the highest maximum
     (:data:`CEILING_STATISTIC`), its stream count the point's ``streams`` (fewer streams win a tie)."""
     by_streams: dict[str, dict] = {}
-    for n in sorted({r["scenario"]["flow"]["streams"] for r in records} | set(failed)):
-        runs = sorted((r for r in records if r["scenario"]["flow"]["streams"] == n),
-                      key=lambda r: r["scenario"]["repetition"])
-        values = [round(r["metadata"]["iperf"]["receiver_mbit"], 3) for r in runs]
+    for n in sorted({_streams(r) for r in records} | set(failed)):
+        runs = sorted((r for r in records if _streams(r) == n), key=lambda r: r.scenario.repetition)
+        values = [round(r.metadata.iperf.receiver_mbit, 3) for r in runs]
         by_streams[str(n)] = {"median_mbit": _median(values), "max_mbit": _max(values), "repetitions_mbit": values,
-                              "run_ids": [r["run_id"] for r in runs], "failed": failed.get(n, 0)}
+                              "run_ids": [r.run_id for r in runs], "failed": failed.get(n, 0)}
     measured = {n: v for n, v in by_streams.items() if v["max_mbit"] is not None}
     best = max(measured, key=lambda n: (measured[n]["max_mbit"], -int(n)), default=None)
-    chosen = [r for r in records if best is not None and str(r["scenario"]["flow"]["streams"]) == best]
-    usage = [sender_usage(r) for r in chosen]
+    chosen = [r.metadata for r in records if best is not None and str(_streams(r)) == best]
+    usage = [sender_usage(m) for m in chosen]
     cpu = _median([u[0] for u in usage if u[0] is not None])
     demand = _median([u[1] for u in usage if u[1] is not None])
-    emu = _median([b for r in chosen if (b := emulator_busy(r)) is not None])
-    host = _median([b for r in chosen if (b := host_busy(r)) is not None])
-    times = sorted(r["started_at"] for r in records)
+    emu = _median([b for m in chosen if (b := emulator_busy(m)) is not None])
+    host = _median([b for m in chosen if (b := host_busy(m)) is not None])
+    times = sorted(r.started_at for r in records)
     return CeilingPoint(
         key=text or key.text, timeslice_ms=key.timeslice_ms, model_tag=key.model_tag, cpu_share_pct=key.cpu_share_pct,
         rtt_ms=key.rtt_ms,
         ceiling_mbit=measured[best]["max_mbit"] if best else None, streams=int(best) if best else None,
         limit=classify_limit(demand, emu, host)[0] if best else "undetermined", sender_cpu_pct=cpu,
         sender_demand_pct=demand, emulator_busy_pct=emu, host_busy_pct=host, by_streams=by_streams,
-        testbed=_identity((records[0].get("metadata") or {}).get("testbed") or {}) if records else {},
-        measured_from=times[0] if times else None, measured_to=max(r["ended_at"] for r in records) if records else None)
+        testbed=_identity(records[0].metadata.testbed) if records else {},
+        measured_from=times[0] if times else None, measured_to=max(r.ended_at for r in records) if records else None)
 
 
 def _classify(points: list[CeilingPoint]) -> None:
@@ -177,37 +195,41 @@ def full_share_reading(full_mbit_by_rtt: dict[str, float | None], bridge_mbit: f
     return "; ".join(parts)
 
 
-def read_records(runs_dir: Path) -> tuple[list[dict], list[dict]]:
-    """The records of a calibration's runs folder: ``(ok, failed)``."""
-    ok = [rec.load_record(p) for p in sorted((runs_dir / rec.RUNS).glob("*")) if p.is_dir()]
-    failed = [rec.load_record(p) for p in sorted((runs_dir / rec.FAILED).glob("*")) if p.is_dir()]
+def read_records(runs_dir: Path) -> tuple[list[RunRecord], list[RunRecord]]:
+    """The records of a calibration's runs folder, typed (:func:`typed_record`): ``(ok, failed)``."""
+    ok = [typed_record(rec.load_record(p)) for p in sorted((runs_dir / rec.RUNS).glob("*")) if p.is_dir()]
+    failed = [typed_record(rec.load_record(p)) for p in sorted((runs_dir / rec.FAILED).glob("*")) if p.is_dir()]
     return ok, failed
 
 
-def point_of(record: dict) -> PointKey:
+def point_of(record: RunRecord) -> PointKey:
     """The calibration point a run record belongs to."""
-    s = Scenario.from_dict(record["scenario"])
-    return PointKey.of_scenario(s)
+    return PointKey.of_scenario(record.scenario)
+
+
+def _streams(record: RunRecord) -> int:
+    """How many streams the run's transfer had (a calibration runs iperf3)."""
+    return record.scenario.flow.params.streams
 
 
 def summarise(spec: CalibrationSpec, runs_dir: Path, testbed: dict, *, created_at: str | None = None,
               host_load: dict | None = None, runs_dir_text: str | None = None) -> Calibration:
     """The calibration from the runs in ``runs_dir``; refuses runs made on another testbed or kernel."""
     ok, failed = read_records(runs_dir)
-    strangers = [r["run_id"] for r in ok if _identity((r.get("metadata") or {}).get("testbed") or {})
-                 != _identity(testbed)]
+    expected = {k: testbed.get(k) for k in IDENTITY}  # the calibration file's own testbed (a dict)
+    strangers = [r.run_id for r in ok if _identity(r.metadata.testbed) != expected]
     if strangers:
         raise CalibrationMismatch(f"{runs_dir} holds runs made on another testbed or sender kernel "
                                   f"({strangers[0]} and {len(strangers) - 1} more); calibrate with --fresh")
-    done = {r["run_id"] for r in ok}
+    done = {r.run_id for r in ok}
     failures: dict[PointKey, dict[int, int]] = {}
     for r in failed:
-        if r["run_id"] not in done:
-            key, n = point_of(r), r["scenario"]["flow"]["streams"]
+        if r.run_id not in done:
+            key, n = point_of(r), _streams(r)
             failures.setdefault(key, {}).setdefault(n, 0)
             failures[key][n] += 1
     ref = spec.reference_point()
-    grouped: dict[PointKey, list[dict]] = {}
+    grouped: dict[PointKey, list[RunRecord]] = {}
     for r in ok:
         grouped.setdefault(point_of(r), []).append(r)
     points = [summarise_point(k, grouped.get(k, []), failures.get(k, {})) for k in spec.points()]

@@ -2,21 +2,27 @@
 file's schema, the staleness check and the pointer a run record keeps."""
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from bbrlab.calibration import calibrate, ceilings
 from bbrlab.calibration.plan import CalibrationSpec
+from bbrlab.contention.hostcpu import CpuLoad
 from bbrlab.core.errors import ValidationError
 from bbrlab.link.qdisc import build_tree
 from bbrlab.run import ceiling
-from bbrlab.run import record as rec
 from bbrlab.run.ceiling import Calibration, CalibrationMismatch, PointKey
+from bbrlab.run.runrecord import RunRecord
 from bbrlab.scenario.linksizing import NETEM_LIMIT_HEADROOM, UNSHAPED_SIZING_RATE_MBIT
 from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
 TESTBED = {"name": "tb", "kind": "local", "accelerator": "tcg", "sender_kernel": "6.1.0-56-amd64",
            "sender_vcpus": 1, "hypervisor": "QEMU 7.2"}
+#: A real calibration run (data/demo, 10 ms / 10 %, 4 streams): the records the tests write are this one altered.
+REAL_RUN = (Path(__file__).parents[3] / "data" / "demo" / "calibration" / "local-tcg-6.1.0-56-amd64-e95031f894"
+            / "runs" / "cubic-ts10ms-sh10-rtt20ms-unshaped-r00-e991b1e8ce")
 
 
 # -- the unshaped link ---------------------------------------------------------------------------
@@ -83,13 +89,19 @@ def test_for_campaign_takes_the_grid_and_bad_values_name_their_field():
 # -- summarising run records -----------------------------------------------------------------------
 
 def _record(scenario: Scenario, mbit: float, *, cpu_s=0.5, wait_s=4.0, emu=40.0, host=60.0, testbed=None) -> dict:
-    meta = {"testbed": dict(testbed or TESTBED), "iperf": {"receiver_mbit": mbit},
-            "contention": {"evidence": {"threads": [{"tid": 1, "cpu_s": cpu_s, "wait_s": wait_s, "wall_s": 5.0}]}},
-            "cpu_load": {"emulator": {"busy_pct": emu, "busiest_cpu_pct": emu},
-                         "sender_hypervisor": {"busy_pct": host}}}
-    return rec.build_record(run_id=scenario.run_id, campaign="c", status="ok", reason=None, attempt=1,
-                            started_at="2026-11-22T06:00:00.000Z", ended_at="2026-11-22T06:00:09.000Z",
-                            scenario=scenario.to_dict(), metadata=meta)
+    """The JSON of :data:`REAL_RUN` as if it had run ``scenario``: ``mbit`` received, its one vCPU thread using
+    ``cpu_s`` and waiting ``wait_s`` of 5 s, the emulator ``emu`` % and the hypervisor host ``host`` % busy."""
+    real = RunRecord.load(REAL_RUN)
+    meta = real.metadata
+    thread = meta.contention.evidence.threads[0]
+    usage = replace(thread.usage, cpu_s=cpu_s, wait_s=wait_s, wall_s=5.0)
+    evidence = replace(meta.contention.evidence, threads=[replace(thread, usage=usage)])
+    meta = replace(meta, testbed=replace(meta.testbed, **(testbed or TESTBED)),
+                   iperf=replace(meta.iperf, receiver_mbit=mbit), contention=replace(meta.contention, evidence=evidence),
+                   cpu_load=CpuLoad(replace(meta.cpu_load.emulator, busy_pct=emu, busiest_cpu_pct=emu),
+                                    replace(meta.cpu_load.sender_hypervisor, busy_pct=host)))
+    return replace(real, run_id=scenario.run_id, campaign="c", scenario=scenario, started_at="2026-11-22T06:00:00.000Z",
+                   ended_at="2026-11-22T06:00:09.000Z", metadata=meta).to_dict()
 
 
 def _write_runs(tmp_path, spec, throughput, **kw):
@@ -123,6 +135,27 @@ def test_ceiling_is_the_highest_run_of_the_better_stream_count(tmp_path):
     assert cal.configuration["ceiling"].startswith("highest receiver throughput of any repetition")
     assert "not the sender alone" in cal.reference["reading"]
     assert point.testbed == {k: TESTBED[k] for k in ceiling.IDENTITY}
+
+
+def test_a_runs_usage_and_load_are_read_from_its_typed_parts():
+    """The real run: one vCPU thread used 1.05 s and waited 11.29 s of 12.71 s (8.27 % used, 97.13 % wanted); emulator and host as recorded."""
+    meta = ceilings.typed_record(json.loads((REAL_RUN / "record.json").read_text())).metadata
+    assert ceilings.sender_usage(meta) == (8.27, 97.13)
+    assert (ceilings.emulator_busy(meta), ceilings.host_busy(meta)) == (1.28, 13.68)
+    assert ceilings.point_of(ceilings.typed_record(RunRecord.load(REAL_RUN))).text == "ts10ms-sh10-rtt20ms"
+
+
+def test_a_part_that_does_not_read_typed_is_left_out_not_the_run():
+    """A record whose contention and CPU load are of a form no type reads (as the partial parts these tests once
+    wrote) still counts its throughput; its usage and load are unknown."""
+    data = json.loads((REAL_RUN / "record.json").read_text())
+    data["metadata"] |= {"contention": {"evidence": {"threads": [{"tid": 1, "wall_s": 5.0}]}},
+                         "cpu_load": {"emulator": {"busy_pct": 3.0}}}
+    run = ceilings.typed_record(data)
+    assert run.metadata.contention is None and run.metadata.cpu_load is None
+    assert ceilings.sender_usage(run.metadata) == (None, None)
+    assert ceilings.emulator_busy(run.metadata) is None and ceilings.host_busy(run.metadata) is None
+    assert run.metadata.iperf.receiver_mbit == pytest.approx(50.445, abs=1e-3)
 
 
 def test_limit_follows_the_evidence():

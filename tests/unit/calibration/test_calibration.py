@@ -89,7 +89,7 @@ def _record(scenario: Scenario, mbit: float, *, cpu_s=0.5, wait_s=4.0, emu=40.0,
                          "sender_hypervisor": {"busy_pct": host}}}
     return rec.build_record(run_id=scenario.run_id, campaign="c", status="ok", reason=None, attempt=1,
                             started_at="2026-11-22T06:00:00.000Z", ended_at="2026-11-22T06:00:09.000Z",
-                            scenario=scenario.to_dict(), metadata=meta)
+                            scenario=scenario, metadata={}).to_dict() | {"metadata": meta}  # partial metadata: the calibration reads JSON
 
 
 def _write_runs(tmp_path, spec, throughput, **kw):

@@ -1,13 +1,14 @@
 """A run function without a testbed, for exercising the Dask campaign engine with real worker processes.
 
-It writes one file, waits ``BBRLAB_TEST_RUN_S`` seconds (default 0.3) and returns metadata naming the
-process that ran it; ``python -m tests.engine_runs DIR`` drives a 12-run campaign on two such workers
+It writes one file, waits ``BBRLAB_TEST_RUN_S`` seconds (default 0.3), names the process that ran it in
+``ran.json`` and returns real metadata; ``python -m tests.engine_runs DIR`` drives a 12-run campaign on two such workers
 (used by the driver-kill, driver-interrupt and listener tests; it prints ``started ADDRESS TLS_DIR`` once
 the workers are up, and exits with status 128 + signal when interrupted).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -15,6 +16,11 @@ from pathlib import Path
 
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
+from tests.campaign_runs import run_metadata
+
+#: The file beside the run's record naming the process that ran it (``pid``): a run's metadata is a typed
+#: RunMetadata, which has no such field.
+RAN_FILE = "ran.json"
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
@@ -42,7 +48,8 @@ def slow_run(scenario, staging, *, run_id, attempt):
         if marks:
             Path(marks, f"{run_id}.a{attempt}").write_text(str(os.getpid()))
         raise
-    return {"pid": os.getpid()}
+    (staging / RAN_FILE).write_text(json.dumps({"pid": os.getpid()}))
+    return run_metadata(scenario)
 
 
 def block_run(scenario, staging, *, run_id, attempt, block=None):
@@ -100,7 +107,10 @@ if __name__ == "__main__":
 
 
 def inode_run(scenario, staging, *, run_id, attempt):
-    """:func:`slow_run` that names where it wrote its file (``metadata.staged``: the directory and the file's
-    inode): a run whose files reached ``runs/`` by a rename keeps that inode."""
+    """:func:`slow_run` that names where it wrote its file (``staged`` in :data:`RAN_FILE`: the directory and the
+    file's inode): a run whose files reached ``runs/`` by a rename keeps that inode."""
     metadata = slow_run(scenario, staging, run_id=run_id, attempt=attempt)
-    return {**metadata, "staged": {"dir": str(staging), "inode": (staging / "iperf.json").stat().st_ino}}
+    ran = json.loads((staging / RAN_FILE).read_text())
+    staged = {"dir": str(staging), "inode": (staging / "iperf.json").stat().st_ino}
+    (staging / RAN_FILE).write_text(json.dumps({**ran, "staged": staged}))
+    return metadata

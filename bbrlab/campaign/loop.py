@@ -172,7 +172,9 @@ class InProcess:
 def commit_finished(out: Path, campaign: str, finished: Finished, mixed: dict | None = None) -> dict:
     """Write one finished attempt into the campaign directory, atomically, and return its record: ok into
     ``runs/``, failed into ``failed/``. With ``mixed`` (:func:`check_same_testbed`'s return) the record carries
-    ``metadata.mixed``. The one place where a campaign's record is made. No room to write it is
+    ``metadata.mixed``. The one place where a campaign's record is made: typed
+    (:func:`~bbrlab.run.record.record_of_run`; a run whose metadata does not type is kept as a failed attempt,
+    its reason naming the key), its JSON returned. No room to write it is
     :class:`~bbrlab.run.record.DiskFull` (the attempt removed; nothing of it in ``runs/`` or ``failed/``)."""
     staging = None
     try:
@@ -190,12 +192,12 @@ def _commit(out: Path, campaign: str, finished: Finished, staging: Path, mixed: 
     metadata = dict(finished.metadata)
     if mixed is not None:
         metadata["mixed"] = mixed_marker(mixed)
-    record = rec.build_record(run_id=finished.attempt.run_id, campaign=campaign, status=finished.status,
-                              reason=finished.reason, attempt=finished.attempt.attempt,
-                              started_at=finished.started_at, ended_at=finished.ended_at,
-                              scenario=finished.attempt.scenario.to_dict(), metadata=metadata)
+    record = rec.record_of_run(staging, run_id=finished.attempt.run_id, campaign=campaign, status=finished.status,
+                               reason=finished.reason, attempt=finished.attempt.attempt,
+                               started_at=finished.started_at, ended_at=finished.ended_at,
+                               scenario=finished.attempt.scenario, metadata=metadata)
     rec.commit(staging, out, record)
-    return record
+    return record.to_dict()
 
 
 def _check_kernel(out: Path, finished: Finished, mixed: dict | None, seen: dict) -> None:

@@ -26,10 +26,13 @@ import shutil
 import stat
 from pathlib import Path
 
-from bbrlab.core.errors import BbrlabError
+import pydantic
 
-from .runmeta import failure_reason, of_error
-from .runrecord import RECORD_SCHEMA
+from bbrlab.core.errors import BbrlabError
+from bbrlab.scenario.scenario import Scenario
+
+from .runmeta import RunMetadata, failure_reason, of_error
+from .runrecord import RunRecord
 
 #: errno values of a write refused for want of room: the file system's (ENOSPC) or the user's quota (EDQUOT).
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -107,22 +110,68 @@ def now_iso() -> str:
 
 
 def build_record(*, run_id: str, campaign: str, status: str, reason: str | None, attempt: int,
-                 started_at: str, ended_at: str, scenario: dict, metadata: dict) -> dict:
-    """record.json's content, keys in the documented order."""
+                 started_at: str, ended_at: str, scenario: Scenario, metadata: RunMetadata | dict) -> RunRecord:
+    """The typed record.json (:class:`~bbrlab.run.runrecord.RunRecord`; its ``to_dict`` is what is written).
+    ``metadata`` given as JSON (a run function's return) is typed first: ValueError naming the field that does
+    not fit (:func:`record_of_run` keeps such a run as a failed record instead)."""
     if status not in ("ok", "failed"):
         raise ValueError(f"status must be ok or failed, not {status!r}")
-    return {
-        "schema": RECORD_SCHEMA,
-        "run_id": run_id,
-        "campaign": campaign,
-        "status": status,
-        "reason": reason,
-        "attempt": attempt,
-        "started_at": started_at,
-        "ended_at": ended_at,
-        "scenario": scenario,
-        "metadata": metadata,
-    }
+    if not isinstance(metadata, RunMetadata):
+        metadata = RunMetadata.from_dict(metadata)
+    return RunRecord(run_id=run_id, campaign=campaign, status=status, reason=reason, attempt=attempt,
+                     started_at=started_at, ended_at=ended_at, scenario=scenario, metadata=metadata)
+
+
+#: The file a run's metadata is kept in, as the run gave it, when it does not type (:func:`record_of_run`).
+UNTYPED_METADATA_FILE = "metadata.untyped.json"
+
+
+def record_of_run(staging: Path, *, run_id: str, campaign: str, status: str, reason: str | None, attempt: int,
+                  started_at: str, ended_at: str, scenario: Scenario, metadata: object) -> RunRecord:
+    """The record of a finished run whose metadata came as JSON (``metadata``), its files in ``staging``: as
+    :func:`build_record`, and never lost when that metadata does not type.
+
+    Such a run is recorded as a failed attempt, not refused and not written ok: refusing it would lose a
+    completed run (a failure mid-campaign loses none), and every record in ``runs/`` reads typed (the analysis
+    reads nothing else), so one that does not cannot go there. Its reason names each key that did not type and
+    why (after the run's own reason, when it failed too: the host guard's reason stays first); its metadata is
+    the keys that type on their own; the metadata as the run gave it is written beside, in
+    :data:`UNTYPED_METADATA_FILE`. The campaign then runs the attempt again, as for any failure."""
+    envelope = dict(run_id=run_id, campaign=campaign, attempt=attempt, started_at=started_at, ended_at=ended_at,
+                    scenario=scenario)
+    try:
+        return build_record(**envelope, status=status, reason=reason, metadata=metadata)
+    except ValueError as e:
+        if not isinstance(e, pydantic.ValidationError):
+            raise  # the status, not the metadata
+    typed, untyped = _typed_keys(metadata)
+    write_file(staging / UNTYPED_METADATA_FILE, json.dumps(metadata, indent=2, default=repr) + "\n")
+    said = (f"the run's metadata does not type (kept as the run gave it in {UNTYPED_METADATA_FILE}): "
+            + "; ".join(untyped.values()))
+    return build_record(**envelope, status="failed", reason=f"{reason}; {said}" if reason else said,
+                        metadata=typed)
+
+
+def _typed_keys(metadata: dict) -> tuple[RunMetadata, dict[str, str]]:
+    """The metadata of the keys of ``metadata`` that type each on its own (empty when even those do not type
+    together), and why each other key does not."""
+    if not isinstance(metadata, dict):
+        return RunMetadata(), {"metadata": f"not a JSON object but {type(metadata).__name__}"}
+    untyped = {}
+    for key, value in metadata.items():
+        try:
+            RunMetadata.from_dict({key: value})
+        except pydantic.ValidationError as e:
+            untyped[key] = "; ".join(_why(err) for err in e.errors())
+    try:
+        return RunMetadata.from_dict({k: v for k, v in metadata.items() if k not in untyped}), untyped
+    except pydantic.ValidationError as e:
+        return RunMetadata(), untyped | {"(together)": "; ".join(_why(err) for err in e.errors())}
+
+
+def _why(error: dict) -> str:
+    place = ".".join(map(str, error["loc"]))
+    return f"{place}: {error['msg']}" if place else error["msg"]
 
 
 def _fsync_path(path: Path) -> None:
@@ -228,19 +277,19 @@ def _fsync_tree(directory: Path) -> None:
     _fsync_path(directory)
 
 
-def commit(staging: Path, campaign_dir: Path, record: dict) -> Path:
-    """Write ``record.json`` into ``staging`` and move the directory to its final place.
+def commit(staging: Path, campaign_dir: Path, record: RunRecord) -> Path:
+    """Write ``record.json`` (``record.to_dict()``) into ``staging`` and move the directory to its final place.
 
     Status ok goes to ``runs/<run_id>`` (refused if it already exists: a run is never counted twice);
     a failed attempt goes to ``failed/<run_id>.a<attempt>``.
     """
     campaign_dir = Path(campaign_dir)
-    write_file(staging / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    write_file(staging / RECORD_FILE, json.dumps(record.to_dict(), indent=2) + "\n")
     _fsync_tree(staging)
-    if record["status"] == "ok":
-        parent, name = campaign_dir / RUNS, record["run_id"]
+    if record.status == "ok":
+        parent, name = campaign_dir / RUNS, record.run_id
     else:
-        parent, name = campaign_dir / FAILED, f"{record['run_id']}.a{record['attempt']}"
+        parent, name = campaign_dir / FAILED, f"{record.run_id}.a{record.attempt}"
     parent.mkdir(exist_ok=True)
     final = parent / name
     if final.exists():
@@ -317,17 +366,22 @@ def _pid_alive(pid: int) -> bool:
 
 
 def load_record(run_dir: Path) -> dict:
-    """The ``record.json`` of the run directory ``run_dir``, as parsed JSON (``OSError`` when it cannot be
-    read, ``json.JSONDecodeError`` when it is not JSON); typed and upgraded: :meth:`RunRecord.load
-    <bbrlab.run.runrecord.RunRecord.load>`."""
+    """The ``record.json`` of the run directory ``run_dir``, as parsed JSON, as it is on disk (``OSError`` when it
+    cannot be read, ``json.JSONDecodeError`` when it is not JSON); typed and upgraded: :func:`load`."""
     with open(Path(run_dir) / RECORD_FILE) as f:
         return json.load(f)
 
 
-def failure_record(run_id: str, campaign: str, scenario, attempt: int, started_at: str,
-                   error: BaseException) -> dict:
+def load(run_dir: Path) -> RunRecord:
+    """The ``record.json`` of the run directory ``run_dir``, upgraded and typed (:meth:`RunRecord.load
+    <bbrlab.run.runrecord.RunRecord.load>`): ValueError naming the field that does not fit."""
+    return RunRecord.load(run_dir)
+
+
+def failure_record(run_id: str, campaign: str, scenario: Scenario, attempt: int, started_at: str,
+                   error: BaseException) -> RunRecord:
     """The record of a failed attempt of ``scenario`` (a :class:`~bbrlab.scenario.scenario.Scenario`): the reason,
     with where it was raised, and what the run measured before it failed (:func:`bbrlab.run.runmeta.of_error`)."""
     return build_record(run_id=run_id, campaign=campaign, status="failed", reason=failure_reason(error),
                         attempt=attempt, started_at=started_at, ended_at=now_iso(),
-                        scenario=scenario.to_dict(), metadata=of_error(error))
+                        scenario=scenario, metadata=of_error(error))

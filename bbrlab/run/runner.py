@@ -305,7 +305,8 @@ class Runner:
 
 def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | None = None, attempt: int = 1) -> dict:
     """Run one scenario with a fresh :class:`Runner` (it sets the link and clears it afterwards) and return its
-    record, ok or failed (not committed anywhere: the files stay in ``out_dir``)."""
+    record's JSON, ok or failed (not committed anywhere: the files stay in ``out_dir``; made as a campaign makes
+    it, :func:`bbrlab.run.record.record_of_run`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runner, run_id = Runner(testbed), run_id or scenario.run_id
@@ -313,8 +314,9 @@ def run_once(testbed, scenario: Scenario, out_dir: str | Path, *, run_id: str | 
     try:
         metadata = runner(scenario, out, run_id=run_id, attempt=attempt)
     except Exception as e:  # noqa: BLE001 - the one-off run's failure is its record, as in a campaign
-        return rec.failure_record(run_id, "adhoc", scenario, attempt, started, e)
+        return rec.failure_record(run_id, "adhoc", scenario, attempt, started, e).to_dict()
     finally:
         runner.link.forget()
-    return rec.build_record(run_id=run_id, campaign="adhoc", status="ok", reason=None, attempt=attempt,
-                            started_at=started, ended_at=rec.now_iso(), scenario=scenario.to_dict(), metadata=metadata)
+    return rec.record_of_run(out, run_id=run_id, campaign="adhoc", status="ok", reason=None, attempt=attempt,
+                             started_at=started, ended_at=rec.now_iso(), scenario=scenario,
+                             metadata=metadata).to_dict()

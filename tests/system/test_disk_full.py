@@ -18,6 +18,7 @@ from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.run import record as rec
+from tests.campaign_runs import run_metadata
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
@@ -46,7 +47,7 @@ def _run(fill_exactly: bool):
         free = shutil.disk_usage(staging).free
         size = free if fill_exactly and free < RUN_BYTES else RUN_BYTES
         (staging / "iperf.json").write_bytes(b"x" * size)
-        return {"written_by": "test"}
+        return run_metadata(scenario)
     return run
 
 

@@ -32,7 +32,9 @@ ROOT = Path(__file__).parents[2]
 
 
 def _records(out: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/record.json"))]
+    """Each run's record, with what the run function wrote beside it (``ran``: tests/engine_runs.py's RAN_FILE)."""
+    return [json.loads(p.read_text()) | {"ran": json.loads((p.parent / "ran.json").read_text())}
+            for p in sorted(out.glob("runs/*/record.json"))]
 
 
 def _exactly_once(out: Path) -> list[dict]:
@@ -55,7 +57,7 @@ def test_twelve_runs_on_two_workers_each_exactly_once(tmp_path):
     records = _exactly_once(tmp_path)
     assert {r["metadata"]["worker"]["testbed"] for r in records} == {"a", "b"}
     assert all(r["metadata"]["worker"]["host"] for r in records)
-    assert len({r["metadata"]["pid"] for r in records}) == 2  # two worker processes did the work
+    assert len({r["ran"]["pid"] for r in records}) == 2  # two worker processes did the work
 
 
 def test_a_blocked_campaign_hands_each_worker_its_runs_block(tmp_path):
@@ -96,7 +98,7 @@ def test_workers_on_the_drivers_machine_hand_files_by_path_and_others_send_bytes
     for st, out, renamed in ((local, tmp_path / "here", True), (remote, tmp_path / "lab", False)):
         assert (st.done, st.failed_attempts) == (4, 0)
         for record in _records(out):
-            staged = record["metadata"]["staged"]
+            staged = record["ran"]["staged"]
             assert (Path(staged["dir"]).parent == out.resolve() / ".tmp") is renamed, staged
             if renamed:
                 assert (out / "runs" / record["run_id"] / "iperf.json").stat().st_ino == staged["inode"]
@@ -132,7 +134,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(tmp_path, monkeypa
         killer.join()
     assert st.failed_attempts == 0 and st.done == 12
     records = _exactly_once(tmp_path)
-    assert pid not in {r["metadata"]["pid"] for r in records} or len(records) == 12
+    assert pid not in {r["ran"]["pid"] for r in records} or len(records) == 12
 
 
 def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path):
@@ -220,4 +222,4 @@ def test_a_hung_attempt_ends_at_its_bound_with_its_stacks_and_the_run_is_retried
     assert hang["killed_pid"] == hung_pid and bound_s <= hang["ran_s"] <= bound_s + HANG_NOTICE_S
     stacks = (out / "failed" / f"{hung}.a1" / d.HANG_STACKS_FILE).read_text()
     assert "in hanging_run" in stacks and stacks.count("Thread 0x") >= 2, stacks[:2000]  # every thread's
-    assert hung_pid not in {r["metadata"]["pid"] for r in records}  # every run ok on the restarted worker
+    assert hung_pid not in {r["ran"]["pid"] for r in records}  # every run ok on the restarted worker

@@ -21,6 +21,7 @@ from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.signals import Interrupted
 from bbrlab.run import record
+from tests.campaign_runs import run_metadata
 from tests.unit.campaign.test_engine import Reversed
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
@@ -55,7 +56,7 @@ def synthetic_run(calls: list, fail_ids=frozenset(), interrupt_at: int | None = 
             raise RuntimeError("receiver unreachable")
         report = {"end": {"sum_received": {"bits_per_second": known_mbit(scenario) * 1e6}}}
         (staging / "iperf.json").write_text(json.dumps(report))
-        return {"written_by": "test"}
+        return run_metadata(scenario)
 
     return run
 

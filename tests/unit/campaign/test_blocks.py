@@ -19,6 +19,7 @@ from bbrlab.core.confidence import blocked_median_interval, median_interval, ord
 from bbrlab.core.errors import ValidationError
 from bbrlab.run import record
 from bbrlab.run.blockboot import BlockBoot, needs_fresh_boot
+from tests.campaign_runs import host_other
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
@@ -292,7 +293,7 @@ class BusyOnce(SimulatedTestbed):
         meta = super().__call__(scenario, staging, run_id=run_id, attempt=attempt, block=block)
         self.order.append((run_id, attempt, block.block))
         busy = 90.0 if self.calls == self.busy_call else 2.0
-        return {**meta, "host_other": {"other_busy_pct": busy, "cpus": 2, "top": []}}
+        return {**meta, "host_other": host_other(busy)}
 
 
 def test_a_host_busy_run_is_retried_at_the_end_of_its_own_block_on_its_boot(tmp_path):

@@ -14,6 +14,7 @@ from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec, load_spec
 from bbrlab.core.errors import BbrlabError, ValidationError
 from bbrlab.run import record
+from bbrlab.run.runmeta import RunMetadata
 from tests.campaign_runs import writing_run
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
@@ -221,7 +222,7 @@ def test_other_campaign_in_directory_refused(tmp_path):
 def test_commit_refuses_duplicates(tmp_path):
     s = spec().plan()[0]
     rec = record.build_record(run_id=s.run_id, campaign="t", status="ok", reason=None, attempt=1,
-                              started_at="a", ended_at="b", scenario=s.to_dict(), metadata={})
+                              started_at="a", ended_at="b", scenario=s, metadata=RunMetadata())
     record.commit(record.staging_dir(tmp_path, s.run_id), tmp_path, rec)
     with pytest.raises(BbrlabError, match="already exists"):
         record.commit(record.staging_dir(tmp_path, s.run_id), tmp_path, rec)

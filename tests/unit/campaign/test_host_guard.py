@@ -16,6 +16,7 @@ from bbrlab.campaign import loop as campaign
 from bbrlab.campaign.options import CampaignOptions
 from bbrlab.campaign.spec import CampaignSpec
 from bbrlab.core.errors import ValidationError
+from tests.campaign_runs import host_other as outside_load
 
 QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 
@@ -28,7 +29,7 @@ def spec(**over) -> CampaignSpec:
 
 
 def host_other(pct: float) -> dict:
-    return {"other_busy_pct": pct, "cpus": 2, "top": [{"pid": 4242, "comm": "cc1", "cpu_pct": 98.0}]}
+    return outside_load(pct, [{"pid": 4242, "comm": "cc1", "cpu_pct": 98.0}])
 
 
 def loads_run(calls: list, busy_pct):

@@ -12,6 +12,7 @@ import pytest
 
 from bbrlab.campaign import watchdog
 from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
+from tests.campaign_runs import run_metadata
 
 
 def _scenario(duration_s: float = 20, kernel: str | None = None) -> Scenario:
@@ -76,7 +77,7 @@ def test_an_attempt_hung_in_the_main_thread_ends_at_its_bound_restored_and_faile
         try:
             if attempt == 1:
                 threading.Event().wait()  # never set: a lock wait in the main thread
-            return {"pid": os.getpid()}
+            return run_metadata(scenario)
         finally:
             restored.append(attempt)
 

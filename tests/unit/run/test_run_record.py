@@ -36,10 +36,10 @@ def test_every_committed_record_reads_typed_and_writes_back_byte_for_byte():
 def test_a_record_built_by_the_run_is_the_typed_records_json():
     stored = json.loads(RECORDS[0].read_text())
     typed = RunRecord.from_json(stored)
-    built = record.build_record(**{k: v for k, v in stored.items() if k not in ("schema", "metadata")},
-                                metadata=typed.metadata.to_dict())
-    assert json.dumps(built) == json.dumps(typed.to_dict()) == json.dumps(stored)
-    assert RunRecord.load(RECORDS[0].parent) == typed
+    built = record.build_record(**{k: v for k, v in stored.items() if k not in ("schema", "scenario", "metadata")},
+                                scenario=typed.scenario, metadata=typed.metadata.to_dict())
+    assert built == typed and json.dumps(built.to_dict()) == json.dumps(stored)
+    assert RunRecord.load(RECORDS[0].parent) == record.load(RECORDS[0].parent) == typed
 
 
 def test_a_schema_1_record_is_upgraded_where_it_is_read():
@@ -124,3 +124,40 @@ def test_the_scenario_reads_by_attribute_and_a_key_older_records_lack_reads_as_i
     with pytest.raises(pydantic.ValidationError) as caught:
         RunRecord.from_json({**stored, "scenario": {**stored["scenario"], "link": {**link, "rtt_ms": -1}}})
     assert {e["loc"] for e in caught.value.errors()} == {("scenario",)} and "link.rtt_ms" in str(caught.value)
+
+
+def _envelope(stored: dict) -> dict:
+    return {k: v for k, v in stored.items() if k not in ("schema", "status", "reason", "scenario", "metadata")}
+
+
+def test_a_run_whose_metadata_does_not_type_is_kept_as_a_failed_attempt_naming_the_key(tmp_path):
+    stored = json.loads(RECORDS[0].read_text())
+    typed = RunRecord.from_json(stored)
+    given = {**typed.metadata.to_dict(), "written_by": "test", "cca": "bbr"}
+    staging = record.staging_dir(tmp_path, typed.run_id)
+    made = record.record_of_run(staging, **_envelope(stored), status="ok", reason=None, scenario=typed.scenario,
+                                metadata=given)
+    assert made.status == "failed" and made.reason.startswith("the run's metadata does not type")
+    assert "['written_by']" in made.reason and "cca: Input should be a dictionary" in made.reason
+    assert made.metadata.cca is None and made.metadata.testbed == typed.metadata.testbed  # the keys that type stay
+    assert json.loads((staging / record.UNTYPED_METADATA_FILE).read_text()) == given  # nothing measured is lost
+    assert RunRecord.from_json(made.to_dict()) == made  # the failed record itself reads typed
+    final = record.commit(staging, tmp_path, made)
+    assert final.parent.name == record.FAILED and (final / record.UNTYPED_METADATA_FILE).is_file()
+
+
+def test_a_failed_runs_own_reason_comes_first_and_typed_metadata_writes_no_extra_file(tmp_path):
+    stored = json.loads(RECORDS[0].read_text())
+    typed = RunRecord.from_json(stored)
+    made = record.record_of_run(tmp_path, **_envelope(stored), status="failed", reason="host busy: 90 %",
+                                scenario=typed.scenario, metadata={"pid": 7})
+    assert made.reason.startswith("host busy: 90 %; the run's metadata does not type") and "['pid']" in made.reason
+    assert made.metadata == RunMetadata()
+    assert (tmp_path / record.UNTYPED_METADATA_FILE).is_file()
+    (tmp_path / "ok").mkdir()
+    ok = record.record_of_run(tmp_path / "ok", **_envelope(stored), status="ok", reason=None,
+                              scenario=typed.scenario, metadata=typed.metadata.to_dict())
+    assert ok == typed and not (tmp_path / "ok" / record.UNTYPED_METADATA_FILE).exists()
+    with pytest.raises(ValueError, match="status must be ok or failed"):
+        record.record_of_run(tmp_path, **_envelope(stored), status="stopped", reason=None, scenario=typed.scenario,
+                             metadata={})

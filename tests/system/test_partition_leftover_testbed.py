@@ -225,7 +225,10 @@ def test_resuming_on_another_accelerator_is_refused_unless_allow_mixed(testbed, 
     from bbrlab.campaign.loop import run_campaign
     from bbrlab.campaign.spec import CampaignSpec
 
-    spec_dict = {**SPEC, "cpu_shares_pct": [50, 100]}
+    # A second attempt, as a campaign gives one: the 50 % run is under SCHED_DEADLINE, and this host's kernel now
+    # and then loses a replenishment, which the run detects and fails on (bbrlab.run.checks.contention_held; seen
+    # failing this test in stop 48's CI and in fresh-clone run 20). What this test checks is the accelerator.
+    spec_dict = {**SPEC, "cpu_shares_pct": [50, 100], "max_attempts": 2}
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(spec_dict))
     out = tmp_path / "out"

@@ -377,7 +377,7 @@ class DeadlineCleared:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """The key that was measured, the other left out (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 def clear_deadline(host: Host, thread_ids: Sequence[int], method: Method = "auto") -> list[int]:

@@ -110,7 +110,7 @@ class QemuPlace:
     def __get_pydantic_core_schema__(cls, source, handler):
         """The fields in their order, ``pid`` and ``vcpu_threads`` only when known
         (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class QemuCpus:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """The roles read, the others left out (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 def _vcpus(threads: dict[int, dict]) -> dict[str, ThreadPlace]:

@@ -17,8 +17,8 @@ Absent or null: a key some records lack is a field declared with :func:`left_out
 where the record lacks it and is not written while None. Every other field is always written, null included.
 So a key is either always there (null when unknown) or there only when known, never both; a key records hold
 both ways stays inside a plain ``dict``. :func:`record_layout` applies the rule, so a class with such a field
-names it in its ``__get_pydantic_core_schema__`` (``read`` and ``write`` the identity when it has no layout
-of its own).
+names it in its ``__get_pydantic_core_schema__`` (without ``read`` and ``write`` when it has no layout of
+its own).
 """
 
 from __future__ import annotations
@@ -90,12 +90,17 @@ def _without_unknown(cls: type, out: dict) -> dict:
     return {k: v for k, v in out.items() if k not in dropped} if dropped else out
 
 
-def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict],
-                  write: Callable[[dict], dict]) -> core_schema.CoreSchema:
+def _same(d: dict) -> dict:
+    return d
+
+
+def record_layout(source: type, handler: Any, *, read: Callable[[dict], dict] = _same,
+                  write: Callable[[dict], dict] = _same) -> core_schema.CoreSchema:
     """The schema of a dataclass whose JSON is its fields with a layout around them: ``read`` turns the record's
     JSON into the fields' values before they are checked (an instance passes as it is), ``write`` turns the
     fields as written into the record's JSON, after its :func:`left_out_when_none` fields that are None are left
-    out. ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
+    out; both are the identity by default (a class whose only layout is its keys left out while None).
+    ``handler`` is the one pydantic gives ``__get_pydantic_core_schema__``."""
     fields_schema = handler(source)
 
     def before(value: Any) -> Any:

@@ -35,7 +35,7 @@ class WorkerPlace:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """Its fields, ``transport`` left out while None (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 @dataclass(frozen=True)
@@ -80,4 +80,4 @@ class CampaignAdded:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """The keys added, the others left out (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)

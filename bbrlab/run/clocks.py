@@ -214,7 +214,7 @@ class RunClocks:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """The measured hosts' drifts, the others left out (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 def to_local(remote_t: float, clocks: dict) -> float:

@@ -75,4 +75,4 @@ class Recovered:
     def __get_pydantic_core_schema__(cls, source, handler):
         """Its fields, the keys older records lack left out while None
         (:func:`bbrlab.core.recordjson.record_layout`)."""
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)

@@ -103,7 +103,7 @@ class ToolVersions:
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
         """The fields in their order; ``qemu`` only where an old record names it."""
-        return recordjson.record_layout(source, handler, read=dict, write=dict)
+        return recordjson.record_layout(source, handler)
 
 
 def _key_values(text: str) -> tuple[dict[str, str], dict[str, str], list[str]]:

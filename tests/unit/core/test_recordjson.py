@@ -14,7 +14,7 @@ class _Part:
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source, handler):
-        return recordjson.record_layout(source, handler, read=lambda d: d, write=lambda d: d)
+        return recordjson.record_layout(source, handler)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import os
 import signal
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -167,26 +168,67 @@ def _path_event(testbed, before: str):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A testbed test that failed with the experiment path dead afterwards (tests/testbed_path.py) runs once more
-    once the path is revived; the event, with the first run's failure, is in the session's summary."""
-    if "testbed" not in getattr(item, "fixturenames", ()):
+    """A real-system test runs once more, the event with its first failure in the session's summary, when it
+    failed with the experiment path dead afterwards (tests/testbed_path.py; once the path is revived), or after
+    one of its runs met the host's lost deadline replenishment (tests/stalls.py). Any other failure stands."""
+    if "testbed" not in getattr(item, "fixturenames", ()) and item.get_closest_marker("system") is None:
         return None
+    import time
+
     from _pytest.runner import runtestprotocol
 
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    started_s = time.time()
     reports = runtestprotocol(item, nextitem=nextitem, log=False)
     failed = [r for r in reports if r.failed]
-    if failed and _PATH_WATCH.get("testbed") is not None:
+    again = None
+    if failed and _PATH_WATCH.get("testbed") is not None and "testbed" in item.fixturenames:
         event = _path_event(_PATH_WATCH["testbed"], f"{item.nodeid} (after it failed)")
         if event is not None and event.revived:
             event.steps.append(f"the test ran again; its first run failed: {failed[0].longreprtext[-1500:]}")
             _PATH_WATCH["failed"] = False
-            item._initrequest()
-            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            again = event
+    if failed and again is None:
+        again = _lost_replenishment(item, started_s, failed[0])
+    if again is not None:
+        item._initrequest()
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        if isinstance(again, StallEvent):
+            again.passed_again = not any(r.failed for r in reports)
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+@dataclass
+class StallEvent:
+    """A real-system test that failed after one of its runs met the host's lost SCHED_DEADLINE replenishment
+    (tests/stalls.py): its records of that, the first run's failure, and whether it passed when run again."""
+
+    test: str
+    records: list[str]
+    first_failure: str
+    passed_again: bool | None = None
+
+
+_STALLS: list[StallEvent] = []
+
+
+def _lost_replenishment(item, started_s: float, failure) -> StallEvent | None:
+    """The event when a run made during the failed test met the lost replenishment, else None."""
+    from tests.stalls import met_during
+
+    try:
+        root = item.config._tmp_path_factory.getbasetemp()
+    except (AttributeError, OSError):
+        return None
+    records = met_during(root, started_s)
+    if not records:
+        return None
+    event = StallEvent(item.nodeid, records, failure.longreprtext[-1500:])
+    _STALLS.append(event)
+    return event
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -204,7 +246,15 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Every time the experiment path was found dead, what it looked like and what brought it back."""
+    """Every time the experiment path was found dead, what it looked like and what brought it back; every test
+    run again after one of its runs met the host's lost deadline replenishment."""
+    for stall in _STALLS:
+        outcome = {True: "passed", False: "FAILED again", None: "not run again"}[stall.passed_again]
+        terminalreporter.section(f"lost SCHED_DEADLINE replenishment in {stall.test}: run again, {outcome}",
+                                 sep="!")
+        for line in stall.records:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"its first run failed: {stall.first_failure}")
     for event in _PATH_WATCH["events"]:
         terminalreporter.section(f"experiment path found dead before {event.before}", sep="!")
         terminalreporter.write_line("; ".join(event.steps) + ("" if event.revived else " -- NOT revived"))

@@ -348,6 +348,21 @@ class CampaignStatus:
         return d
 
 
+def given_up(out_dir: str | Path) -> dict[str, str]:
+    """The runs whose attempts are used up, each with the reason its last attempt's record gives: what a
+    campaign that ended incomplete says on its way out."""
+    out = Path(out_dir)
+    max_attempts = int(_spec_dict(out).get("max_attempts", 3))
+    reasons = {}
+    for run_id in load_plan(out).run_ids:
+        numbers = rec.failed_attempts(out, run_id)
+        if rec.is_complete(out, run_id) or len(numbers) < max_attempts:
+            continue
+        last = _record_of(out / rec.FAILED / f"{run_id}.a{numbers[-1]}") or {}
+        reasons[f"{run_id}.a{numbers[-1]}"] = str(last.get("reason") or "no reason recorded")
+    return reasons
+
+
 def status(out_dir: str | Path) -> CampaignStatus:
     """The counts of the campaign directory ``out_dir`` (:class:`CampaignStatus`)."""
     out = Path(out_dir)

@@ -310,7 +310,23 @@ def _run_many(args, spec, testbeds: list[str], calibrations: list[Path]) -> int:
             _stopped(spec, args.out, "the runs in flight were not recorded and every testbed was restored")
         raise
     print(json.dumps(st.to_dict()))
-    return 0 if st.complete else 1
+    return _exit_status(st, args.out)
+
+
+def _exit_status(st, out) -> int:
+    """0 when every run completed; else 1, with each run that used up its attempts and why on stderr."""
+    from bbrlab.campaign.directory import given_up
+
+    if st.complete:
+        return 0
+    failed = given_up(out)
+    if failed:
+        print(f"bbrlab: {len(failed)} run(s) failed at every attempt; the last attempt of each "
+              f"({Path(out) / 'failed'}):", file=sys.stderr)
+        for attempt, reason in failed.items():
+            print(f"  {attempt}: {reason}", file=sys.stderr)
+        print("bbrlab: `campaign run ... --retry-failed` gives them new attempts", file=sys.stderr)
+    return 1
 
 
 def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> int:
@@ -323,4 +339,4 @@ def _run_one(args, spec, testbed: str | None, calibration_path: Path | None) -> 
             _stopped(spec, args.out, *([BETWEEN_RUNS] if stop.between_runs else []))
         raise
     print(json.dumps(st.to_dict()))
-    return 0 if st.complete else 1
+    return _exit_status(st, args.out)

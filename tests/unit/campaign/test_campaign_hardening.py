@@ -337,3 +337,35 @@ def test_status_json_of_a_repaired_campaign_is_consistent(tmp_path):
     campaign.run_campaign(s, tmp_path, writing_run([]), options=QUIET)
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert directory.status(tmp_path).done == len(plan["runs"]) == 8
+
+
+def test_given_up_names_each_run_out_of_attempts_with_its_last_reason(tmp_path):
+    s = spec(max_attempts=2)
+    ids = [r.run_id for r in directory.Plan.of(s).runs]
+    campaign.run_campaign(s, tmp_path, writing_run([], fail_ids={ids[0]}), options=QUIET)
+    got = directory.given_up(tmp_path)
+    assert list(got) == [f"{ids[0]}.a2"] and "receiver unreachable" in got[f"{ids[0]}.a2"]
+    assert directory.given_up(tmp_path) == got  # read-only: asking twice changes nothing
+
+
+def test_given_up_is_empty_while_attempts_remain(tmp_path):
+    s = spec(max_attempts=2)
+    ids = [r.run_id for r in directory.Plan.of(s).runs]
+    campaign.run_campaign(s, tmp_path, writing_run([], fail_ids={ids[0]}), options=QUIET)
+    (tmp_path / "spec.yaml").write_text((tmp_path / "spec.yaml").read_text().replace("max_attempts: 2",
+                                                                                     "max_attempts: 3"))
+    assert directory.given_up(tmp_path) == {}
+
+
+def test_campaign_run_exits_1_saying_which_runs_failed_and_why(tmp_path, capsys):
+    from bbrlab.cli.campaign import _exit_status
+
+    s = spec(max_attempts=1)
+    ids = [r.run_id for r in directory.Plan.of(s).runs]
+    st = campaign.run_campaign(s, tmp_path, writing_run([], fail_ids={ids[1]}), options=QUIET)
+    capsys.readouterr()
+    assert _exit_status(st, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert f"{ids[1]}.a1: " in err and "receiver unreachable" in err and "--retry-failed" in err
+    done = campaign.run_campaign(spec(max_attempts=1, name="u"), tmp_path / "ok", writing_run([]), options=QUIET)
+    assert _exit_status(done, tmp_path / "ok") == 0 and capsys.readouterr().err == ""

@@ -22,7 +22,9 @@ Their layout, as their ``measure/run.sh`` writes it and their ``results/plots`` 
 ``deadline_run``,     SCHED_DEADLINE runtime and period of the vCPU threads in NANOSECONDS (they go to
 ``deadline_period``   ``chrt --sched-runtime``): ``timeslice_ms`` = run / 1e6, ``cpu_share_pct`` = 100 x
                       run / period, also at 100 % (run = period keeps its timeslice)
-``chaos``             ``on_1`` (or any ``on...``): deadline scheduling -> ``contention_mode = deadline``;
+``chaos``             ``on_1`` (or any ``on...``): deadline scheduling -> ``contention_mode = deadline``,
+                      ``deadline_mode = constrained`` (their ``measure/apply_sched_dead.sh`` passes
+                      ``--sched-deadline`` = the runtime);
                       ``real_kvm``: real hypervisor load -> ``hypervisor_load`` with ``load_pct`` from
                       ``loadperc``; absent and no deadline keys -> ``none`` (100 % share)
 ``vm``                the hypervisor (``qemu_kvm``, ``qemu``, ``virtualbox``) -> ``hypervisor``;
@@ -182,7 +184,7 @@ def _parsed(meta: Mapping, key: str, parse) -> float:
 
 
 def contention_of(meta: Mapping, deadline_unit: str = "ns") -> dict:
-    """``contention_mode``, ``timeslice_ms``, ``cpu_share_pct`` and ``load_pct`` of a point.
+    """``contention_mode``, ``timeslice_ms``, ``deadline_mode``, ``cpu_share_pct`` and ``load_pct`` of a point.
 
     ``deadline_run``/``deadline_period`` are nanoseconds in run.sh; ``deadline_unit`` reads other
     datasets. A point without a policy (keys absent or zero) runs at a 100 % share, mode ``none``;
@@ -200,7 +202,7 @@ def contention_of(meta: Mapping, deadline_unit: str = "ns") -> dict:
                 "load_pct": float("nan")}
     if run > period:
         raise ValidationError("deadline_run", meta.get("deadline_run"), f"at most deadline_period ({period:g})")
-    return {"contention_mode": "deadline", "timeslice_ms": run * _TO_MS[deadline_unit],
+    return {"contention_mode": "deadline", "timeslice_ms": run * _TO_MS[deadline_unit], "deadline_mode": "constrained",
             "cpu_share_pct": round(100.0 * run / period, 6), "load_pct": float("nan")}
 
 
@@ -423,6 +425,7 @@ def read_socket_log(root: Path, unit: str, dataset: str) -> list[RunRows]:
         "run_id": run_id, "campaign": dataset, "source": "authors", "status": "ok", "reason": None, "path": unit,
         "cca": who.cca, "bbr_version": who.bbr_version, "patched": who.patched, "kernel": None,
         "variant": who.variant, "contention_mode": "deadline" if share < 100 else "none",
+        "deadline_mode": "constrained" if share < 100 else None,
         "cpu_share_pct": share, "repetition": float(rep), "ss_sampled": True, "sampler": "ss", "testbed_kind": "authors",
         "started_at": _iso(t0) if samples else None, "workload": IperfParams.name,
         **authors_queue(0.0),  # the queue in force; the log's name gives no rate x RTT, so no BDP

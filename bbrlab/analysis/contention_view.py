@@ -23,7 +23,8 @@ def _label(row) -> str:
         v = row.get(name)
         return "?" if v is None or pd.isna(v) else f"{v:g}"
     if mode == "deadline":
-        return f"deadline {num('timeslice_ms')} ms"
+        implicit = " implicit" if row.get("deadline_mode") == "implicit" else ""
+        return f"deadline {num('timeslice_ms')} ms{implicit}"
     if mode == "cfs-quota":
         return f"cfs-quota {num('cfs_period_ms')} ms"
     if mode == "cfs-burst":

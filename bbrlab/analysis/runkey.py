@@ -6,7 +6,7 @@ Two runs are repetitions of one condition when they agree on every column of :da
 ============ ==========================================================================================
 CCA          ``variant`` (BBR version, patch and patch tag: :mod:`bbrlab.analysis.identity`), ``kernel``
              (the sender's kernel), ``cca`` (the module's name)
-contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``cpu_share_pct``,
+contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``deadline_mode``, ``cpu_share_pct``,
              ``cfs_period_ms``, ``cfs_burst_ms``, ``credit_s``, ``load_pct``
 link         ``rtt_ms``, ``rate_mbit``, ``queue_mode`` and ``buffer_bdp`` (the queue tree and the queue in
              force), ``loss_model``, ``loss_pct``, ``emulator_offloads``
@@ -38,8 +38,8 @@ from bbrlab.campaign.dimensions import identity_columns
 #: The congestion control that ran and the kernel it ran on.
 CCA_KEY: Final[tuple[str, ...]] = ("variant", "kernel", "cca")
 #: The CPU contention: its model and every parameter of it (the share included).
-CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "cpu_share_pct", "cfs_period_ms",
-                                          "cfs_burst_ms", "credit_s", "load_pct")
+CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "deadline_mode", "cpu_share_pct",
+                                          "cfs_period_ms", "cfs_burst_ms", "credit_s", "load_pct")
 #: The emulated link and its bottleneck queue.
 LINK_KEY: Final[tuple[str, ...]] = ("rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_model", "loss_pct",
                                     "emulator_offloads")
@@ -146,7 +146,7 @@ FORMATS: Final[dict[str, str]] = {
     "streams": "{:g} streams", "flows": "{:g} flows", "kernel": "kernel {}", "queue_mode": "{} queue tree",
     "sender_qdisc": "qdisc {}", "sampler": "sampler {}", "emulator_offloads": "emulator offloads {}",
     "machine": "machine {}", "loss_pct": "loss {:g} %", "loss_model": "loss model {}", "timeslice_ms": "{:g} ms",
-    "cpu_share_pct": "{:g} % share", "contention_mode": "{}", "cfs_period_ms": "period {:g} ms",
+    "cpu_share_pct": "{:g} % share", "contention_mode": "{}", "deadline_mode": "{} deadline", "cfs_period_ms": "period {:g} ms",
     "cfs_burst_ms": "burst {:g} ms", "credit_s": "credit {:g} s", "load_pct": "load {:g} %", "extra_flows": "with {}",
     "workload": "{}", "file_mb": "{:g} MB", "variant": "{}", "cca": "{}"}
 

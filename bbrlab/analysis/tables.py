@@ -87,6 +87,15 @@ def _credit_ran_out_s(meta: RunMetadata) -> float | None:
     return getattr(evidence.credit, "ran_out_after_s", None) if isinstance(evidence, ContentionEvidence) else None
 
 
+def _deadline_mode_applied(meta: RunMetadata) -> str | None:
+    """The deadline mode of the policy read back on the vCPU threads after it was applied
+    (``metadata.contention.applied``): implicit, constrained, ``mixed`` when the threads differ; None without a
+    deadline policy."""
+    applied = meta.contention.applied if meta.contention is not None else {}
+    modes = {p.deadline_mode for p in applied.values()} - {None}
+    return "mixed" if len(modes) > 1 else next(iter(modes), None)
+
+
 def _param(v, name: str):
     """The contention model's parameter ``name`` (``period_ms``, ``burst_ms``, ``credit_s``); None for a model
     without it."""
@@ -226,6 +235,13 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("timeslice_ms", "float64", "SCHED_DEADLINE runtime = the paper's timeslice; cfs-quota, cfs-burst, credit: "
            "the quota per period (credit: the baseline's); <NA> for competing-load [ms]",
            lambda v: v.cont.timeslice_ms if _sets_timeslice(v.cont.model) else None),
+    Column("deadline_mode", "string", "deadline's deadline: constrained (deadline = runtime, the paper's; records "
+           "made before the mode existed) or implicit (deadline = period); the authors' deadline runs constrained "
+           "(the paper, section 4.2); <NA> for the other models", lambda v: v.cont.deadline_mode),
+    Column("deadline_mode_applied", "string", "the deadline mode of the policy the kernel read back on the vCPU "
+           "threads after applying it (metadata.contention.applied): implicit (deadline = period) or constrained "
+           "(deadline < period), mixed when the threads differ; <NA> without a deadline policy (100 %, the other "
+           "models)", lambda v: _deadline_mode_applied(v.meta)),
     Column("cfs_period_ms", "float64", "the CFS period of cfs-quota, cfs-burst and credit (quota = share x period); "
            "<NA> for the other models [ms]", lambda v: _param(v, "period_ms")),
     Column("cfs_burst_ms", "float64", "cfs-burst's burst per vCPU thread (cpu.max.burst / cpu.cfs_burst_us); <NA> "

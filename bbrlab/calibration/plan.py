@@ -12,8 +12,9 @@ import random
 from dataclasses import asdict, dataclass
 
 from bbrlab.core.errors import ValidationError
-from bbrlab.run.ceiling import PointKey
+from bbrlab.run.ceiling import PointKey, model_tag
 from bbrlab.scenario.cpumodels import MODELS
+from bbrlab.scenario.cpumodels.deadline import DEFAULT_DEADLINE_MODE
 from bbrlab.scenario.link import DelaySplit
 from bbrlab.scenario.scenario import Contention, Flow, IperfParams, Link, Scenario
 
@@ -94,9 +95,10 @@ class CalibrationSpec:
                 c = Contention.from_dict(d) if isinstance(d, dict) else None
             except (TypeError, ValidationError) as e:
                 raise ValidationError(f"model_contentions[{i}]", d, getattr(e, "allowed", "a contention's fields")) from None
-            if c is None or c.kind.uses_timeslice or c.unlimited:
+            if c is None or model_tag(c) is None:
                 raise ValidationError(f"model_contentions[{i}]", d, "a contention of another model than deadline, "
-                                      "below 100 % (deadline is calibrated by timeslices_ms)")
+                                      "or deadline with an implicit deadline, below 100 % (deadline is calibrated by "
+                                      "timeslices_ms)")
 
     def contentions(self) -> list[Contention]:
         """The other models' contentions to calibrate."""
@@ -122,8 +124,9 @@ class CalibrationSpec:
             return tuple(sorted({v for s in of for v in getattr(s, key)}))
 
         models = {json.dumps(c.to_dict(), sort_keys=True) for s in specs for c in s.contentions()
-                  if not c.kind.uses_timeslice and not c.unlimited}
-        deadline = [s for s in specs if any(MODELS[m].uses_timeslice for m in s.contention_models)]
+                  if model_tag(c) is not None}
+        deadline = [s for s in specs if any(MODELS[m].uses_timeslice for m in s.contention_models)
+                    and DEFAULT_DEADLINE_MODE in s.deadline_modes]  # implicit deadlines are model contentions
         fields = {"name": name, "timeslices_ms": union("timeslices_ms", deadline) if deadline or not models else (),
                   "cpu_shares_pct": union("cpu_shares_pct"), "rtts_ms": union("rtts_ms"), "delay_split": splits.pop(),
                   "duration_s": max(s.duration_s for s in specs),

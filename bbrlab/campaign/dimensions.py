@@ -31,6 +31,7 @@ from bbrlab.scenario.cpumodels import (
     cfs_quota,
     credit,
 )
+from bbrlab.scenario.cpumodels.deadline import DEFAULT_DEADLINE_MODE, check_deadline_mode
 from bbrlab.scenario.linksizing import BufferBelowMinimum
 from bbrlab.scenario.scenario import Contention, IperfParams, Link, check_cca
 from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, params_type
@@ -150,6 +151,10 @@ DIMENSIONS: tuple[Dimension, ...] = (
               doc="deadline, cfs-quota, cfs-burst, credit, competing-load, none (docs/contention.md)"),
     Dimension("timeslices_ms", float, "ms", None, lambda v: Contention(v, 100), "contention.timeslice_ms",
               "contention", "timeslice_ms", True, doc="deadline's runtime per period"),
+    Dimension("deadline_modes", str, "", (DEFAULT_DEADLINE_MODE,), check_deadline_mode, "contention.deadline_mode",
+              "contention", "deadline_mode", True, omitted_default=True,
+              doc="deadline: constrained (deadline = runtime, the paper's) and/or implicit (deadline = period: the "
+                  "runtime is a budget for anywhere in the period; docs/contention.md)"),
     Dimension("cpu_shares_pct", float, "%", None, _share_in_range, "contention.cpu_share_pct", "contention",
               "cpu_share_pct", True, doc="the vCPUs' share of a CPU; 100 = no policy"),
     Dimension("cfs_periods_ms", float, "ms", (CFS_DEFAULT_PERIOD_MS,),

@@ -11,6 +11,8 @@ Spec keys (see specs/*.yaml)::
     contention_models: [deadline]  # and/or cfs-quota, cfs-burst, credit, competing-load, none
                                 # (docs/contention.md); the timeslices cross with deadline only, the periods
                                 # with cfs-quota and cfs-burst, the bursts with cfs-burst, the credits with credit
+    deadline_modes: [constrained]  # and/or implicit: deadline = runtime (the paper's) or = period (a budget
+                                # for anywhere in the period); crossed with deadline's timeslices
     cfs_periods_ms: [100]       # cfs-quota, cfs-burst: quota = share x period, 1 to 1000 ms
     cfs_bursts_ms: [1]          # cfs-burst: the burst per vCPU, 0 < burst <= quota (share x period)
     credits_s: [10]             # credit: the balance at the start, CPU-seconds (0 to 3600); the share is the
@@ -126,6 +128,7 @@ class CampaignSpec:
     buffers_bdp: tuple[float, ...] = default_of("buffers_bdp")
     queues: tuple[str, ...] = default_of("queues")
     contention_models: tuple[str, ...] = default_of("contention_models")
+    deadline_modes: tuple[str, ...] = default_of("deadline_modes")
     cfs_periods_ms: tuple[float, ...] = default_of("cfs_periods_ms")
     cfs_bursts_ms: tuple[float, ...] = default_of("cfs_bursts_ms")
     credits_s: tuple[float, ...] = default_of("credits_s")
@@ -198,7 +201,7 @@ class CampaignSpec:
         return {d: values or [None] for d, values in axes.items()}
 
     def contentions(self) -> list[Contention]:
-        """The contention of every grid point, model by model: deadline's timeslice x share (first, in the
+        """The contention of every grid point, model by model: deadline's timeslice x mode x share (first, in the
         order specs have always had), cfs-quota's period x share (its ``timeslice_ms`` is the quota, share x
         period), cfs-burst's period x burst x share, credit's credit x share (its quota in the default period),
         competing-load's and none's share alone (their ``timeslice_ms`` is not used: :data:`UNUSED_TIMESLICE_MS`;
@@ -219,8 +222,8 @@ class CampaignSpec:
         return getattr(self, own) if own and getattr(self, own) else self.cpu_shares_pct
 
     def model_lists(self, model: str) -> list[tuple[str, tuple]]:
-        """The spec's own lists of ``model`` (its key and values), crossed with the shares: deadline's timeslices,
-        cfs-quota's periods, cfs-burst's periods and bursts, credit's credits; none for competing-load."""
+        """The spec's own lists of ``model`` (its key and values), crossed with the shares: deadline's timeslices
+        and deadline modes, cfs-quota's periods, cfs-burst's periods and bursts, credit's credits; none for competing-load."""
         return [(key, getattr(self, key)) for key in MODELS[model].spec_keys]
 
     def link(self, rate, rtt, buf, loss, queue: str = "bbrlab") -> Link:

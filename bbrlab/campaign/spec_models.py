@@ -39,8 +39,10 @@ def check_contentions(spec) -> None:
                 try:
                     contention_of(model, share, [v for _, v in combo])
                 except ValidationError as e:
-                    where = " and ".join(f"{key}[{i}]" for (key, _), (i, _) in zip(lists, combo, strict=True))
-                    value = (share, *(v for _, v in combo)) if combo else share
+                    # the lists of numbers: a list of names (deadline's modes) is checked alone, never with a share
+                    named = [(key, i, v) for (key, _), (i, v) in zip(lists, combo, strict=True) if not isinstance(v, str)]
+                    where = " and ".join(f"{key}[{i}]" for key, i, _ in named)
+                    value = (share, *(v for _, _, v in named)) if named else share
                     raise ValidationError(f"{shares_key}[{j}] with {where or model}", value, e.allowed) from None
 
 

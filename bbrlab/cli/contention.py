@@ -15,6 +15,7 @@ import json
 from bbrlab.contention.vcpu import explicit_vcpu_threads, named_vcpu_threads, owning_testbed, qmp_vcpu_threads
 from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host, LocalHost
+from bbrlab.scenario.cpumodels.deadline import DEADLINE_MODES, DEFAULT_DEADLINE_MODE
 from bbrlab.testbed.driving import changing
 
 from .common import TESTBED_HELP, testbed_arg
@@ -29,6 +30,7 @@ examples:
   bbrlab contention show --measure 3
   bbrlab contention clear
   bbrlab contention set --timeslice 10ms --share 50% --testbed lab.yaml
+  bbrlab contention set --timeslice 10ms --share 25% --deadline-mode implicit   deadline = period (40 ms)
   bbrlab contention set --timeslice 1ms --share 25% --qmp /path/to/vm.qmp   any local QEMU
 """
 
@@ -64,11 +66,13 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    s = verbs.add_parser("set", help="apply runtime = deadline = timeslice, period = timeslice / share (stays until clear)",
+    s = verbs.add_parser("set", help="apply runtime = timeslice, period = timeslice / share (stays until clear)",
                          description="Apply SCHED_DEADLINE to every vCPU thread and read it back.",
                          epilog=SET_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--timeslice", required=True, help="runtime = deadline, e.g. 1ms, 10ms, 500us")
+    s.add_argument("--timeslice", required=True, help="runtime (= deadline when constrained), e.g. 1ms, 10ms, 500us")
     s.add_argument("--share", required=True, help="CPU share, e.g. 25%% (100%% = no policy)")
+    s.add_argument("--deadline-mode", choices=DEADLINE_MODES, default=DEFAULT_DEADLINE_MODE,
+                   help="constrained: deadline = runtime (default, the paper's); implicit: deadline = period")
     _target_args(s)
     s.set_defaults(func=run_set)
 
@@ -135,15 +139,17 @@ def _changing(name: str | None, activity: str, **details):
 # -- the verbs --------------------------------------------------------------------------------------
 
 def run_set(args) -> int:
-    """``bbrlab contention set``: put SCHED_DEADLINE (runtime = deadline = ``--timeslice``, period = timeslice
-    / ``--share``) on the target's vCPU threads and print it as read back; it stays until ``clear``. A
-    100 % share applies nothing. Returns 0."""
+    """``bbrlab contention set``: put SCHED_DEADLINE (runtime = ``--timeslice``, period = timeslice / ``--share``,
+    deadline = runtime or, with ``--deadline-mode implicit``, = period) on the target's vCPU threads and print it
+    as read back; it stays until ``clear``. A 100 % share applies nothing. Returns 0."""
     from bbrlab.contention.deadline import ContentionSession
     from bbrlab.core.units import parse_percent, parse_time_ms
+    from bbrlab.scenario.cpumodels import DeadlineParams
     from bbrlab.scenario.scenario import Contention
 
     contention = Contention(timeslice_ms=parse_time_ms(args.timeslice, "--timeslice"),
-                            cpu_share_pct=parse_percent(args.share, "--share"))
+                            cpu_share_pct=parse_percent(args.share, "--share"),
+                            params=DeadlineParams(args.deadline_mode))
     host, tids, testbed = resolve_target(args)
     with _changing(testbed, "contention set", timeslice_ms=contention.timeslice_ms,
                    cpu_share_pct=contention.cpu_share_pct):

@@ -1,7 +1,10 @@
 """CPU contention for the sender VM: SCHED_DEADLINE on its vCPU threads, as in the paper (section 4.2).
 
-Every vCPU thread gets runtime = deadline = timeslice and period = timeslice / share, so the vCPU
-runs at most ``timeslice`` out of every ``period``. A share of 100 % means no policy at all.
+Every vCPU thread gets runtime = timeslice and period = timeslice / share, so the vCPU runs at most
+``timeslice`` out of every ``period``; its deadline is the runtime (``deadline_mode`` constrained, the paper's
+setting: the timeslice must run at the period's start) or the period (implicit: anywhere in the period). The
+policy read back from the kernel (runtime, deadline and period) is in the record. A share of 100 % means no
+policy at all.
 
 The usual way in is the context manager::
 

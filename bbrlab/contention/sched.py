@@ -93,6 +93,14 @@ class SchedPolicy:
             return 0.0
         return self.runtime_ns / self.period_ns
 
+    @property
+    def deadline_mode(self) -> str | None:
+        """For SCHED_DEADLINE the kind of deadline: ``implicit`` (deadline = period) or ``constrained`` (deadline
+        shorter than the period); None for the other policies."""
+        if not self.is_deadline:
+            return None
+        return "implicit" if self.deadline_ns == self.period_ns else "constrained"
+
     @classmethod
     def deadline(cls, runtime_ns: int, deadline_ns: int, period_ns: int) -> SchedPolicy:
         """A SCHED_DEADLINE policy with the given runtime, deadline and period (all in ns)."""

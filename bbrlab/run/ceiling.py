@@ -1,8 +1,9 @@
 """The calibration file (``calibration.json``): the sender's CPU ceiling per contention, CPU share and RTT.
 
 A point is keyed by its deadline timeslice, or (another contention model) by the model and its parameters as in a
-run id (``model_tag``: ``cfs100ms``, ``cfs100ms-burst5ms``, ``credit10s-cfs100ms``, ``load``), so a cfs-quota
-run never takes a deadline ceiling; at 100 % share every model is the same uncontended point.
+run id (``model_tag``: ``cfs100ms``, ``cfs100ms-burst5ms``, ``credit10s-cfs100ms``, ``load``; deadline with an
+implicit deadline ``ts10ms-implicit``), so a cfs-quota run never takes a deadline ceiling, nor an implicit run a
+constrained one; at 100 % share every model is the same uncontended point.
 
 A ceiling is what the contended sender can carry at all: the median throughput of the least CPU-limited
 configuration (Cubic, the better of one and several streams, an unshaped link with the point's RTT),
@@ -100,8 +101,10 @@ class PointKey:
 
 def model_tag(contention: Contention) -> str | None:
     """A contention's model and parameters as a calibration key holds them: its run-id tag without the share
-    (``cfs100ms``, ``load``); None for deadline (its timeslice is the key) and without contention."""
-    if contention.kind.uses_timeslice or contention.unlimited:
+    (``cfs100ms``, ``load``, ``ts10ms-implicit``); None for deadline with its default, constrained deadline (its
+    timeslice is the key) and without contention."""
+    constrained = contention.kind.uses_timeslice and contention.deadline_mode == "constrained"
+    if constrained or contention.unlimited:
         return None
     return contention.id_tag.rsplit("-sh", 1)[0]
 

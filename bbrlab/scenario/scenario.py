@@ -51,13 +51,14 @@ class Contention:
     """CPU contention on the sender's vCPU threads, by ``model`` (:mod:`bbrlab.scenario.cpumodels`, one module each)
     with ``params``, that model's own parameters (its ``params_type``; None: the model's defaults).
 
-    ``deadline`` (default): SCHED_DEADLINE, runtime = deadline = timeslice, period = timeslice / share.
+    ``deadline`` (default): SCHED_DEADLINE, runtime = timeslice, period = timeslice / share, and deadline =
+    runtime (``deadline_mode`` constrained, the default and the paper's) or = period (implicit).
     ``cfs-quota``: a CFS quota of share x ``period_ms`` (default 100 ms) per period; ``cfs-burst``: the same and
     a burst of ``burst_ms``; ``credit``: full CPU while a balance of ``credit_s`` CPU-seconds lasts, then the
     share as baseline quota. ``competing-load``: :attr:`load_threads` equal-weight busy threads on the vCPU's
     CPU. ``none``: nothing (share 100). ``timeslice_ms`` is used by ``deadline`` only. A share of 100 % means no
     policy. A record keeps the parameters flat beside the share (:meth:`to_dict`, :meth:`from_dict`), and
-    ``model`` only when not deadline, so deadline run ids are as before."""
+    ``model`` only when not deadline and ``deadline_mode`` only when implicit, so deadline run ids are as before."""
 
     timeslice_ms: float
     cpu_share_pct: float
@@ -90,7 +91,7 @@ class Contention:
 
     def to_dict(self) -> dict:
         """The contention as recorded (and hashed into run ids): ``model`` only when not deadline, then the
-        model's parameters, flat."""
+        model's parameters, flat (deadline's ``deadline_mode`` only when implicit)."""
         d = {"timeslice_ms": self.timeslice_ms, "cpu_share_pct": self.cpu_share_pct, "model": self.model}
         if self.model == DEFAULT_MODEL:
             del d["model"]
@@ -113,7 +114,7 @@ class Contention:
 
     @property
     def id_tag(self) -> str:
-        """The contention in a run id: ``ts1ms-sh25`` (deadline, as always), ``cfs100ms-sh25``,
+        """The contention in a run id: ``ts1ms-sh25`` (deadline, as always; ``ts1ms-implicit-sh25``), ``cfs100ms-sh25``,
         ``cfs100ms-burst5ms-sh25``, ``credit30s-cfs100ms-sh25``, ``load-sh25``, ``none-sh100``."""
         share = "100" if self.cpu_share_pct >= 100 else f"{self.cpu_share_pct:g}"
         return f"{self.kind.id_head(self.timeslice_ms, self.params)}-sh{share}"
@@ -124,9 +125,16 @@ class Contention:
         return int(round(self.timeslice_ms * 1e6))
 
     @property
+    def deadline_mode(self) -> str | None:
+        """deadline's mode: constrained (deadline = runtime) or implicit (deadline = period); None for the other
+        models."""
+        return getattr(self.params, "deadline_mode", None)
+
+    @property
     def deadline_ns(self) -> int:
-        """SCHED_DEADLINE's deadline: equal to the runtime (the vCPU's timeslice must run within it), in nanoseconds."""
-        return self.runtime_ns
+        """SCHED_DEADLINE's deadline, in nanoseconds: the runtime (constrained: the vCPU's timeslice must run within
+        it), or the period (implicit: the runtime is a budget for anywhere in the period)."""
+        return self.period_ns if self.deadline_mode == "implicit" else self.runtime_ns
 
     @property
     def period_ns(self) -> int:

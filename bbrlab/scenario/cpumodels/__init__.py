@@ -10,7 +10,8 @@ the constants the credit controller shares with a guest stay in :mod:`bbrlab.sce
 the standard library alone, copied into a guest by tests/system/test_cgroup_v2_guest.py).
 
 A record keeps a contention flat (``period_ms`` beside ``timeslice_ms``): :func:`params_of` turns those flat
-fields into a model's parameters, naming a field the model does not take.
+fields into a model's parameters, naming a field the model does not take; :func:`params_dict` writes them, leaving
+out a parameter added later at its default (deadline's ``deadline_mode``: :func:`~.base.omitted_at_default`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from .base import UNUSED_TIMESLICE_MS, ContentionModel, NoParams  # noqa: F401 -
 from .cfs_burst import BurstParams
 from .cfs_quota import CfsParams
 from .credit import CreditParams
+from .deadline import DeadlineParams
 
 #: A contention's parameters: one of the models' ``params_type`` (tests/unit/scenario/test_contention_models.py
 #: checks the union names each of them).
-ContentionParams = NoParams | CfsParams | BurstParams | CreditParams
+ContentionParams = NoParams | DeadlineParams | CfsParams | BurstParams | CreditParams
 
 #: Every model by name, in the order errors and docs list them.
 MODELS: dict[str, ContentionModel] = {m.MODEL.name: m.MODEL for m in (deadline, cfs_quota, cfs_burst, credit,
@@ -62,8 +64,13 @@ def params_of(m: ContentionModel, given: dict) -> ContentionParams:
 
 
 def params_dict(params: ContentionParams) -> dict:
-    """A model's parameters as flat record fields, in their declared order."""
-    return asdict(params)
+    """A model's parameters as flat record fields, in their declared order; one marked
+    :func:`~.base.omitted_at_default` is left out at its default."""
+    d = asdict(params)
+    for f in fields(params):
+        if f.metadata.get("omitted_at_default") and d[f.name] == f.default:
+            del d[f.name]
+    return d
 
 
 def _only_with(name: str) -> str:
@@ -72,5 +79,6 @@ def _only_with(name: str) -> str:
     if not owners:
         raise TypeError(f"a contention has no field {name!r}")
     if len(owners) == 1:
-        return f"a number with model {owners[0]}, none with the others"
+        named = any(f.name == name and isinstance(f.default, str) for f in fields(MODELS[owners[0]].params_type))
+        return f"{'a name' if named else 'a number'} with model {owners[0]}, none with the others"
     return f"none except for models {', '.join(owners)} (deadline's period is timeslice / share)"

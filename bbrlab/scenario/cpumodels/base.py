@@ -7,14 +7,21 @@ contention without importing :mod:`bbrlab.contention`, which holds how each mode
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from bbrlab.core.errors import ValidationError
 
 #: The timeslice recorded for models that do not use one (competing-load, none), so their run ids are stable [ms].
 UNUSED_TIMESLICE_MS = 1.0
+
+
+def omitted_at_default(default: Any) -> Any:
+    """A parameter's dataclass field that a record leaves out at ``default`` (a parameter added after runs were
+    recorded without it: their JSON and run ids stay as they were; :func:`bbrlab.scenario.cpumodels.params_dict`)."""
+    return dataclasses.field(default=default, metadata={"omitted_at_default": True})
 
 
 @dataclass(frozen=True)

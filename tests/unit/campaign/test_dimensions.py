@@ -39,7 +39,7 @@ def test_each_dimension_lands_in_a_real_field_and_names_a_real_fragment():
         if d.part in owners:
             names = {f.name for f in dataclasses.fields(owners[d.part])}
             if d.part == "contention":
-                names |= {"model", "period_ms", "burst_ms", "credit_s"}  # the models' own, recorded flat
+                names |= {"model", "deadline_mode", "period_ms", "burst_ms", "credit_s"}  # the models' own, recorded flat
             assert d.field in names, d.lands_in
         else:
             assert d.field in {"cca", "workload"} | {f.name for f in dataclasses.fields(IperfParams)}, d.lands_in

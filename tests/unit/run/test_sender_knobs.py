@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bbrlab.core.errors import CommandError, ValidationError
+from bbrlab.core.commands import CommandError
+from bbrlab.core.errors import ValidationError
 from bbrlab.core.hosts import Host
 from bbrlab.run import senderknobs
 from bbrlab.run.runmeta import RunMetadata

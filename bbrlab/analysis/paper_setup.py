@@ -43,6 +43,8 @@ PAPER_SETUP: tuple[Condition, ...] = (
     Condition("flows", _one_or_missing, "one flow"),
     Condition("extra_flows", lambda c: c.isna(), "no competing flow"),
     Condition("sender_qdisc", lambda c: c.fillna("") != "fq", "the default qdisc, no fq pacing"),
+    Condition("cca_params", lambda c: c.isna(), "the module's own parameters"),
+    Condition("sender_sysctls", lambda c: c.isna(), "the sender's own sysctls"),
 )
 
 

@@ -5,12 +5,13 @@ Two runs are repetitions of one condition when they agree on every column of :da
 
 ============ ==========================================================================================
 CCA          ``variant`` (BBR version, patch and patch tag: :mod:`bbrlab.analysis.identity`), ``kernel``
-             (the sender's kernel), ``cca`` (the module's name)
+             (the sender's kernel), ``cca`` (the module's name), ``cca_params`` (its module parameters set)
 contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``deadline_mode``, ``cpu_share_pct``,
              ``cfs_period_ms``, ``cfs_burst_ms``, ``credit_s``, ``load_pct``
 link         ``rtt_ms``, ``rate_mbit``, ``queue_mode`` and ``buffer_bdp`` (the queue tree and the queue in
              force), ``loss_model``, ``loss_pct``, ``emulator_offloads``
-sender       ``sender_qdisc`` (fq: paced), ``sampler`` (a socket sampler costs the sender CPU)
+sender       ``sender_qdisc`` (fq: paced), ``sampler`` (a socket sampler costs the sender CPU),
+             ``sender_sysctls`` (the sysctls the run set)
 flows        ``streams``, ``flows``, ``extra_flows`` (the other flows' CCA, origin, streams and start)
 workload     ``workload`` (iperf3 bulk or an rsync copy), ``duration_s``, ``file_mb``
 machine      ``source``, ``testbed_kind``, ``hypervisor``, ``accelerator``, and ``machine`` (the CPU model)
@@ -35,16 +36,16 @@ import pandas as pd
 
 from bbrlab.campaign.dimensions import identity_columns
 
-#: The congestion control that ran and the kernel it ran on.
-CCA_KEY: Final[tuple[str, ...]] = ("variant", "kernel", "cca")
+#: The congestion control that ran, the kernel it ran on and the module parameters the run set.
+CCA_KEY: Final[tuple[str, ...]] = ("variant", "kernel", "cca", "cca_params")
 #: The CPU contention: its model and every parameter of it (the share included).
 CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "deadline_mode", "cpu_share_pct",
                                           "cfs_period_ms", "cfs_burst_ms", "credit_s", "load_pct")
 #: The emulated link and its bottleneck queue.
 LINK_KEY: Final[tuple[str, ...]] = ("rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_model", "loss_pct",
                                     "emulator_offloads")
-#: The sender's qdisc and its socket sampler.
-SENDER_KEY: Final[tuple[str, ...]] = ("sender_qdisc", "sampler")
+#: The sender's qdisc, its socket sampler and the sysctls the run set.
+SENDER_KEY: Final[tuple[str, ...]] = ("sender_qdisc", "sampler", "sender_sysctls")
 #: The flows of the run.
 FLOWS_KEY: Final[tuple[str, ...]] = ("streams", "flows", "extra_flows")
 #: What the flow carried and for how long.
@@ -148,7 +149,12 @@ FORMATS: Final[dict[str, str]] = {
     "machine": "machine {}", "loss_pct": "loss {:g} %", "loss_model": "loss model {}", "timeslice_ms": "{:g} ms",
     "cpu_share_pct": "{:g} % share", "contention_mode": "{}", "deadline_mode": "{} deadline", "cfs_period_ms": "period {:g} ms",
     "cfs_burst_ms": "burst {:g} ms", "credit_s": "credit {:g} s", "load_pct": "load {:g} %", "extra_flows": "with {}",
-    "workload": "{}", "file_mb": "{:g} MB", "variant": "{}", "cca": "{}"}
+    "workload": "{}", "file_mb": "{:g} MB", "variant": "{}", "cca": "{}", "cca_params": "params {}",
+    "sender_sysctls": "sysctls {}"}
+
+
+#: How a label names a missing value that means "nothing set" rather than "not recorded".
+UNSET: Final[dict[str, str]] = {"cca_params": "default params", "sender_sysctls": "default sysctls"}
 
 
 def _missing(value) -> bool:
@@ -164,7 +170,7 @@ def label(values: dict) -> str:
         if col == "queue_mode" or (col == "buffer_bdp" and authors):
             parts += ["authors' queue"] if col == "queue_mode" and authors else []
         elif _missing(value):
-            parts.append(f"{FORMATS.get(col, '').split('{')[0].strip() or col} not recorded")
+            parts.append(UNSET.get(col) or f"{FORMATS.get(col, '').split('{')[0].strip() or col} not recorded")
         else:
             parts.append(FORMATS.get(col, col + " {}").format(value))
     return ", ".join(parts)

@@ -21,6 +21,7 @@ from bbrlab.contention.evidence import ContentionEvidence
 from bbrlab.link.counters import QueueHeld, QueueInForce
 from bbrlab.run.runmeta import RunMetadata
 from bbrlab.sampling.alignment import AlignmentCheck
+from bbrlab.scenario import knobs
 from bbrlab.scenario.competition import ExtraFlow
 from bbrlab.scenario.cpumodels import MODELS
 from bbrlab.scenario.cpumodels import none as no_contention
@@ -318,6 +319,11 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
            "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
            lambda v: "fq" if v.scenario.sender_qdisc == "fq" else v.sender_sysctl("net.core.default_qdisc")),
+    Column("cca_params", "string", "the module parameters of the CCA the run set (cca_params), name=value in name "
+           "order joined by commas, e.g. deficit_gain=512; <NA>: none set", lambda v: knobs.as_text(v.scenario.cca_params)),
+    Column("sender_sysctls", "string", "the sender's sysctls the run set (sender_sysctls), name=value in name order "
+           "joined by commas, e.g. net.ipv4.tcp_limit_output_bytes=262144; <NA>: none set",
+           lambda v: knobs.as_text(v.scenario.sender_sysctls)),
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
            lambda v: v.meta.sender_qdisc and v.meta.sender_qdisc.root),

@@ -12,14 +12,25 @@ of it, crossed model by model (:meth:`bbrlab.campaign.spec.CampaignSpec.contenti
 list keys, their defaults, the check of each key on its own, the keys it leaves out at their defaults and the
 grid; values are checked in this order too. Adding a dimension is one entry here, the field of the same name in
 :class:`~bbrlab.campaign.spec.CampaignSpec` (its default read from here) and whatever the scenario does with it.
+
+Most dimensions are lists of scalars. A *mapping* dimension (``named`` set: ``sender_sysctls``, ``cca_params``)
+gives named lists instead, ``{name: [values]}``; the spec holds them as :data:`NamedLists` and each grid point
+takes one assignment of them, a tuple of ``(name, value)`` pairs (:func:`assignments`: several names cross too).
+A mapping dimension ``keyed_by`` another one names its lists ``<value>.<name>`` and crosses each value of that
+dimension with that value's lists alone: ``cca_params`` crosses bbr2b's runs with bbr2b's parameters and leaves
+the runs of the other CCAs one point each.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bbrlab.core.errors import ValidationError
+from bbrlab.kernel.params import param_limit
+from bbrlab.scenario import knobs
 from bbrlab.scenario.competition import check_sender_qdisc
 from bbrlab.scenario.contention_models import CFS_DEFAULT_PERIOD_MS, CFS_QUOTA_MIN_MS, DEFAULT_CREDIT_S
 from bbrlab.scenario.cpumodels import (
@@ -43,6 +54,15 @@ from .spec_values import kernel_name, number, rename_field
 MAX_VALUES = 1000
 #: The parts of a scenario a value can land in (``Scenario`` itself for its own fields).
 PARTS = ("scenario", "flow", "contention", "link")
+#: A mapping dimension's value as the spec holds it: each name with its values, the names in order.
+NamedLists = tuple[tuple[str, tuple], ...]
+
+
+def assignments(lists: NamedLists) -> list[tuple[tuple[str, object], ...]]:
+    """Every combination of one value of each named list, as ``(name, value)`` pairs in the lists' order; one
+    empty assignment for no lists."""
+    names = [name for name, _ in lists]
+    return [tuple(zip(names, combo, strict=True)) for combo in itertools.product(*(values for _, values in lists))]
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,9 @@ class Dimension:
     renamed ``key[i]``); what holds only together with other keys is :mod:`bbrlab.campaign.spec_combinations`'.
     ``lands_in`` is ``part.field`` (:data:`PARTS`); ``sets`` gives further fields of that part a value sets
     (a loss's model). ``type`` is each value's: ``str`` (a list of names), ``int`` (whole numbers) or ``float``.
+    A mapping dimension (see the module docstring) has ``named``, which reads and checks the spec's mapping into
+    :data:`NamedLists` (its errors name ``key.name[i]``), ``spec_value``, which writes them back as the spec
+    gives them, ``schema``, its JSON Schema, and, crossed with another dimension's values, ``keyed_by``.
     """
 
     key: str
@@ -67,6 +90,15 @@ class Dimension:
     omitted_default: bool = False
     doc: str = ""
     sets: Callable[[object], dict] | None = None
+    named: Callable[[object], NamedLists] | None = None
+    spec_value: Callable[[NamedLists], object] | None = None
+    schema: dict | None = dataclasses.field(default=None, compare=False)  # compared by key, hashed without it
+    keyed_by: str | None = None
+
+    @property
+    def mapping(self) -> bool:
+        """Whether the spec gives named lists (``{name: [values]}``) rather than one list."""
+        return self.named is not None
 
     @property
     def part(self) -> str:
@@ -85,7 +117,10 @@ class Dimension:
 
     def checked(self, value: object) -> tuple:
         """``value`` (the spec's list) as a tuple, each element checked and named ``key[i]`` in an error; a
-        non-list, an empty list, more than :data:`MAX_VALUES` values or a value listed twice are refused."""
+        non-list, an empty list, more than :data:`MAX_VALUES` values or a value listed twice are refused. A
+        mapping dimension's value: its :data:`NamedLists` (:attr:`named`)."""
+        if self.named is not None:
+            return self.named(value)
         if not isinstance(value, list) or not value:
             raise ValidationError(self.key, value, "a non-empty list, e.g. [1, 10, 20]")
         if len(value) > MAX_VALUES:
@@ -104,6 +139,20 @@ class Dimension:
     def fields(self, value: object) -> dict:
         """The fields of :attr:`part` that ``value`` sets: :attr:`field` and any :attr:`sets` gives."""
         return {self.field: value, **(self.sets(value) if self.sets else {})}
+
+    def stored(self, value: tuple) -> object:
+        """The spec's field ``value`` as ``spec.yaml`` writes it: a list, or a mapping dimension's mapping."""
+        return self.spec_value(value) if self.spec_value is not None else list(value)
+
+    def axis(self, value: tuple, key_value: object = None) -> list:
+        """The values the grid crosses: the list's, or a mapping dimension's :func:`assignments` (keyed: those of
+        the lists named ``<key_value>.<name>``, the names without their head)."""
+        if self.named is None:
+            return list(value)
+        if self.keyed_by is not None:
+            head = f"{key_value}."
+            value = tuple((name[len(head):], values) for name, values in value if name.startswith(head))
+        return assignments(value)
 
 
 def _share_in_range(value: object) -> None:
@@ -131,6 +180,67 @@ def _floor_later(probe: Callable[[object], object]) -> Callable[[object], object
     return checked
 
 
+def _lists(field_name: str, value: object, check: Callable[[str, object, str], object]) -> NamedLists:
+    """A mapping of names to lists (``{name: [values]}``) as :data:`NamedLists`: each list as a dimension's
+    (non-empty, at most :data:`MAX_VALUES` values, each once), each value checked by ``check(name, value,
+    field_name)``; an error names ``field_name.name[i]``."""
+    if not isinstance(value, dict):
+        raise ValidationError(field_name, value, "a mapping of names to lists of whole numbers, e.g. {name: [1, 2]}")
+    out = []
+    for name, values in value.items():
+        where = f"{field_name}.{name}"
+        if not isinstance(values, list) or not values or len(values) > MAX_VALUES:
+            raise ValidationError(where, values, f"a non-empty list of at most {MAX_VALUES} whole numbers, e.g. [1, 2]")
+        for i, v in enumerate(values):
+            try:
+                check(name, v, field_name)
+            except ValidationError as e:
+                raise rename_field(e, f"{where}[{i}]") from None
+        if len(set(values)) != len(values):
+            raise ValidationError(where, values, "distinct values (a value listed twice would run twice)")
+        out.append((str(name), tuple(values)))
+    return tuple(sorted(out))
+
+
+def _lists_schema() -> dict:
+    """The JSON Schema of named lists of whole numbers."""
+    return {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                                                       "maxItems": MAX_VALUES, "uniqueItems": True}}
+
+
+def _module_param(name: str, value: object, field_name: str) -> int:
+    """A module parameter's value: a whole number from 0 to its bound (:func:`bbrlab.kernel.params.param_limit`)."""
+    knobs.check_param(name, value, field_name)
+    if value > param_limit(name):
+        raise ValidationError(f"{field_name}.{name}", value, f"a whole number, 0 <= {name} <= {param_limit(name)} "
+                              "(bbrlab.kernel.params)")
+    return value
+
+
+def _cca_params(value: object) -> NamedLists:
+    """``cca_params`` (``{cca: {param: [values]}}``) as :data:`NamedLists` named ``<cca>.<param>``."""
+    if not isinstance(value, dict):
+        raise ValidationError("cca_params", value, "a mapping of CCAs to their module's parameters, e.g. "
+                              "{bbr2b: {deficit_gain: [512, 739]}}")
+    out: list = []
+    for cca, params in value.items():
+        check_cca(cca, f"cca_params.{cca}")
+        if not isinstance(params, dict) or not params:
+            raise ValidationError(f"cca_params.{cca}", params, "a mapping of its module's parameters to lists of "
+                                  "whole numbers, e.g. {deficit_gain: [512, 739]}")
+        out += [(f"{cca}.{name}", values) for name, values in _lists(f"cca_params.{cca}", params, _module_param)]
+    return tuple(sorted(out))
+
+
+def _cca_params_value(lists: NamedLists) -> dict:
+    """``cca_params`` as the spec gives it: ``{cca: {param: [values]}}``."""
+    out: dict = {}
+    for name, values in lists:
+        cca, _, param = name.partition(".")
+        out.setdefault(cca, {})[param] = list(values)
+    return out
+
+
 def _loss_model(value: object) -> dict:
     """A loss above 0 is uniform random loss."""
     return {"loss_model": "uniform" if value else "none"}
@@ -146,6 +256,11 @@ DIMENSIONS: tuple[Dimension, ...] = (
               doc="iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)"),
     Dimension("ccas", str, "", None, lambda v: check_cca(v, "flow.cca"), "flow.cca", "cca", "cca", True,
               doc="the congestion controls"),
+    Dimension("cca_params", int, "", (), lambda v: v, "scenario.cca_params", "cca_params", "cca_params", True,
+              omitted_default=True, named=_cca_params, spec_value=_cca_params_value,
+              schema={"type": "object", "additionalProperties": _lists_schema()}, keyed_by="ccas",
+              doc="module parameters per CCA, e.g. {bbr2b: {deficit_gain: [512, 739]}}: set for that CCA's runs "
+                  "alone and restored after each"),
     Dimension("contention_models", str, "", (DEFAULT_MODEL,), check_model_name, "contention.model", "contention",
               "contention_mode", True, omitted_default=True,
               doc="deadline, cfs-quota, cfs-burst, credit, competing-load, none (docs/contention.md)"),
@@ -189,6 +304,11 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("sender_qdiscs", str, "", ("default",), check_sender_qdisc, "scenario.sender_qdisc", "competition",
               "sender_qdisc", True, omitted_default=True,
               doc="default and/or fq: the root qdisc of the sender's experiment interface (pacing)"),
+    Dimension("sender_sysctls", int, "", (), lambda v: v, "scenario.sender_sysctls", "sysctls", "sender_sysctls",
+              True, omitted_default=True, named=lambda v: _lists("sender_sysctls", v, knobs.check_sysctl),
+              spec_value=lambda lists: {name: list(values) for name, values in lists}, schema=_lists_schema(),
+              doc="sysctls set in the sender for the run and restored after it, each with its values, e.g. "
+                  "{net.ipv4.tcp_limit_output_bytes: [262144, 1048576]} (bbrlab.scenario.knobs.SENDER_SYSCTLS)"),
 )
 
 #: Each dimension by its key.

@@ -1,6 +1,6 @@
 """The checks before a campaign changes anything on a testbed, shared by the driver and the testbed workers:
-the spec against one testbed (its sender kernels, every timeslice x share against the live deadline limits
-of its host), and the calibration that belongs to each testbed.
+the spec against one testbed (its sender kernels, the module parameters and sysctls it sets, every timeslice x
+share against the live deadline limits of its host), and the calibration that belongs to each testbed.
 
 May import: ``bbrlab.core``, ``bbrlab.testbed``, ``bbrlab.contention``, ``bbrlab.run`` (the calibration file),
 and ``.loop`` (the admission check). Never the executors (``distributed``, ``scaleout``, ``worker``).
@@ -16,8 +16,10 @@ from bbrlab import testbed as testbed_mod
 from bbrlab.contention import cgroups
 from bbrlab.contention.limits import read_kernel_limits
 from bbrlab.core.errors import TestbedError, ValidationError
+from bbrlab.run import senderknobs
 from bbrlab.run.ceiling import FILE_NAME, CalibrationMismatch, load, source_for
 from bbrlab.scenario.cpumodels import MODELS, param_names
+from bbrlab.scenario.knobs import SENDER_SYSCTLS
 
 from .spec_models import check_admission
 
@@ -44,6 +46,7 @@ def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
     :class:`ValidationError` naming the spec's field and the testbed; changes nothing."""
 
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)
+    check_knobs(spec, tb)
     if getattr(spec, "blocks", 1) > 1 and tb.kind != "local":
         raise ValidationError("blocks", spec.blocks, "1 for a lab testbed (each block boots the sender afresh, which "
                               "bbrlab does on a local testbed only)", f"testbed {tb.name}")
@@ -57,6 +60,22 @@ def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
     except ValidationError as e:
         raise ValidationError(e.field, e.value, e.allowed, where) from None
     return TestbedCheck(tb.name, tb.kind, socket.gethostname(), tb.describe(), tuple(cpus) if cpus else None)
+
+
+def check_knobs(spec, tb) -> None:
+    """The spec's module parameters and sysctls (``cca_params``, ``sender_sysctls``) against the sender as it
+    runs now: a parameter its CCA's module lacks, or a sysctl its kernel lacks, is refused before the campaign
+    starts (one command, which changes nothing). A spec with ``kernels`` is left to its runs, which check the
+    kernel they boot before they write anything (bbrlab.run.senderknobs)."""
+    if spec.kernels or not (getattr(spec, "cca_params", ()) or getattr(spec, "sender_sysctls", ())):
+        return
+    wanted = {f"cca_params.{name}": senderknobs.param_path(*name.split(".", 1)) for name, _ in spec.cca_params}
+    wanted |= {f"sender_sysctls.{name}": SENDER_SYSCTLS[name].path for name, _ in spec.sender_sysctls}
+    absent = set(senderknobs.missing(tb.sender.host, list(wanted.values())))
+    for field, path in wanted.items():
+        if path in absent:
+            raise ValidationError(field, path, f"a file the sender has: {path} is missing there (a parameter the "
+                                  "module lacks, or a module not loaded)", f"testbed {tb.name}")
 
 
 def check_models(spec, hypervisor) -> None:

@@ -6,6 +6,8 @@ Spec keys (see specs/*.yaml)::
     testbed: lab.yaml           # optional: a local testbed's name, or a testbed file (relative to
                                 # this spec's folder); default: --testbed, else the local testbed up
     ccas: [cubic, bbr, bbr2b]
+    cca_params: {}              # module parameters per CCA, e.g. {bbr2b: {deficit_gain: [512, 739]}}: crossed
+                                # with that CCA's runs alone, set before each and restored after it
     timeslices_ms: [1, 10, 20]
     cpu_shares_pct: [10, 25, 40, 55, 70, 100]   # 100 = no deadline policy
     contention_models: [deadline]  # and/or cfs-quota, cfs-burst, credit, competing-load, none
@@ -29,6 +31,8 @@ Spec keys (see specs/*.yaml)::
     losses_pct: [0]             # > 0 means uniform random loss (at most 50)
     streams: [1]
     sender_qdiscs: [default]    # and/or fq: the root qdisc of the sender's experiment interface (pacing)
+    sender_sysctls: {}          # sysctls set in the sender for each run and restored after it, e.g.
+                                # {net.ipv4.tcp_limit_output_bytes: [262144, 1048576]} (docs/sender-knobs.md)
     flows: []                   # flows beside each run's own, e.g. [{cca: cubic, origin: competitor,
                                 # start_s: 3, duration_s: 27, streams: 1}] (docs/competition.md)
     workloads: [iperf3]         # iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)
@@ -88,7 +92,7 @@ from bbrlab.scenario.scenario import (
 )
 from bbrlab.scenario.workloads import params_of, params_type
 
-from .dimensions import DIMENSIONS, Dimension, default_of
+from .dimensions import DIMENSIONS, Dimension, NamedLists, default_of
 from .hostguard import HostGuard
 from .order import plan_order
 from .repetitions import RepetitionRule
@@ -125,6 +129,7 @@ class CampaignSpec:
     rates_mbit: tuple[float, ...]
     testbed: str | None = setting_default("testbed")  # None: the command's --testbed, else the local testbed up
     kernels: tuple[str, ...] = default_of("kernels")  # the sender's kernels (a dimension); empty: whatever the sender runs
+    cca_params: NamedLists = default_of("cca_params")  # ``<cca>.<param>`` with its values (bbrlab.campaign.dimensions)
     buffers_bdp: tuple[float, ...] = default_of("buffers_bdp")
     queues: tuple[str, ...] = default_of("queues")
     contention_models: tuple[str, ...] = default_of("contention_models")
@@ -137,6 +142,7 @@ class CampaignSpec:
     losses_pct: tuple[float, ...] = default_of("losses_pct")
     streams: tuple[int, ...] = default_of("streams")
     sender_qdiscs: tuple[str, ...] = default_of("sender_qdiscs")
+    sender_sysctls: NamedLists = default_of("sender_sysctls")
     flows: tuple[ExtraFlow, ...] = setting_default("flows")
     workloads: tuple[str, ...] = default_of("workloads")
     file_mb: float = setting_default("file_mb")
@@ -167,6 +173,7 @@ class CampaignSpec:
         """The spec as stored in ``spec.yaml``; the workload and queue-tree keys only when they differ from
         their defaults, so the directory of a campaign made before they existed still matches its spec."""
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "adaptive"}
+        d |= {dim.key: dim.stored(getattr(self, dim.key)) for dim in DIMENSIONS if dim.mapping}
         if self.adaptive is not None:
             d["repetitions"] = self.adaptive.to_dict()
         if self.search is not None:
@@ -187,18 +194,22 @@ class CampaignSpec:
         return [self._scenario(dict(zip(axes, point, strict=True)), repetition=0)
                 for point in itertools.product(*axes.values())]
 
-    def _axes(self, kernel: str | None = None) -> dict[Dimension | None, list]:
+    def _axes(self, kernel: str | None = None, *, contention: bool = True) -> dict[Dimension | tuple | None, list]:
         """The grid's axes, outermost first: each dimension's values (an empty list: one point of its part's
-        default, e.g. whatever kernel the sender runs), the contention's dimensions as one axis (key None) of
-        :meth:`contentions`."""
-        axes: dict[Dimension | None, list] = {}
+        default, e.g. whatever kernel the sender runs; a mapping dimension's: its assignments), the contention's
+        dimensions as one axis (key None) of :meth:`contentions` (left out without ``contention``), and a
+        dimension with one ``keyed_by`` it as one axis of ``(value, assignment)`` pairs (key: both dimensions)."""
+        axes: dict[Dimension | tuple | None, list] = {}
         for d in DIMENSIONS:
             if d.part == "contention":
-                if None not in axes:
+                if None not in axes and contention:
                     axes[None] = self.contentions()
-            else:
-                axes[d] = [kernel] if kernel is not None and d.key == "kernels" else list(getattr(self, d.key))
-        return {d: values or [None] for d, values in axes.items()}
+            elif d.keyed_by is None:
+                values = [kernel] if kernel is not None and d.key == "kernels" else d.axis(getattr(self, d.key))
+                axes[d] = values or [None]
+                for m in (m for m in DIMENSIONS if m.keyed_by == d.key):
+                    axes[(d, m)] = [(v, a) for v in axes.pop(d) for a in m.axis(getattr(self, m.key), v)]
+        return axes
 
     def contentions(self) -> list[Contention]:
         """The contention of every grid point, model by model: deadline's timeslice x mode x share (first, in the
@@ -239,9 +250,10 @@ class CampaignSpec:
         """The scenario of one grid ``point`` (each axis of :meth:`_axes` with its value): each dimension's value
         where it lands (:attr:`Dimension.lands_in`)."""
         parts: dict[str, dict] = {"scenario": {}, "flow": {}, "link": {}}
-        for d, value in point.items():
-            if d is not None and value is not None:
-                parts[d.part].update(d.fields(value))
+        for key, value in point.items():
+            for d, v in zip(key, value, strict=True) if isinstance(key, tuple) else [(key, value)]:
+                if d is not None and v is not None:
+                    parts[d.part].update(d.fields(v))
         flow = dict(parts["flow"])
         cca, workload = flow.pop("cca"), flow.pop("workload")
         return Scenario(self._link_of(parts["link"]), point[None],
@@ -281,7 +293,7 @@ class CampaignSpec:
     @property
     def runs(self) -> int:
         """Number of runs: grid points x repetitions (without building them)."""
-        lists = math.prod(max(1, len(getattr(self, d.key))) for d in DIMENSIONS if d.part != "contention")
+        lists = math.prod(len(values) for values in self._axes(contention=False).values())
         return lists * self.contention_count * self.repetitions
 
     @property
@@ -337,7 +349,7 @@ def check_unique_ids(runs: list[Scenario]) -> None:
 _REQUIRED = (*(s.key for s in SETTINGS if s.required), *(d.key for d in DIMENSIONS if d.required))
 #: The keys left out of spec.yaml at their defaults (the workload and queue-tree keys, the contention models'
 #: lists, the blocks ...), so a campaign's directory made before they existed still matches its spec.
-_OMITTED_DEFAULTS = {**{d.key: list(d.default) for d in DIMENSIONS if d.omitted_default},
+_OMITTED_DEFAULTS = {**{d.key: d.stored(d.default) for d in DIMENSIONS if d.omitted_default},
                      **{s.key: s.stored_default for s in SETTINGS if s.omitted_default}}
 
 

@@ -12,6 +12,7 @@ from bbrlab.core.errors import ValidationError
 from bbrlab.scenario.scenario import Contention, Flow, Link, Scenario, check_sampling_load
 from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, params_type
 
+from .dimensions import DIMENSIONS
 from .spec_models import check_contentions
 
 #: At most this many runs per campaign (grid points x repetitions): 100000 runs of 20 s take 25 days.
@@ -28,6 +29,7 @@ class CombinedSpec(Protocol):
     workloads: Sequence[str]
     streams: Sequence[int]
     ccas: Sequence[str]
+    cca_params: Sequence
     flows: Sequence
     sample_ms: int | None
     sampler: str
@@ -70,6 +72,18 @@ def check_combinations(spec: CombinedSpec) -> None:
     _check_links(spec)
     _check_sampling(spec)
     _check_flows(spec)
+    _check_keyed(spec)
+
+
+def _check_keyed(spec: CombinedSpec) -> None:
+    """A mapping dimension keyed by another (``cca_params`` by ``ccas``) names only that dimension's values: a
+    CCA's parameters with no run of that CCA would never be set."""
+    for d in (d for d in DIMENSIONS if d.keyed_by is not None):
+        given = getattr(spec, d.keyed_by)
+        for head in dict.fromkeys(name.partition(".")[0] for name, _ in getattr(spec, d.key)):
+            if head not in given:
+                raise ValidationError(f"{d.key}.{head}", head, f"one of {d.keyed_by} ({', '.join(given)}): its "
+                                      f"lists apply to the runs of that value alone")
 
 
 def _check_flows(spec: CombinedSpec) -> None:

@@ -1,7 +1,7 @@
 """The campaign spec's JSON Schema (:func:`spec_json_schema`, ``bbrlab campaign schema``): its keys and their
 shapes, for editors and other tools, from the tables that declare them: the dimensions'
 (:data:`bbrlab.campaign.dimensions.DIMENSIONS`: each a list of names, numbers or whole numbers, with its unit and
-meaning) and the settings' (:data:`bbrlab.campaign.settings.SETTINGS`: each its type, range or choices, default
+meaning, or named lists of whole numbers) and the settings' (:data:`bbrlab.campaign.settings.SETTINGS`: each its type, range or choices, default
 and meaning, or a shape of its own). It states shapes, not every range: what a value may be with the
 others (a timeslice with a share, a buffer with a rate x RTT) only the spec's own checks say
 (:func:`bbrlab.campaign.spec.load_spec`), and a document the schema takes may still be refused by them.
@@ -18,12 +18,14 @@ _ITEMS = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "nu
 
 
 def _dimension_schema(d: Dimension) -> dict:
-    """A dimension's list: distinct values of its type, 1 to :data:`MAX_VALUES` of them."""
+    """A dimension's list: distinct values of its type, 1 to :data:`MAX_VALUES` of them; a mapping dimension's
+    own :attr:`~bbrlab.campaign.dimensions.Dimension.schema`."""
     unit = f" [{d.unit}]" if d.unit else ""
-    out = {"type": "array", "items": _ITEMS[d.type], "minItems": 1, "maxItems": MAX_VALUES, "uniqueItems": True,
-           "description": f"{d.doc}{unit}"}
+    out = dict(d.schema) if d.schema is not None else {
+        "type": "array", "items": _ITEMS[d.type], "minItems": 1, "maxItems": MAX_VALUES, "uniqueItems": True}
+    out["description"] = f"{d.doc}{unit}"
     if not d.required:
-        out["default"] = list(d.default)
+        out["default"] = d.stored(d.default)
     return out
 
 

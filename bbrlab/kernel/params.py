@@ -37,6 +37,13 @@ DEFICIT_PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
 )}
 
 
+def param_limit(name: str) -> int:
+    """The largest value bbrlab lets module parameter ``name`` take: its :data:`DEFICIT_PARAMS` bound, else
+    ``2**31 - 1`` (a researcher's own parameter: any non-negative ``int``)."""
+    spec = DEFICIT_PARAMS.get(name)
+    return spec.max if spec else 2**31 - 1
+
+
 def validate_params(available: list[str], params: dict[str, object]) -> dict[str, int]:
     """Check names against what the module offers and values against the known bounds.
 
@@ -47,8 +54,7 @@ def validate_params(available: list[str], params: dict[str, object]) -> dict[str
     for name, value in params.items():
         if name not in available:
             raise ValidationError(f"params.{name}", value, f"one of the module's parameters: {sorted(available)}")
-        spec = DEFICIT_PARAMS.get(name)
-        upper = spec.max if spec else 2**31 - 1
+        upper = param_limit(name)
         if isinstance(value, bool) or not isinstance(value, int):
             try:
                 value = int(str(value), 0)

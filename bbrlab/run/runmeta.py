@@ -6,7 +6,8 @@ records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`),
 the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignment with the samples
 (:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
 the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
-sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the CCA's module
+sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the module parameters
+and sysctls the run set (:class:`~bbrlab.run.senderknobs.SenderKnobs`), the CCA's module
 (:class:`~bbrlab.kernel.ModuleIdentity`), the flows (:mod:`bbrlab.run.flowrecord`) and iperf3's summary
 (:class:`~bbrlab.run.iperf.IperfSummary`), what the recovery of a killed predecessor cleared
 (:class:`~bbrlab.run.recoveryrecord.Recovered`) and what the campaign added after the run
@@ -54,6 +55,7 @@ from .flowrecord import FlowOutcome, FlowRecord
 from .iperf import IperfSummary
 from .recoveryrecord import Recovered
 from .sender import SenderOffloads, SenderSysctls, ToolVersions
+from .senderknobs import SenderKnobs
 from .senderqdisc import SenderQdisc
 from .transferrecord import TransferSummary
 
@@ -110,6 +112,7 @@ class RunMetadata:
     contention: ContentionRecord | None = None
     qdiscs: Readback | None = None  # the emulator's qdiscs read back after the run, verbatim
     sender_qdisc: SenderQdisc | None = None  # the sender's root qdisc asked and read back
+    knobs: SenderKnobs | None = None  # the CCA's module parameters and sysctls the run set, asked and read back
     link: LinkRecord | None = None  # per-run qdisc counters, the queue held and the loss netem applied
     iperf: IperfSummary | None = None  # iperf3's summary of flow 0 (bbrlab.run.iperf)
     flows: list[FlowOutcome] | None = None  # the flows beside flow 0: each one's origin, CCA, measured start, file (bbrlab.run.flows)

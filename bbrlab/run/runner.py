@@ -1,7 +1,8 @@
 """One measurement run on a testbed, as one recipe (docs/run-record.md says what it leaves behind).
 
 Read :meth:`Runner.run` top to bottom: boot the sender into the scenario's kernel if it runs another,
-prepare the sender, set its root qdisc (``sender_qdisc``), hold the link on the emulator, start the workload's server on the receiver (iperf3's
+set the module parameters and sysctls the scenario asks (``cca_params``, ``sender_sysctls``), prepare the
+sender, set its root qdisc (``sender_qdisc``), hold the link on the emulator, start the workload's server on the receiver (iperf3's
 server, or rsync's sshd: :mod:`bbrlab.run.workloads`) and the sampler, put the sender's vCPUs under the
 deadline policy for the client's transfer, then read back and check what held. Each step is a context
 manager owned by its tool, composed in one ``ExitStack``: whatever fails or interrupts the run (an
@@ -38,7 +39,7 @@ from bbrlab.sampling import sampler as sampling
 from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed import hostlock
 
-from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
+from . import checks, clocks, flows, iperf, sender, senderknobs, senderqdisc, workloads
 from . import record as rec
 from .blockboot import BlockBoot
 from .ceiling import Calibration
@@ -144,13 +145,18 @@ class Runner:
         self.session.boot(scenario.kernel, meta, block)
         with meta.timed("describe"):
             self.session.describe(meta)
-        with meta.timed("probe"):
-            prepared = self._prepare(scenario, work, meta)
-        tb, flow = self.testbed, scenario.flow
-        meta.flow = FlowRecord(work.name, ports, tb.receiver.experiment_ip)
-        limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
-                                                     for f in scenario.flows])
-        with ExitStack() as held:  # a failure inside clears the link and the sender's qdisc, in reverse order
+        # a failure inside clears the link and restores the sender's qdisc, module parameters and sysctls, in
+        # reverse order
+        with ExitStack() as held:
+            if scenario.cca_params or scenario.sender_sysctls:  # set before the probe, which reads them back too
+                with meta.timed("sender_knobs"):
+                    meta.knobs = held.enter_context(senderknobs.held(self.testbed.sender.host, scenario))
+            with meta.timed("probe"):
+                prepared = self._prepare(scenario, work, meta)
+            tb, flow = self.testbed, scenario.flow
+            meta.flow = FlowRecord(work.name, ports, tb.receiver.experiment_ip)
+            limit_s = max([work.client_limit_s(flow)] + [f.start_s + f.duration_s + iperf.CLIENT_MARGIN_S
+                                                         for f in scenario.flows])
             with meta.timed("sender_qdisc"):
                 meta.sender_qdisc = held.enter_context(senderqdisc.held(
                     tb.sender.host, tb.receiver.experiment_ip, scenario.sender_qdisc))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bbrlab.core.errors import ValidationError
 
-from . import competition, cpumodels
+from . import competition, cpumodels, knobs
 from .competition import CCA_NAME, DEFAULT_SENDER_QDISC, ExtraFlow
 from .contention_models import load_threads
 from .cpumodels import DEFAULT_MODEL, ContentionModel, ContentionParams
@@ -269,7 +269,8 @@ SCENARIO_SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class Scenario:
     """One run: link x contention x flow x repetition index; the sender's qdisc and flows beside the flow
-    (:mod:`bbrlab.scenario.competition`)."""
+    (:mod:`bbrlab.scenario.competition`); the module parameters of the flow's CCA and the sender's sysctls the run
+    sets (:mod:`bbrlab.scenario.knobs`: ``(name, value)`` pairs, given as a mapping or as pairs)."""
 
     link: Link
     contention: Contention
@@ -281,9 +282,16 @@ class Scenario:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     sender_qdisc: str = DEFAULT_SENDER_QDISC
     flows: tuple[ExtraFlow, ...] = ()
+    #: The module parameters of the flow's CCA set for the run (its module: bbrlab.run.senderknobs); () none.
+    cca_params: knobs.Assignment = ()
+    #: The sender's sysctls set for the run (:data:`bbrlab.scenario.knobs.SENDER_SYSCTLS`); () none.
+    sender_sysctls: knobs.Assignment = ()
 
     def __post_init__(self):
         object.__setattr__(self, "flows", competition.extra_flows(self.flows))
+        object.__setattr__(self, "cca_params", knobs.assignment(self.cca_params, "cca_params", knobs.check_param))
+        object.__setattr__(self, "sender_sysctls", knobs.assignment(self.sender_sysctls, "sender_sysctls",
+                                                                    knobs.check_sysctl))
         competition.scenario_extras(self.sender_qdisc, self.flows, self.flow)
         k = self.kernel
         if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
@@ -301,6 +309,9 @@ class Scenario:
         }
         if self.kernel is not None:  # absent otherwise, so runs planned before kernels keep their ids
             d["kernel"] = self.kernel
+        for name in ("cca_params", "sender_sysctls"):  # likewise: absent when none is set
+            if getattr(self, name):
+                d[name] = knobs.as_dict(getattr(self, name))
         return d
 
     @classmethod
@@ -316,7 +327,8 @@ class Scenario:
         """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run); ``link`` builds
         its link from the fields (:meth:`from_record` passes :meth:`Link.recorded`)."""
         return cls(link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
-                   d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or ())
+                   d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or (),
+                   cca_params=d.get("cca_params") or (), sender_sysctls=d.get("sender_sysctls") or ())
 
     @classmethod
     def from_record(cls, d: dict) -> Scenario:
@@ -335,8 +347,9 @@ class Scenario:
     def run_id(self) -> str:
         """Stable id: readable prefix (:data:`RUN_ID_FRAGMENTS`, in order) + the repetition + a hash of every
         parameter and the repetition. The authors' queue tree and the emulator's offloads on add ``-qauthors`` and
-        ``-offloads`` after the rate, then ``-fq`` and the extra flows (``-and-cubic-comp3s``); the defaults add
-        nothing, so those ids are as before."""
+        ``-offloads`` after the rate, then ``-fq`` and the extra flows (``-and-cubic-comp3s``); module parameters
+        follow the CCA (``bbr2b-deficit_gain512-``) and sysctls come last (``-limit_output_bytes262144``); the
+        defaults add nothing, so those ids are as before."""
         d = self.to_dict()
         digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
         prefix = "".join(fragment(self) for fragment in RUN_ID_FRAGMENTS.values())
@@ -349,10 +362,12 @@ RUN_ID_FRAGMENTS: dict[str, Callable[[Scenario], str]] = {
     "kernel": lambda s: s.kernel_tag,
     "workload": lambda s: s.flow.params.id_prefix,
     "cca": lambda s: f"{s.flow.cca}-",
+    "cca_params": lambda s: knobs.params_tag(s.cca_params),
     "contention": lambda s: f"{s.contention.id_tag}-",
     "rtt": lambda s: f"rtt{s.link.rtt_ms:g}ms-",
     "rate": lambda s: "unshaped" if s.link.rate_mbit is None else f"{s.link.rate_mbit:g}mbit",
     "queue": lambda s: "-qauthors" if s.link.queue == "authors" else "",
     "emulator_offloads": lambda s: "-offloads" if s.link.emulator_offloads == "on" else "",
     "competition": lambda s: competition.id_tags(s.sender_qdisc, s.flows),
+    "sysctls": lambda s: knobs.sysctls_tag(s.sender_sysctls),
 }

@@ -22,14 +22,22 @@ NOT_DIMENSIONS = {"flows"}
 
 
 def test_every_list_field_of_the_spec_is_one_dimension_with_its_default_and_back():
-    lists = {f.name: f for f in dataclasses.fields(CampaignSpec) if str(f.type).startswith("tuple[")}
+    lists = {f.name: f for f in dataclasses.fields(CampaignSpec)
+             if str(f.type).startswith("tuple[") or f.type == "NamedLists"}
     assert set(lists) - NOT_DIMENSIONS == {d.key for d in DIMENSIONS}
     assert len({d.key for d in DIMENSIONS}) == len(DIMENSIONS)
     for d in DIMENSIONS:
         field = lists[d.key]
         assert (field.default is dataclasses.MISSING) == d.required, d.key
         assert d.required or field.default == d.default, d.key
-        assert str(field.type) == f"tuple[{d.type.__name__}, ...]", d.key
+        assert str(field.type) == ("NamedLists" if d.mapping else f"tuple[{d.type.__name__}, ...]"), d.key
+
+
+def test_a_mapping_dimension_reads_writes_and_describes_its_named_lists():
+    for d in (d for d in DIMENSIONS if d.mapping):
+        assert d.spec_value is not None and d.schema is not None and d.default == () and d.omitted_default, d.key
+        assert d.stored(d.default) == {} and d.checked({}) == ()
+        assert d.keyed_by is None or d.keyed_by in {k.key for k in DIMENSIONS if not k.mapping}, d.key
 
 
 def test_each_dimension_lands_in_a_real_field_and_names_a_real_fragment():

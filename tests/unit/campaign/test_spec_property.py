@@ -77,6 +77,12 @@ plausible = {
     "credits_s": st.lists(st.sampled_from([-1, 0, 0.1, 10, 3600, 4000, None]), max_size=3),
     "emulator_offloads": st.sampled_from(["off", "on", True, False, "maybe", None, 1]),
     "sender_qdiscs": st.lists(st.sampled_from(["default", "fq", "fq_codel", "", None, 3]), max_size=3),
+    "cca_params": st.one_of(anything, st.dictionaries(st.sampled_from(["bbr2b", "cubic", "X", ""]), st.one_of(
+        anything, st.dictionaries(st.sampled_from(["deficit_gain", "beta", "Bad", ""]), st.lists(numbers, max_size=3),
+                                  max_size=2)), max_size=2)),
+    "sender_sysctls": st.one_of(anything, st.dictionaries(st.sampled_from([
+        "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_pacing_ss_ratio", "net.core.default_qdisc", "x"]),
+        st.lists(numbers, max_size=3), max_size=2)),
     "flows": st.one_of(anything, st.lists(st.fixed_dictionaries({"cca": st.sampled_from(["cubic", "bbr", "X"])}, optional={
         "origin": st.sampled_from(["sender", "competitor", "receiver", None]), "start_s": numbers,
         "duration_s": numbers, "streams": st.integers(min_value=-1, max_value=200), "x": scalars}), max_size=3)),
@@ -98,6 +104,10 @@ valid = st.fixed_dictionaries({
     "queues": st.lists(st.sampled_from(["bbrlab", "authors"]), min_size=1, max_size=2, unique=True),
     "emulator_offloads": st.sampled_from(["off", "on"]),
     "sender_qdiscs": st.lists(st.sampled_from(["default", "fq"]), min_size=1, max_size=2, unique=True),
+    "cca_params": st.fixed_dictionaries({"bbr2b": st.fixed_dictionaries({"deficit_gain": st.lists(
+        st.integers(min_value=0, max_value=1023), min_size=1, max_size=2, unique=True)})}),
+    "sender_sysctls": st.fixed_dictionaries({"net.ipv4.tcp_pacing_ss_ratio": st.lists(
+        st.integers(min_value=0, max_value=1000), min_size=1, max_size=2, unique=True)}),
 })
 
 

@@ -41,6 +41,18 @@ def check_cca(name: object, field_name: str = "cca") -> str:
     return name
 
 
+#: The most vCPUs a sender VM may have (the local testbed's ``--sender-vcpus`` and the spec's ``sender_vcpus``).
+MAX_SENDER_VCPUS = 8
+
+
+def check_sender_vcpus(value: object, field_name: str = "sender_vcpus") -> int:
+    """``value`` when it is a whole number of vCPUs from 1 to :data:`MAX_SENDER_VCPUS`; else raises
+    :class:`ValidationError` naming ``field_name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SENDER_VCPUS:
+        raise ValidationError(field_name, value, f"a whole number of vCPUs from 1 to {MAX_SENDER_VCPUS}")
+    return value
+
+
 def _check_contention_ranges(timeslice_ms, share_pct) -> None:
     check_range("contention.timeslice_ms", timeslice_ms, 0, 1000, lo_open=True, unit="ms")
     check_range("contention.cpu_share_pct", share_pct, 0, 100, lo_open=True, unit="%")
@@ -273,10 +285,14 @@ class Scenario:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     sender_qdisc: str = DEFAULT_SENDER_QDISC
     flows: tuple[ExtraFlow, ...] = ()
+    #: The sender VM's vCPUs (1 to :data:`MAX_SENDER_VCPUS`); None: whatever the testbed's sender has.
+    sender_vcpus: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "flows", competition.extra_flows(self.flows))
         competition.scenario_extras(self.sender_qdisc, self.flows, self.flow)
+        if self.sender_vcpus is not None:
+            check_sender_vcpus(self.sender_vcpus)
         k = self.kernel
         if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
                               or any(c in k for c in "\n\r\0")):
@@ -293,6 +309,8 @@ class Scenario:
         }
         if self.kernel is not None:  # absent otherwise, so runs planned before kernels keep their ids
             d["kernel"] = self.kernel
+        if self.sender_vcpus is not None:  # likewise for runs planned before the vCPU count was a dimension
+            d["sender_vcpus"] = self.sender_vcpus
         return d
 
     @classmethod
@@ -308,7 +326,8 @@ class Scenario:
         """A scenario from :meth:`to_dict`'s output (``record.json``'s ``scenario``, a plan's run); ``link`` builds
         its link from the fields (:meth:`from_record` passes :meth:`Link.recorded`)."""
         return cls(link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
-                   d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or ())
+                   d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or (),
+                   sender_vcpus=d.get("sender_vcpus"))
 
     @classmethod
     def from_record(cls, d: dict) -> Scenario:
@@ -322,6 +341,11 @@ class Scenario:
         if self.kernel is None:
             return ""
         return re.sub(r"[^A-Za-z0-9._-]+", "_", self.kernel.rstrip("/").rsplit("/", 1)[-1]) + "-"
+
+    @property
+    def vcpus_tag(self) -> str:
+        """The vCPU count as a run-id fragment (``2vcpu-``), empty without one."""
+        return "" if self.sender_vcpus is None else f"{self.sender_vcpus}vcpu-"
 
     @property
     def run_id(self) -> str:
@@ -339,6 +363,7 @@ class Scenario:
 #: name theirs (``bbrlab.campaign.dimensions``); a value no fragment shows is in the id's hash alone.
 RUN_ID_FRAGMENTS: dict[str, Callable[[Scenario], str]] = {
     "kernel": lambda s: s.kernel_tag,
+    "vcpus": lambda s: s.vcpus_tag,
     "workload": lambda s: s.flow.params.id_prefix,
     "cca": lambda s: f"{s.flow.cca}-",
     "contention": lambda s: f"{s.contention.id_tag}-",

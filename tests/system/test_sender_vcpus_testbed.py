@@ -21,8 +21,8 @@ QUIET = CampaignOptions(progress=False)  # no progress bar in the tests' output
 pytestmark = [pytest.mark.system, pytest.mark.testbed]
 
 
-# Two sender reboots (to 2 vCPUs and back to the session's 1) cost most of its time: 173.8 s under TCG here on
-# 2026-12-02 (the boot to 2 vCPUs 65.7 s, while other sessions loaded the machine), beyond make test's budget;
+# Two sender reboots (to 2 vCPUs and back to the session's 1) cost most of its time: 146.7 s under TCG here on
+# 2026-12-02 (the boot to 2 vCPUs 51.6 s, while other sessions loaded the machine), beyond make test's budget;
 # make test-slow runs it. Without a testbed, tests/unit/campaign/test_sender_vcpus.py and tests/unit/run/test_softirqs.py.
 @pytest.mark.slow
 def test_a_campaign_over_one_and_two_vcpus_records_each_count_and_its_softirqs(testbed, tmp_path):
@@ -30,7 +30,7 @@ def test_a_campaign_over_one_and_two_vcpus_records_each_count_and_its_softirqs(t
     emulator_pid = State.load(name).vms["emulator"]["pid"]
     spec = campaign_spec.CampaignSpec.from_dict({
         "name": "vcpus", "testbed": name, "sender_vcpus": [1, 2], "ccas": ["cubic"], "timeslices_ms": [1],
-        "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1, "duration_s": 2,
+        "cpu_shares_pct": [100], "rtts_ms": [20], "rates_mbit": [50], "repetitions": 1, "duration_s": 2, "sample_ms": 10,
         "max_attempts": 2})
     runner = Runner(testbed)
     try:
@@ -55,6 +55,7 @@ def test_a_campaign_over_one_and_two_vcpus_records_each_count_and_its_softirqs(t
         assert len(irqs["net_rx"]) == len(irqs["process_ticks"]) == vcpus and sum(irqs["net_rx"]) > 0
         assert irqs["nic_irqs"] is not None and sum(irqs["nic_irqs"]) > 0
         assert (irqs["rx_queues"], irqs["tx_queues"]) == (1, 1)  # QEMU's tap: single-queue virtio
+        assert m["sampling"]["samples"] > 0  # the socket sampler ran beside the counters' reads
     assert "vcpus_boot_s" not in records[0]["metadata"]["timing"] and records[1]["metadata"]["timing"]["vcpus_boot_s"] > 0
     assert records[0]["metadata"]["testbed"]["sender_boot_id"] != records[1]["metadata"]["testbed"]["sender_boot_id"]
     assert State.load(name).vms["emulator"]["pid"] == emulator_pid  # only the sender rebooted

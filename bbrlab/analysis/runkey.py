@@ -11,7 +11,7 @@ contention   ``contention_mode`` and its parameters ``timeslice_ms``, ``deadline
 link         ``rtt_ms``, ``rate_mbit``, ``queue_mode`` and ``buffer_bdp`` (the queue tree and the queue in
              force), ``loss_model``, ``loss_pct``, ``emulator_offloads``
 sender       ``sender_qdisc`` (fq: paced), ``sampler`` (a socket sampler costs the sender CPU),
-             ``sender_sysctls`` (the sysctls the run set)
+             ``sender_sysctls`` (the sysctls the run set), ``sender_vcpus`` (the sender VM's vCPUs)
 flows        ``streams``, ``flows``, ``extra_flows`` (the other flows' CCA, origin, streams and start)
 workload     ``workload`` (iperf3 bulk or an rsync copy), ``duration_s``, ``file_mb``
 machine      ``source``, ``testbed_kind``, ``hypervisor``, ``accelerator``, and ``machine`` (the CPU model)
@@ -44,8 +44,8 @@ CONTENTION_KEY: Final[tuple[str, ...]] = ("contention_mode", "timeslice_ms", "de
 #: The emulated link and its bottleneck queue.
 LINK_KEY: Final[tuple[str, ...]] = ("rtt_ms", "rate_mbit", "queue_mode", "buffer_bdp", "loss_model", "loss_pct",
                                     "emulator_offloads")
-#: The sender's qdisc, its socket sampler and the sysctls the run set.
-SENDER_KEY: Final[tuple[str, ...]] = ("sender_qdisc", "sampler", "sender_sysctls")
+#: The sender's qdisc, its socket sampler, the sysctls the run set and its vCPUs.
+SENDER_KEY: Final[tuple[str, ...]] = ("sender_qdisc", "sampler", "sender_sysctls", "sender_vcpus")
 #: The flows of the run.
 FLOWS_KEY: Final[tuple[str, ...]] = ("streams", "flows", "extra_flows")
 #: What the flow carried and for how long.
@@ -145,7 +145,7 @@ def settings(runs: pd.DataFrame, key: tuple[str, ...] = SETTING_KEY) -> list[dic
 FORMATS: Final[dict[str, str]] = {
     "rtt_ms": "RTT {:g} ms", "rate_mbit": "{:g} Mbit/s", "buffer_bdp": "{:.3g} BDP", "duration_s": "{:g} s",
     "streams": "{:g} streams", "flows": "{:g} flows", "kernel": "kernel {}", "queue_mode": "{} queue tree",
-    "sender_qdisc": "qdisc {}", "sampler": "sampler {}", "emulator_offloads": "emulator offloads {}",
+    "sender_qdisc": "qdisc {}", "sampler": "sampler {}", "sender_vcpus": "{:g} vCPU", "emulator_offloads": "emulator offloads {}",
     "machine": "machine {}", "loss_pct": "loss {:g} %", "loss_model": "loss model {}", "timeslice_ms": "{:g} ms",
     "cpu_share_pct": "{:g} % share", "contention_mode": "{}", "deadline_mode": "{} deadline", "cfs_period_ms": "period {:g} ms",
     "cfs_burst_ms": "burst {:g} ms", "credit_s": "credit {:g} s", "load_pct": "load {:g} %", "extra_flows": "with {}",

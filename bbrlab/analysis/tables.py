@@ -69,6 +69,25 @@ def achieved_share(meta: RunMetadata) -> float | None:
     return round(sum(shares) / len(shares), 2) if shares else None
 
 
+def sender_vcpus(v) -> int | None:
+    """The vCPUs the run's sender had: its CPUs online as read in the guest during the run
+    (``metadata.softirqs.cpus``), else the count the testbed recorded starting it (``metadata.testbed.sender_vcpus``:
+    records made before the read-back); None where neither is recorded."""
+    if v.meta.softirqs is not None:
+        return v.meta.softirqs.cpus
+    return v.testbed.sender_vcpus
+
+
+def _contended_threads(meta: RunMetadata) -> int | None:
+    """How many vCPU threads the contention model was given (every thread it held, ``metadata.contention.previous``)."""
+    return len(meta.contention.previous) if meta.contention is not None else None
+
+
+def _top(v, which: str, part: int):
+    """The CPU (``part`` 0) or its share (1) of ``metadata.softirqs``' ``which`` (``net_rx_top`` ...); None without it."""
+    return None if v.meta.softirqs is None else getattr(v.meta.softirqs, which)[part]
+
+
 def _queue_held(meta: RunMetadata) -> QueueHeld | None:
     """The queue a run's link held (``metadata.link``'s queue keys); None in records made before it."""
     return meta.link.queue if meta.link is not None else None
@@ -327,6 +346,31 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("sender_root_qdisc", "string", "the root qdisc read back on the sender's experiment interface during "
            "the run (tc -j qdisc show; mq, fq, fq_codel ...); <NA> in records made before it was read",
            lambda v: v.meta.sender_qdisc and v.meta.sender_qdisc.root),
+    Column("sender_vcpus", "Int64", "the sender VM's vCPUs in the run: its CPUs online as read in the guest "
+           "(metadata.softirqs.cpus), else as the testbed started it (metadata.testbed.sender_vcpus); <NA> where "
+           "neither is recorded [vCPUs]", sender_vcpus),
+    Column("contended_threads", "Int64", "vCPU threads the contention model acted on: every vCPU thread of the "
+           "sender (at 100 % share measured only); <NA> without a contention record",
+           lambda v: _contended_threads(v.meta)),
+    Column("sender_nic_queues", "Int64", "receive queues of the sender's experiment interface (1: single-queue "
+           "virtio); <NA> in records made before it was read", lambda v: v.meta.softirqs and v.meta.softirqs.rx_queues),
+    Column("softirq_net_rx_top_cpu", "Int64", "the sender CPU that ran the most NET_RX softirqs over the flow "
+           "(/proc/softirqs before and after); <NA> in records made before it was read",
+           lambda v: _top(v, "net_rx_top", 0)),
+    Column("softirq_net_rx_top_share", "float64", "that CPU's share of the sender's NET_RX softirqs (0..1)",
+           lambda v: _top(v, "net_rx_top", 1)),
+    Column("softirq_net_tx_top_cpu", "Int64", "the sender CPU that ran the most NET_TX softirqs over the flow; <NA> "
+           "when none ran", lambda v: _top(v, "net_tx_top", 0)),
+    Column("softirq_net_tx_top_share", "float64", "that CPU's share of the sender's NET_TX softirqs (0..1)",
+           lambda v: _top(v, "net_tx_top", 1)),
+    Column("nic_irq_top_cpu", "Int64", "the sender CPU that took the most interrupts of its experiment interface "
+           "over the flow (/proc/interrupts)", lambda v: _top(v, "nic_irq_top", 0)),
+    Column("nic_irq_top_share", "float64", "that CPU's share of those interrupts (0..1)",
+           lambda v: _top(v, "nic_irq_top", 1)),
+    Column("sender_busiest_cpu", "Int64", "the sender CPU whose processes used the most time over the flow "
+           "(/proc/stat user + nice + system): where the iperf3 client ran", lambda v: _top(v, "process_top", 0)),
+    Column("sender_busiest_cpu_share", "float64", "that CPU's share of the sender's process time (0..1)",
+           lambda v: _top(v, "process_top", 1)),
     Column("ss_sampled", "bool", "socket state was sampled during the run (costs the sender CPU)",
            lambda v: sampler_of(v.flow) is not None),
     Column("sampler", "string", "the socket sampler: bpf, netlink or ss (docs/sampling.md); <NA> unsampled",

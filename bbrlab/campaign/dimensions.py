@@ -44,7 +44,7 @@ from bbrlab.scenario.cpumodels import (
 )
 from bbrlab.scenario.cpumodels.deadline import DEFAULT_DEADLINE_MODE, check_deadline_mode
 from bbrlab.scenario.linksizing import BufferBelowMinimum
-from bbrlab.scenario.scenario import Contention, IperfParams, Link, check_cca
+from bbrlab.scenario.scenario import Contention, IperfParams, Link, check_cca, check_sender_vcpus
 from bbrlab.scenario.workloads import DEFAULT_WORKLOAD, params_type
 
 from .spec_models import check_model_name
@@ -251,6 +251,10 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("kernels", str, "", (), kernel_name, "scenario.kernel", "kernel", "kernel", True, omitted_default=True,
               doc="the sender's kernels (debian-6.1, debian-5.10, debian-6.12 or a kernel's path); empty: whatever "
                   "the sender runs"),
+    Dimension("sender_vcpus", int, "vCPUs", (), check_sender_vcpus, "scenario.sender_vcpus", "vcpus", "sender_vcpus",
+              True, omitted_default=True,
+              doc="the sender VM's vCPUs, 1 to 8 (the local testbed reboots the sender once per kernel and count); "
+                  "empty: whatever the sender has"),
     Dimension("workloads", str, "", (DEFAULT_WORKLOAD,), lambda v: params_type(v).name, "flow.workload",
               "workload", "workload", True, omitted_default=True,
               doc="iperf3 (bulk transfer of duration_s) and/or rsync (a file over SSH)"),

@@ -260,7 +260,8 @@ def _drive(spec: Planned, out: Path, executor: Executor, options: CampaignOption
     with directory_lock(out), interruptible():
         check_out_dir(spec, out)
         mixed = check_same_testbed(out, list(testbeds or []), allow_mixed=options.allow_mixed,
-                                   kernel_dimension=bool(getattr(spec, "kernels", ())))
+                                   kernel_dimension=bool(getattr(spec, "kernels", ())),
+                                   vcpus_dimension=bool(getattr(spec, "sender_vcpus", ())))
         plan = prepare(spec, out)
         rec.clear_tmp(out)
         runs = [(r.run_id, r.scenario) for r in plan.runs]

@@ -2,7 +2,8 @@
 (``plan.json`` holds it).
 
 Block after block (``blocks``: each block on a fresh boot of the sender, :mod:`bbrlab.campaign.blocks`); within a
-block, kernel after kernel (the sender boots once per kernel and block); within those, the block's repetitions
+block, kernel after kernel and within a kernel vCPU count after vCPU count (the sender boots once per kernel,
+vCPU count and block); within those, the block's repetitions
 of every grid point as ``order`` says: ``blocked-random`` (each repetition a permutation of the grid of its own),
 ``random`` (one permutation of them all) or ``sequential`` (point after point). One random generator, seeded
 once, draws every permutation in this order, so a spec without blocks keeps the plan it always had.
@@ -21,7 +22,8 @@ def plan_order(spec) -> list[Scenario]:
     rng = random.Random(spec.seed)
     per_block = spec.repetitions // spec.blocks
     return [s for b in range(spec.blocks) for kernel in (spec.kernels or (None,))
-            for s in ordered(spec.grid(kernel), range(b * per_block, (b + 1) * per_block), spec.order, rng)]
+            for vcpus in (spec.sender_vcpus or (None,))
+            for s in ordered(spec.grid(kernel, vcpus), range(b * per_block, (b + 1) * per_block), spec.order, rng)]
 
 
 def ordered(grid: list[Scenario], reps: range, order: str, rng: random.Random) -> list[Scenario]:

@@ -41,21 +41,26 @@ class TestbedCheck:
 
 def check_testbed(spec, tb, cpus: list[int] | None = None) -> TestbedCheck:
     """What the single-testbed path checks before a campaign, for testbed ``tb``: every sender kernel of the
-    spec (downloads, never boots) and every timeslice x share against the live limits of the host that
-    runs its sender's vCPUs, with the capacity of ``cpus`` when the testbed gets a partition. Raises
-    :class:`ValidationError` naming the spec's field and the testbed; changes nothing."""
+    spec (downloads, never boots), its vCPU counts (a local testbed's alone), and every timeslice x share against
+    the live limits of the host that runs its sender's vCPUs (for the most vCPUs the spec gives), with the
+    capacity of ``cpus`` when the testbed gets a partition. Raises :class:`ValidationError` naming the spec's
+    field and the testbed; changes nothing."""
 
     testbed_mod.check_campaign_kernels(tb, spec.kernels, spec.ccas)
     check_knobs(spec, tb)
     if getattr(spec, "blocks", 1) > 1 and tb.kind != "local":
         raise ValidationError("blocks", spec.blocks, "1 for a lab testbed (each block boots the sender afresh, which "
                               "bbrlab does on a local testbed only)", f"testbed {tb.name}")
+    vcpu_counts = tuple(getattr(spec, "sender_vcpus", ()))
+    if vcpu_counts and tb.kind != "local":
+        raise ValidationError("sender_vcpus", list(vcpu_counts), "absent for a lab testbed (its sender VM's vCPUs are "
+                              "the lab's own); the local testbed boots the sender with each count", f"testbed {tb.name}")
     limits = read_kernel_limits(tb.sender.hypervisor)
     if cpus:
         limits = replace(limits, online_cpus=len(cpus))  # a partition is its own root domain
     where = f"testbed {tb.name}" + (f" in its partition of {len(cpus)} CPU(s)" if cpus else "")
     try:
-        check_admission(spec, limits, len(tb.sender.vcpu_threads()))
+        check_admission(spec, limits, max(vcpu_counts) if vcpu_counts else len(tb.sender.vcpu_threads()))
         check_models(spec, tb.sender.hypervisor)
     except ValidationError as e:
         raise ValidationError(e.field, e.value, e.allowed, where) from None
@@ -107,7 +112,8 @@ def calibrations_for(checks: list[TestbedCheck], out_dir: str | Path, scenarios,
     testbeds they were made on; without them ``DIR/calibration.json`` is used when it exists. Either every
     testbed has one or none has (a campaign half with CPU ceilings and half without could not be read as
     one). Refused, naming ``--calibration``: a calibration of none of these testbeds, two for one, one
-    that no longer matches its testbed or lacks a point of the plan, and any calibration for a testbed in
+    that no longer matches its testbed, was made with another vCPU count than the plan's runs ask or lacks a
+    point of the plan, and any calibration for a testbed in
     a CPU partition (calibrated with the whole machine, its ceilings do not hold on fewer CPUs).
     """
 
@@ -137,6 +143,13 @@ def calibrations_for(checks: list[TestbedCheck], out_dir: str | Path, scenarios,
             cal.check_testbed(check.describe)
         except CalibrationMismatch as e:
             raise ValidationError("--calibration", str(path), f"a calibration of the testbed as it is now: {e}") from None
+        made_with = cal.testbed.get("sender_vcpus")
+        other_counts = sorted({s.sender_vcpus for s in scenarios} - {None, made_with})
+        if other_counts:
+            raise ValidationError("--calibration", str(path), f"a calibration made with the vCPU counts the spec "
+                                  f"gives: it was made with {made_with} sender vCPU(s), the spec also asks "
+                                  f"{other_counts} (a ceiling holds for one count: run each count's campaign apart "
+                                  "with its own calibration, or run without)")
         missing = cal.missing(scenarios)
         if missing:
             raise ValidationError("--calibration", str(path), f"a ceiling for every point of the plan; it has none "

@@ -159,7 +159,8 @@ def decide_point(values: Sequence[float | None], rate_mbit: float, rule: Repetit
 
 def point_id(scenario: Scenario) -> str:
     """A grid point's id: the run id of its repetition 0."""
-    return Scenario(scenario.link, scenario.contention, scenario.flow, 0, scenario.kernel).run_id
+    return Scenario(scenario.link, scenario.contention, scenario.flow, 0, scenario.kernel,
+                    sender_vcpus=scenario.sender_vcpus).run_id
 
 
 def measured_mbit(out: Path, run_id: str) -> float | None:

@@ -76,12 +76,15 @@ def testbeds_ran_on(out_dir: str | Path) -> dict[str, dict]:
     return {name: ran.record for name, ran in _ran_on(out_dir).items()}
 
 
-def _identity(testbed: TestbedRecord, kernel_dimension: bool) -> dict:
-    keys = [k for k in SAME_TESTBED_KEYS if not (kernel_dimension and k == "sender_kernel")]
-    return {k: getattr(testbed, k) for k in keys}
+def _identity(testbed: TestbedRecord, kernel_dimension: bool, vcpus_dimension: bool = False) -> dict:
+    left_out = {"sender_kernel"} if kernel_dimension else set()
+    if vcpus_dimension:
+        left_out.add("sender_vcpus")
+    return {k: getattr(testbed, k) for k in SAME_TESTBED_KEYS if k not in left_out}
 
 
-def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dimension: bool = False) -> list[str]:
+def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dimension: bool = False,
+                        vcpus_dimension: bool = False) -> list[str]:
     """How the testbeds ``offered`` now (each ``Testbed.describe()``) differ from those the campaign in
     ``out_dir`` ran on, one sentence each; empty when they do not (or nothing is recorded yet).
 
@@ -89,7 +92,9 @@ def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dime
     made in :data:`SAME_TESTBED_KEYS`; when several testbeds are offered, among them every one the records name, a
     testbed the records do not name yet is accepted if it is alike in all but its name (a campaign over several
     testbeds may stop before each has recorded a run). With a ``kernels:`` dimension (``kernel_dimension``) the sender
-    boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`)."""
+    boots each block's kernel, so its kernel is compared run by run instead (:func:`check_run_testbed`); with a
+    ``sender_vcpus:`` dimension (``vcpus_dimension``) each run's vCPU count is its scenario's, read back by the run
+    (:func:`bbrlab.run.checks.sender_vcpus`)."""
     ran = _ran_on(out_dir)
     if not ran:
         return []
@@ -98,7 +103,7 @@ def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dime
     # Several testbeds share one campaign: one that had not recorded a run yet when the campaign stopped is one of
     # its own, provided every testbed the records name is offered again and it is alike in all but its name.
     shared = len(offered_now) > 1 and set(ran) <= {tb.name for tb in offered_now}
-    alike = {k: v for k, v in _identity(first.testbed, kernel_dimension).items() if k != "name"}
+    alike = {k: v for k, v in _identity(first.testbed, kernel_dimension, vcpus_dimension).items() if k != "name"}
     out = []
     for tb in offered_now:
         mine = ran.get(tb.name)
@@ -107,9 +112,11 @@ def testbed_differences(out_dir: str | Path, offered: list[dict], *, kernel_dime
         if mine is None:
             names = ", ".join(repr(n) for n in ran)
             out.append(f"testbed {tb.name!r} is not one the campaign ran on (it ran on {names}; first run "
-                       f"{first.record['run_id']} on {_said(_identity(first.testbed, kernel_dimension))})")
+                       f"{first.record['run_id']} on "
+                       f"{_said(_identity(first.testbed, kernel_dimension, vcpus_dimension))})")
             continue
-        was, now = _identity(mine.testbed, kernel_dimension), _identity(tb, kernel_dimension)
+        was, now = (_identity(mine.testbed, kernel_dimension, vcpus_dimension),
+                    _identity(tb, kernel_dimension, vcpus_dimension))
         for key in was:
             if was[key] != now[key]:
                 out.append(f"testbed {tb.name!r}: {key} {now[key]!r} now, but the campaign's runs on it "
@@ -122,7 +129,7 @@ def _said(identity: dict) -> str:
 
 
 def check_same_testbed(out_dir: str | Path, offered: list[dict], *, allow_mixed: bool = False,
-                       kernel_dimension: bool = False) -> dict | None:
+                       kernel_dimension: bool = False, vcpus_dimension: bool = False) -> dict | None:
     """Refuse to resume the campaign in ``out_dir`` on testbeds other than those it ran on.
 
     ``offered``: each testbed the runs would go to, as ``Testbed.describe()`` gives it (see
@@ -131,7 +138,8 @@ def check_same_testbed(out_dir: str | Path, offered: list[dict], *, allow_mixed:
     records made now carry (``metadata.mixed``): ``{"allowed": True, "differences": [...]}`` with
     ``allow_mixed``, else None. Reads only; the single-testbed and the multi-testbed paths both call it
     before their first run."""
-    differences = testbed_differences(out_dir, offered, kernel_dimension=kernel_dimension)
+    differences = testbed_differences(out_dir, offered, kernel_dimension=kernel_dimension,
+                                      vcpus_dimension=vcpus_dimension)
     if differences and not allow_mixed:
         raise MixedTestbed("--testbed", ", ".join(str(tb.get("name")) for tb in offered),
                            f"the testbed this campaign ran on: {'; '.join(differences)}. Resume it on that testbed, "

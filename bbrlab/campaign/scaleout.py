@@ -192,7 +192,7 @@ def run_local(spec, out_dir: str | Path, refs: list[str], *, options: CampaignOp
         checks = [check_testbed(spec, tb, cpus.get(tb.name)) for tb in testbeds.values()]
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
         check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=options.allow_mixed,
-                           kernel_dimension=bool(spec.kernels))  # refused before any worker starts
+                           kernel_dimension=bool(spec.kernels), vcpus_dimension=bool(spec.sender_vcpus))  # refused before any worker starts
     finally:
         for tb in testbeds.values():
             tb.close()
@@ -274,7 +274,7 @@ def run_on_scheduler(spec, out_dir: str | Path, scheduler: str, *, options: Camp
         checks = worker_checks(client, spec)
         calibrations = calibrations_for(checks, out_dir, spec.plan(), calibration_paths)
         check_same_testbed(out_dir, [c.describe for c in checks], allow_mixed=options.allow_mixed,
-                           kernel_dimension=bool(spec.kernels))  # refused before any worker starts
+                           kernel_dimension=bool(spec.kernels), vcpus_dimension=bool(spec.sender_vcpus))  # refused before any worker starts
         _say_plan(spec, checks, calibrations, f"of {address}")
         return d.run_campaign_distributed(spec, out_dir, client, options=options, calibrations=calibrations,
                                           testbeds=[c.describe for c in checks])

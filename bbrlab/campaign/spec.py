@@ -5,6 +5,8 @@ Spec keys (see specs/*.yaml)::
     name: fig4-100mbit          # [A-Za-z0-9._-], used in paths
     testbed: lab.yaml           # optional: a local testbed's name, or a testbed file (relative to
                                 # this spec's folder); default: --testbed, else the local testbed up
+    sender_vcpus: []            # e.g. [1, 2, 4]: the sender VM's vCPUs (1 to 8; local testbed only), the plan
+                                # keeps each count's runs together: one sender boot per count (docs/testbed.md)
     ccas: [cubic, bbr, bbr2b]
     cca_params: {}              # module parameters per CCA, e.g. {bbr2b: {deficit_gain: [512, 739]}}: crossed
                                 # with that CCA's runs alone, set before each and restored after it
@@ -129,6 +131,7 @@ class CampaignSpec:
     rates_mbit: tuple[float, ...]
     testbed: str | None = setting_default("testbed")  # None: the command's --testbed, else the local testbed up
     kernels: tuple[str, ...] = default_of("kernels")  # the sender's kernels (a dimension); empty: whatever the sender runs
+    sender_vcpus: tuple[int, ...] = default_of("sender_vcpus")  # the sender's vCPU counts; empty: whatever it has
     cca_params: NamedLists = default_of("cca_params")  # ``<cca>.<param>`` with its values (bbrlab.campaign.dimensions)
     buffers_bdp: tuple[float, ...] = default_of("buffers_bdp")
     queues: tuple[str, ...] = default_of("queues")
@@ -186,26 +189,29 @@ class CampaignSpec:
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
-    def grid(self, kernel: str | None = None) -> list[Scenario]:
+    def grid(self, kernel: str | None = None, sender_vcpus: int | None = None) -> list[Scenario]:
         """Every parameter combination, repetition 0, nested in the order of
         :data:`~bbrlab.campaign.dimensions.DIMENSIONS` (the contention's block: :meth:`contentions`); with
-        ``kernel``, only that kernel's points (the kernel is the outermost dimension)."""
-        axes = self._axes(kernel)
+        ``kernel``, only that kernel's points, with ``sender_vcpus`` only that vCPU count's (the two outermost
+        dimensions: each pair is one boot of the sender)."""
+        axes = self._axes({"kernels": kernel, "sender_vcpus": sender_vcpus})
         return [self._scenario(dict(zip(axes, point, strict=True)), repetition=0)
                 for point in itertools.product(*axes.values())]
 
-    def _axes(self, kernel: str | None = None, *, contention: bool = True) -> dict[Dimension | tuple | None, list]:
+    def _axes(self, pinned: dict | None = None, *, contention: bool = True) -> dict[Dimension | tuple | None, list]:
         """The grid's axes, outermost first: each dimension's values (an empty list: one point of its part's
-        default, e.g. whatever kernel the sender runs; a mapping dimension's: its assignments), the contention's
-        dimensions as one axis (key None) of :meth:`contentions` (left out without ``contention``), and a
-        dimension with one ``keyed_by`` it as one axis of ``(value, assignment)`` pairs (key: both dimensions)."""
+        default, e.g. whatever kernel the sender runs; a dimension ``pinned`` to a value other than None: that value
+        alone; a mapping dimension's: its assignments), the contention's dimensions as one axis (key None) of
+        :meth:`contentions` (left out without ``contention``), and a dimension with one ``keyed_by`` it as one
+        axis of ``(value, assignment)`` pairs (key: both dimensions)."""
+        pinned = pinned or {}
         axes: dict[Dimension | tuple | None, list] = {}
         for d in DIMENSIONS:
             if d.part == "contention":
                 if None not in axes and contention:
                     axes[None] = self.contentions()
             elif d.keyed_by is None:
-                values = [kernel] if kernel is not None and d.key == "kernels" else d.axis(getattr(self, d.key))
+                values = [pinned[d.key]] if pinned.get(d.key) is not None else d.axis(getattr(self, d.key))
                 axes[d] = values or [None]
                 for m in (m for m in DIMENSIONS if m.keyed_by == d.key):
                     axes[(d, m)] = [(v, a) for v in axes.pop(d) for a in m.axis(getattr(self, m.key), v)]
@@ -285,6 +291,12 @@ class CampaignSpec:
         check_unique_ids(out)
         return out
 
+    @property
+    def boot_groups(self) -> int:
+        """How many sender boots one block's runs need: one per kernel x vCPU count (the plan keeps each pair's
+        runs together; :func:`bbrlab.campaign.order.plan_order`)."""
+        return max(1, len(self.kernels)) * max(1, len(self.sender_vcpus))
+
     def block_of(self, repetition: int) -> int:
         """The block (0 first) that runs ``repetition``: the repetitions split into ``blocks`` equal runs of
         consecutive repetitions."""
@@ -322,7 +334,7 @@ class CampaignSpec:
                 total += copy_s + ESTIMATED_RSYNC_OVERHEAD_S
             else:
                 total += max([self.duration_s] + [f.start_s + f.duration_s for f in self.flows]) + overhead_s
-        boots = self.blocks * max(1, len(self.kernels)) if self.blocks > 1 else 0
+        boots = self.blocks * self.boot_groups if self.blocks > 1 else 0
         return total * self.repetitions + boots * ESTIMATED_BLOCK_BOOT_S
 
 

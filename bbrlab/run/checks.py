@@ -42,6 +42,19 @@ def cca_offered(cca: str, available: tuple[str, ...]) -> None:
         raise RunFailed(f"the sender offers {list(available)}, not {cca!r}")
 
 
+def sender_vcpus(asked: int | None, online_cpus: int, vcpu_threads: int) -> None:
+    """The sender has the vCPUs the scenario asks for (None: any count, nothing checked), read back twice: the
+    CPUs online in the guest (``/proc/stat``) and the vCPU threads the hypervisor reports, which the contention
+    acts on (so every vCPU is contended alike)."""
+    if asked is None:
+        return
+    if online_cpus != asked:
+        raise RunFailed(f"the scenario asks for {asked} sender vCPU(s), but the sender has {online_cpus} CPU(s) online")
+    if vcpu_threads != asked:
+        raise RunFailed(f"the scenario asks for {asked} sender vCPU(s), but its hypervisor reports {vcpu_threads} vCPU "
+                        "thread(s): the contention would not reach every vCPU alike")
+
+
 def client_result(result, cca: str, duration_s: float) -> iperf.IperfResult:
     """The client's JSON parsed; the test ran for the asked ``duration_s`` with the asked ``cca`` (the run's own
     flow, or an extra flow beside it)."""

@@ -6,6 +6,7 @@ records: the contention (:class:`~bbrlab.contention.evidence.ContentionRecord`),
 the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignment with the samples
 (:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
 the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
+sender's CPUs that carried the network work (:class:`~bbrlab.run.softirqs.SoftirqRecord`), the
 sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the module parameters
 and sysctls the run set (:class:`~bbrlab.run.senderknobs.SenderKnobs`), the CCA's module
 (:class:`~bbrlab.kernel.ModuleIdentity`), the flows (:mod:`bbrlab.run.flowrecord`) and iperf3's summary
@@ -57,6 +58,7 @@ from .recoveryrecord import Recovered
 from .sender import SenderOffloads, SenderSysctls, ToolVersions
 from .senderknobs import SenderKnobs
 from .senderqdisc import SenderQdisc
+from .softirqs import SoftirqRecord
 from .transferrecord import TransferSummary
 
 
@@ -129,6 +131,7 @@ class RunMetadata:
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
+    softirqs: SoftirqRecord | None = None  # per sender CPU: NET_RX/NET_TX softirqs, NIC interrupts, process ticks (bbrlab.run.softirqs)
     timing: dict[str, float | bool] = field(default_factory=dict)
     #: What clearing the deadline policy did after the run failed (written as ``contention.after_failure``).
     deadline_after_failure: DeadlineCleared | None = None

@@ -39,7 +39,7 @@ from bbrlab.sampling import sampler as sampling
 from bbrlab.scenario.scenario import Scenario
 from bbrlab.testbed import hostlock
 
-from . import checks, clocks, flows, iperf, sender, senderknobs, senderqdisc, workloads
+from . import checks, clocks, flows, iperf, sender, senderknobs, senderqdisc, softirqs, workloads
 from . import record as rec
 from .blockboot import BlockBoot
 from .ceiling import Calibration
@@ -142,7 +142,7 @@ class Runner:
     def _run(self, scenario: Scenario, out: Path, meta: RunMetadata, ports: list[int], extra: list,
              block: BlockBoot | None = None) -> None:
         work = workloads.for_flow(scenario.flow)
-        self.session.boot(scenario.kernel, meta, block)
+        self.session.boot(scenario.kernel, meta, block, sender_vcpus=scenario.sender_vcpus)
         with meta.timed("describe"):
             self.session.describe(meta)
         # a failure inside clears the link and restores the sender's qdisc, module parameters and sysctls, in
@@ -189,8 +189,9 @@ class Runner:
                               ready_timeout_s=self.ready_timeout_s)
                 watch = traffic.enter_context(clocks.ClockWatch(
                     {"sender": tb.sender.host, "emulator": tb.emulator.host})) if timed_remotely(flow) else None
-                sampled, queue = self._samplers(traffic, flow, ports, endpoint.port, out, limit_s)
+                sampled, queue, irqs = self._samplers(traffic, flow, ports, endpoint.port, out, limit_s)
                 vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
+                checks.sender_vcpus(scenario.sender_vcpus, irqs.before.online_cpus, len(vcpus))
                 meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
             with ExitStack() as contended:
                 with meta.timed("contend"):
@@ -214,6 +215,7 @@ class Runner:
                 vcpu = self._record_trace(trace, out, meta)
             with meta.timed("stop"):
                 traffic.close()  # now, not at the block's end: the sampler's log is completed here
+            meta.softirqs = irqs.record()
             if watch is not None:
                 meta.clocks = watch.record()
                 checks.clocks_known(meta.clocks, min(ms for ms in (flow.sample_ms, flow.bottleneck_interval_ms) if ms))
@@ -224,10 +226,11 @@ class Runner:
     def _samplers(self, traffic: ExitStack, flow, ports: list[int], server_port: int, out: Path,
                   limit_s: float) -> tuple:
         """The socket sampler in the sender and the queue sampler in the emulator, each when the flow asks for it,
-        started side by side and, when ``traffic`` closes, stopped side by side (each is SSH round trips into its
-        own guest); ``(socket sampler or None, queue sampler or None)``."""
+        and the sender's per-CPU counters (:class:`~bbrlab.run.softirqs.SoftirqWatch`), started side by side and,
+        when ``traffic`` closes, stopped side by side (each is SSH round trips into its own guest); ``(socket
+        sampler or None, queue sampler or None, the counters' watch)``."""
         tb = self.testbed
-        wanted = {}
+        wanted = {"softirqs": softirqs.SoftirqWatch(tb.sender.host, tb.receiver.experiment_ip)}
         if flow.sample_ms:
             wanted["socket"] = sampling.sampler(
                 tb.sender.host, ports, flow.sample_ms, limit_s + SAMPLER_MARGIN_S,
@@ -237,7 +240,7 @@ class Runner:
                 tb.emulator.host, tb.emulator.ports[1], flow.bottleneck_interval_ms, limit_s + SAMPLER_MARGIN_S,
                 log_file=out / queue_sampling.LOG_FILE)
         started = dict(zip(wanted, traffic.enter_context(SideBySide(*wanted.values())), strict=True))
-        return started.get("socket"), started.get("queue")
+        return started.get("socket"), started.get("queue"), started["softirqs"]
 
     @staticmethod
     def _record_trace(trace, out: Path, meta: RunMetadata) -> vcputrace.VcpuTrace | None:

@@ -39,21 +39,30 @@ class TestbedSession:
         self._recovered: Recovered | None = None  # what the first run found and restored
         self.recovery_recorded = False  # an ok run's record carries it (a failed attempt's may be replaced)
 
-    def boot(self, kernel: str | None, meta: RunMetadata, block: BlockBoot | None = None) -> None:
-        """Make the sender run ``kernel`` (None: whatever it runs), on a boot of the run's ``block`` when the
-        campaign has blocks (:func:`bbrlab.run.blockboot.needs_fresh_boot`; ``metadata.block`` says whether
-        this run booted afresh). A plan keeps each kernel's runs together, so the sender reboots once per kernel
-        block; the first run of a process checks it (a resumed campaign boots into the kernel of its next run).
-        A kernel switch is itself a fresh boot. Only the sender reboots (and the emulator when the block asks);
-        the link stays, or is set again after the emulator rebooted."""
+    def boot(self, kernel: str | None, meta: RunMetadata, block: BlockBoot | None = None,
+             sender_vcpus: int | None = None) -> None:
+        """Make the sender run ``kernel`` (None: whatever it runs) with ``sender_vcpus`` vCPUs (None: as many as
+        it has), on a boot of the run's ``block`` when the campaign has blocks
+        (:func:`bbrlab.run.blockboot.needs_fresh_boot`; ``metadata.block`` says whether this run booted afresh).
+        A plan keeps each kernel's and vCPU count's runs together, so the sender reboots once per such group; the
+        first run of a process checks it (a resumed campaign boots into the kernel and count of its next run).
+        A kernel or vCPU switch is itself a fresh boot. Only the sender reboots (and the emulator when the block
+        asks); the link stays, or is set again after the emulator rebooted."""
         new_block = block is not None and block.block != self._block
         before = self._boot_id() if new_block else None
-        if kernel is not None and kernel != self._kernel:
-            self._check_local(kernel, None)
+        switch_kernel = kernel is not None and kernel != self._kernel
+        switch_vcpus = sender_vcpus is not None and sender_vcpus != self._sender_vcpus()
+        if switch_kernel or switch_vcpus:
+            self._check_local(kernel if switch_kernel else None, None, sender_vcpus if switch_vcpus else None)
+        if switch_kernel:
             with meta.timed("kernel_boot"):  # a sender already on the kernel is reused (the first run of a process)
                 self._reboot(lambda name, vcpus: self._testbed_mod().up(name, sender_vcpus=vcpus, kernel=kernel,
-                                                                        progress=False))
+                                                                        progress=False), sender_vcpus)
             self._kernel = kernel
+        elif switch_vcpus:
+            with meta.timed("vcpus_boot"):  # the kernel it runs, with the run's vCPUs
+                self._reboot(lambda name, vcpus: self._testbed_mod().reboot(
+                    name, sender=True, emulator=False, sender_vcpus=vcpus, progress=False), sender_vcpus)
         booted = new_block and self._boot_id() != before  # a kernel's real boot is the block's boot too
         if new_block and ((not booted and needs_fresh_boot(block, self._block, before)) or (booted and block.emulator)):
             self._check_local(None, block)
@@ -65,18 +74,26 @@ class TestbedSession:
             meta.block = block.record(booted=booted)
             self._block = block.block
 
+    def _sender_vcpus(self) -> int | None:
+        """The sender's vCPUs as the local testbed started it; None for a lab's (whose count is the lab's)."""
+        local = getattr(self.testbed, "local", None)
+        return getattr(local, "sender_vcpus", None) if local is not None else None
+
     @staticmethod
     def _testbed_mod():
         from bbrlab import testbed as testbed_mod
 
         return testbed_mod
 
-    def _check_local(self, kernel: str | None, block: BlockBoot | None) -> None:
+    def _check_local(self, kernel: str | None, block: BlockBoot | None, sender_vcpus: int | None = None) -> None:
         if self.testbed.kind == "local":
             return
         if kernel is not None:
             raise RunFailed(f"the scenario asks for sender kernel {kernel!r}, but a lab's sender kernel is the lab's "
                             "own: leave kernels out of a lab's spec")
+        if sender_vcpus is not None:
+            raise RunFailed(f"the scenario asks for {sender_vcpus} sender vCPU(s), but a lab's sender VM has the "
+                            "lab's own: leave sender_vcpus out of a lab's spec")
         raise RunFailed(f"block {block.block} of {block.blocks} asks for a fresh boot of the sender, which bbrlab "
                         "makes only on a local testbed: leave blocks out of a lab's spec (or give 1)")
 
@@ -84,10 +101,11 @@ class TestbedSession:
         """The sender's boot id now (one command)."""
         return self.testbed.sender.host.output(["cat", "/proc/sys/kernel/random/boot_id"]).strip()
 
-    def _reboot(self, boot) -> None:
-        """``boot(name, vcpus)`` brings up the testbed anew (a new object); the link is kept on an emulator that
-        did not reboot and set again on one that did (its boot id changed)."""
-        name, vcpus = self.testbed.name, self.testbed.local.sender_vcpus or 1
+    def _reboot(self, boot, sender_vcpus: int | None = None) -> None:
+        """``boot(name, vcpus)`` brings up the testbed anew (a new object), the sender with ``sender_vcpus`` vCPUs
+        (None: as many as it has); the link is kept on an emulator that did not reboot and set again on one that
+        did (its boot id changed)."""
+        name, vcpus = self.testbed.name, sender_vcpus or self.testbed.local.sender_vcpus or 1
         emulator_before = self._emulator_boot_id()
         self.testbed.close()
         self.testbed = boot(name, vcpus)

@@ -41,6 +41,18 @@ def check_cca(name: object, field_name: str = "cca") -> str:
     return name
 
 
+#: The most vCPUs a sender VM may have (the local testbed's ``--sender-vcpus`` and the spec's ``sender_vcpus``).
+MAX_SENDER_VCPUS = 8
+
+
+def check_sender_vcpus(value: object, field_name: str = "sender_vcpus") -> int:
+    """``value`` when it is a whole number of vCPUs from 1 to :data:`MAX_SENDER_VCPUS`; else raises
+    :class:`ValidationError` naming ``field_name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SENDER_VCPUS:
+        raise ValidationError(field_name, value, f"a whole number of vCPUs from 1 to {MAX_SENDER_VCPUS}")
+    return value
+
+
 def _check_contention_ranges(timeslice_ms, share_pct) -> None:
     check_range("contention.timeslice_ms", timeslice_ms, 0, 1000, lo_open=True, unit="ms")
     check_range("contention.cpu_share_pct", share_pct, 0, 100, lo_open=True, unit="%")
@@ -286,6 +298,8 @@ class Scenario:
     cca_params: knobs.Assignment = ()
     #: The sender's sysctls set for the run (:data:`bbrlab.scenario.knobs.SENDER_SYSCTLS`); () none.
     sender_sysctls: knobs.Assignment = ()
+    #: The sender VM's vCPUs (1 to :data:`MAX_SENDER_VCPUS`); None: whatever the testbed's sender has.
+    sender_vcpus: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "flows", competition.extra_flows(self.flows))
@@ -293,6 +307,8 @@ class Scenario:
         object.__setattr__(self, "sender_sysctls", knobs.assignment(self.sender_sysctls, "sender_sysctls",
                                                                     knobs.check_sysctl))
         competition.scenario_extras(self.sender_qdisc, self.flows, self.flow)
+        if self.sender_vcpus is not None:
+            check_sender_vcpus(self.sender_vcpus)
         k = self.kernel
         if k is not None and (not isinstance(k, str) or not k.strip() or len(k) > 4096
                               or any(c in k for c in "\n\r\0")):
@@ -312,6 +328,8 @@ class Scenario:
         for name in ("cca_params", "sender_sysctls"):  # likewise: absent when none is set
             if getattr(self, name):
                 d[name] = knobs.as_dict(getattr(self, name))
+        if self.sender_vcpus is not None:  # likewise for runs planned before the vCPU count was a dimension
+            d["sender_vcpus"] = self.sender_vcpus
         return d
 
     @classmethod
@@ -328,7 +346,8 @@ class Scenario:
         its link from the fields (:meth:`from_record` passes :meth:`Link.recorded`)."""
         return cls(link(**d["link"]), Contention.from_dict(d["contention"]), Flow.from_dict(d["flow"]), d.get("repetition", 0),
                    d.get("kernel"), sender_qdisc=d.get("sender_qdisc", DEFAULT_SENDER_QDISC), flows=d.get("flows") or (),
-                   cca_params=d.get("cca_params") or (), sender_sysctls=d.get("sender_sysctls") or ())
+                   cca_params=d.get("cca_params") or (), sender_sysctls=d.get("sender_sysctls") or (),
+                   sender_vcpus=d.get("sender_vcpus"))
 
     @classmethod
     def from_record(cls, d: dict) -> Scenario:
@@ -342,6 +361,11 @@ class Scenario:
         if self.kernel is None:
             return ""
         return re.sub(r"[^A-Za-z0-9._-]+", "_", self.kernel.rstrip("/").rsplit("/", 1)[-1]) + "-"
+
+    @property
+    def vcpus_tag(self) -> str:
+        """The vCPU count as a run-id fragment (``2vcpu-``), empty without one."""
+        return "" if self.sender_vcpus is None else f"{self.sender_vcpus}vcpu-"
 
     @property
     def run_id(self) -> str:
@@ -360,6 +384,7 @@ class Scenario:
 #: name theirs (``bbrlab.campaign.dimensions``); a value no fragment shows is in the id's hash alone.
 RUN_ID_FRAGMENTS: dict[str, Callable[[Scenario], str]] = {
     "kernel": lambda s: s.kernel_tag,
+    "vcpus": lambda s: s.vcpus_tag,
     "workload": lambda s: s.flow.params.id_prefix,
     "cca": lambda s: f"{s.flow.cca}-",
     "cca_params": lambda s: knobs.params_tag(s.cca_params),

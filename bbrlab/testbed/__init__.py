@@ -66,17 +66,23 @@ def up(name: str = "local", sender_vcpus: int = 1, progress: bool = True, load_b
     return tb
 
 
-def reboot(name: str = "local", *, sender: bool = True, emulator: bool = False, progress: bool = True) -> Testbed:
+def reboot(name: str = "local", *, sender: bool = True, emulator: bool = False, progress: bool = True,
+           sender_vcpus: int | None = None) -> Testbed:
     """Boot the running local testbed ``name``'s sender (and with ``emulator`` its emulator) afresh, into the
     kernel it runs now, and return the testbed: a campaign's block of repetitions starts on a boot of its own
-    (:mod:`bbrlab.campaign.blocks`). The namespaces, taps and bridges stay. The sender gets bbr2b and the
+    (:mod:`bbrlab.campaign.blocks`), a campaign's vCPU count its own (``sender_vcpus``: the sender's vCPUs from
+    this boot on; None: as many as it had). The namespaces, taps and bridges stay. The sender gets bbr2b and the
     samplers again, as :func:`up` gives them."""
+    from .local import lifecycle
     from .local import reboot as rebooting
     from .local.state import check_name
 
     check_name(name)
+    if sender_vcpus is not None:
+        lifecycle.check_vcpus(sender_vcpus)
     with testbed_lock(name):
-        resolved = rebooting.reboot(name, sender=sender, emulator=emulator, progress=progress)
+        resolved = rebooting.reboot(name, sender=sender, emulator=emulator, progress=progress,
+                                    sender_vcpus=sender_vcpus)
     tb = load(name)
     if sender:
         _load_bbr2b(tb, resolved, progress)

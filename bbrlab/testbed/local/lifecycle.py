@@ -31,6 +31,7 @@ from bbrlab.core.errors import TestbedError, ValidationError
 from bbrlab.core.hosts import SSHHost
 from bbrlab.kernel import DEFAULT_SOURCE, default_headers_dir
 from bbrlab.kernel import sender as sender_kernel
+from bbrlab.scenario import scenario as scenario_module
 
 from ..file import RoleSpec, SSHSpec, TestbedSpec, write_file
 from . import accel, image, kernelboot, plumbing, qemu
@@ -42,7 +43,7 @@ RECEIVER_IP = "10.77.0.2"
 EMULATOR_PORTS = ("eth1", "eth2")
 SSH_DEADLINE_S = 300.0
 PING_DEADLINE_S = 60.0
-MAX_SENDER_VCPUS = 8
+MAX_SENDER_VCPUS = scenario_module.MAX_SENDER_VCPUS
 
 #: First in every role's setup script (run by the guest's init before sshd starts): the VM's own host key,
 #: handed in through fw_cfg, replaces the one in the image. Without it sshd would serve the image's key,

@@ -29,11 +29,11 @@ from .lifecycle import (
 from .state import State, check_name
 
 
-def reboot(name: str, *, sender: bool = True, emulator: bool = False, progress: bool = True
-           ) -> sender_kernel.ResolvedKernel:
-    """Boot the running testbed ``name``'s sender (into the kernel it runs) and/or its emulator afresh; return
-    the sender's kernel, resolved again. Refused when the testbed is not up; a failed boot removes the
-    testbed, as in :func:`up`."""
+def reboot(name: str, *, sender: bool = True, emulator: bool = False, progress: bool = True,
+           sender_vcpus: int | None = None) -> sender_kernel.ResolvedKernel:
+    """Boot the running testbed ``name``'s sender (into the kernel it runs; with ``sender_vcpus`` vCPUs, None: as
+    many as it has) and/or its emulator afresh; return the sender's kernel, resolved again. Refused when the
+    testbed is not up; a failed boot removes the testbed, as in :func:`up`."""
     check_name(name)
     say = Progress(progress)
     state = State.load(name)
@@ -46,7 +46,7 @@ def reboot(name: str, *, sender: bool = True, emulator: bool = False, progress: 
             _reboot_emulator(state, say)
         if sender:
             boot = kernelboot.boot_files(resolved, say)
-            _reboot_sender(state, state.data["sender_vcpus"], resolved, boot, say)
+            _reboot_sender(state, sender_vcpus or state.data["sender_vcpus"], resolved, boot, say)
     except BaseException:
         say("reboot failed: removing the testbed")
         down(name, progress=progress)

@@ -8,6 +8,7 @@ points 2 blocks (50 %)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -217,3 +218,15 @@ def test_help_teaches(capsys):
     out = capsys.readouterr().out
     for words in ("pass", "fail", "undecided", "Exit status", "--junit", "--expect", "not_below", "6 runs"):
         assert words in out, words
+
+
+def test_the_docs_example_is_what_check_prints(capsys):
+    """docs/expectations.md shows an excerpt of bbrlab check's output on data/: every line of it is printed."""
+    doc = (ROOT / "docs" / "expectations.md").read_text()
+    m = re.search(r"<!-- check-output: (\S+) (\S+) -->\n```\n(.*?)```", doc, re.S)
+    assert m, "the worked example's output block"
+    folder, file, shown = m.groups()
+    assert main(["check", str(ROOT / folder), "--expect", str(ROOT / file)]) == EXIT_FAIL
+    printed = capsys.readouterr().out.splitlines()
+    for line in filter(None, shown.splitlines()):
+        assert line in printed, line

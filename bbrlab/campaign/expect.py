@@ -79,8 +79,8 @@ def where_columns() -> dict[str, type]:
 
 @dataclass(frozen=True)
 class Condition:
-    """One ``where`` entry: a column and what its value must be. ``given`` is the value as written (a value, a list
-    of values, or a comparison such as ``">= 25, < 100"``); ``values`` the values it allows (equality), or
+    """One ``where`` entry: a column and what its value must be. ``given`` is the value as written (a value, a tuple
+    of values for a list, or a comparison such as ``">= 25, < 100"``); ``values`` the values it allows (equality), or
     ``comparisons`` the (op, number) pairs a number must meet, all of them."""
 
     column: str
@@ -143,7 +143,8 @@ class Expectation:
         """The expectation as ``spec.yaml`` writes it (read back to an equal expectation)."""
         out: dict = {"name": self.name, "cca": self.cca, "metric": self.metric, "stat": self.stat, "op": self.op,
                      "value": self.value, "not_below": self.not_below,
-                     "where": {c.column: c.given for c in self.where} or None, "confidence": self.confidence}
+                     "where": {c.column: list(c.given) if isinstance(c.given, tuple) else c.given
+                               for c in self.where} or None, "confidence": self.confidence}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -192,7 +193,8 @@ def _condition(index: int, column: object, given: object) -> Condition:
             kind = ("a number, a list of numbers, or a comparison such as '>= 25'" if numeric
                     else "a name (text of 1-200 characters) or a list of names")
             raise ValidationError(name, v, kind)
-    return Condition(column, given, values=tuple(float(v) if numeric else v for v in values))
+    return Condition(column, tuple(given) if isinstance(given, list) else given,
+                     values=tuple(float(v) if numeric else v for v in values))
 
 
 def _is_number(v: object) -> bool:

@@ -24,7 +24,8 @@ Each expectation is judged at every point it selects (its cca and where: one con
 identity; runs of different conditions are never pooled), at the point's unit of replication (a block's
 median when its runs span blocks, else a run):
   pass       the median's interval at the confidence asked lies wholly on the expected side of the value
-             (not_below: the Mann-Whitney test does not find this CCA significantly below the other)
+             (not_below: the Mann-Whitney test, Holm-corrected over the points, does not find this CCA
+             significantly below the other)
   fail       the interval lies wholly on the wrong side (not_below: significantly below, negative shift)
   undecided  the interval straddles the value, or the runs cannot reach the confidence asked: n = 2 gives
              [min, max] at 50 %; 95 % needs 6 runs (blocks); a test at 95 % needs 4 a side. The verdict
@@ -49,14 +50,17 @@ An expectation (docs/expectations.md; every key but op/value or not_below is opt
 
 EPILOG = """\
 examples:
-  bbrlab check runs/mine                                    the expect: block of runs/mine/spec.yaml
-  bbrlab check data/threshold-search-local --expect specs/expect/patched-recovers-local.yaml
-  bbrlab check runs/mine --expect my.yaml --junit build/expectations.xml     for CI (JUnit XML)
+  bbrlab check runs/mine                          the expect: block of runs/mine/spec.yaml
+  bbrlab check data/threshold-search-local --expect specs/expect/paper-patched-thresholds.yaml
+                                                  the paper's figure 10 on the local search: stock BBR fails (1)
+  bbrlab check data/threshold-search-local --expect specs/threshold-search-local.yaml
+                                                  the search's own findings, as its spec keeps them: pass (0)
+  bbrlab check runs/mine --junit build/expectations.xml          for CI (JUnit XML)
 
-A file of expectations holds expect: (and optionally description:); --expect also takes a campaign spec (checked
-whole, its expect: block used). A campaign spec may carry the block:
-it is not part of the campaign's identity, so adding or changing it never changes the plan, and a campaign
-resumed with changed expectations keeps its directory (its spec.yaml takes the new block).
+A file of expectations holds expect: (and optionally description:); --expect also takes a campaign spec,
+checked whole, and uses its expect: block. A spec's block is not part of the campaign's identity: adding or
+changing it never changes the plan, and a campaign resumed with changed expectations keeps its directory
+(its spec.yaml takes the new block).
 """
 
 

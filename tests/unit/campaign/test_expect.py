@@ -165,3 +165,7 @@ def test_shipped_files_of_expectations_are_valid():
     assert files, "specs/expect/ holds no files of expectations"
     for path in files:
         assert expectations_from_file(path).expectations, path
+
+
+def test_a_spec_with_expectations_hashes():
+    assert hash(spec(expect=GOOD)) != hash(spec())

@@ -106,16 +106,16 @@ def too_few_to_compare(n_a: int, n_b: int, alpha: float = COMPARE_ALPHA) -> bool
     return 2 / math.comb(n_a + n_b, n_a) >= alpha
 
 
-def compare(a: Sequence[float], b: Sequence[float]) -> Comparison:
+def compare(a: Sequence[float], b: Sequence[float], alpha: float = COMPARE_ALPHA) -> Comparison:
     """Compare sample ``b`` with sample ``a``: medians, Hodges-Lehmann shift, Cliff's delta, Mann-Whitney U.
 
     The shift, Cliff's delta and the test are NaN (and :meth:`Comparison.magnitude` says ``"n too small"``)
-    where :func:`too_few_to_compare` holds: with two runs a side the smallest two-sided p the U test can give
-    is 1/3, and Cliff's delta takes five values, so neither can call such a point different.
+    where :func:`too_few_to_compare` holds at ``alpha``: with two runs a side the smallest two-sided p the U test
+    can give is 1/3, and Cliff's delta takes five values, so neither can call such a point different.
     """
     x, y = _clean(a), _clean(b)
     med = lambda v: float(np.median(v)) if len(v) else math.nan  # noqa: E731
-    if too_few_to_compare(len(x), len(y)):
+    if too_few_to_compare(len(x), len(y), alpha):
         return Comparison(len(x), len(y), med(x), med(y), math.nan, math.nan, math.nan)
     p = math.nan
     if len(x) and len(y):

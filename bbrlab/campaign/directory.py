@@ -70,9 +70,14 @@ def _read_yaml(path: Path) -> object:
         raise OutDirError(f"{path} cannot be read ({e}): this campaign directory is damaged") from None
 
 
+#: The spec's keys that do not make it another campaign: where it runs, and what its runs are judged against
+#: (``expect``, :mod:`bbrlab.campaign.expect`).
+NOT_IDENTITY = ("testbed", "expect")
+
+
 def _identity(spec_dict: object) -> object:
-    """What makes two specs the same campaign: everything but the testbed it runs on."""
-    return {k: v for k, v in spec_dict.items() if k != "testbed"} if isinstance(spec_dict, dict) else spec_dict
+    """What makes two specs the same campaign: everything but :data:`NOT_IDENTITY`."""
+    return {k: v for k, v in spec_dict.items() if k not in NOT_IDENTITY} if isinstance(spec_dict, dict) else spec_dict
 
 
 def _is_calibration(out: Path, entry: str) -> bool:
@@ -292,8 +297,24 @@ def prepare(spec: Planned, out_dir: str | Path) -> Plan:
         return plan
     if not (out / SPEC_FILE).exists():
         rec.write_atomic(out / SPEC_FILE, text)
+    else:
+        _update_expectations(out / SPEC_FILE, spec.to_dict())
     repair(out, plan.run_ids)
     return plan
+
+
+def _update_expectations(path: Path, spec_dict: dict) -> None:
+    """On resume, ``spec.yaml`` takes the spec's ``expect:`` block when only that changed (the campaign is the
+    same, :data:`NOT_IDENTITY`), so ``bbrlab check DIR`` judges the runs against the expectations last given."""
+    import yaml
+
+    kept = _read_yaml(path)
+    if not isinstance(kept, dict) or kept.get("expect") == spec_dict.get("expect"):
+        return
+    kept = {k: v for k, v in kept.items() if k != "expect"}
+    if spec_dict.get("expect"):
+        kept["expect"] = spec_dict["expect"]
+    rec.write_atomic(path, yaml.safe_dump(kept, sort_keys=False))
 
 
 def load_plan(out_dir: str | Path) -> Plan:

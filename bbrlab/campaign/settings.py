@@ -35,6 +35,8 @@ from bbrlab.scenario.workloads import (
 )
 
 from .blocks import MAX_BLOCKS, check_blocks_fit
+from .expect import json_schema as expect_schema
+from .expect import read_expectations
 from .hostguard import HostGuard
 from .repetitions import RepetitionRule
 from .search import SearchRule
@@ -268,6 +270,9 @@ SETTINGS: tuple[Setting, ...] = (
             allowed=f"one of {', '.join(REBOOTS)} (what each block boots afresh)", omitted_default=True),
     Setting("search", object, None, "a threshold search per curve instead of cpu_shares_pct and repetitions "
             "(docs/statistics.md)", read=SearchRule.from_value, schema={"type": "object", "required": ["target"]}),
+    Setting("expect", object, (), "what the runs should show, judged by bbrlab check (docs/expectations.md); not "
+            "part of the campaign's identity: changing it never changes the plan", read=read_expectations,
+            omitted_default=True, schema=expect_schema()),
 )
 
 #: Each setting by its key.

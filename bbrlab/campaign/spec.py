@@ -59,6 +59,9 @@ Spec keys (see specs/*.yaml)::
     host_guard: {max_other_busy_pct: 25}  # or off: a run whose host was busier outside the testbed fails as
                                 # "host busy" and is tried again later (bbrlab.campaign.hostguard)
     delay_split: symmetric      # RTT/2 each way; 'forward' puts the whole RTT on the data direction
+    expect: []                  # what the runs should show, e.g. [{cca: bbr2b, op: ">=", value: 0.8, where:
+                                # {cpu_share_pct: ">= 40"}}]: judged by bbrlab check, not part of the campaign's
+                                # identity (bbrlab.campaign.expect; docs/expectations.md)
 
 The list keys are declared in :data:`bbrlab.campaign.dimensions.DIMENSIONS`, the others in
 :data:`bbrlab.campaign.settings.SETTINGS` (their types, defaults, ranges and meaning; ``bbrlab campaign schema``
@@ -95,6 +98,7 @@ from bbrlab.scenario.scenario import (
 from bbrlab.scenario.workloads import params_of, params_type
 
 from .dimensions import DIMENSIONS, Dimension, NamedLists, default_of
+from .expect import Expectation, check_against_spec
 from .hostguard import HostGuard
 from .order import plan_order
 from .repetitions import RepetitionRule
@@ -166,6 +170,7 @@ class CampaignSpec:
     block_reboot: str = setting_default("block_reboot")
     adaptive: RepetitionRule | None = None  # from ``repetitions: {min, max, precision}``; repetitions is then max
     search: SearchRule | None = setting_default("search")  # a threshold search: cpu_shares_pct is its lattice
+    expect: tuple[Expectation, ...] = setting_default("expect")  # judged by bbrlab check; not in the identity
 
     @classmethod
     def from_dict(cls, data: object, base: Path | None = None) -> CampaignSpec:
@@ -186,6 +191,7 @@ class CampaignSpec:
             del d["search"]
         if self.host_guard is not None:
             d["host_guard"] = self.host_guard.to_value()
+        d["expect"] = [e.to_value() for e in self.expect]
         return {k: v for k, v in d.items() if k not in _OMITTED_DEFAULTS or v != _OMITTED_DEFAULTS[k]}
 
     # -- the grid ----------------------------------------------------------------------------
@@ -389,7 +395,20 @@ def _validate(data: object, base: Path | None = None) -> CampaignSpec:
         read["search"] = replace(search, seed=read.get("seed", CampaignSpec.seed))
     spec = CampaignSpec(**checked, **read)
     check_combinations(spec)
+    check_against_spec(spec.expect, spec.ccas, _expect_lists(spec))
     return spec
+
+
+def _expect_lists(spec: CampaignSpec) -> dict[str, tuple]:
+    """The values of the ``runs`` columns an expectation's ``where`` is checked against (those the runs record as the
+    spec gives them): the link's, the streams, the workloads, the shares (100 % too: an uncontended run's), and the
+    timeslices when deadline is the only model (another model's ``timeslice_ms`` is its quota)."""
+    lists = {"rtt_ms": spec.rtts_ms, "rate_mbit": spec.rates_mbit, "loss_pct": spec.losses_pct,
+             "streams": spec.streams, "workload": spec.workloads,
+             "cpu_share_pct": (*spec.cpu_shares_pct, *spec.credit_shares_pct, 100.0)}
+    if spec.contention_models == (DEFAULT_MODEL,):
+        lists["timeslice_ms"] = spec.timeslices_ms
+    return lists
 
 
 def _search_shares(d: dict) -> SearchRule | None:

@@ -25,6 +25,7 @@ Typical session on one machine (root):
   bbrlab testbed down
   bbrlab cache show                  what ~/.cache/bbrlab holds (bbrlab cache prune frees space)
   bbrlab claims check                recompute every number the README and docs state about data/
+  bbrlab check runs/demo             judge the runs against the spec's expect: block (exit 1 on a fail)
 
 Several testbeds at once (docs/scaling.md):
   bbrlab campaign run SPEC --out DIR --testbed a --testbed b     local testbeds, one CPU partition each
@@ -38,7 +39,7 @@ Several testbeds at once (docs/scaling.md):
 #: ``register(subparsers)``; the handler of ``bbrlab NAME VERB`` is ``run_<verb>`` in that module, the
 #: handler of a command without verbs is ``run``.
 COMMANDS = ("doctor", "testbed", "link", "contention", "kernel", "calibrate", "campaign", "worker", "tls", "ingest",
-            "hostload", "figures", "claims", "compare", "demo", "cache")
+            "hostload", "figures", "claims", "compare", "check", "demo", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

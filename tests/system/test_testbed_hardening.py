@@ -226,6 +226,9 @@ README_NOT_RUN = {
                                  "making the kernel's count drift",
     "bbrlab claims check": "reads data/, not the testbed; tests/unit/analysis/test_claims.py runs it",
     "bbrlab hostload data": "reads the committed data/ only; tests/unit/analysis/test_hostload.py runs it",
+    "bbrlab check": "the command's name in the text",
+    "bbrlab check DIR [--expect FILE] [--junit PATH]": "placeholders; reads committed data/ only: "
+                                                       "tests/unit/analysis/test_expectations.py runs it",
     "bbrlab cache prune [--max-gb N] [--dry-run]": "placeholders; test_cache_prune prunes a cache of its own for "
                                                    "real (this machine's shared image must stay)",
 }

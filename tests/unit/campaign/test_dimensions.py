@@ -17,8 +17,9 @@ from bbrlab.scenario.scenario import RUN_ID_FRAGMENTS, Contention, Flow, IperfPa
 
 BASE = {"name": "t", "ccas": ["cubic"], "timeslices_ms": [1], "cpu_shares_pct": [50], "rtts_ms": [10],
         "rates_mbit": [100], "repetitions": 1}
-#: CampaignSpec's tuple fields that are not crossed into the grid: the extra flows (beside every run's own).
-NOT_DIMENSIONS = {"flows"}
+#: CampaignSpec's tuple fields that are not crossed into the grid: the extra flows (beside every run's own) and the
+#: expectations (what the runs are judged against).
+NOT_DIMENSIONS = {"flows", "expect"}
 
 
 def test_every_list_field_of_the_spec_is_one_dimension_with_its_default_and_back():

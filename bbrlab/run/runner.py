@@ -36,7 +36,7 @@ from bbrlab.sampling import alignment, logscan, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 from bbrlab.scenario.scenario import Scenario
-from bbrlab.testbed import hostlock
+from bbrlab.testbed import hostlock, timingenv
 
 from . import checks, clocks, flows, iperf, sender, senderqdisc, workloads
 from . import record as rec
@@ -186,6 +186,7 @@ class Runner:
                 sampled, queue = self._samplers(traffic, flow, ports, endpoint.port, out, limit_s)
                 vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                 meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
+                meta.timing_env = timingenv.of_testbed(tb, vcpus[0] if vcpus else None)  # one command per host
             with ExitStack() as contended:
                 with meta.timed("contend"):
                     cpu_load = contended.enter_context(hostcpu.watching(self.session.watched_hosts()))

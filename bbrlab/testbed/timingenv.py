@@ -250,10 +250,10 @@ def read_host(host: Host, qemu_tid: int | None = None, accelerator: str | None =
     try:
         text = host.output(["sh", "-c", HOST_SCRIPT, "sh", "" if qemu_tid is None else str(int(qemu_tid))],
                            timeout=60)
+        return parse_host(text), parse_hypervisor(text, accelerator, qemu_tid is not None)
     except Exception as e:  # noqa: BLE001 - recorded, not fatal: the timing environment describes the run
         error = f"{type(e).__name__}: {e}"[:500]
         return HostTiming(error=error), HypervisorTiming(accelerator, None, error if qemu_tid is not None else None)
-    return parse_host(text), parse_hypervisor(text, accelerator, qemu_tid is not None)
 
 
 def measure(guest: Host, hypervisor_host: Host, *, accelerator: str | None,
@@ -274,5 +274,5 @@ def qemu_thread(testbed) -> int | None:
 def of_testbed(testbed, qemu_tid: int | None = None) -> TimingEnvironment:
     """:func:`measure` for ``testbed`` (a :class:`~bbrlab.testbed.roles.Testbed`): its sender, its hypervisor host,
     its accelerator, and ``qemu_tid`` (default :func:`qemu_thread`)."""
-    return measure(testbed.sender.host, testbed.sender.hypervisor, accelerator=testbed.accelerator,
+    return measure(testbed.sender.host, testbed.sender.hypervisor, accelerator=getattr(testbed, "accelerator", None),
                    qemu_tid=qemu_tid if qemu_tid is not None else qemu_thread(testbed))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bbrlab.analysis.records_reader import run_row
-from bbrlab.core.errors import TestbedError
+from bbrlab.core import errors
 from bbrlab.run.runmeta import RunMetadata
 from bbrlab.testbed import timingenv
 from bbrlab.testbed.timingenv import GuestTiming, HostTiming, HypervisorTiming, TimingEnvironment
@@ -134,7 +134,7 @@ def test_one_command_per_host_reads_the_whole_environment():
 
 
 def test_a_host_that_cannot_be_read_is_recorded_not_raised():
-    env = timingenv.measure(_Host(TestbedError("ssh: connection refused")), _Host(OSError("boom")),
+    env = timingenv.measure(_Host(errors.TestbedError("ssh: connection refused")), _Host(OSError("boom")),
                             accelerator="tcg", qemu_tid=None)
     assert env.guest == GuestTiming(error="TestbedError: ssh: connection refused")
     assert env.host == HostTiming(error="OSError: boom") and env.hypervisor == HypervisorTiming("tcg")

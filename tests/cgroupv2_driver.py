@@ -19,9 +19,10 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
-from bbrlab.contention import cgroups, creditbalance, ledger
+from bbrlab.contention import cgroups, cpustat, creditbalance, ledger
 from bbrlab.scenario.contention_models import CREDIT_TICK_S
 
 #: How long the share is measured with the quota on, and before it, without [s].
@@ -75,7 +76,10 @@ def exercise(mount: Path, tid: int, token: str, seen: dict) -> None:
     h.move(tid, own.path)
     seen["moved"] = {"members": h.members(own.path), "thread_cgroup": str(h.thread_cgroup(tid)),
                      "foreign_limits": cgroups.foreign_limits([tid], own.path, h)}
+    stat_start = h.cpu_stat(own.path)
     seen["limited_share_pct"] = share_pct(tid, LIMITED_S)
+    throttling = cpustat.between(stat_start, h.cpu_stat(own.path), str(own.path))
+    seen["throttling"] = asdict(throttling) if throttling else None
     h.set_burst(own.path, BURST_US)
     seen["burst"] = h.burst(own.path)
 

@@ -1,5 +1,5 @@
 """A table column (:class:`Column`: name, dtype, unit and meaning), the ``runs`` columns that name the machine and
-the boots a run ran on, and the schemas of the per-run detail tables: the vCPU trace's intervals, the emulator's
+the boots a run ran on and its timing environment, and the schemas of the per-run detail tables: the vCPU trace's intervals, the emulator's
 bottleneck samples, iperf3's per-stream intervals and per-flow summaries. :mod:`bbrlab.analysis.tables` holds the main tables and builds them all."""
 
 from __future__ import annotations
@@ -118,6 +118,30 @@ MACHINE_SCHEMA: tuple[Column, ...] = (
            lambda v: v.testbed.machine and v.testbed.machine.boot_id),
     Column("sender_boot_id", "string", "the sender VM's boot id: the runs of one sender boot share it",
            lambda v: v.testbed.sender_boot_id),
+)
+
+
+def _timing(v, part: str, name: str):
+    """``metadata.timing_env.<part>.<name>`` of a run (bbrlab.testbed.timingenv); None in records made before it."""
+    env = v.meta.timing_env
+    return None if env is None else getattr(getattr(env, part), name)
+
+
+#: ``runs`` columns: the run's timing environment (``metadata.timing_env``; bbrlab.testbed.timingenv), <NA> in
+#: records made before it was read. Not in the run identity: they describe the run, the spec does not set them.
+TIMING_SCHEMA: tuple[Column, ...] = (
+    Column("clocksource", "string", "the sender guest's current clocksource (tsc, kvm-clock, hpet ...)",
+           lambda v: _timing(v, "guest", "clocksource")),
+    Column("hz", "Int64", "the sender guest kernel's CONFIG_HZ (from /boot/config-<release> or /proc/config.gz); "
+           "<NA> when neither exists [1/s]", lambda v: _timing(v, "guest", "hz")),
+    Column("tick_mode", "string", "the sender guest kernel's tick: periodic, nohz_idle or nohz_full (its config), "
+           "unknown without a config", lambda v: _timing(v, "guest", "tick_mode")),
+    Column("host_cpu_model", "string", "the CPU model of the host that ran the sender VM (/proc/cpuinfo)",
+           lambda v: _timing(v, "host", "cpu_model")),
+    Column("governor", "string", "that host's CPU frequency governor(s) (scaling_governor; several joined by ','); "
+           "none without cpufreq", lambda v: _timing(v, "host", "governor")),
+    Column("smt", "string", "that host's SMT: smt/control (on, off, forceoff, notsupported, notimplemented), else "
+           "on/off from CPU 0's thread siblings", lambda v: _timing(v, "host", "smt")),
 )
 
 

@@ -24,7 +24,7 @@ from . import heap
 from .tables import SCHEMAS, RunRows, Tables, build_tables, normalise
 
 #: Bump when the table columns or their meaning change: older caches are then rebuilt.
-TABLES_SCHEMA = "bbrlab.tables/19"
+TABLES_SCHEMA = "bbrlab.tables/20"
 #: Below this many units a process pool costs more than it saves.
 PARALLEL_MIN_UNITS = 400
 

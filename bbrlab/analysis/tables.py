@@ -34,6 +34,7 @@ from .columns import (
     FLOW_SCHEMA,
     MACHINE_SCHEMA,
     STREAM_SCHEMA,
+    TIMING_SCHEMA,
     VCPU_SCHEMA,
     Column,
     dimension_columns,
@@ -114,6 +115,14 @@ def _deadline_mode_applied(meta: RunMetadata) -> str | None:
     applied = meta.contention.applied if meta.contention is not None else {}
     modes = {p.deadline_mode for p in applied.values()} - {None}
     return "mixed" if len(modes) > 1 else next(iter(modes), None)
+
+
+def _throttling(meta: RunMetadata, name: str):
+    """``name`` of the cgroup models' throttling evidence (``contention.evidence.throttling``: ``cpu.stat``
+    deltas over the body); None for the other models and records made before it was read."""
+    evidence = meta.contention.evidence if meta.contention is not None else None
+    throttling = evidence.throttling if isinstance(evidence, ContentionEvidence) else None
+    return getattr(throttling, name, None)
 
 
 def _param(v, name: str):
@@ -271,6 +280,13 @@ RUN_SCHEMA: tuple[Column, ...] = (
     Column("credit_ran_out_s", "float64", "credit: when the balance was spent and the quota dropped to the "
            "baseline, after the contention was applied (just before the transfer); <NA> when it lasted or for "
            "the other models [s]", lambda v: _credit_ran_out_s(v.meta)),
+    Column("cfs_nr_periods", "Int64", "cfs-quota, cfs-burst, credit: CFS periods in which the vCPU threads' cgroup "
+           "had a quota and ran, over the contention (cpu.stat nr_periods); <NA> for the other models and records "
+           "made before it was read", lambda v: _throttling(v.meta, "nr_periods")),
+    Column("cfs_nr_throttled", "Int64", "of those, the periods the cgroup spent its quota and was throttled (cpu.stat "
+           "nr_throttled); 0: the quota never bound", lambda v: _throttling(v.meta, "nr_throttled")),
+    Column("cfs_throttled_ms", "float64", "how long the cgroup's threads waited throttled over the contention "
+           "(cpu.stat throttled_time / throttled_usec) [ms]", lambda v: _throttling(v.meta, "throttled_ms")),
     Column("cpu_share_pct", "float64", "CPU share = runtime / period [%]; 100 without a policy", _share),
     Column("achieved_share_pct", "float64", "share of a CPU the sender's vCPU threads really got over the "
            "transfer, run time / wall time from the host's /proc/<tid>/schedstat, mean over the threads [%]; <NA> "
@@ -335,6 +351,7 @@ RUN_SCHEMA: tuple[Column, ...] = (
            lambda v: v.testbed.accelerator),
     Column("testbed_kind", "string", "local, host-netns, a lab, or authors", lambda v: v.testbed.kind),
     *MACHINE_SCHEMA,
+    *TIMING_SCHEMA,
     Column("sender_qdisc", "string", "the sender's qdisc: fq when the run set fq as the root of the sender's "
            "experiment interface (sender_qdisc: fq), else its net.core.default_qdisc; authors: qdisc",
            lambda v: "fq" if v.scenario.sender_qdisc == "fq" else v.sender_sysctl("net.core.default_qdisc")),

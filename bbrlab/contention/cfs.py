@@ -2,7 +2,9 @@
 control, quota = share x period (docs/contention.md), and for cfs-burst a burst too, with the same discipline as
 SCHED_DEADLINE's session: check before changing anything, apply and read back, watch during the run, restore on
 every exit, record what was asked and what was read back, and what the threads really got
-(``/proc/<tid>/schedstat``).
+(``/proc/<tid>/schedstat``), and how often the quota bound: the cgroup's ``cpu.stat`` counters (periods,
+throttled periods, throttled time) read when the threads went in and again after the body
+(``evidence.throttling``, :mod:`bbrlab.contention.cpustat`).
 
 All threads share the one cgroup, so the quota is ``n_threads x share x period`` (the burst likewise): each vCPU
 thread may use its share on average, as with deadline, but one busy thread may borrow what idle ones leave.
@@ -21,7 +23,7 @@ from bbrlab.core.hosts import Host
 from bbrlab.scenario.cpumodels import cfs_burst, cfs_quota
 from bbrlab.scenario.scenario import Contention
 
-from . import cgroups
+from . import cgroups, cpustat
 from .deadline import ContentionRestoreError
 from .evidence import (
     AchievedShare,
@@ -58,6 +60,7 @@ class CfsSession:
     read_back: dict | None = None
     evidence: ContentionEvidence | None = None
     _start: dict[int, ThreadSample] = field(default_factory=dict)
+    _stat_start: cpustat.CpuStat | None = None
     _watch: StateWatch | None = None
 
     #: The models this session applies (:data:`bbrlab.contention.models.SESSIONS` is filled from it).
@@ -134,8 +137,15 @@ class CfsSession:
                 except CfsRestoreError as r:
                     e.add_note(str(r))
                 raise
+        self._stat_start = self.hierarchy.cpu_stat(self.stat_cgroup)
         self._start = sample_threads(self.host, self.thread_ids)
         self.started()
+
+    @property
+    def stat_cgroup(self) -> Path:
+        """The cgroup whose ``cpu.stat`` the evidence's ``throttling`` reads: bbrlab's own, or the threads' own
+        cgroup when no quota was applied (a 100 % share)."""
+        return self.own.path if self.own is not None else next(iter(self.original.values()))
 
     def _set_and_read_back(self, path: Path) -> dict:
         h, quota_us = self.hierarchy, self.initial_quota_us()
@@ -198,6 +208,7 @@ class CfsSession:
         """Whether the limit held (now and as the watch saw it), and the CPU each thread used since :meth:`apply`."""
         watch = self.stop_watch()
         held = self.held() and not (watch and watch.deviations)
+        stat_end = self.hierarchy.cpu_stat(self.stat_cgroup)
         end = sample_threads(self.host, self.thread_ids)
         threads = []
         for tid in self.thread_ids:
@@ -211,7 +222,8 @@ class CfsSession:
                                            100.0 if self.contention.unlimited else self.contention.cpu_share_pct,
                                            threads, watch, AchievedShare.of(threads, steal_note(self.accelerator)),
                                            foreign_limits=cgroups.foreign_limits(
-                                               self.thread_ids, self.own.path if self.own else None, self.hierarchy))
+                                               self.thread_ids, self.own.path if self.own else None, self.hierarchy),
+                                           throttling=cpustat.between(self._stat_start, stat_end, str(self.stat_cgroup)))
         return self.evidence
 
     @property

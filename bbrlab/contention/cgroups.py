@@ -19,6 +19,9 @@ gone and :func:`remove` empties their cgroup back into the threads' cgroup. A cg
 nothing: a ``bbrlab-cfs-*`` cgroup no entry names (another user's, in a delegated subtree) is never touched, and
 an entry is followed only to a cgroup of this user named as bbrlab names them inside a ``bbrlab`` parent.
 
+:meth:`Hierarchy.cpu_stat` reads a cgroup's CFS counters (``cpu.stat``: periods, throttled periods, throttled
+time; :mod:`bbrlab.contention.cpustat`), which the cgroup models record as their throttling evidence.
+
 :func:`foreign_limits` says what else limits a thread's CPU (a quota or burst on its cgroup or an ancestor, or a
 bbrlab cgroup) besides the cgroup a run asked for: every model's evidence records it, and a run with any fails.
 """
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from bbrlab.core.errors import TestbedError
 
-from . import ledger
+from . import cpustat, ledger
 
 PREFIX = "bbrlab-cfs-"
 #: The parent cgroup of bbrlab's own, inside the threads' cgroup, that holds its cgroups.
@@ -99,6 +102,15 @@ class Hierarchy:
     def set_burst(self, cgroup: Path, burst_us: int) -> None:
         """Let ``cgroup`` keep up to ``burst_us`` of unused quota for later periods (at most the quota)."""
         _write(self.burst_file(cgroup), str(burst_us))
+
+    def cpu_stat(self, cgroup: Path) -> cpustat.CpuStat | None:
+        """``cgroup``'s CFS bandwidth counters now (:func:`bbrlab.contention.cpustat.parse`); None when its
+        ``cpu.stat`` cannot be read or lacks them."""
+        try:
+            text = (cgroup / "cpu.stat").read_text()
+        except OSError:
+            return None
+        return cpustat.parse(text, self.version)
 
     def members(self, cgroup: Path) -> list[int]:
         """The thread ids in ``cgroup``."""

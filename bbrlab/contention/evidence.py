@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from bbrlab.core import recordjson
 from bbrlab.scenario.scenario import Contention
 
+from .cpustat import CfsThrottling
 from .creditbalance import CreditReport
 from .limits import KernelLimits
 from .sched import SchedPolicy
@@ -160,7 +161,9 @@ class ContentionEvidence:
     (``achieved``: None in records made before it was recorded; their threads still have ``cpu_share_pct``) and,
     for the credit model, what its controller did (``credit``); and what else limited the vCPU threads' CPU
     besides what the run asked for (``foreign_limits``: a stale quota, burst or bbrlab cgroup; None: not
-    looked at, as for a hypervisor on another host or records made before it was)."""
+    looked at, as for a hypervisor on another host or records made before it was); for the cgroup models, how
+    often the quota bound (``throttling``: the cgroup's ``cpu.stat`` deltas over the body; None for the other
+    models, where it could not be read, and in records made before it was)."""
 
     method: str
     policy_held: bool
@@ -170,6 +173,7 @@ class ContentionEvidence:
     achieved: AchievedShare | None = None
     credit: CreditReport | None = None
     foreign_limits: list[str] | None = None
+    throttling: CfsThrottling | None = None
 
     @property
     def stalls(self) -> list[Stall]:
@@ -187,18 +191,21 @@ class ContentionEvidence:
             d["credit"] = self.credit.to_dict()
         if self.foreign_limits is not None:
             d["foreign_limits"] = list(self.foreign_limits)
+        if self.throttling is not None:
+            d["throttling"] = recordjson.to_json(self.throttling)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ContentionEvidence:
         """Evidence read from a record (see :func:`evidence_from_dict` for one that may be missing)."""
-        watch, achieved, credit = d.get("watch"), d.get("achieved"), d.get("credit")
+        watch, achieved, credit, throttling = d.get("watch"), d.get("achieved"), d.get("credit"), d.get("throttling")
         return cls(d["method"], d["policy_held"], d["configured_share_pct"],
                    [ThreadEvidence.from_dict(t) for t in d["threads"]],
                    recordjson.from_json(WatchReport, watch) if watch is not None else None,
                    recordjson.from_json(AchievedShare, achieved) if achieved is not None else None,
                    CreditReport.from_dict(credit) if credit is not None else None,
-                   d.get("foreign_limits"))
+                   d.get("foreign_limits"),
+                   recordjson.from_json(CfsThrottling, throttling) if throttling is not None else None)
 
 
 @dataclass(frozen=True)

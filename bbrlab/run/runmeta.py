@@ -7,6 +7,7 @@ the vCPU trace (:class:`~bbrlab.sampling.vcputrace.TraceSummary`) and its alignm
 (:class:`~bbrlab.sampling.alignment.AlignmentCheck`), the rsync copy (:class:`~bbrlab.run.transferrecord.TransferSummary`),
 the hosts' CPU (:class:`~bbrlab.contention.hostcpu.CpuLoad`, :class:`~bbrlab.contention.outside.OutsideLoad`), the
 sender's CPUs that carried the network work (:class:`~bbrlab.run.softirqs.SoftirqRecord`), the
+timing environment (:class:`~bbrlab.testbed.timingenv.TimingEnvironment`), the
 sender's kernel and root qdisc, its sysctls, offloads and tools (:mod:`bbrlab.run.sender`), the module parameters
 and sysctls the run set (:class:`~bbrlab.run.senderknobs.SenderKnobs`), the CCA's module
 (:class:`~bbrlab.kernel.ModuleIdentity`), the flows (:mod:`bbrlab.run.flowrecord`) and iperf3's summary
@@ -48,6 +49,7 @@ from bbrlab.sampling.bottleneck import BottleneckSummary
 from bbrlab.sampling.summary import SamplingSummary
 from bbrlab.sampling.vcputrace import TraceSummary
 from bbrlab.testbed.record import TestbedRecord
+from bbrlab.testbed.timingenv import TimingEnvironment
 
 from .blockboot import BlockPlace
 from .campaignadded import CampaignAdded
@@ -129,6 +131,7 @@ class RunMetadata:
     recovered: Recovered | None = None  # first run of a process: what a killed predecessor left (bbrlab.run.recoveryrecord)
     qemu_cpus: QemuCpus | None = None  # each QEMU thread's allowed CPUs and cpuset at run time (bbrlab.contention.placement)
     clocks: RunClocks | None = None  # sender's and emulator's clock offsets at start and end, drift (bbrlab.run.clocks)
+    timing_env: TimingEnvironment | None = None  # guest clocksource, HZ, tick; host CPU, governor, SMT; QEMU's timers (bbrlab.testbed.timingenv)
     block: BlockPlace | None = None  # blocks: K campaigns: the run's block and whether it booted afresh
     bottleneck: BottleneckSummary | None = None  # the emulator's queue sampler: interval, samples, missed, CPU (bbrlab.sampling.bottleneck)
     softirqs: SoftirqRecord | None = None  # per sender CPU: NET_RX/NET_TX softirqs, NIC interrupts, process ticks (bbrlab.run.softirqs)

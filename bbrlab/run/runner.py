@@ -37,7 +37,7 @@ from bbrlab.sampling import alignment, logscan, vcputrace
 from bbrlab.sampling import bottleneck as queue_sampling
 from bbrlab.sampling import sampler as sampling
 from bbrlab.scenario.scenario import Scenario
-from bbrlab.testbed import hostlock
+from bbrlab.testbed import hostlock, timingenv
 
 from . import checks, clocks, flows, iperf, sender, senderknobs, senderqdisc, softirqs, workloads
 from . import record as rec
@@ -193,6 +193,7 @@ class Runner:
                 vcpus = tb.sender.vcpu_threads()  # hand-given ids: checked against their pinned threads
                 checks.sender_vcpus(scenario.sender_vcpus, irqs.before.online_cpus, len(vcpus))
                 meta.qemu_cpus = cpuplacement.of_testbed(tb, vcpus)  # where its QEMU threads may run now
+                meta.timing_env = timingenv.of_testbed(tb, vcpus[0] if vcpus else None)  # one command per host
             with ExitStack() as contended:
                 with meta.timed("contend"):
                     cpu_load = contended.enter_context(hostcpu.watching(self.session.watched_hosts()))

@@ -13,8 +13,10 @@ import subprocess
 import uuid
 from dataclasses import asdict, dataclass
 
+from bbrlab.core.hosts import LocalHost
 from bbrlab.kernel.debian import KEYRING
 
+from . import timingenv
 from .local import accel
 from .local.kernelboot import BUSYBOX
 
@@ -205,8 +207,65 @@ def check_sender_kernel_tools() -> list[Check]:
     return out
 
 
-def run_checks(probe_kvm: bool = False) -> list[Check]:
-    """Every check, in the order ``bbrlab doctor`` prints them; ``probe_kvm`` boots a guest to test KVM."""
+def _tick(hz: int | None, mode: str | None, config: str | None) -> str:
+    return f"HZ {hz or 'unknown'}, tick {mode or 'unknown'} ({config or 'no kernel config found'})"
+
+
+def host_timing_checks(host: timingenv.HostTiming) -> list[Check]:
+    """The timing environment of the host that runs the sender VM (``metadata.timing_env.host``), one ``info``
+    line each: CPU model, frequency governor, SMT, its clocksource and tick."""
+    if host.error:
+        return [Check("timing: host", "warn", f"could not be read: {host.error}")]
+    active = {True: ", active", False: ", inactive"}.get(host.smt_active, "")
+    return [Check("timing: host CPU", "info", host.cpu_model or "unknown"),
+            Check("timing: host governor", "info", host.governor if host.governor != "none"
+                  else "none (no cpufreq: the CPU's speed is the hypervisor's or firmware's)"),
+            Check("timing: host SMT", "info", f"{host.smt}{active}"),
+            Check("timing: host clock", "info", f"clocksource {host.clocksource or 'unknown'}; "
+                                                + _tick(host.hz, host.tick_mode, host.config))]
+
+
+def guest_timing_checks(env: timingenv.TimingEnvironment) -> list[Check]:
+    """The sender guest's and the hypervisor's part of a running testbed's timing environment, one line each."""
+    g, h = env.guest, env.hypervisor
+    if g.error:
+        out = [Check("timing: sender guest", "warn", f"could not be read: {g.error}")]
+    else:
+        out = [Check("timing: sender clock", "info", f"clocksource {g.clocksource or 'unknown'} (available: "
+                     f"{' '.join(g.clocksources or []) or 'none'}; kvm-clock {'offered' if g.kvm_clock else 'not offered'})"),
+               Check("timing: sender tick", "info", _tick(g.hz, g.tick_mode, g.config)
+                     + (f"; command line: {' '.join(g.timer_cmdline)}" if g.timer_cmdline else ""))]
+    options = "QEMU's command line not read" if h.qemu_options is None else (
+        " ".join(h.qemu_options) or "QEMU's defaults (RTC in UTC on the host clock)")
+    out.append(Check("timing: hypervisor", "warn" if h.error else "info",
+                     f"accelerator {h.accelerator or 'unknown'}; {options}" + (f" ({h.error})" if h.error else "")))
+    return out
+
+
+def check_timing(testbed: str | None = None) -> list[Check]:
+    """The timing environment a run records (:mod:`bbrlab.testbed.timingenv`): this machine's part (the local
+    testbed's hypervisor host), and with ``testbed`` (a running local testbed's name or a lab's file) the whole of
+    it, as that testbed's runs read it: its sender guest, its hypervisor host and QEMU's timer options."""
+    if testbed is None:
+        host, _ = timingenv.read_host(LocalHost())
+        return [*host_timing_checks(host), Check("timing: sender guest", "info", "read at every run; "
+                                                 "bbrlab doctor --testbed NAME reads a running testbed's")]
+    from . import load
+
+    try:
+        tb = load(testbed)
+    except Exception as e:  # noqa: BLE001 - a testbed that is not up is a finding of the doctor, not a crash
+        return [Check("timing", "warn", f"testbed {testbed}: {e}")]
+    try:
+        env = timingenv.of_testbed(tb)
+    finally:
+        tb.close()
+    return [*host_timing_checks(env.host), *guest_timing_checks(env)]
+
+
+def run_checks(probe_kvm: bool = False, testbed: str | None = None) -> list[Check]:
+    """Every check, in the order ``bbrlab doctor`` prints them; ``probe_kvm`` boots a guest to test KVM;
+    ``testbed`` names a running testbed whose timing environment to read (:func:`check_timing`)."""
     checks = [
         Check("host kernel", "info", os.uname().release),
         check_root(),
@@ -216,5 +275,6 @@ def run_checks(probe_kvm: bool = False) -> list[Check]:
         *check_tools(),
         *check_guest_kernel_sources(),
         *check_sender_kernel_tools(),
+        *check_timing(testbed),
     ]
     return checks

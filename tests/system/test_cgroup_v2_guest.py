@@ -3,7 +3,7 @@
 This host binds the cpu controller to a v1 hierarchy that cannot be unmounted here (EBUSY, held by PID 1), so
 ``cpu.max``, ``cpu.max.burst``, threaded cgroups and moving one thread through ``cgroup.threads`` cannot run on
 it. The sender guest (Debian 12, kernel 6.1, 1 vCPU, bbrlab's own init) has cgroup v2 in its kernel and no
-cgroup mounted: the test copies bbrlab's cgroup modules (``bbrlab/contention/cgroups.py``, ``ledger.py``, the
+cgroup mounted: the test copies bbrlab's cgroup modules (``bbrlab/contention/cgroups.py``, ``cpustat.py``, ``ledger.py``, the
 credit model's controller ``creditbalance.py``, ``bbrlab/core/errors.py``, ``owners.py``, ``contention_models.py``,
 ``bbrlab/core/lockdir.py`` for the ledger's directory, unmodified,
 from this working tree; and ``json`` and ``dataclasses``, which the guest's python3-minimal lacks, from this
@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.system, pytest.mark.testbed]
 ROOT = Path(__file__).parents[2]
 #: The real modules the driver imports (the guest's package markers come from the same tree).
 MODULES = ["bbrlab/__init__.py", "bbrlab/core/__init__.py", "bbrlab/core/errors.py", "bbrlab/core/owners.py",
-           "bbrlab/contention/__init__.py", "bbrlab/contention/cgroups.py", "bbrlab/contention/ledger.py",
+           "bbrlab/contention/__init__.py", "bbrlab/contention/cgroups.py", "bbrlab/contention/cpustat.py",
+           "bbrlab/contention/ledger.py",
            "bbrlab/contention/creditbalance.py", "bbrlab/scenario/__init__.py", "bbrlab/scenario/contention_models.py",
            "bbrlab/core/lockdir.py"]
 #: What the guest's python3-minimal lacks of the standard library these need, copied from this Python's (the same
@@ -149,7 +150,12 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     alone over 0.5 s and 24.9-26.0 % under the 25 ms / 100 ms quota over 2 s (24.86, 25.19, 25.24, 25.37,
     25.55, 25.71, 25.75, 25.80, 25.87, 25.95). The bounds, 20-30 % limited and at least 80 % alone, leave 5 points either side of the quota (a whole
     period's runtime over 2 s is 5 points: window edges and the guest's timers under TCG) and 18 points below
-    the worst share alone; a quota that did not hold, or a thread not busy, falls outside them."""
+    the worst share alone; a quota that did not hold, or a thread not busy, falls outside them.
+
+    Over the limited 2 s the cgroup's ``cpu.stat`` (v2: ``throttled_usec``), read by bbrlab's parser
+    (:mod:`bbrlab.contention.cpustat`): 20 periods, 20 throttled, 1475 ms throttled (one run on the local testbed;
+    a quota of 25 ms per 100 ms leaves a busy thread throttled 75 ms of each period, 1.5 s over 2 s). The bounds:
+    15-25 periods, at least 80 % of them throttled, 1.0-1.8 s throttled."""
     g = guest_v2
     env = [f"PYTHONPATH={g.tmp}/lib", f"BBRLAB_LOCK_DIR={g.tmp}/state", "PYTHONDONTWRITEBYTECODE=1"]
     res = g.host.run(["env", *env, "python3", f"{g.tmp}/cgroupv2_driver.py", "exercise", g.mount,
@@ -170,6 +176,9 @@ def test_cgroup_v2_quota_burst_threads_and_recovery_in_the_sender_guest(guest_v2
     assert seen["moved"] == {"members": [g.busy_pid], "thread_cgroup": str(own), "foreign_limits": []}
     assert seen["free_share_pct"] >= 80, seen["free_share_pct"]
     assert 20 <= seen["limited_share_pct"] <= 30, seen["limited_share_pct"]
+    throttled = seen["throttling"]  # cpu.stat's throttled_usec over the limited 2 s, read by bbrlab's v2 parser
+    assert throttled["cgroup"] == made["path"] and 15 <= throttled["nr_periods"] <= 25, throttled
+    assert throttled["nr_throttled"] >= 0.8 * throttled["nr_periods"] and 1000 <= throttled["throttled_ms"] <= 1800
     assert seen["remove"] == {"problems": [], "thread_cgroup": g.mount, "path_exists": False,
                               "parent_exists": False, "cpu_on_outer": False, "entries": 0, "foreign_limits": []}
     credit = seen["credit"]

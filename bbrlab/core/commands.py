@@ -195,7 +195,34 @@ def fabric_config():
         "run": dict(RUN_SETTINGS), "timeouts": {"command": None, "connect": None}, "forward_agent": False,
         "gateway": None, "load_ssh_configs": False, "ssh_config_path": None, "connect_kwargs": {},
         "inline_ssh_env": True, "sudo": {"password": None, "user": None},
+        "runners": {"remote": interruptible_remote()},
     })
+
+
+def interruptible_remote():
+    """fabric's remote runner, which a signal's exception (:class:`bbrlab.core.signals.Interrupted`) ends at once.
+
+    invoke waits for a command's output readers before the exception leaves ``run``, and a reader waits for the
+    SSH channel's end of file, so a signalled campaign used to wait for the remote command to finish: 38 s of an
+    rsync copy (2026-12-02). Here the channel is closed first; the readers see its end and the exception unwinds.
+    The remote command is not waited for: the run's own clean-up (the receiver's sshd killed, the deadline
+    policy removed) ends what depends on it. Ctrl-C that reaches invoke as KeyboardInterrupt is left to invoke."""
+    from fabric.runners import Remote
+
+    class InterruptibleRemote(Remote):
+        def wait(self) -> None:
+            try:
+                super().wait()
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                channel = getattr(self, "channel", None)
+                if channel is not None:
+                    with contextlib.suppress(Exception):
+                        channel.close()
+                raise
+
+    return InterruptibleRemote
 
 
 def _interruptible_runner(context):

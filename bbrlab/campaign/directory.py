@@ -369,18 +369,32 @@ class CampaignStatus:
         return d
 
 
+@dataclass(frozen=True)
+class _Attempts:
+    """Where each planned run stands: complete, its failed attempts' numbers, and those out of attempts."""
+
+    complete: set[str]
+    failed: dict[str, list[int]]
+    used_up: set[str]
+
+
+def _attempts(out: Path, run_ids: list[str], spec: dict) -> _Attempts:
+    max_attempts = int(spec.get("max_attempts", 3))
+    complete = {r for r in run_ids if rec.is_complete(out, r)}
+    failed = {r: rec.failed_attempts(out, r) for r in run_ids}
+    return _Attempts(complete, failed, {r for r in run_ids if r not in complete and len(failed[r]) >= max_attempts})
+
+
 def given_up(out_dir: str | Path) -> dict[str, str]:
     """The runs whose attempts are used up, each with the reason its last attempt's record gives: what a
     campaign that ended incomplete says on its way out."""
     out = Path(out_dir)
-    max_attempts = int(_spec_dict(out).get("max_attempts", 3))
+    run_ids = load_plan(out).run_ids
+    att = _attempts(out, run_ids, _spec_dict(out))
     reasons = {}
-    for run_id in load_plan(out).run_ids:
-        numbers = rec.failed_attempts(out, run_id)
-        if rec.is_complete(out, run_id) or len(numbers) < max_attempts:
-            continue
-        last = _record_of(out / rec.FAILED / f"{run_id}.a{numbers[-1]}") or {}
-        reasons[f"{run_id}.a{numbers[-1]}"] = str(last.get("reason") or "no reason recorded")
+    for run_id in (r for r in run_ids if r in att.used_up):
+        last = f"{run_id}.a{att.failed[run_id][-1]}"
+        reasons[last] = str((_record_of(out / rec.FAILED / last) or {}).get("reason") or "no reason recorded")
     return reasons
 
 
@@ -389,11 +403,9 @@ def status(out_dir: str | Path) -> CampaignStatus:
     out = Path(out_dir)
     plan = load_plan(out)
     spec = _spec_dict(out)
-    max_attempts = int(spec.get("max_attempts", 3))
     run_ids = plan.run_ids
-    complete = {r for r in run_ids if rec.is_complete(out, r)}
-    attempts = {r: rec.failed_attempts(out, r) for r in run_ids}
-    given_up = {r for r in run_ids if r not in complete and len(attempts[r]) >= max_attempts}
+    att = _attempts(out, run_ids, spec)
+    complete, attempts, given_up = att.complete, att.failed, att.used_up
     running = [r for r in rec.in_progress(out) if r in set(run_ids)]
     gate = make_gate(rule_of(spec), search_of(spec), [(r.run_id, r.scenario) for r in plan.runs], out,
                      settled=lambda r: r in complete or r in given_up)

@@ -6,8 +6,6 @@ through bbrlab's parser."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ from bbrlab.contention.models import contended
 from bbrlab.core.hosts import LocalHost
 from bbrlab.scenario.cpumodels import CfsParams
 from bbrlab.scenario.scenario import Contention
+from tests import cpuloops
 
 pytestmark = pytest.mark.system
 
@@ -26,22 +25,11 @@ pytestmark = pytest.mark.system
 HOLD_S, PERIOD_MS = 2.0, 100
 
 
-def _loop(argv: list[str]):
-    p = subprocess.Popen(argv)
-    os.sched_setaffinity(p.pid, {max(os.sched_getaffinity(0))})
-    return p
-
-
 @pytest.fixture
 def busy():
     """One busy loop (one thread) on one CPU; any bbrlab cgroup of this process removed at the end."""
-    p = _loop(["sh", "-c", "while :; do :; done"])
-    yield p
-    p.kill()
-    p.wait()
-    for own in cgroups.leftovers(include_live_owners=True):
-        if own.entry.owner.pid == os.getpid():
-            cgroups.remove(own)
+    with cpuloops.busy_loop() as p:
+        yield p
 
 
 def _raw_stat(cgroup: Path) -> dict[str, int]:
@@ -89,7 +77,7 @@ def test_a_thread_within_its_quota_and_one_without_a_quota_are_never_throttled(b
     (the kernel's period timer idles while the cgroup does; measured: 4-6 in 2 s, 0.07-0.78 % achieved), none
     throttled. At 100 % no quota is applied: the evidence reads the thread's own cgroup (here the root of the v1
     cpu hierarchy), where nothing throttles (measured: 0 periods, 0 throttled)."""
-    light = _loop([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])  # no fork: one thread
+    light = cpuloops.pinned([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])  # no fork: one thread
     try:
         t, _, share = _throttled(light, 25)
     finally:

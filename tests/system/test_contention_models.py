@@ -19,6 +19,7 @@ from bbrlab.contention.models import contended
 from bbrlab.core.hosts import LocalHost
 from bbrlab.scenario.cpumodels import BurstParams, CfsParams, CreditParams
 from bbrlab.scenario.scenario import Contention
+from tests import cpuloops
 
 pytestmark = pytest.mark.system
 
@@ -26,14 +27,8 @@ pytestmark = pytest.mark.system
 @pytest.fixture
 def busy():
     """One busy loop (one thread) on one CPU, killed at the end; any bbrlab cgroup of this process removed."""
-    p = subprocess.Popen(["sh", "-c", "while :; do :; done"])
-    os.sched_setaffinity(p.pid, {max(os.sched_getaffinity(0))})
-    yield p
-    p.kill()
-    p.wait()
-    for own in cgroups.leftovers(include_live_owners=True):
-        if own.entry.owner.pid == os.getpid():
-            cgroups.remove(own)
+    with cpuloops.busy_loop() as p:
+        yield p
 
 
 def _measure(session_block_s: float, busy, contention: Contention):
